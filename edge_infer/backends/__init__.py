@@ -1,0 +1,32 @@
+"""Backends and the registry of backends by name."""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+from ..errors import BackendError
+from .base import Backend, Executable
+
+
+def _cpu() -> Backend:
+    from .cpu import CpuBackend
+    return CpuBackend()
+
+
+#: name -> factory; later backends (native, opencl, cuda, litert) add themselves here
+BACKENDS: Dict[str, Callable[[], Backend]] = {"cpu": _cpu}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name`` ("auto" picks the best available)."""
+    if name == "auto":
+        name = "cpu"
+    if name not in BACKENDS:
+        raise BackendError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}")
+    b = BACKENDS[name]()
+    ok, why = b.available()
+    if not ok:
+        raise BackendError(f"backend {name!r} is not available here: {why}")
+    return b
+
+
+__all__ = ["Backend", "Executable", "BACKENDS", "get_backend"]

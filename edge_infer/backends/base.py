@@ -1,0 +1,57 @@
+"""The backend interface every backend implements (CPU, native, OpenCL, CUDA, LiteRT).
+
+A backend turns a graph whose shapes are all concrete into an ``Executable``:
+
+* ``prepare`` runs once per (graph, input shapes): it binds every op to its
+  buffers, packs weights and allocates scratch (TFLite Micro's prepare step);
+* ``Executable.run`` computes only (the eval step) and allocates nothing but
+  the returned output copies.
+
+Backends are registered by name in ``BACKENDS``; ``supports`` lets the picker
+and the partitioner ask who covers which node.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..ir import Graph, Node
+
+
+class Executable:
+    """A prepared graph, ready to run many times."""
+
+    #: per node: (node name, op, planned algorithm/notes)
+    nodes: List[Node]
+
+    def run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Run once. ``feeds`` maps every graph input name to an array of the
+        planned shape and dtype; returns every graph output (fresh arrays)."""
+        raise NotImplementedError
+
+    def run_profiled(self, feeds: Dict[str, np.ndarray]
+                     ) -> Tuple[Dict[str, np.ndarray], List[Tuple[str, str, float]]]:
+        """Like ``run``, also returning ``(node name, op, seconds)`` per node."""
+        raise NotImplementedError
+
+
+class Backend:
+    """Interface of a backend. Subclasses set ``name`` and override the methods."""
+
+    name = "base"
+
+    def available(self) -> Tuple[bool, str]:
+        """(usable here?, why not)."""
+        return True, ""
+
+    def supported_ops(self) -> Sequence[str]:
+        raise NotImplementedError
+
+    def supports(self, node: Node, graph: Graph) -> bool:
+        """Whether this backend can run ``node`` as it appears in ``graph``."""
+        return node.op in self.supported_ops()
+
+    def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> Executable:
+        """Bind a graph with concrete shapes to buffers and kernels."""
+        raise NotImplementedError

@@ -1,0 +1,39 @@
+"""Build of edge_infer (setuptools)."""
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "edge_infer", "version.py")) as f:
+    VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
+EXTRAS = {
+    "convert": ["onnx>=1.14"],
+    "vision": ["opencv-python-headless>=4.5", "pillow>=9"],
+    "opencl": ["pyopencl>=2022.1"],
+    "cuda": ["cupy>=12"],
+    "tflite": ["ai-edge-litert>=1.0"],
+    "plot": ["matplotlib>=3.5"],
+}
+EXTRAS["dev"] = sorted(set(EXTRAS["convert"] + EXTRAS["vision"] + EXTRAS["plot"] + [
+    "onnxruntime>=1.16", "pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "hypothesis>=6",
+    "scikit-learn>=1.0", "threadpoolctl>=3", "tqdm>=4",
+]))
+
+setup(
+    name="edge-infer",
+    version=VERSION,
+    description="Convert neural networks on a workstation; run them fast and small on edge devices.",
+    long_description=open(os.path.join(HERE, "README.md")).read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["edge_infer", "edge_infer.*"]),
+    package_data={"edge_infer": ["data/*", "data/**/*"]},
+    include_package_data=True,
+    python_requires=">=3.9",
+    install_requires=["numpy>=1.23", "psutil>=5.8"],
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["edge-infer=edge_infer.cli:main"]},
+    classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
+    license="Apache-2.0",
+)
