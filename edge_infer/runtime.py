@@ -1,0 +1,144 @@
+"""The device-side runtime: load an artifact, plan per input shape, run."""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
+
+import numpy as np
+
+from .backends import Backend, Executable, get_backend
+from .errors import EdgeInferError, InputError
+from .ir import Graph, infer_shapes
+
+
+class TensorInfo(NamedTuple):
+    """Name, shape (ints, or strings for symbolic dims) and dtype of a model input or output."""
+    name: str
+    shape: Tuple
+    dtype: str
+
+
+def specialize(graph: Graph, input_shapes: Dict[str, Tuple[int, ...]]) -> Graph:
+    """A copy of ``graph`` with concrete input shapes, every shape inferred and
+    every computable-ahead value (shape arithmetic) folded into a constant."""
+    from .backends.cpu import fold_node
+    g = graph.copy()
+    for name, shape in input_shapes.items():
+        g.tensors[name].shape = tuple(int(d) for d in shape)
+    infer_shapes(g, fold=fold_node)
+    return g
+
+
+def _bind_symbols(declared: Tuple, actual: Tuple, symbols: Dict[str, int], name: str) -> None:
+    if len(declared) != len(actual):
+        raise InputError(f"input {name!r}: expected rank {len(declared)} {tuple(declared)}, "
+                         f"got shape {tuple(actual)}")
+    for d, a in zip(declared, actual):
+        if isinstance(d, int):
+            if d != a:
+                raise InputError(f"input {name!r}: expected shape {tuple(declared)}, got {tuple(actual)}")
+        elif d in symbols and symbols[d] != a:
+            raise InputError(f"input {name!r}: dim {d!r} is {a} here but {symbols[d]} in another input")
+        else:
+            symbols[d] = a
+
+
+class Runtime:
+    """Runs a converted model.
+
+    >>> rt = Runtime("model.eim")                      # doctest: +SKIP
+    >>> out = rt.run({"input": x})                     # doctest: +SKIP
+
+    ``model`` is a path to an ``.eim`` artifact (or an in-memory ``Graph``).
+    A plan is built once per distinct set of input shapes and cached.
+    """
+
+    def __init__(self, model: Union[str, os.PathLike, Graph], backend: str = "auto",
+                 threads: Optional[int] = None, memory_limit: Union[int, str, None] = None):
+        if isinstance(model, Graph):
+            self.graph, self.meta = model, {}
+        else:
+            from .artifact import load_artifact
+            self.graph, self.meta = load_artifact(os.fspath(model))
+        self._describe_shapes()
+        self.backend: Backend = get_backend(backend)
+        self.threads = threads or int(self.meta.get("target", {}).get("threads", 0) or 0) or (os.cpu_count() or 1)
+        self.memory_limit = memory_limit
+        self._plans: Dict[Tuple, Executable] = {}
+        self._lock = threading.Lock()
+
+    # description -----------------------------------------------------------
+    def _describe_shapes(self) -> None:
+        # Output shapes with symbolic dims, for rt.outputs; plans re-infer with real shapes.
+        try:
+            g = self.graph.copy()
+            infer_shapes(g)
+            self._out_info = {n: g.tensors[n] for n in g.outputs}
+        except EdgeInferError:
+            self._out_info = {}
+
+    @property
+    def inputs(self) -> List[TensorInfo]:
+        return [TensorInfo(n, tuple(self.graph.tensors[n].shape or ()), self.graph.tensors[n].dtype)
+                for n in self.graph.inputs]
+
+    @property
+    def outputs(self) -> List[TensorInfo]:
+        info = [self._out_info.get(n, self.graph.tensors[n]) for n in self.graph.outputs]
+        return [TensorInfo(t.name, tuple(t.shape) if t.shape is not None else None, t.dtype) for t in info]
+
+    # running -----------------------------------------------------------------
+    def _check_feeds(self, feeds) -> Dict[str, np.ndarray]:
+        names = self.graph.inputs
+        if not isinstance(feeds, dict):
+            if len(names) != 1:
+                raise InputError(f"model has {len(names)} inputs ({', '.join(names)}); pass a dict")
+            feeds = {names[0]: feeds}
+        unknown = [k for k in feeds if k not in names]
+        if unknown:
+            raise InputError(f"unknown input name(s) {unknown}; model inputs are {names}")
+        missing = [k for k in names if k not in feeds]
+        if missing:
+            raise InputError(f"missing input(s) {missing}")
+        out, symbols = {}, {}
+        for name in names:
+            t = self.graph.tensors[name]
+            arr = np.asarray(feeds[name])
+            want = np.dtype(t.dtype)
+            if arr.dtype != want:
+                if not (arr.dtype.kind == want.kind == "f") and not (
+                        arr.dtype.kind in "iu" and want.kind in "iu" and np.can_cast(arr.dtype, want)):
+                    raise InputError(f"input {name!r}: expected dtype {t.dtype}, got {arr.dtype}")
+            if t.shape is not None:
+                _bind_symbols(tuple(t.shape), arr.shape, symbols, name)
+            out[name] = arr
+        return out
+
+    def plan(self, shapes: Dict[str, Tuple[int, ...]]) -> Executable:
+        """The prepared plan for these input shapes (built and cached on first use)."""
+        key = tuple(tuple(shapes[n]) for n in self.graph.inputs)
+        ex = self._plans.get(key)
+        if ex is None:
+            with self._lock:
+                ex = self._plans.get(key)
+                if ex is None:
+                    g = specialize(self.graph, shapes)
+                    ex = self.backend.prepare(g, threads=self.threads)
+                    self._plans[key] = ex
+        return ex
+
+    def run(self, feeds) -> Dict[str, np.ndarray]:
+        """Run the model. ``feeds``: {input name: array}, or a bare array for one-input models.
+        Returns {output name: array}."""
+        feeds = self._check_feeds(feeds)
+        ex = self.plan({k: v.shape for k, v in feeds.items()})
+        with self._lock:
+            return ex.run(feeds)
+
+    def run_profiled(self, feeds):
+        """Run once; also return per-node ``(name, op, seconds)`` timings."""
+        feeds = self._check_feeds(feeds)
+        ex = self.plan({k: v.shape for k, v in feeds.items()})
+        with self._lock:
+            return ex.run_profiled(feeds)
