@@ -1,0 +1,598 @@
+"""Reader and writer of ``.eim`` artifacts: one file with graph, weights and metadata.
+
+The byte layout is specified in ``docs/format.md``. In short: a 64-byte header
+with its own CRC32, a section table (CRC'd from the header), then 64-byte
+aligned sections, each with a CRC32: ``META`` (metadata JSON), ``GRPH`` (graph
+JSON) and ``WGHT`` (raw constant bytes). The gaps between sections must be zero,
+so every byte of a valid file is covered by a checksum or a zero check.
+
+Loading maps the file with ``mmap`` and hands out constants as read-only
+``np.frombuffer`` views on it: nothing is copied, and each array keeps the map
+alive through its ``base``. JSON is parsed with ``json.loads`` only; nothing in
+a file can make the loader execute code. Everything is validated before the
+Graph is built, so a bad file raises ArtifactError and never yields half a graph.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import secrets
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .errors import ArtifactError, GraphError
+from .ir.graph import DTYPES, Graph, Node, Tensor
+
+FORMAT_VERSION: Tuple[int, int] = (1, 0)
+MAGIC = b"\x89EIM\r\n\x1a\n"
+ALIGN = 64
+HEADER_SIZE = 64
+ENTRY_SIZE = 32
+MAX_SECTIONS = 64
+MAX_RANK = 64           # numpy's own limit (NPY_MAXDIMS in numpy 2)
+MAX_JSON_DEPTH = 64     # for free-form values: attrs, quant, metadata
+MAX_DIM = 2 ** 62
+
+KIND_META = b"META"
+KIND_GRAPH = b"GRPH"
+KIND_WEIGHTS = b"WGHT"
+KNOWN_KINDS = (KIND_META, KIND_GRAPH, KIND_WEIGHTS)
+
+SECTION_REQUIRED = 1    # section flag: a reader that does not know the kind must refuse
+KNOWN_HEADER_FLAGS = 0  # header flags are required-feature bits; 1.0 knows none
+KNOWN_SECTION_FLAGS = SECTION_REQUIRED
+
+# magic, major, minor, flags, file_size, section_count, table_crc, reserved, header_crc
+_HEADER = struct.Struct("<8sHHIQII28sI")
+# kind, flags, offset, length, crc, reserved
+_ENTRY = struct.Struct("<4sIQQII")
+assert _HEADER.size == HEADER_SIZE and _ENTRY.size == ENTRY_SIZE
+
+_GRAPH_KEYS = {"name", "inputs", "outputs", "metadata", "tensors", "nodes"}
+_TENSOR_KEYS = {"name", "dtype", "shape", "quant", "data"}
+_NODE_KEYS = {"op", "name", "inputs", "outputs", "attrs"}
+_RAW_KEYS = {"encoding", "offset", "nbytes"}
+
+
+@dataclass
+class Section:
+    kind: bytes
+    flags: int
+    offset: int
+    length: int
+    crc: int
+
+
+@dataclass
+class ArtifactInfo:
+    """What ``read_info`` learns from an artifact without touching its weights."""
+    path: str
+    version: Tuple[int, int]
+    file_size: int
+    sections: List[Section]
+    meta: dict
+
+    @property
+    def weights_nbytes(self) -> int:
+        return sum(s.length for s in self.sections if s.kind == KIND_WEIGHTS)
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+# ---------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------
+
+def _json_default(obj):
+    # numpy scalars and small arrays sneak into attrs, quant and metadata via
+    # arithmetic; store them as the plain JSON values they stand for.
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
+
+
+def _dump_json(obj, what: str) -> bytes:
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"),
+                          default=_json_default).encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeError) as e:
+        raise ArtifactError(f"cannot write {what}: {e}") from e
+
+
+def _dim_to_json(d):
+    if isinstance(d, str):
+        return d
+    return int(d)
+
+
+def _plan_weights(graph: Graph) -> Tuple[Dict[str, dict], List[Tuple[int, np.ndarray]], int]:
+    """Lay out constants in the weights section: entries by tensor name, blobs, size."""
+    entries: Dict[str, dict] = {}
+    blobs: List[Tuple[int, np.ndarray]] = []
+    by_id: Dict[int, dict] = {}  # the same array object used twice is stored once
+    pos = 0
+    for t in graph.tensors.values():
+        if t.data is None:
+            continue
+        known = by_id.get(id(t.data))
+        if known is not None:
+            entries[t.name] = known
+            continue
+        if t.data.dtype.name != t.dtype:
+            raise GraphError(f"constant {t.name!r}: data dtype {t.data.dtype} != declared {t.dtype}")
+        arr = np.ascontiguousarray(t.data, dtype=np.dtype(t.dtype).newbyteorder("<"))
+        entry = {"offset": pos, "nbytes": int(arr.nbytes), "encoding": "raw"}
+        entries[t.name] = by_id[id(t.data)] = entry
+        blobs.append((pos, arr))
+        pos = _align(pos + arr.nbytes)
+    return entries, blobs, pos
+
+
+def _graph_doc(graph: Graph, entries: Dict[str, dict]) -> dict:
+    tensors = []
+    for t in graph.tensors.values():
+        # a constant's shape is its data's shape, even where the tensor left it unset
+        shape = t.data.shape if t.data is not None else t.shape
+        tensors.append({
+            "name": t.name,
+            "dtype": t.dtype,
+            "shape": None if shape is None else [_dim_to_json(d) for d in shape],
+            "quant": t.quant,
+            "data": entries.get(t.name),
+        })
+    nodes = [{"op": n.op, "name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs),
+              "attrs": n.attrs} for n in graph.nodes]
+    return {"name": graph.name, "inputs": list(graph.inputs), "outputs": list(graph.outputs),
+            "metadata": graph.metadata, "tensors": tensors, "nodes": nodes}
+
+
+def save_artifact(path, graph: Graph, meta: Optional[dict] = None) -> int:
+    """Write ``graph`` and ``meta`` to ``path`` as an .eim artifact; return its size in bytes.
+
+    The graph is validated first (on a copy: ``validate`` reorders nodes), so a
+    file that is written can be loaded. ``meta`` must be a JSON-able dict. The
+    file is written next to ``path`` under a temporary name, synced, and
+    renamed over ``path``, so readers see the old file or the new one, never a
+    mix. Raises GraphError for an invalid graph, ArtifactError for values that
+    are not JSON, and OSError when the file system fails.
+    """
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"meta must be a dict, not {type(meta).__name__}")
+    graph.copy().validate()
+    entries, blobs, weights_len = _plan_weights(graph)
+    meta_bytes = _dump_json(meta, "meta")
+    graph_bytes = _dump_json(_graph_doc(graph, entries), f"graph {graph.name!r}")
+
+    table_end = HEADER_SIZE + 3 * ENTRY_SIZE
+    meta_off = _align(table_end)
+    graph_off = _align(meta_off + len(meta_bytes))
+    weights_off = _align(graph_off + len(graph_bytes))
+    file_size = weights_off + weights_len
+
+    weights_crc = 0
+    for pos, arr in blobs:
+        weights_crc = zlib.crc32(_bytes_view(arr), weights_crc)
+        weights_crc = zlib.crc32(bytes(_align(pos + arr.nbytes) - pos - arr.nbytes), weights_crc)
+    sections = [
+        Section(KIND_META, 0, meta_off, len(meta_bytes), zlib.crc32(meta_bytes)),
+        Section(KIND_GRAPH, 0, graph_off, len(graph_bytes), zlib.crc32(graph_bytes)),
+        Section(KIND_WEIGHTS, 0, weights_off, weights_len, weights_crc),
+    ]
+    table = b"".join(_ENTRY.pack(s.kind, s.flags, s.offset, s.length, s.crc, 0) for s in sections)
+    head = _pack_header(FORMAT_VERSION, 0, file_size, len(sections), zlib.crc32(table))
+
+    def write(f) -> None:
+        f.write(head)
+        f.write(table)
+        _pad_to(f, table_end, meta_off)
+        f.write(meta_bytes)
+        _pad_to(f, meta_off + len(meta_bytes), graph_off)
+        f.write(graph_bytes)
+        _pad_to(f, graph_off + len(graph_bytes), weights_off)
+        for pos, arr in blobs:
+            f.write(_bytes_view(arr))
+            _pad_to(f, pos + arr.nbytes, _align(pos + arr.nbytes))
+
+    _atomic_write(os.fspath(path), write)
+    return file_size
+
+
+def _bytes_view(arr: np.ndarray) -> memoryview:
+    # zero-copy bytes of a C-contiguous array, 0-d and empty arrays included
+    return memoryview(arr.reshape(-1)).cast("B")
+
+
+def _pad_to(f, pos: int, target: int) -> None:
+    if target > pos:
+        f.write(bytes(target - pos))
+
+
+def _pack_header(version: Tuple[int, int], flags: int, file_size: int, count: int,
+                 table_crc: int) -> bytes:
+    body = _HEADER.pack(MAGIC, version[0], version[1], flags, file_size, count, table_crc,
+                        bytes(28), 0)[:HEADER_SIZE - 4]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _atomic_write(path: str, write: Callable) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+    # os.open with 0o666 so the umask applies, as for a plain open(path, "wb")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------
+# reading: container
+# ---------------------------------------------------------------------------
+
+class _Container:
+    """An opened, checked container: the map, its version and its sections by kind."""
+
+    def __init__(self, mm: mmap.mmap, version: Tuple[int, int], sections: List[Section]):
+        self.mm = mm
+        self.version = version
+        self.sections = sections
+        self.by_kind = {s.kind: s for s in sections}
+
+    @property
+    def newer_minor(self) -> bool:
+        return self.version[1] > FORMAT_VERSION[1]
+
+    def section(self, kind: bytes) -> Section:
+        s = self.by_kind.get(kind)
+        if s is None:
+            raise ArtifactError(f"no {kind.decode()} section")
+        return s
+
+    def checked_bytes(self, kind: bytes, copy: bool = True):
+        """The section's bytes (a copy) after its CRC is verified; memoryview if not copy."""
+        s = self.section(kind)
+        with memoryview(self.mm) as mv:
+            view = mv[s.offset:s.offset + s.length]
+            try:
+                if zlib.crc32(view) != s.crc:
+                    raise ArtifactError(f"{kind.decode()} section checksum mismatch (file is corrupt)")
+                return bytes(view) if copy else None
+            finally:
+                view.release()
+
+
+def _open_map(path) -> mmap.mmap:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < HEADER_SIZE:
+                raise ArtifactError(f"{path}: truncated: {size} bytes, the header alone is {HEADER_SIZE}")
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise ArtifactError(f"cannot read artifact {path}: {e}") from e
+
+
+def _check_header(mm: mmap.mmap) -> Tuple[Tuple[int, int], int]:
+    """Validate the header; return (version, section_count)."""
+    head = mm[:HEADER_SIZE]
+    magic, major, minor, flags, file_size, count, table_crc, reserved, crc = _HEADER.unpack(head)
+    if magic != MAGIC:
+        raise ArtifactError("not an .eim artifact (bad magic bytes)")
+    # major/minor sit at a fixed place in every format version, so check them
+    # before the CRC to name a version mismatch as such
+    if major != FORMAT_VERSION[0]:
+        raise ArtifactError(f"artifact format version {major}.{minor} is not supported "
+                            f"(this edge_infer reads {FORMAT_VERSION[0]}.x)")
+    if zlib.crc32(head[:HEADER_SIZE - 4]) != crc:
+        raise ArtifactError("header checksum mismatch (file is corrupt)")
+    if flags & ~KNOWN_HEADER_FLAGS:
+        raise ArtifactError(f"artifact needs features this edge_infer lacks (header flags {flags:#x}; "
+                            f"format {major}.{minor})")
+    if minor <= FORMAT_VERSION[1] and reserved != bytes(len(reserved)):
+        raise ArtifactError("header reserved bytes are not zero")
+    if file_size != len(mm):
+        raise ArtifactError(f"file is {len(mm)} bytes but its header says {file_size} "
+                            f"({'truncated' if len(mm) < file_size else 'trailing data'})")
+    if count > MAX_SECTIONS:
+        raise ArtifactError(f"section count {count} exceeds the limit of {MAX_SECTIONS}")
+    table_end = HEADER_SIZE + count * ENTRY_SIZE
+    if table_end > len(mm):
+        raise ArtifactError("section table runs past the end of the file")
+    if zlib.crc32(mm[HEADER_SIZE:table_end]) != table_crc:
+        raise ArtifactError("section table checksum mismatch (file is corrupt)")
+    return (major, minor), count
+
+
+def _check_table(mm: mmap.mmap, version: Tuple[int, int], count: int) -> List[Section]:
+    """Parse the section table and check the canonical layout and zero padding."""
+    newer = version[1] > FORMAT_VERSION[1]
+    sections: List[Section] = []
+    pos = HEADER_SIZE + count * ENTRY_SIZE
+    for k in range(count):
+        kind, flags, offset, length, crc, reserved = _ENTRY.unpack_from(mm, HEADER_SIZE + k * ENTRY_SIZE)
+        name = kind.decode("ascii", "replace")
+        if flags & ~KNOWN_SECTION_FLAGS or (not newer and reserved):
+            raise ArtifactError(f"section {k} ({name!r}): unknown flags or reserved bits set")
+        if kind not in KNOWN_KINDS and (flags & SECTION_REQUIRED or not newer):
+            raise ArtifactError(f"section {k} has unknown kind {name!r}")
+        if any(s.kind == kind for s in sections):
+            raise ArtifactError(f"section {name!r} appears twice")
+        # sections follow each other in table order, each at the next 64-byte
+        # boundary; so the only bytes no CRC covers are padding, checked below
+        if offset != _align(pos):
+            raise ArtifactError(f"section {name!r} at offset {offset}, expected {_align(pos)}")
+        if length > len(mm) - offset:
+            raise ArtifactError(f"section {name!r} ({length} bytes at {offset}) runs past the end of the file")
+        if mm[pos:offset].count(0) != offset - pos:
+            raise ArtifactError(f"padding before section {name!r} is not zero")
+        sections.append(Section(kind, flags, offset, length, crc))
+        pos = offset + length
+    if pos != len(mm):
+        raise ArtifactError(f"{len(mm) - pos} bytes after the last section")
+    for kind in KNOWN_KINDS:
+        if not any(s.kind == kind for s in sections):
+            raise ArtifactError(f"no {kind.decode()} section")
+    return sections
+
+
+def _open(path) -> _Container:
+    mm = _open_map(path)
+    try:
+        version, count = _check_header(mm)
+        return _Container(mm, version, _check_table(mm, version, count))
+    except BaseException:
+        mm.close()
+        raise
+
+
+def _parse_json(raw: bytes, what: str):
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ArtifactError(f"{what} section is not UTF-8: {e}") from e
+    except RecursionError as e:
+        raise ArtifactError(f"{what} section JSON is nested too deeply") from e
+    except ValueError as e:  # JSONDecodeError and over-long integer literals
+        raise ArtifactError(f"{what} section is not valid JSON: {e}") from e
+
+
+def _check_json_value(value, where: str, depth: int = 0) -> None:
+    """Bound the nesting of a free-form JSON value so later recursive code cannot blow the stack."""
+    if depth > MAX_JSON_DEPTH:
+        raise ArtifactError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_json_value(v, where, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_json_value(v, where, depth + 1)
+
+
+def _read_meta(c: _Container) -> dict:
+    meta = _parse_json(c.checked_bytes(KIND_META), "META")
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"META section holds a {type(meta).__name__}, not an object")
+    _check_json_value(meta, "meta")
+    return meta
+
+
+def read_meta(path) -> dict:
+    """Return the metadata dict of the artifact at ``path``, checking header, table and META only.
+
+    Cheap: the graph and the weights are not read. Raises ArtifactError on a bad file.
+    """
+    return read_info(path).meta
+
+
+def read_info(path) -> ArtifactInfo:
+    """Return format version, size, section table and metadata of the artifact at ``path``."""
+    c = _open(path)
+    try:
+        return ArtifactInfo(os.fspath(path), c.version, len(c.mm), c.sections, _read_meta(c))
+    finally:
+        c.mm.close()
+
+
+# ---------------------------------------------------------------------------
+# reading: graph
+# ---------------------------------------------------------------------------
+
+def _is_int(x) -> bool:
+    return type(x) is int  # bool is an int subclass; JSON ints are exact ints
+
+
+def _expect_keys(obj, keys: set, where: str, lenient: bool) -> None:
+    if not isinstance(obj, dict):
+        raise ArtifactError(f"{where}: expected an object, got {type(obj).__name__}")
+    missing = keys - obj.keys()
+    if missing:
+        raise ArtifactError(f"{where}: missing field(s) {sorted(missing)}")
+    if not lenient and len(obj) != len(keys):
+        raise ArtifactError(f"{where}: unknown field(s) {sorted(obj.keys() - keys)}")
+
+
+def _str_list(value, where: str) -> List[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ArtifactError(f"{where}: expected a list of strings")
+    return value
+
+
+def _shape(value, where: str):
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ArtifactError(f"{where}: shape must be a list or null")
+    if len(value) > MAX_RANK:
+        raise ArtifactError(f"{where}: rank {len(value)} exceeds {MAX_RANK}")
+    for d in value:
+        if _is_int(d):
+            if not 0 <= d < MAX_DIM:
+                raise ArtifactError(f"{where}: dimension {d} out of range")
+        elif not (isinstance(d, str) and d):
+            raise ArtifactError(f"{where}: dimension {d!r} is neither an int nor a symbol name")
+    return tuple(value)
+
+
+def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, where: str,
+                lenient: bool) -> np.ndarray:
+    _expect_keys(entry, _RAW_KEYS, where, lenient)
+    offset, nbytes = entry["offset"], entry["nbytes"]
+    if not (_is_int(offset) and _is_int(nbytes)) or offset < 0 or nbytes < 0:
+        raise ArtifactError(f"{where}: offset and nbytes must be non-negative integers")
+    if offset % ALIGN:
+        raise ArtifactError(f"{where}: offset {offset} is not {ALIGN}-byte aligned")
+    weights = c.section(KIND_WEIGHTS)
+    if offset + nbytes > weights.length:
+        raise ArtifactError(f"{where}: bytes {offset}..{offset + nbytes} lie outside the "
+                            f"{weights.length}-byte weights section")
+    count = 1
+    for d in shape:  # Python ints do not overflow; dims are bounded, rank is bounded
+        count *= d
+    if count * dtype.itemsize != nbytes:
+        raise ArtifactError(f"{where}: nbytes {nbytes} != {count} elements * {dtype.itemsize} bytes")
+    arr = np.frombuffer(c.mm, dtype=dtype, count=count, offset=weights.offset + offset)
+    if dtype.kind == "b" and count and arr.view(np.uint8).max() > 1:
+        # any byte but 0 and 1 would be an ill-formed numpy bool
+        raise ArtifactError(f"{where}: bool data holds bytes other than 0 and 1")
+    return arr.reshape(shape)
+
+
+# New encodings (sparse bitmask, CSR, block-CSR, int8 with scales) go here:
+# each checks its own fields and returns the dense, read-only array.
+_DECODERS: Dict[str, Callable[..., np.ndarray]] = {"raw": _decode_raw}
+
+
+def _build_tensor(doc, k: int, c: _Container, lenient: bool) -> Tensor:
+    where = f"tensor #{k}"
+    _expect_keys(doc, _TENSOR_KEYS, where, lenient)
+    name = doc["name"]
+    if not (isinstance(name, str) and name):
+        raise ArtifactError(f"{where}: name must be a non-empty string")
+    where = f"tensor {name!r}"
+    dtype = doc["dtype"]
+    if not (isinstance(dtype, str) and dtype in DTYPES):
+        raise ArtifactError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    shape = _shape(doc["shape"], where)
+    quant = doc["quant"]
+    if quant is not None:
+        if not isinstance(quant, dict):
+            raise ArtifactError(f"{where}: quant must be an object or null")
+        _check_json_value(quant, f"{where} quant")
+    data = None
+    entry = doc["data"]
+    if entry is not None:
+        if not isinstance(entry, dict):
+            raise ArtifactError(f"{where}: data must be an object or null")
+        if shape is None or not all(_is_int(d) for d in shape):
+            raise ArtifactError(f"{where}: a constant needs a static shape, got {doc['shape']}")
+        encoding = entry.get("encoding")
+        decode = _DECODERS.get(encoding) if isinstance(encoding, str) else None
+        if decode is None:
+            raise ArtifactError(f"{where}: unknown weight encoding {encoding!r} "
+                                f"(this edge_infer knows {', '.join(_DECODERS)})")
+        data = decode(entry, np.dtype(dtype).newbyteorder("<"), shape, c, where, lenient)
+    return Tensor(name, dtype, shape, data, quant)
+
+
+def _build_node(doc, k: int, tensors: Dict[str, Tensor], lenient: bool) -> Node:
+    where = f"node #{k}"
+    _expect_keys(doc, _NODE_KEYS, where, lenient)
+    op, name, attrs = doc["op"], doc["name"], doc["attrs"]
+    if not (isinstance(op, str) and op):
+        raise ArtifactError(f"{where}: op must be a non-empty string, got {op!r}")
+    if not isinstance(name, str):
+        raise ArtifactError(f"{where}: name must be a string")
+    where = f"node {name!r} ({op})"
+    inputs = _str_list(doc["inputs"], f"{where} inputs")
+    outputs = _str_list(doc["outputs"], f"{where} outputs")
+    for t in inputs + outputs:
+        if t and t not in tensors:
+            raise ArtifactError(f"{where} references missing tensor {t!r}")
+    if not isinstance(attrs, dict):
+        raise ArtifactError(f"{where}: attrs must be an object")
+    _check_json_value(attrs, f"{where} attrs")
+    return Node(op, inputs, outputs, attrs, name)
+
+
+def _build_graph(doc, c: _Container) -> Graph:
+    lenient = c.newer_minor  # newer minor versions may add fields we can ignore
+    _expect_keys(doc, _GRAPH_KEYS, "graph", lenient)
+    name, metadata = doc["name"], doc["metadata"]
+    if not isinstance(name, str):
+        raise ArtifactError("graph name must be a string")
+    if not isinstance(metadata, dict):
+        raise ArtifactError("graph metadata must be an object")
+    _check_json_value(metadata, "graph metadata")
+    if not isinstance(doc["tensors"], list) or not isinstance(doc["nodes"], list):
+        raise ArtifactError("graph tensors and nodes must be lists")
+    tensors: Dict[str, Tensor] = {}
+    for k, t in enumerate(doc["tensors"]):
+        tensor = _build_tensor(t, k, c, lenient)
+        if tensor.name in tensors:
+            raise ArtifactError(f"tensor {tensor.name!r} defined twice")
+        tensors[tensor.name] = tensor
+    nodes = [_build_node(n, k, tensors, lenient) for k, n in enumerate(doc["nodes"])]
+    inputs = _str_list(doc["inputs"], "graph inputs")
+    outputs = _str_list(doc["outputs"], "graph outputs")
+    for t in inputs + outputs:
+        if t not in tensors:
+            raise ArtifactError(f"graph input/output {t!r} is not a tensor")
+    g = Graph(name)
+    g.tensors, g.nodes, g.inputs, g.outputs, g.metadata = tensors, nodes, inputs, outputs, metadata
+    try:
+        g.validate()
+    except GraphError as e:
+        raise ArtifactError(f"artifact holds an invalid graph: {e}") from e
+    return g
+
+
+def load_artifact(path) -> Tuple[Graph, dict]:
+    """Load the artifact at ``path``; return ``(graph, meta)``.
+
+    Every checksum is verified and the graph is validated before it is
+    returned. Constants are read-only numpy views on a read-only memory map of
+    the file: they are not copied, and the map stays open while any of them
+    lives. Replace artifacts atomically (as ``save_artifact`` does), never
+    rewrite one in place while it is loaded. Raises ArtifactError when the file
+    cannot be read or is truncated, corrupt, of an unsupported version or
+    otherwise malformed.
+    """
+    c = _open(path)
+    try:
+        meta = _read_meta(c)
+        graph_doc = _parse_json(c.checked_bytes(KIND_GRAPH), "GRPH")
+        c.checked_bytes(KIND_WEIGHTS, copy=False)
+        try:
+            graph = _build_graph(graph_doc, c)
+        except ArtifactError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
+            # a safety net: every check above should have caught a bad file by name
+            raise ArtifactError(f"malformed artifact ({type(e).__name__}: {e})") from e
+    except BaseException:
+        graph_doc = None
+        try:
+            c.mm.close()
+        except BufferError:
+            pass  # arrays built before the failure still point into it; GC frees it
+        raise
+    return graph, meta

@@ -1,0 +1,303 @@
+"""The ``edge-infer`` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from .errors import EdgeInferError
+
+
+class UsageError(EdgeInferError):
+    """A command-line argument is wrong."""
+
+
+def parse_shape_args(items: Optional[List[str]]) -> Dict[str, tuple]:
+    """``["x=1,3,224,224"]`` -> ``{"x": (1, 3, 224, 224)}``."""
+    shapes = {}
+    for item in items or []:
+        name, sep, dims = item.rpartition("=")
+        if not sep or not name:
+            raise UsageError(f"--input-shape wants NAME=D1,D2,...; got {item!r}")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+        except ValueError:
+            raise UsageError(f"--input-shape {item!r}: dims must be integers") from None
+        if any(d <= 0 for d in shapes[name]):
+            raise UsageError(f"--input-shape {item!r}: dims must be positive")
+    return shapes
+
+
+def load_input_files(items: List[str], input_names: List[str]) -> Dict[str, np.ndarray]:
+    """``NAME=FILE.npy`` pairs, a bare ``FILE.npy`` for one-input models, or an ``.npz``."""
+    feeds = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = None, item
+        if not os.path.isfile(path):
+            raise UsageError(f"input file not found: {path}")
+        try:
+            data = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise UsageError(f"{path}: not a .npy/.npz array file ({e})") from None
+        if isinstance(data, np.lib.npyio.NpzFile):
+            feeds.update({k: data[k] for k in data.files})
+            continue
+        if name is None:
+            if len(input_names) != 1:
+                raise UsageError(f"model has inputs {input_names}: use --input NAME=FILE.npy")
+            name = input_names[0]
+        feeds[name] = data
+    return feeds
+
+
+# -- commands -----------------------------------------------------------------
+
+def cmd_convert(args) -> int:
+    from .convert import convert
+    if not os.path.isfile(args.model):
+        raise UsageError(f"model file not found: {args.model}")
+    rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
+                  opt_level=args.opt_level, disable_passes=args.disable_pass or (),
+                  allow_drift=args.allow_drift, target=args.target)
+    b, a = rep["before"], rep["after"]
+    print(f"converted {args.model} -> {rep['artifact']}")
+    print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
+    print(f"  size {rep['source_bytes']:,} B (source) -> {rep['artifact_bytes']:,} B "
+          f"({rep['artifact_bytes'] / max(rep['source_bytes'], 1):.2f}x)")
+    print(f"  verified: max relative error {rep['max_relative_error']:.2e} (tolerance {rep['tolerance']:g})")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .runtime import Runtime
+    rt = Runtime(args.artifact, backend=args.backend, threads=args.threads)
+    if not args.input:
+        raise UsageError("give the inputs: --input NAME=FILE.npy (model inputs: "
+                         + ", ".join(f"{i.name} {i.dtype}{list(i.shape)}" for i in rt.inputs) + ")")
+    feeds = load_input_files(args.input, [i.name for i in rt.inputs])
+    out = rt.run(feeds)
+    if args.output:
+        np.savez(args.output, **out)
+        print(f"saved {len(out)} output(s) to {args.output}")
+    for name, arr in out.items():
+        desc = f"{name}: {arr.dtype}{list(arr.shape)}"
+        if arr.size and arr.dtype.kind in "fiu":
+            desc += f" min {arr.min():.4g} max {arr.max():.4g} mean {arr.mean():.4g}"
+            if arr.ndim == 2 and arr.shape[1] > 1:
+                desc += f" argmax {arr.argmax(axis=1).tolist()[:16]}"
+        print(desc)
+    return 0
+
+
+def inspect_artifact(path: str) -> dict:
+    """Everything ``inspect`` shows, as a dict."""
+    from collections import Counter
+    from .artifact import load_artifact
+    graph, meta = load_artifact(path)
+    ops = Counter(n.op for n in graph.nodes)
+    consts = [t for t in graph.tensors.values() if t.is_const]
+
+    def info(n):
+        t = graph.tensors[n]
+        return {"name": n, "dtype": t.dtype, "shape": list(t.shape) if t.shape is not None else None}
+    return {
+        "path": path, "file_bytes": os.path.getsize(path), "graph": graph.name,
+        "inputs": [info(n) for n in graph.inputs], "outputs": [info(n) for n in graph.outputs],
+        "nodes": len(graph.nodes), "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+        "constants": len(consts), "parameters": int(sum(t.data.size for t in consts)),
+        "weight_bytes": int(sum(t.data.nbytes for t in consts)),
+        "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.data.shape), "bytes": int(t.data.nbytes)}
+                    for t in sorted(consts, key=lambda t: -t.data.nbytes)],
+        "provenance": meta.get("provenance", {}), "optimization": meta.get("optimization", {}),
+        "target": meta.get("target", {}).get("name"),
+    }
+
+
+def cmd_inspect(args) -> int:
+    rep = inspect_artifact(args.artifact)
+    if args.json:
+        print(json.dumps(rep, indent=2, default=str))
+        return 0
+    p = rep["provenance"]
+    print(f"{rep['path']}: {rep['file_bytes']:,} bytes, graph {rep['graph']!r}")
+    print(f"  source {p.get('source')} sha256 {str(p.get('source_sha256'))[:16]}…, "
+          f"{p.get('converter')}, {p.get('created')}")
+    for kind in ("inputs", "outputs"):
+        for t in rep[kind]:
+            print(f"  {kind[:-1]:6} {t['name']}: {t['dtype']}{t['shape']}")
+    print(f"  {rep['nodes']} nodes, {rep['parameters']:,} parameters, {rep['weight_bytes']:,} weight bytes")
+    print("  ops: " + ", ".join(f"{k} x{v}" for k, v in rep["ops"].items()))
+    opt = rep["optimization"]
+    if opt.get("passes"):
+        print(f"  passes (opt level {opt.get('opt_level')}):")
+        for e in opt["passes"]:
+            print(f"    {e['pass']:28} round {e['round']}: {e['changes']} change(s), "
+                  f"nodes {e['nodes_before']} -> {e['nodes_after']}")
+    print("  largest tensors:")
+    for t in rep["tensors"][:8]:
+        print(f"    {t['name']:40} {t['dtype']:8} {str(t['shape']):22} {t['bytes']:>12,} B")
+    return 0
+
+
+def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "auto",
+                   threads: Optional[int] = None, input_shapes=None) -> dict:
+    """Time a model: latency percentiles and a per-op time table."""
+    import time
+    import psutil
+    from .runtime import Runtime
+    from .verify import random_inputs
+    rt = Runtime(path, backend=backend, threads=threads)
+    feeds = random_inputs(rt.graph, 0, shapes=input_shapes)
+    for _ in range(max(warmup, 1)):
+        rt.run(feeds)
+    lat = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        rt.run(feeds)
+        lat.append(time.perf_counter() - t0)
+    per_node: Dict[str, list] = {}
+    prof_runs = max(1, min(runs, 10))
+    for _ in range(prof_runs):
+        _, times = rt.run_profiled(feeds)
+        for name, op, sec in times:
+            per_node.setdefault(name, [op, 0.0])[1] += sec / prof_runs
+    by_op: Dict[str, list] = {}
+    for name, (op, sec) in per_node.items():
+        e = by_op.setdefault(op, [0, 0.0])
+        e[0] += 1
+        e[1] += sec
+    lat_ms = np.array(lat) * 1e3
+    total = sum(v[1] for v in by_op.values()) or 1.0
+    return {
+        "artifact": path, "backend": rt.backend.name, "threads": rt.threads, "runs": runs,
+        "median_ms": float(np.median(lat_ms)), "p90_ms": float(np.percentile(lat_ms, 90)),
+        "p99_ms": float(np.percentile(lat_ms, 99)), "min_ms": float(lat_ms.min()),
+        "peak_rss_mb": psutil.Process().memory_info().rss / 2**20,
+        "ops": [{"op": op, "count": c, "ms": s * 1e3, "share": s / total}
+                for op, (c, s) in sorted(by_op.items(), key=lambda kv: -kv[1][1])],
+        "nodes": [{"name": n, "op": op, "ms": s * 1e3}
+                  for n, (op, s) in sorted(per_node.items(), key=lambda kv: -kv[1][1])[:20]],
+    }
+
+
+def cmd_bench(args) -> int:
+    rep = bench_artifact(args.artifact, args.runs, args.warmup, args.backend, args.threads,
+                         parse_shape_args(args.input_shape))
+    if args.json:
+        print(json.dumps(rep, indent=2))
+        return 0
+    print(f"{rep['artifact']}: backend {rep['backend']}, {rep['threads']} thread(s), {rep['runs']} runs")
+    print(f"  latency median {rep['median_ms']:.3f} ms, p90 {rep['p90_ms']:.3f} ms, "
+          f"p99 {rep['p99_ms']:.3f} ms; peak RSS {rep['peak_rss_mb']:.1f} MB")
+    print(f"  {'op':24} {'count':>5} {'ms':>9} {'share':>6}")
+    for e in rep["ops"]:
+        print(f"  {e['op']:24} {e['count']:5d} {e['ms']:9.3f} {e['share']:6.1%}")
+    return 0
+
+
+def cmd_ops(args) -> int:
+    from .backends import BACKENDS
+    table = {}
+    for name, factory in BACKENDS.items():
+        b = factory()
+        ok, why = b.available()
+        table[name] = {"available": ok, "why_not": why, "ops": sorted(b.supported_ops()) if ok else []}
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    for name, e in table.items():
+        state = "available" if e["available"] else f"unavailable ({e['why_not']})"
+        print(f"{name}: {state}, {len(e['ops'])} ops")
+        ops = e["ops"]
+        for k in range(0, len(ops), 8):
+            print("  " + ", ".join(ops[k:k + 8]))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+    return run_demo(runs=args.runs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edge-infer", description="Convert models on a workstation; run them on the edge.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"edge_infer {__import__('edge_infer').__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("convert", help="convert an ONNX model to an .eim artifact")
+    c.add_argument("model")
+    c.add_argument("-o", "--output", help="artifact path (default: MODEL with .eim)")
+    c.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="pin an input's shape")
+    c.add_argument("--opt-level", type=int, default=3, choices=range(4), help="0 none .. 3 all passes")
+    c.add_argument("--disable-pass", action="append", metavar="NAME", help="skip a pass (debugging)")
+    c.add_argument("--allow-drift", action="store_true", help="warn instead of refusing a drifting result")
+    c.add_argument("--target", help="device profile (rpi4, rpi5, jetson-nano, ...)")
+    c.set_defaults(fn=cmd_convert)
+
+    r = sub.add_parser("run", help="run an artifact on .npy inputs")
+    r.add_argument("artifact")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    r.add_argument("--output", metavar="OUT.npz")
+    r.add_argument("--backend", default="auto")
+    r.add_argument("--threads", type=int)
+    r.set_defaults(fn=cmd_run)
+
+    i = sub.add_parser("inspect", help="show an artifact's graph, sizes and provenance")
+    i.add_argument("artifact")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(fn=cmd_inspect)
+
+    b = sub.add_parser("bench", help="latency percentiles and per-op times")
+    b.add_argument("artifact")
+    b.add_argument("--runs", type=int, default=50)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--backend", default="auto")
+    b.add_argument("--threads", type=int)
+    b.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(fn=cmd_bench)
+
+    o = sub.add_parser("ops", help="supported ops per backend")
+    o.add_argument("--json", action="store_true")
+    o.set_defaults(fn=cmd_ops)
+
+    d = sub.add_parser("demo", help="convert and run the bundled digits model")
+    d.add_argument("--runs", type=int, default=100)
+    d.set_defaults(fn=cmd_demo)
+    return p
+
+
+def _check_file(path: str, what: str) -> None:
+    if not os.path.isfile(path):
+        raise UsageError(f"{what} not found: {path}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 2
+    try:
+        if hasattr(args, "artifact"):
+            _check_file(args.artifact, "artifact")
+        return args.fn(args)
+    except (EdgeInferError, OSError, MemoryError) as e:
+        if args.debug:
+            raise
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"edge-infer: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The offline converter: source model -> IR -> passes -> verified -> .eim artifact."""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import platform
+import warnings
+from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
+
+from .errors import ConversionError
+from .ir import Graph
+from .version import __version__
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _graph_stats(g: Graph) -> Dict[str, int]:
+    params = sum(int(t.data.size) for t in g.tensors.values() if t.is_const)
+    return {"nodes": len(g.nodes), "parameters": params,
+            "weight_bytes": sum(int(t.data.nbytes) for t in g.tensors.values() if t.is_const)}
+
+
+def find_culprit(original: Graph, level: int, disabled: Iterable[str], feeds, tolerance: float) -> str:
+    """Replay the passes one application at a time and name the first whose result
+    drifts from ``original`` by more than ``tolerance``."""
+    from .passes import passes_for_level
+    from .verify import compare
+    g = original.copy()
+    for _ in range(20):
+        changed = False
+        for fn in passes_for_level(level, disabled):
+            if fn(g):
+                changed = True
+                if compare(g, original, feeds) > tolerance:
+                    return fn.__name__
+        if not changed:
+            break
+    return "unknown"
+
+
+def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence[str] = (),
+                      tolerance: float = 1e-6, allow_drift: bool = False, samples: int = 2,
+                      feeds: Optional[list] = None) -> Tuple[Graph, dict]:
+    """Optimize a copy of ``graph`` and check it against the original on seeded
+    random inputs (plus ``feeds``). Returns (optimized graph, report)."""
+    from .passes import optimize
+    from .verify import VerificationError, compare, random_inputs
+    original = graph
+    g = graph.copy()
+    before = _graph_stats(original)
+    passes = optimize(g, opt_level, disable_passes)
+    g.validate()
+    feeds_list = list(feeds or []) + [random_inputs(original, seed) for seed in range(samples)]
+    err = compare(g, original, feeds_list) if passes else 0.0
+    report = {"opt_level": opt_level, "passes": passes, "before": before, "after": _graph_stats(g),
+              "max_relative_error": err, "tolerance": tolerance}
+    if err > tolerance:
+        culprit = find_culprit(original, opt_level, disable_passes, feeds_list, tolerance)
+        msg = (f"optimized graph drifts from the source: relative error {err:.3g} > {tolerance:g}, "
+               f"introduced by pass {culprit!r} (use --disable-pass {culprit} or --allow-drift)")
+        report["culprit"] = culprit
+        if not allow_drift:
+            raise VerificationError(msg)
+        warnings.warn(msg)
+    return g, report
+
+
+def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = None, *,
+            input_shapes: Optional[Dict[str, Sequence[int]]] = None, opt_level: int = 3,
+            disable_passes: Sequence[str] = (), allow_drift: bool = False, target: Optional[str] = None,
+            verify_samples: int = 2, **options) -> dict:
+    """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
+
+    Returns a report dict: source and artifact sizes, node counts, what each
+    pass did and the verified relative error of the optimized graph.
+    """
+    from .artifact import save_artifact
+    from .frontends import load_model
+    src = os.fspath(src)
+    if not os.path.isfile(src):
+        raise ConversionError(f"no such model file: {src}")
+    if dst is None:
+        dst = os.path.splitext(src)[0] + ".eim"
+    dst = os.fspath(dst)
+    if options:
+        raise ConversionError(f"unknown conversion option(s): {', '.join(sorted(options))}")
+    graph = load_model(src, input_shapes=dict(input_shapes) if input_shapes else None)
+    graph.validate()
+    profile = None
+    if target:
+        from .targets import load_target
+        profile = load_target(target)
+    optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,
+                                              allow_drift=allow_drift, samples=verify_samples)
+    meta = {
+        "provenance": {
+            "source": os.path.basename(src),
+            "source_sha256": _sha256(src),
+            "source_bytes": os.path.getsize(src),
+            "converter": f"edge_infer {__version__}",
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.platform(),
+            "options": {"input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+                        "opt_level": opt_level, "disable_passes": list(disable_passes),
+                        "allow_drift": allow_drift, "target": target},
+        },
+        "optimization": opt_report,
+        "target": profile or {},
+    }
+    nbytes = save_artifact(dst, optimized, meta)
+    return {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
+            "artifact_bytes": nbytes, **opt_report}

@@ -1,0 +1,1 @@
+"""Device target profiles (data): one JSON file per device class."""
