@@ -36,6 +36,6 @@ setup(
     install_requires=["numpy>=1.23", "psutil>=5.8"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["edge-infer=edge_infer.cli:main"]},
-    classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
+    classifiers=["Programming Language :: Python :: 3"],
     license="Apache-2.0",
 )

@@ -256,6 +256,7 @@ class _Container:
         self.version = version
         self.sections = sections
         self.by_kind = {s.kind: s for s in sections}
+        self.weights: Optional[np.ndarray] = None  # read-only uint8 view, set once its CRC is checked
 
     @property
     def newer_minor(self) -> bool:
@@ -379,11 +380,9 @@ def _check_json_value(value, where: str, depth: int = 0) -> None:
     """Bound the nesting of a free-form JSON value so later recursive code cannot blow the stack."""
     if depth > MAX_JSON_DEPTH:
         raise ArtifactError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_json_value(v, where, depth + 1)
-    elif isinstance(value, list):
-        for v in value:
+    children = value.values() if type(value) is dict else value if type(value) is list else ()
+    for v in children:
+        if type(v) is dict or type(v) is list:
             _check_json_value(v, where, depth + 1)
 
 
@@ -421,6 +420,8 @@ def _is_int(x) -> bool:
 
 
 def _expect_keys(obj, keys: set, where: str, lenient: bool) -> None:
+    if type(obj) is dict and obj.keys() == keys:
+        return  # the common case, kept cheap: this runs once per tensor and node
     if not isinstance(obj, dict):
         raise ArtifactError(f"{where}: expected an object, got {type(obj).__name__}")
     missing = keys - obj.keys()
@@ -443,6 +444,8 @@ def _shape(value, where: str):
         raise ArtifactError(f"{where}: shape must be a list or null")
     if len(value) > MAX_RANK:
         raise ArtifactError(f"{where}: rank {len(value)} exceeds {MAX_RANK}")
+    if all(type(d) is int and 0 <= d < MAX_DIM for d in value):
+        return tuple(value)  # fast path: a static shape
     for d in value:
         if _is_int(d):
             if not 0 <= d < MAX_DIM:
@@ -460,16 +463,16 @@ def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, where
         raise ArtifactError(f"{where}: offset and nbytes must be non-negative integers")
     if offset % ALIGN:
         raise ArtifactError(f"{where}: offset {offset} is not {ALIGN}-byte aligned")
-    weights = c.section(KIND_WEIGHTS)
-    if offset + nbytes > weights.length:
+    weights = c.weights
+    if offset + nbytes > len(weights):
         raise ArtifactError(f"{where}: bytes {offset}..{offset + nbytes} lie outside the "
-                            f"{weights.length}-byte weights section")
+                            f"{len(weights)}-byte weights section")
     count = 1
-    for d in shape:  # Python ints do not overflow; dims are bounded, rank is bounded
+    for d in shape:  # Python ints do not overflow; dims and rank are bounded
         count *= d
     if count * dtype.itemsize != nbytes:
         raise ArtifactError(f"{where}: nbytes {nbytes} != {count} elements * {dtype.itemsize} bytes")
-    arr = np.frombuffer(c.mm, dtype=dtype, count=count, offset=weights.offset + offset)
+    arr = weights[offset:offset + nbytes].view(dtype)
     if dtype.kind == "b" and count and arr.view(np.uint8).max() > 1:
         # any byte but 0 and 1 would be an ill-formed numpy bool
         raise ArtifactError(f"{where}: bool data holds bytes other than 0 and 1")
@@ -479,6 +482,7 @@ def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, where
 # New encodings (sparse bitmask, CSR, block-CSR, int8 with scales) go here:
 # each checks its own fields and returns the dense, read-only array.
 _DECODERS: Dict[str, Callable[..., np.ndarray]] = {"raw": _decode_raw}
+_LE_DTYPES = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}
 
 
 def _build_tensor(doc, k: int, c: _Container, lenient: bool) -> Tensor:
@@ -509,7 +513,7 @@ def _build_tensor(doc, k: int, c: _Container, lenient: bool) -> Tensor:
         if decode is None:
             raise ArtifactError(f"{where}: unknown weight encoding {encoding!r} "
                                 f"(this edge_infer knows {', '.join(_DECODERS)})")
-        data = decode(entry, np.dtype(dtype).newbyteorder("<"), shape, c, where, lenient)
+        data = decode(entry, _LE_DTYPES[dtype], shape, c, where, lenient)
     return Tensor(name, dtype, shape, data, quant)
 
 
@@ -581,6 +585,10 @@ def load_artifact(path) -> Tuple[Graph, dict]:
         meta = _read_meta(c)
         graph_doc = _parse_json(c.checked_bytes(KIND_GRAPH), "GRPH")
         c.checked_bytes(KIND_WEIGHTS, copy=False)
+        w = c.section(KIND_WEIGHTS)
+        # one view of the whole section; each constant is a slice of it, so
+        # every array's base chain ends at the mmap, which it keeps alive
+        c.weights = np.frombuffer(c.mm, np.uint8, count=w.length, offset=w.offset)
         try:
             graph = _build_graph(graph_doc, c)
         except ArtifactError:

@@ -44,6 +44,20 @@ def _bind_symbols(declared: Tuple, actual: Tuple, symbols: Dict[str, int], name:
             symbols[d] = a
 
 
+_blas_limiter = None
+
+
+def _limit_blas_threads(n: int) -> None:
+    """Cap the BLAS thread pool at ``n`` (process-wide: BLAS has one pool).
+    Uses threadpoolctl when installed; otherwise BLAS keeps its own setting."""
+    global _blas_limiter
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    _blas_limiter = threadpool_limits(limits=n, user_api="blas")
+
+
 class Runtime:
     """Runs a converted model.
 
@@ -65,6 +79,7 @@ class Runtime:
         self.backend: Backend = get_backend(backend)
         self.threads = threads or int(self.meta.get("target", {}).get("threads", 0) or 0) or (os.cpu_count() or 1)
         self.memory_limit = memory_limit
+        _limit_blas_threads(self.threads)
         self._plans: Dict[Tuple, Executable] = {}
         self._lock = threading.Lock()
 
