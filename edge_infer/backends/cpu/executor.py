@@ -9,6 +9,7 @@ import numpy as np
 from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node, Tensor
 from ..base import Backend, Executable
+from ...memory.arena import ArenaPlan, arena_views, plan_arena
 from .registry import KERNELS
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 
@@ -53,17 +54,26 @@ class PrepareContext:
         self.notes[node.name] = text
 
 
-def allocate_buffers(graph: Graph) -> Dict[str, np.ndarray]:
-    """One buffer per non-constant tensor. (The arena planner replaces this.)"""
-    bufs = {}
-    for name in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs if o]:
+def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose data starts on an ``align``-byte boundary."""
+    raw = np.empty(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]
+
+
+def allocate_buffers(graph: Graph, nodes: List[Node]) -> Tuple[Dict[str, np.ndarray], ArenaPlan]:
+    """Views into one planned activation arena for every non-constant tensor."""
+    names = []
+    for name in list(graph.inputs) + [o for n in nodes for o in n.outputs if o]:
         t = graph.tensors[name]
-        if t.is_const or name in bufs:
+        if t.is_const:
             continue
         if not t.is_static:
             raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
-        bufs[name] = np.empty(t.shape, t.dtype)
-    return bufs
+        names.append(name)
+    plan = plan_arena(graph, names)
+    arena = aligned_empty(max(plan.size, 1))
+    return arena_views(graph, plan, arena), plan
 
 
 def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:
@@ -82,12 +92,19 @@ def fold_node(node: Node, graph: Graph) -> None:
         graph.tensors[o].data = arr
 
 
+def _with_nodes(graph: Graph, nodes: List[Node]) -> Graph:
+    g = Graph(graph.name)
+    g.tensors, g.nodes, g.inputs, g.outputs = graph.tensors, nodes, graph.inputs, graph.outputs
+    return g
+
+
 class CpuExecutable(Executable):
     def __init__(self, graph: Graph, threads: int = 1):
         self.graph = graph
-        self.buffers = allocate_buffers(graph)
-        ctx = PrepareContext(graph, self.buffers, threads)
         self.nodes = [n for n in graph.nodes if not all(graph.tensors[o].is_const for o in n.outputs if o)]
+        run_graph = graph if len(self.nodes) == len(graph.nodes) else _with_nodes(graph, self.nodes)
+        self.buffers, self.arena_plan = allocate_buffers(run_graph, self.nodes)
+        ctx = PrepareContext(graph, self.buffers, threads)
         self.steps: List[Callable[[], None]] = [prepare_node(n, ctx) for n in self.nodes]
         self.notes = ctx.notes
         self.workspace_bytes = ctx.workspace_bytes

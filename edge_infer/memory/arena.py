@@ -1,0 +1,139 @@
+"""Activation arena: one block of memory, each tensor at a planned offset.
+
+Lifetimes come from the execution order: a tensor is live from the step that
+produces it to the last step that reads it (graph outputs: to the end). Offsets
+are assigned greedy-by-size, as TFLite's arena planner does: the largest tensor
+first, each at the lowest offset that overlaps no tensor live at the same time.
+Element-wise ops may write their output over an input whose life ends at that
+op (in-place), when the kernel is known to be safe for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from ..ir import Graph
+
+ALIGN = 64
+
+#: ops whose CPU kernel is a single ufunc call with out=, so output may alias input 0
+INPLACE_OPS: Set[str] = {"Relu", "Add", "Sub", "Mul", "Div", "Sigmoid", "Tanh", "Exp", "Neg", "Abs",
+                         "Sqrt", "Reciprocal", "Floor", "Ceil"}
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class ArenaPlan:
+    """Offsets of every planned tensor inside one arena of ``size`` bytes."""
+    size: int
+    offsets: Dict[str, int]
+    nbytes: Dict[str, int]
+    lifetimes: Dict[str, Tuple[int, int]]
+    aliases: Dict[str, str] = field(default_factory=dict)
+    naive: int = 0
+    lower_bound: int = 0
+
+    def summary(self) -> dict:
+        return {"arena_bytes": self.size, "naive_bytes": self.naive, "lower_bound_bytes": self.lower_bound,
+                "tensors": len(self.offsets), "in_place": len(self.aliases),
+                "vs_lower_bound": round(self.size / self.lower_bound, 3) if self.lower_bound else 1.0}
+
+
+def tensor_lifetimes(graph: Graph, names: Sequence[str]) -> Dict[str, Tuple[int, int]]:
+    """(first step, last step) for each name; inputs start at -1, outputs end at len(nodes)."""
+    end_step = len(graph.nodes)
+    first: Dict[str, int] = {n: -1 for n in graph.inputs}
+    last: Dict[str, int] = {}
+    for k, node in enumerate(graph.nodes):
+        for o in node.outputs:
+            if o:
+                first.setdefault(o, k)
+                last.setdefault(o, k)
+        for i in node.inputs:
+            if i:
+                last[i] = k
+    for o in graph.outputs:
+        last[o] = end_step
+    return {n: (first.get(n, -1), max(last.get(n, first.get(n, -1)), first.get(n, -1))) for n in names}
+
+
+def find_inplace(graph: Graph, planned: Set[str], lifetimes) -> Dict[str, str]:
+    """output -> input for element-wise nodes that may write over their first input."""
+    aliases = {}
+    protected = set(graph.inputs) | set(graph.outputs)
+    for k, node in enumerate(graph.nodes):
+        if node.op not in INPLACE_OPS or not node.inputs or not node.outputs[0]:
+            continue
+        src, dst = node.inputs[0], node.outputs[0]
+        if src not in planned or dst not in planned or src in protected or dst in protected:
+            continue
+        ts, td = graph.tensors[src], graph.tensors[dst]
+        if ts.shape != td.shape or ts.dtype != td.dtype or lifetimes[src][1] != k:
+            continue
+        if node.inputs.count(src) > 1 or src in aliases.values():
+            continue
+        aliases[dst] = src
+    return aliases
+
+
+def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True) -> ArenaPlan:
+    """Plan offsets for ``names`` (default: every non-constant tensor) of a graph with
+    static shapes, in the graph's node order."""
+    if names is None:
+        names = [n for n in list(graph.inputs) + [o for nd in graph.nodes for o in nd.outputs if o]
+                 if not graph.tensors[n].is_const]
+    names = list(dict.fromkeys(names))
+    nbytes = {n: graph.tensors[n].nbytes for n in names}
+    life = tensor_lifetimes(graph, names)
+    aliases = find_inplace(graph, set(names), life) if inplace else {}
+
+    # Merge each alias chain into its root: one block, the union of lifetimes.
+    def root(n):
+        while n in aliases:
+            n = aliases[n]
+        return n
+    blocks: Dict[str, List[str]] = {}
+    for n in names:
+        blocks.setdefault(root(n), []).append(n)
+    block_life = {r: (min(life[m][0] for m in ms), max(life[m][1] for m in ms)) for r, ms in blocks.items()}
+    block_size = {r: _align(max(nbytes[m] for m in ms)) for r, ms in blocks.items()}
+
+    placed: List[Tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    block_off: Dict[str, int] = {}
+    for r in sorted(blocks, key=lambda r: (-block_size[r], block_life[r][0])):
+        size, (f, l) = block_size[r], block_life[r]
+        busy = sorted((o, s) for o, s, pf, pl in placed if not (pl < f or pf > l))
+        off = 0
+        for o, s in busy:
+            if off + size <= o:
+                break
+            off = max(off, o + s)
+        block_off[r] = off
+        placed.append((off, size, f, l))
+    size = max((o + s for o, s, _, _ in placed), default=0)
+
+    # lower bound: the most bytes live at any one step (aliases counted once)
+    steps = len(graph.nodes) + 2
+    live = np.zeros(steps + 1, np.int64)
+    for r in blocks:
+        f, l = block_life[r]
+        live[f + 1] += block_size[r]
+        live[l + 2] -= block_size[r]
+    lower = int(np.cumsum(live).max()) if blocks else 0
+    return ArenaPlan(size=size, offsets={n: block_off[root(n)] for n in names}, nbytes=nbytes,
+                     lifetimes=life, aliases=aliases, naive=sum(_align(b) for b in nbytes.values()),
+                     lower_bound=lower)
+
+
+def arena_views(graph: Graph, plan: ArenaPlan, arena: np.ndarray) -> Dict[str, np.ndarray]:
+    """Typed, shaped views into ``arena`` (a uint8 array of at least ``plan.size`` bytes)."""
+    views = {}
+    for name, off in plan.offsets.items():
+        t = graph.tensors[name]
+        views[name] = arena[off:off + plan.nbytes[name]].view(t.dtype).reshape(t.shape)
+    return views
