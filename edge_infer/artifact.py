@@ -19,14 +19,18 @@ import mmap
 import os
 import secrets
 import struct
+import threading
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from .errors import ArtifactError, GraphError
 from .ir.graph import DTYPES, Graph, Node, Tensor
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 FORMAT_VERSION: Tuple[int, int] = (1, 0)
 MAGIC = b"\x89EIM\r\n\x1a\n"
@@ -37,6 +41,7 @@ MAX_SECTIONS = 64
 MAX_RANK = 64           # numpy's own limit (NPY_MAXDIMS in numpy 2)
 MAX_JSON_DEPTH = 64     # for free-form values: attrs, quant, metadata
 MAX_DIM = 2 ** 62
+_THREADED_CRC_MIN = 8 << 20  # below this a thread costs more than it saves
 
 KIND_META = b"META"
 KIND_GRAPH = b"GRPH"
@@ -61,6 +66,7 @@ _RAW_KEYS = {"encoding", "offset", "nbytes"}
 
 @dataclass
 class Section:
+    """One section table entry; ``offset`` is from the start of the file."""
     kind: bytes
     flags: int
     offset: int
@@ -108,10 +114,36 @@ def _dump_json(obj, what: str) -> bytes:
         raise ArtifactError(f"cannot write {what}: {e}") from e
 
 
-def _dim_to_json(d):
-    if isinstance(d, str):
+def _dim_to_json(d, name: str):
+    if isinstance(d, str) and d:
         return d
-    return int(d)
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= d < MAX_DIM:
+        return int(d)
+    raise GraphError(f"tensor {name!r}: dimension {d!r} cannot be stored "
+                     f"(a non-empty symbol or an int in [0, 2**62))")
+
+
+def _check_writable(graph: Graph) -> None:
+    """Refuse what validate() lets through but the loader would refuse: write only loadable files."""
+    if not isinstance(graph.name, str) or not isinstance(graph.metadata, dict):
+        raise GraphError("graph name must be a str and graph metadata a dict")
+    for name, t in graph.tensors.items():
+        if not (isinstance(name, str) and name) or t.name != name:
+            raise GraphError(f"tensor {name!r}: name must be a non-empty string equal to its key")
+        if t.shape is not None and len(t.shape) > MAX_RANK:
+            raise GraphError(f"tensor {name!r}: rank {len(t.shape)} exceeds {MAX_RANK}")
+        if t.quant is not None:
+            if not isinstance(t.quant, dict):
+                raise GraphError(f"tensor {name!r}: quant must be a dict")
+            _check_json_value(t.quant, f"tensor {name!r} quant")
+    for n in graph.nodes:
+        for o in n.outputs:
+            if o and o not in graph.tensors:
+                raise GraphError(f"node {n.name!r} ({n.op}) writes {o!r}, which has no tensor")
+        if not isinstance(n.attrs, dict):
+            raise GraphError(f"node {n.name!r} ({n.op}): attrs must be a dict")
+        _check_json_value(n.attrs, f"node {n.name!r} attrs")
+    _check_json_value(graph.metadata, "graph metadata")
 
 
 def _plan_weights(graph: Graph) -> Tuple[Dict[str, dict], List[Tuple[int, np.ndarray]], int]:
@@ -123,12 +155,12 @@ def _plan_weights(graph: Graph) -> Tuple[Dict[str, dict], List[Tuple[int, np.nda
     for t in graph.tensors.values():
         if t.data is None:
             continue
+        if t.data.dtype.name != t.dtype:
+            raise GraphError(f"constant {t.name!r}: data dtype {t.data.dtype} != declared {t.dtype}")
         known = by_id.get(id(t.data))
         if known is not None:
             entries[t.name] = known
             continue
-        if t.data.dtype.name != t.dtype:
-            raise GraphError(f"constant {t.name!r}: data dtype {t.data.dtype} != declared {t.dtype}")
         arr = np.ascontiguousarray(t.data, dtype=np.dtype(t.dtype).newbyteorder("<"))
         entry = {"offset": pos, "nbytes": int(arr.nbytes), "encoding": "raw"}
         entries[t.name] = by_id[id(t.data)] = entry
@@ -145,7 +177,7 @@ def _graph_doc(graph: Graph, entries: Dict[str, dict]) -> dict:
         tensors.append({
             "name": t.name,
             "dtype": t.dtype,
-            "shape": None if shape is None else [_dim_to_json(d) for d in shape],
+            "shape": None if shape is None else [_dim_to_json(d, t.name) for d in shape],
             "quant": t.quant,
             "data": entries.get(t.name),
         })
@@ -155,7 +187,7 @@ def _graph_doc(graph: Graph, entries: Dict[str, dict]) -> dict:
             "metadata": graph.metadata, "tensors": tensors, "nodes": nodes}
 
 
-def save_artifact(path, graph: Graph, meta: Optional[dict] = None) -> int:
+def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None) -> int:
     """Write ``graph`` and ``meta`` to ``path`` as an .eim artifact; return its size in bytes.
 
     The graph is validated first (on a copy: ``validate`` reorders nodes), so a
@@ -163,13 +195,16 @@ def save_artifact(path, graph: Graph, meta: Optional[dict] = None) -> int:
     file is written next to ``path`` under a temporary name, synced, and
     renamed over ``path``, so readers see the old file or the new one, never a
     mix. Raises GraphError for an invalid graph, ArtifactError for values that
-    are not JSON, and OSError when the file system fails.
+    are not JSON (or nest deeper than the loader accepts), and OSError when the
+    file system fails.
     """
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
         raise ArtifactError(f"meta must be a dict, not {type(meta).__name__}")
     graph.copy().validate()
+    _check_writable(graph)
+    _check_json_value(meta, "meta")
     entries, blobs, weights_len = _plan_weights(graph)
     meta_bytes = _dump_json(meta, "meta")
     graph_bytes = _dump_json(_graph_doc(graph, entries), f"graph {graph.name!r}")
@@ -259,7 +294,9 @@ class _Container:
         self.version = version
         self.sections = sections
         self.by_kind = {s.kind: s for s in sections}
-        self.weights: Optional[np.ndarray] = None  # read-only uint8 view, set once its CRC is checked
+        self.weights: Optional[np.ndarray] = None  # read-only uint8 view of WGHT
+        self._weights_crc: Optional[int] = None
+        self._crc_thread: Optional[threading.Thread] = None
 
     @property
     def newer_minor(self) -> bool:
@@ -271,26 +308,53 @@ class _Container:
             raise ArtifactError(f"no {kind.decode()} section")
         return s
 
-    def checked_bytes(self, kind: bytes, copy: bool = True):
-        """The section's bytes (a copy) after its CRC is verified; memoryview if not copy."""
+    def read(self, kind: bytes) -> bytes:
+        """A copy of a (small) section's bytes, its CRC verified."""
         s = self.section(kind)
-        with memoryview(self.mm) as mv:
-            view = mv[s.offset:s.offset + s.length]
-            try:
-                if zlib.crc32(view) != s.crc:
-                    raise ArtifactError(f"{kind.decode()} section checksum mismatch (file is corrupt)")
-                return bytes(view) if copy else None
-            finally:
-                view.release()
+        data = self.mm[s.offset:s.offset + s.length]
+        if zlib.crc32(data) != s.crc:
+            raise ArtifactError(f"{kind.decode()} section checksum mismatch (file is corrupt)")
+        return data
 
+    def start_weights_check(self) -> None:
+        """Expose the weights section as one read-only uint8 array and start its CRC.
 
-    def map_weights(self) -> None:
-        """Verify the weights CRC and expose the section as one read-only uint8 array."""
-        self.checked_bytes(KIND_WEIGHTS, copy=False)
-        w = self.section(KIND_WEIGHTS)
+        The CRC of a large section runs in a thread: zlib releases the GIL, and
+        parsing and checking the graph meanwhile does not depend on the weight
+        bytes being intact. ``finish_weights_check`` joins it before any array
+        is handed out.
+        """
+        s = self.section(KIND_WEIGHTS)
         # each constant is a slice of this view, so every array's base chain
-        # ends at the mmap and keeps it alive
-        self.weights = np.frombuffer(self.mm, np.uint8, count=w.length, offset=w.offset)
+        # ends at the mmap and keeps it alive; the CRC reads it without a copy
+        self.weights = np.frombuffer(self.mm, np.uint8, count=s.length, offset=s.offset)
+        if s.length >= _THREADED_CRC_MIN:
+            self._crc_thread = threading.Thread(target=self._crc_weights, name="eim-crc", daemon=True)
+            self._crc_thread.start()
+        else:
+            self._crc_weights()
+
+    def _crc_weights(self) -> None:
+        self._weights_crc = zlib.crc32(self.weights)
+
+    def finish_weights_check(self) -> None:
+        """Wait for the weights CRC; raise ArtifactError if it does not match."""
+        if self._crc_thread is not None:
+            self._crc_thread.join()
+            self._crc_thread = None
+        if self._weights_crc != self.section(KIND_WEIGHTS).crc:
+            raise ArtifactError("WGHT section checksum mismatch (file is corrupt)")
+
+    def close(self) -> None:
+        """Unmap unless arrays still point into the map (then it lives on with them)."""
+        if self._crc_thread is not None:
+            self._crc_thread.join()
+            self._crc_thread = None
+        self.weights = None
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
 
 
 def _open_map(path) -> mmap.mmap:
@@ -298,7 +362,8 @@ def _open_map(path) -> mmap.mmap:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < HEADER_SIZE:
-                raise ArtifactError(f"{path}: truncated: {size} bytes, the header alone is {HEADER_SIZE}")
+                raise ArtifactError(f"{path}: truncated: {size} bytes, "
+                                    f"the header alone is {HEADER_SIZE}")
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
         raise ArtifactError(f"cannot read artifact {path}: {e}") from e
@@ -354,7 +419,8 @@ def _check_table(mm: mmap.mmap, version: Tuple[int, int], count: int) -> List[Se
         if offset != _align(pos):
             raise ArtifactError(f"section {name!r} at offset {offset}, expected {_align(pos)}")
         if length > len(mm) - offset:
-            raise ArtifactError(f"section {name!r} ({length} bytes at {offset}) runs past the end of the file")
+            raise ArtifactError(f"section {name!r} ({length} bytes at {offset}) "
+                                "runs past the end of the file")
         if mm[pos:offset].count(0) != offset - pos:
             raise ArtifactError(f"padding before section {name!r} is not zero")
         sections.append(Section(kind, flags, offset, length, crc))
@@ -377,6 +443,18 @@ def _open(path) -> _Container:
         raise
 
 
+@contextmanager
+def _refuse_malformed():
+    """Turn any slip past the named checks into ArtifactError, so callers see one type."""
+    try:
+        yield
+    except ArtifactError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+            RecursionError, struct.error) as e:
+        raise ArtifactError(f"malformed artifact ({type(e).__name__}: {e})") from e
+
+
 def _parse_json(raw: bytes, what: str):
     try:
         return json.loads(raw.decode("utf-8"))
@@ -392,21 +470,25 @@ def _check_json_value(value, where: str, depth: int = 0) -> None:
     """Bound the nesting of a free-form JSON value so later recursive code cannot blow the stack."""
     if depth > MAX_JSON_DEPTH:
         raise ArtifactError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels")
-    children = value.values() if type(value) is dict else value if type(value) is list else ()
+    # tuples only occur on the writing side, where json.dumps turns them into arrays
+    children = value.values() if type(value) is dict else value if type(value) in (list, tuple) else ()
     for v in children:
-        if type(v) is dict or type(v) is list:
+        if type(v) in _CONTAINERS:
             _check_json_value(v, where, depth + 1)
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _read_meta(c: _Container) -> dict:
-    meta = _parse_json(c.checked_bytes(KIND_META), "META")
+    meta = _parse_json(c.read(KIND_META), "META")
     if not isinstance(meta, dict):
         raise ArtifactError(f"META section holds a {type(meta).__name__}, not an object")
     _check_json_value(meta, "meta")
     return meta
 
 
-def read_meta(path) -> dict:
+def read_meta(path: PathLike) -> dict:
     """Return the metadata dict of the artifact at ``path``, checking header, table and META only.
 
     Cheap: the graph and the weights are not read. Raises ArtifactError on a bad file.
@@ -414,26 +496,30 @@ def read_meta(path) -> dict:
     return read_info(path).meta
 
 
-def read_info(path) -> ArtifactInfo:
-    """Return format version, size, section table and metadata of the artifact at ``path``."""
-    c = _open(path)
-    try:
-        return ArtifactInfo(os.fspath(path), c.version, len(c.mm), c.sections, _read_meta(c))
-    finally:
-        c.mm.close()
+def read_info(path: PathLike) -> ArtifactInfo:
+    """Return format version, size, section table and metadata of the artifact at ``path``.
+
+    Checks header, section table and META, like ``read_meta``.
+    """
+    with _refuse_malformed():
+        c = _open(path)
+        try:
+            return ArtifactInfo(os.fspath(path), c.version, len(c.mm), c.sections, _read_meta(c))
+        finally:
+            c.close()
 
 
 # ---------------------------------------------------------------------------
 # reading: graph
 # ---------------------------------------------------------------------------
 
-def _is_int(x) -> bool:
-    return type(x) is int  # bool is an int subclass; JSON ints are exact ints
+# The checks below run once per tensor and node, so the happy path avoids
+# building messages; they are formatted only when something is wrong.
 
-
-def _expect_keys(obj, keys: set, where: str, lenient: bool) -> None:
+def _expect_keys(obj, keys: set, where, lenient: bool) -> None:
+    """Check obj is a dict with ``keys`` (and, unless lenient, no others)."""
     if type(obj) is dict and obj.keys() == keys:
-        return  # the common case, kept cheap: this runs once per tensor and node
+        return
     if not isinstance(obj, dict):
         raise ArtifactError(f"{where}: expected an object, got {type(obj).__name__}")
     missing = keys - obj.keys()
@@ -444,50 +530,54 @@ def _expect_keys(obj, keys: set, where: str, lenient: bool) -> None:
 
 
 def _str_list(value, where: str) -> List[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if type(value) is not list:
         raise ArtifactError(f"{where}: expected a list of strings")
+    for v in value:
+        if type(v) is not str:
+            raise ArtifactError(f"{where}: expected a list of strings, found {v!r}")
     return value
 
 
-def _shape(value, where: str):
+def _shape(value, name: str):
     if value is None:
         return None
-    if not isinstance(value, list):
-        raise ArtifactError(f"{where}: shape must be a list or null")
+    if type(value) is not list:
+        raise ArtifactError(f"tensor {name!r}: shape must be a list or null")
     if len(value) > MAX_RANK:
-        raise ArtifactError(f"{where}: rank {len(value)} exceeds {MAX_RANK}")
-    if all(type(d) is int and 0 <= d < MAX_DIM for d in value):
-        return tuple(value)  # fast path: a static shape
+        raise ArtifactError(f"tensor {name!r}: rank {len(value)} exceeds {MAX_RANK}")
     for d in value:
-        if _is_int(d):
+        if type(d) is int:  # not isinstance: bool is an int subclass
             if not 0 <= d < MAX_DIM:
-                raise ArtifactError(f"{where}: dimension {d} out of range")
-        elif not (isinstance(d, str) and d):
-            raise ArtifactError(f"{where}: dimension {d!r} is neither an int nor a symbol name")
+                raise ArtifactError(f"tensor {name!r}: dimension {d} out of range")
+        elif not (type(d) is str and d):
+            raise ArtifactError(f"tensor {name!r}: dimension {d!r} is neither an int nor a symbol name")
     return tuple(value)
 
 
-def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, where: str,
+def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, name: str,
                 lenient: bool) -> np.ndarray:
-    _expect_keys(entry, _RAW_KEYS, where, lenient)
+    """Decode a ``raw`` weight entry: a little-endian C-order blob in the weights section."""
+    if not (type(entry) is dict and entry.keys() == _RAW_KEYS):
+        _expect_keys(entry, _RAW_KEYS, f"tensor {name!r} data", lenient)
     offset, nbytes = entry["offset"], entry["nbytes"]
-    if not (_is_int(offset) and _is_int(nbytes)) or offset < 0 or nbytes < 0:
-        raise ArtifactError(f"{where}: offset and nbytes must be non-negative integers")
+    if not (type(offset) is int and type(nbytes) is int) or offset < 0 or nbytes < 0:
+        raise ArtifactError(f"tensor {name!r}: offset and nbytes must be non-negative integers")
     if offset % ALIGN:
-        raise ArtifactError(f"{where}: offset {offset} is not {ALIGN}-byte aligned")
+        raise ArtifactError(f"tensor {name!r}: offset {offset} is not {ALIGN}-byte aligned")
     weights = c.weights
     if offset + nbytes > len(weights):
-        raise ArtifactError(f"{where}: bytes {offset}..{offset + nbytes} lie outside the "
+        raise ArtifactError(f"tensor {name!r}: bytes {offset}..{offset + nbytes} lie outside the "
                             f"{len(weights)}-byte weights section")
     count = 1
     for d in shape:  # Python ints do not overflow; dims and rank are bounded
         count *= d
     if count * dtype.itemsize != nbytes:
-        raise ArtifactError(f"{where}: nbytes {nbytes} != {count} elements * {dtype.itemsize} bytes")
+        raise ArtifactError(f"tensor {name!r}: nbytes {nbytes} != {count} elements "
+                            f"* {dtype.itemsize} bytes")
     arr = weights[offset:offset + nbytes].view(dtype)
     if dtype.kind == "b" and count and arr.view(np.uint8).max() > 1:
         # any byte but 0 and 1 would be an ill-formed numpy bool
-        raise ArtifactError(f"{where}: bool data holds bytes other than 0 and 1")
+        raise ArtifactError(f"tensor {name!r}: bool data holds bytes other than 0 and 1")
     return arr.reshape(shape)
 
 
@@ -498,54 +588,58 @@ _LE_DTYPES = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}
 
 
 def _build_tensor(doc, k: int, c: _Container, lenient: bool) -> Tensor:
-    where = f"tensor #{k}"
-    _expect_keys(doc, _TENSOR_KEYS, where, lenient)
+    if not (type(doc) is dict and doc.keys() == _TENSOR_KEYS):
+        _expect_keys(doc, _TENSOR_KEYS, f"tensor #{k}", lenient)
     name = doc["name"]
-    if not (isinstance(name, str) and name):
-        raise ArtifactError(f"{where}: name must be a non-empty string")
-    where = f"tensor {name!r}"
+    if not (type(name) is str and name):
+        raise ArtifactError(f"tensor #{k}: name must be a non-empty string")
     dtype = doc["dtype"]
-    if not (isinstance(dtype, str) and dtype in DTYPES):
-        raise ArtifactError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    shape = _shape(doc["shape"], where)
+    if type(dtype) is not str or dtype not in _LE_DTYPES:
+        raise ArtifactError(f"tensor {name!r}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    shape = _shape(doc["shape"], name)
     quant = doc["quant"]
     if quant is not None:
-        if not isinstance(quant, dict):
-            raise ArtifactError(f"{where}: quant must be an object or null")
-        _check_json_value(quant, f"{where} quant")
+        if type(quant) is not dict:
+            raise ArtifactError(f"tensor {name!r}: quant must be an object or null")
+        _check_json_value(quant, f"tensor {name!r} quant")
     data = None
     entry = doc["data"]
     if entry is not None:
-        if not isinstance(entry, dict):
-            raise ArtifactError(f"{where}: data must be an object or null")
-        if shape is None or not all(_is_int(d) for d in shape):
-            raise ArtifactError(f"{where}: a constant needs a static shape, got {doc['shape']}")
+        if type(entry) is not dict:
+            raise ArtifactError(f"tensor {name!r}: data must be an object or null")
+        if shape is None or any(type(d) is not int for d in shape):
+            raise ArtifactError(f"tensor {name!r}: a constant needs a static shape, got {doc['shape']}")
         encoding = entry.get("encoding")
-        decode = _DECODERS.get(encoding) if isinstance(encoding, str) else None
+        decode = _DECODERS.get(encoding) if type(encoding) is str else None
         if decode is None:
-            raise ArtifactError(f"{where}: unknown weight encoding {encoding!r} "
+            raise ArtifactError(f"tensor {name!r}: unknown weight encoding {encoding!r} "
                                 f"(this edge_infer knows {', '.join(_DECODERS)})")
-        data = decode(entry, _LE_DTYPES[dtype], shape, c, where, lenient)
+        data = decode(entry, _LE_DTYPES[dtype], shape, c, name, lenient)
     return Tensor(name, dtype, shape, data, quant)
 
 
 def _build_node(doc, k: int, tensors: Dict[str, Tensor], lenient: bool) -> Node:
-    where = f"node #{k}"
-    _expect_keys(doc, _NODE_KEYS, where, lenient)
+    if not (type(doc) is dict and doc.keys() == _NODE_KEYS):
+        _expect_keys(doc, _NODE_KEYS, f"node #{k}", lenient)
     op, name, attrs = doc["op"], doc["name"], doc["attrs"]
-    if not (isinstance(op, str) and op):
-        raise ArtifactError(f"{where}: op must be a non-empty string, got {op!r}")
-    if not isinstance(name, str):
-        raise ArtifactError(f"{where}: name must be a string")
-    where = f"node {name!r} ({op})"
-    inputs = _str_list(doc["inputs"], f"{where} inputs")
-    outputs = _str_list(doc["outputs"], f"{where} outputs")
-    for t in inputs + outputs:
-        if t and t not in tensors:
-            raise ArtifactError(f"{where} references missing tensor {t!r}")
-    if not isinstance(attrs, dict):
-        raise ArtifactError(f"{where}: attrs must be an object")
-    _check_json_value(attrs, f"{where} attrs")
+    if not (type(op) is str and op):
+        raise ArtifactError(f"node #{k}: op must be a non-empty string, got {op!r}")
+    if type(name) is not str:
+        raise ArtifactError(f"node #{k}: name must be a string, got {name!r}")
+    inputs, outputs = doc["inputs"], doc["outputs"]
+    for refs in (inputs, outputs):
+        if type(refs) is not list:
+            raise ArtifactError(f"node {name!r} ({op}): inputs and outputs must be lists")
+        for t in refs:
+            # "" marks a missing optional input; anything else must be a tensor
+            if type(t) is not str or (t and t not in tensors):
+                raise ArtifactError(f"node {name!r} ({op}) references missing tensor {t!r}")
+    if type(attrs) is not dict:
+        raise ArtifactError(f"node {name!r} ({op}): attrs must be an object")
+    for v in attrs.values():
+        if type(v) is list or type(v) is dict:
+            _check_json_value(attrs, f"node {name!r} ({op}) attrs")
+            break
     return Node(op, inputs, outputs, attrs, name)
 
 
@@ -581,7 +675,7 @@ def _build_graph(doc, c: _Container) -> Graph:
     return g
 
 
-def load_artifact(path) -> Tuple[Graph, dict]:
+def load_artifact(path: PathLike) -> Tuple[Graph, dict]:
     """Load the artifact at ``path``; return ``(graph, meta)``.
 
     Every checksum is verified and the graph is validated before it is
@@ -592,23 +686,18 @@ def load_artifact(path) -> Tuple[Graph, dict]:
     cannot be read or is truncated, corrupt, of an unsupported version or
     otherwise malformed.
     """
-    c = _open(path)
-    try:
-        meta = _read_meta(c)
-        graph_doc = _parse_json(c.checked_bytes(KIND_GRAPH), "GRPH")
-        c.map_weights()
+    with _refuse_malformed():
+        c = _open(path)
         try:
-            graph = _build_graph(graph_doc, c)
-        except ArtifactError:
+            c.start_weights_check()
+            try:
+                meta = _read_meta(c)
+                graph = _build_graph(_parse_json(c.read(KIND_GRAPH), "GRPH"), c)
+            except ArtifactError:
+                c.finish_weights_check()  # corruption explains any other error best
+                raise
+            c.finish_weights_check()
+        except BaseException:
+            c.close()
             raise
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
-            # a safety net: every check above should have caught a bad file by name
-            raise ArtifactError(f"malformed artifact ({type(e).__name__}: {e})") from e
-    except BaseException:
-        graph_doc = None
-        try:
-            c.mm.close()
-        except BufferError:
-            pass  # arrays built before the failure still point into it; GC frees it
-        raise
     return graph, meta

@@ -18,7 +18,8 @@ from ..ir import Graph
 
 ALIGN = 64
 
-#: ops whose CPU kernel is a single ufunc call with out=, so output may alias input 0
+#: default set of ops whose output may alias input 0; a backend passes its own
+#: (the kernels that are safe for it) to ``plan_arena``
 INPLACE_OPS: Set[str] = {"Relu", "Add", "Sub", "Mul", "Div", "Sigmoid", "Tanh", "Exp", "Neg", "Abs",
                          "Sqrt", "Reciprocal", "Floor", "Ceil"}
 
@@ -62,12 +63,12 @@ def tensor_lifetimes(graph: Graph, names: Sequence[str]) -> Dict[str, Tuple[int,
     return {n: (first.get(n, -1), max(last.get(n, first.get(n, -1)), first.get(n, -1))) for n in names}
 
 
-def find_inplace(graph: Graph, planned: Set[str], lifetimes) -> Dict[str, str]:
+def find_inplace(graph: Graph, planned: Set[str], lifetimes, inplace_ops=INPLACE_OPS) -> Dict[str, str]:
     """output -> input for element-wise nodes that may write over their first input."""
     aliases = {}
     protected = set(graph.inputs) | set(graph.outputs)
     for k, node in enumerate(graph.nodes):
-        if node.op not in INPLACE_OPS or not node.inputs or not node.outputs[0]:
+        if node.op not in inplace_ops or not node.inputs or not node.outputs[0]:
             continue
         src, dst = node.inputs[0], node.outputs[0]
         if src not in planned or dst not in planned or src in protected or dst in protected:
@@ -81,7 +82,8 @@ def find_inplace(graph: Graph, planned: Set[str], lifetimes) -> Dict[str, str]:
     return aliases
 
 
-def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True) -> ArenaPlan:
+def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True,
+               inplace_ops: Optional[Set[str]] = None) -> ArenaPlan:
     """Plan offsets for ``names`` (default: every non-constant tensor) of a graph with
     static shapes, in the graph's node order."""
     if names is None:
@@ -90,7 +92,7 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     names = list(dict.fromkeys(names))
     nbytes = {n: graph.tensors[n].nbytes for n in names}
     life = tensor_lifetimes(graph, names)
-    aliases = find_inplace(graph, set(names), life) if inplace else {}
+    aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS) if inplace else {}
 
     # Merge each alias chain into its root: one block, the union of lifetimes.
     def root(n):

@@ -11,6 +11,7 @@ from ...ir import Graph, Node, Tensor
 from ..base import Backend, Executable
 from ...memory.arena import ArenaPlan, arena_views, plan_arena
 from .registry import KERNELS
+from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 
 
@@ -71,7 +72,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node]) -> Tuple[Dict[str, np.ndar
         if not t.is_static:
             raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
         names.append(name)
-    plan = plan_arena(graph, names)
+    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE)
     arena = aligned_empty(max(plan.size, 1))
     return arena_views(graph, plan, arena), plan
 
@@ -86,6 +87,8 @@ def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:
 def fold_node(node: Node, graph: Graph) -> None:
     """Evaluate a node whose inputs are all known, storing results as constants."""
     bufs = {o: np.empty(graph.tensors[o].shape, graph.tensors[o].dtype) for o in node.outputs if o}
+    for o in bufs:  # a re-fold must write the fresh buffer, not the old constant
+        graph.tensors[o].data = None
     ctx = PrepareContext(graph, bufs)
     prepare_node(node, ctx)()
     for o, arr in bufs.items():

@@ -1,0 +1,293 @@
+"""Convolution kernels: Conv (1-D/2-D/3-D, groups, dilations) and ConvTranspose.
+
+Conv picks one of four algorithms at prepare time:
+
+* ``pointwise``: 1x1, stride 1, no padding: the input already *is* the column
+  matrix, so the conv is one (batched) BLAS matmul, no copy at all;
+* ``depthwise``: group == C_in (any channel multiplier): accumulate kernel-size
+  shifted input views times per-channel weights with in-place numpy ops; this
+  is far cheaper than a tiny im2col matmul per group;
+* ``im2col``: everything else with group == 1: copy the (padded) input into a
+  preallocated column matrix laid out (C*k, OH*OW) through an ``as_strided``
+  window view, then one BLAS matmul writes NCHW output directly;
+* ``grouped im2col``: as above with a (g, Cg*k, P) column matrix and a batched
+  matmul over groups.
+
+Padding uses a workspace whose borders are zeroed once at prepare; every run
+copies the input into its interior only.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Sequence, Tuple
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ....errors import ShapeError, UnsupportedOpError
+from ....ir import Node
+from ....ir.padding import resolve_pads
+from ....ir.shape_rules_nn import conv_transpose_geometry, window_attrs
+from ..registry import kernel
+
+
+def view_as(a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """A reshaped *view* of ``a``; raises instead of silently copying (an ``out=``
+    into a copy would lose the result)."""
+    v = a.view()
+    v.shape = tuple(int(s) for s in shape)
+    return v
+
+
+def padded_input(ctx, x: np.ndarray, pads: Sequence[int], extra: Sequence[int] = (),
+                 fill=0) -> Tuple[np.ndarray, Callable[[], None]]:
+    """A workspace holding ``x`` padded by ``pads`` (plus ``extra`` at the end of
+    each spatial dim) and the step that refreshes its interior.
+
+    The border is filled with ``fill`` once, here; the returned step only copies
+    the interior. With no padding at all the input itself is returned.
+    """
+    nsp = x.ndim - 2
+    extra = list(extra) or [0] * nsp
+    if not any(pads) and not any(extra):
+        return x, lambda: None
+    if min(pads) < 0:
+        raise UnsupportedOpError(f"negative pads {list(pads)} are not supported")
+    shape = list(x.shape[:2]) + [x.shape[2 + i] + pads[i] + pads[i + nsp] + extra[i] for i in range(nsp)]
+    xp = ctx.workspace(shape, x.dtype)
+    xp.fill(fill)
+    inner = xp[(slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + x.shape[2 + i]) for i in range(nsp))]
+    return xp, lambda: np.copyto(inner, x)
+
+
+def window_view(xp: np.ndarray, lead: Sequence[int], lead_strides: Sequence[int],
+                kernel: Sequence[int], dilations: Sequence[int], strides: Sequence[int],
+                out: Sequence[int], offset: Sequence[int] = ()) -> np.ndarray:
+    """Strided view of the sliding windows of ``xp`` (spatial dims last):
+    shape ``(*lead, *kernel, *out)``; no data is copied."""
+    nsp = len(kernel)
+    sp_strides = xp.strides[xp.ndim - nsp:]
+    base = xp
+    if offset:
+        base = xp[(Ellipsis,) + tuple(slice(o, None) for o in offset)]
+    return as_strided(base, tuple(lead) + tuple(kernel) + tuple(out),
+                      tuple(lead_strides) + tuple(sp_strides[i] * dilations[i] for i in range(nsp))
+                      + tuple(sp_strides[i] * strides[i] for i in range(nsp)), writeable=False)
+
+
+def tap_views(xp: np.ndarray, kernel: Sequence[int], dilations: Sequence[int],
+              strides: Sequence[int], out: Sequence[int]) -> List[np.ndarray]:
+    """One strided view per kernel position, each of shape ``(*xp.shape[:-nsp], *out)``:
+    the input values that kernel tap sees for every output position."""
+    nsp = len(kernel)
+    lead = xp.shape[:xp.ndim - nsp]
+    sp_strides = xp.strides[xp.ndim - nsp:]
+    views = []
+    for tap in np.ndindex(*kernel):
+        start = xp[(Ellipsis,) + tuple(slice(tap[i] * dilations[i], None) for i in range(nsp))]
+        views.append(as_strided(start, tuple(lead) + tuple(out),
+                                xp.strides[:xp.ndim - nsp] + tuple(sp_strides[i] * strides[i] for i in range(nsp)),
+                                writeable=False))
+    return views
+
+
+def _weights(ctx, name: str, dtype) -> np.ndarray:
+    """The weight array: a contiguous copy in the compute dtype when constant
+    (packed once), else the live buffer (read afresh every run through views)."""
+    w = ctx.value(name)
+    if ctx.const(name) is not None:
+        return np.ascontiguousarray(w, dtype=dtype)
+    if w.dtype != dtype:
+        raise UnsupportedOpError(f"non-constant weight {name!r} has dtype {w.dtype}, input has {dtype}")
+    return w
+
+
+def _bias_step(ctx, node: Node, y: np.ndarray, m: int) -> Callable[[], None]:
+    """The step adding the optional bias (input 2) to ``y`` (N, M, ...)."""
+    if len(node.inputs) < 3 or not node.inputs[2]:
+        return None
+    b = ctx.value(node.inputs[2])
+    if ctx.const(node.inputs[2]) is not None:
+        b = np.ascontiguousarray(b, dtype=y.dtype)
+    if b.size != m:
+        raise ShapeError(f"{node.op} {node.name!r}: bias has {b.size} values for {m} output channels")
+    y3 = view_as(y, (y.shape[0], m, int(np.prod(y.shape[2:]))))
+    b2 = view_as(b, (m, 1))
+    return lambda: np.add(y3, b2, out=y3)
+
+
+def _chain(steps: List[Callable[[], None]]) -> Callable[[], None]:
+    steps = [s for s in steps if s is not None]
+    if len(steps) == 1:
+        return steps[0]
+    if len(steps) == 2:
+        a, b = steps
+        def run2():
+            a(); b()
+        return run2
+    def run():
+        for s in steps:
+            s()
+    return run
+
+
+@kernel("Conv")
+def conv(node: Node, ctx) -> Callable[[], None]:
+    x = ctx.value(node.inputs[0])
+    y = ctx.value(node.outputs[0])
+    dtype = y.dtype
+    w = _weights(ctx, node.inputs[1], dtype)
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    nsp = x.ndim - 2
+    group = int(node.attrs.get("group", 1))
+    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
+    if list(w.shape[2:]) != kernel:
+        raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w.shape}")
+    if c != cg * group or m % group:
+        raise ShapeError(f"Conv {node.name!r}: X {x.shape}, W {w.shape}, group {group} disagree")
+    wa = window_attrs(node, nsp, kernel)
+    strides, dil = wa["strides"], wa["dilations"]
+    pads, osp = resolve_pads(x.shape[2:], kernel, strides, dil, wa["pads"], wa["auto_pad"])
+    if tuple(y.shape) != (n, m, *osp):
+        raise ShapeError(f"Conv {node.name!r}: planned output {y.shape} != computed {(n, m, *osp)}")
+    ksize = int(np.prod(kernel))
+    p = int(np.prod(osp))
+    bias = _bias_step(ctx, node, y, m)
+    if y.size == 0:
+        return lambda: None
+    kdesc = "x".join(map(str, kernel))
+    if x.dtype != dtype:
+        raise UnsupportedOpError(f"Conv {node.name!r}: input dtype {x.dtype} != output dtype {dtype}")
+
+    # -- pointwise: the input is the column matrix ------------------------------------
+    if group == 1 and ksize == 1 and all(s == 1 for s in strides) and not any(pads):
+        w2 = view_as(w, (m, c))
+        x3, y3 = view_as(x, (n, c, p)), view_as(y, (n, m, p))
+        if n == 1:
+            x2, y2 = x3[0], y3[0]
+            mm = lambda: np.matmul(w2, x2, out=y2)
+        else:
+            mm = lambda: np.matmul(w2, x3, out=y3)
+        ctx.note(node, f"pointwise 1x1 matmul ({m}x{c} @ {c}x{p})")
+        return _chain([mm, bias])
+
+    xp, pad_step = padded_input(ctx, x, pads)
+    s_n, s_c = xp.strides[:2]
+
+    # -- depthwise: per-channel multiply-accumulate of shifted views ------------------
+    if group == c and cg == 1 and group > 1:
+        mult = m // c
+        taps = tap_views(xp, kernel, dil, strides, osp)                  # each (N, C, *out)
+        taps = [np.expand_dims(t, 2) for t in taps]                      # (N, C, 1, *out)
+        wt = view_as(w, (c, mult, ksize))
+        wtaps = [wt[(slice(None), slice(None), k) + (None,) * nsp] for k in range(ksize)]  # views
+        if ctx.const(node.inputs[1]) is not None:
+            wtaps = [np.ascontiguousarray(v) for v in wtaps]
+        y5 = view_as(y, (n, c, mult, *osp))
+        tmp = ctx.workspace(y5.shape, dtype)
+        first_x, first_w = taps[0], wtaps[0]
+        rest = list(zip(taps[1:], wtaps[1:]))
+        mul, add = np.multiply, np.add
+
+        def depthwise():
+            pad_step()
+            mul(first_x, first_w, out=y5)
+            for xv, wv in rest:
+                mul(xv, wv, out=tmp)
+                add(y5, tmp, out=y5)
+        ctx.note(node, f"depthwise {kdesc} (multiplier {mult}, {ksize} shifted multiply-adds)")
+        return _chain([depthwise, bias])
+
+    # -- im2col (grouped when group > 1) ----------------------------------------------
+    kc = cg * ksize
+    cols = ctx.workspace((group, kc, p), dtype)
+    cols_v = view_as(cols, (group, cg, *kernel, *osp))
+    w3 = view_as(w, (group, m // group, kc))
+    y4 = view_as(y, (n, group, m // group, p))
+    wins = [window_view(xp[b], (group, cg), (s_c * cg, s_c), kernel, dil, strides, osp)
+            for b in range(n)]
+    copyto, matmul = np.copyto, np.matmul
+    if group == 1:
+        w2, c2 = w3[0], cols[0]
+        jobs = [(wins[b], y4[b, 0]) for b in range(n)]
+
+        def im2col():
+            pad_step()
+            for win, out in jobs:
+                copyto(cols_v, win)
+                matmul(w2, c2, out=out)
+        ctx.note(node, f"im2col {kdesc} + matmul ({m}x{kc} @ {kc}x{p})"
+                 + (f", batch loop {n}" if n > 1 else ""))
+    else:
+        jobs = [(wins[b], y4[b]) for b in range(n)]
+
+        def im2col():
+            pad_step()
+            for win, out in jobs:
+                copyto(cols_v, win)
+                matmul(w3, cols, out=out)
+        ctx.note(node, f"grouped im2col {kdesc} ({group} groups, batched matmul "
+                       f"{m // group}x{kc} @ {kc}x{p})")
+    return _chain([im2col, bias])
+
+
+@kernel("ConvTranspose")
+def conv_transpose(node: Node, ctx) -> Callable[[], None]:
+    """matmul (W^T @ X gives every kernel tap's contribution) then col2im: a
+    strided accumulation per kernel tap into a zeroed, padded output workspace."""
+    x = ctx.value(node.inputs[0])
+    y = ctx.value(node.outputs[0])
+    dtype = y.dtype
+    w = _weights(ctx, node.inputs[1], dtype)
+    n, c = x.shape[:2]
+    nsp = x.ndim - 2
+    group = int(node.attrs.get("group", 1))
+    if w.shape[0] != c or c % group:
+        raise ShapeError(f"ConvTranspose {node.name!r}: X {x.shape}, W {w.shape}, group {group} disagree")
+    cg, mg = c // group, w.shape[1]
+    m = mg * group
+    kernel = [int(k) for k in w.shape[2:]]
+    ksize = int(np.prod(kernel))
+    strides = [int(s) for s in (node.attrs.get("strides") or [1] * nsp)]
+    dil = [int(d) for d in (node.attrs.get("dilations") or [1] * nsp)]
+    insp = list(x.shape[2:])
+    pads, osp = conv_transpose_geometry(insp, kernel, node.attrs)
+    if tuple(y.shape) != (n, m, *osp):
+        raise ShapeError(f"ConvTranspose {node.name!r}: planned output {y.shape} != computed {(n, m, *osp)}")
+    pin = int(np.prod(insp))
+    bias = _bias_step(ctx, node, y, m)
+    if y.size == 0:
+        return lambda: None
+
+    # W (C, Mg, *k) -> per group (Mg*k, Cg): W^T packed once when constant
+    wt = np.swapaxes(view_as(w, (group, cg, mg * ksize)), 1, 2)
+    if ctx.const(node.inputs[1]) is not None:
+        wt = np.ascontiguousarray(wt)
+    x3 = view_as(x, (n, group, cg, pin))
+    cols = ctx.workspace((group, mg * ksize, pin), dtype)
+    cols_t = view_as(cols, (m, ksize, *insp))
+    # accumulation buffer covers the full (uncropped) output and the crop window
+    full = [strides[i] * (insp[i] - 1) + (kernel[i] - 1) * dil[i] + 1 for i in range(nsp)]
+    base = [max(0, -pads[i]) for i in range(nsp)]
+    size = [base[i] + max(full[i], pads[i] + osp[i]) for i in range(nsp)]
+    acc = ctx.workspace((m, *size), dtype)
+    sp_strides = acc.strides[1:]
+    adds = []
+    for t, tap in enumerate(np.ndindex(*kernel)):
+        start = acc[(slice(None),) + tuple(slice(base[i] + tap[i] * dil[i], None) for i in range(nsp))]
+        dst = as_strided(start, (m, *insp), (acc.strides[0],) + tuple(sp_strides[i] * strides[i] for i in range(nsp)))
+        adds.append((dst, cols_t[:, t]))
+    crop = acc[(slice(None),) + tuple(slice(base[i] + pads[i], base[i] + pads[i] + osp[i]) for i in range(nsp))]
+    matmul, add, copyto = np.matmul, np.add, np.copyto
+    jobs = [(x3[b], y[b]) for b in range(n)]
+
+    def deconv():
+        for xb, yb in jobs:
+            matmul(wt, xb, out=cols)
+            acc.fill(0)
+            for dst, src in adds:
+                add(dst, src, out=dst)
+            copyto(yb, crop)
+    ctx.note(node, f"matmul + col2im {'x'.join(map(str, kernel))} ({group} group(s), "
+                   f"{ksize} strided tap accumulations)")
+    return _chain([deconv, bias])

@@ -1,0 +1,504 @@
+"""Dense and normalisation kernels: Gemm, MatMul, BatchNormalization, LRN,
+InstanceNormalization, Softmax, LogSoftmax, Dropout, Resize and Upsample."""
+from __future__ import annotations
+
+import math
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ....errors import ShapeError, UnsupportedOpError
+from ....ir import Node
+from ....ir.shape_rules_nn import resize_plan
+from ..registry import kernel
+from .conv import view_as
+
+
+def _opt(node: Node, i: int) -> str:
+    """Name of optional input ``i``, or '' when absent."""
+    return node.inputs[i] if len(node.inputs) > i else ""
+
+
+# -- Gemm / MatMul --------------------------------------------------------------------
+
+@kernel("Gemm")
+def gemm(node: Node, ctx) -> Callable[[], None]:
+    a, b = ctx.value(node.inputs[0]), ctx.value(node.inputs[1])
+    y = ctx.value(node.outputs[0])
+    alpha = float(node.attrs.get("alpha", 1.0))
+    beta = float(node.attrs.get("beta", 1.0))
+    a2 = a.T if node.attrs.get("transA", 0) else a
+    b2 = b.T if node.attrs.get("transB", 0) else b
+    if ctx.const(node.inputs[1]) is not None:
+        # pack B once: contiguous, in the compute dtype, alpha folded in
+        b2 = np.ascontiguousarray(b2 * alpha if alpha != 1.0 else b2, dtype=y.dtype)
+        alpha = 1.0
+    cname = _opt(node, 2)
+    c = ctx.value(cname) if cname else None
+    steps: List[Callable[[], None]] = []
+    matmul = np.matmul
+    steps.append(lambda: matmul(a2, b2, out=y))
+    if alpha != 1.0:
+        steps.append(lambda: np.multiply(y, alpha, out=y))
+    if c is not None and beta != 0.0:
+        if ctx.const(cname) is not None:
+            cb = np.ascontiguousarray(c * beta if beta != 1.0 else c, dtype=y.dtype)
+            steps.append(lambda: np.add(y, cb, out=y))
+        elif beta == 1.0:
+            steps.append(lambda: np.add(y, c, out=y))
+        else:
+            tmp = ctx.workspace(np.broadcast_shapes(c.shape, y.shape), y.dtype)
+            steps.append(lambda: (np.multiply(c, beta, out=tmp), np.add(y, tmp, out=y)))
+    ctx.note(node, f"BLAS matmul {a2.shape} @ {b2.shape}" + (" + C" if c is not None else ""))
+    if len(steps) == 1:
+        return steps[0]
+
+    def run():
+        for s in steps:
+            s()
+    return run
+
+
+@kernel("MatMul")
+def matmul(node: Node, ctx) -> Callable[[], None]:
+    a, b = ctx.value(node.inputs[0]), ctx.value(node.inputs[1])
+    y = ctx.value(node.outputs[0])
+    mm = np.matmul
+    if y.size == 0:
+        return lambda: None
+    if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:
+        # (..., M, K) @ (K, N): one big GEMM over the flattened batch beats a batch loop
+        a2 = view_as(a, (-1, a.shape[-1]))
+        y2 = view_as(y, (-1, y.shape[-1]))
+        ctx.note(node, f"flattened GEMM {a2.shape} @ {b.shape}")
+        return lambda: mm(a2, b, out=y2)
+    ctx.note(node, f"matmul {a.shape} @ {b.shape}")
+    return lambda: mm(a, b, out=y)
+
+
+# -- normalisation ----------------------------------------------------------------------
+
+def _channel_shape(x: np.ndarray) -> Tuple[int, ...]:
+    """Shape that broadcasts a per-channel (axis 1) vector against ``x``."""
+    return (x.shape[1],) + (1,) * (x.ndim - 2)
+
+
+@kernel("BatchNormalization")
+def batch_norm(node: Node, ctx) -> Callable[[], None]:
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    if node.attrs.get("training_mode", 0) or any(o for o in node.outputs[1:]):
+        raise UnsupportedOpError(f"BatchNormalization {node.name!r}: training mode is not supported")
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    names = node.inputs[1:5]
+    cshape = _channel_shape(x)
+    if all(ctx.const(nm) is not None for nm in names):
+        gamma, beta, mean, var = (ctx.const(nm).astype(np.float64) for nm in names)
+        scale64 = gamma / np.sqrt(var + eps)
+        scale = (scale64).astype(y.dtype).reshape(cshape)
+        shift = (beta - mean * scale64).astype(y.dtype).reshape(cshape)
+        ctx.note(node, "folded scale/shift")
+
+        def bn():
+            np.multiply(x, scale, out=y)
+            np.add(y, shift, out=y)
+        return bn
+    gamma, beta, mean, var = (view_as(ctx.value(nm), cshape) for nm in names)
+    scale = ctx.workspace(cshape, y.dtype)
+    shift = ctx.workspace(cshape, y.dtype)
+
+    def bn_dynamic():
+        np.add(var, eps, out=scale)
+        np.sqrt(scale, out=scale)
+        np.divide(gamma, scale, out=scale)
+        np.multiply(mean, scale, out=shift)
+        np.subtract(beta, shift, out=shift)
+        np.multiply(x, scale, out=y)
+        np.add(y, shift, out=y)
+    ctx.note(node, "scale/shift computed per run (non-constant statistics)")
+    return bn_dynamic
+
+
+@kernel("InstanceNormalization")
+def instance_norm(node: Node, ctx) -> Callable[[], None]:
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    n, c = x.shape[:2]
+    p = int(np.prod(x.shape[2:]))
+    gamma = view_as(ctx.value(node.inputs[1]), (c, 1))
+    beta = view_as(ctx.value(node.inputs[2]), (c, 1))
+    x3, y3 = view_as(x, (n, c, p)), view_as(y, (n, c, p))
+    mean = ctx.workspace((n, c, 1), y.dtype)
+    var = ctx.workspace((n, c, 1), y.dtype)
+    sq = ctx.workspace((n, c, p), y.dtype)
+
+    def inorm():
+        np.mean(x3, axis=2, keepdims=True, out=mean)
+        np.subtract(x3, mean, out=y3)
+        np.multiply(y3, y3, out=sq)
+        np.mean(sq, axis=2, keepdims=True, out=var)
+        np.add(var, eps, out=var)
+        np.sqrt(var, out=var)
+        np.divide(gamma, var, out=var)
+        np.multiply(y3, var, out=y3)
+        np.add(y3, beta, out=y3)
+    ctx.note(node, "two-pass mean/variance")
+    return inorm
+
+
+@kernel("LRN")
+def lrn(node: Node, ctx) -> Callable[[], None]:
+    """y = x / (bias + alpha/size * sum of x^2 over a window of channels) ** beta."""
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    size = int(node.attrs["size"])
+    alpha = float(node.attrs.get("alpha", 1e-4))
+    beta = float(node.attrs.get("beta", 0.75))
+    bias = float(node.attrs.get("bias", 1.0))
+    c = x.shape[1]
+    before = (size - 1) // 2                  # floor((size-1)/2) channels below
+    after = size - 1 - before                 # ceil((size-1)/2) channels above
+    # squares live in a channel-padded workspace whose zero border is written once
+    sqp = ctx.workspace((x.shape[0], c + size - 1) + x.shape[2:], y.dtype)
+    sqp.fill(0)
+    sq = sqp[:, before:before + c]
+    ss = ctx.workspace(y.shape, y.dtype)
+    shifted = [sqp[:, j:j + c] for j in range(size)]
+    k = alpha / size
+
+    def run():
+        np.multiply(x, x, out=sq)
+        np.add(shifted[0], shifted[1], out=ss) if size > 1 else np.copyto(ss, shifted[0])
+        for s in shifted[2:]:
+            np.add(ss, s, out=ss)
+        np.multiply(ss, k, out=ss)
+        np.add(ss, bias, out=ss)
+        np.power(ss, -beta, out=ss)
+        np.multiply(x, ss, out=y)
+    ctx.note(node, f"channel window sum of {size} shifted squares")
+    return run
+
+
+# -- Softmax family -------------------------------------------------------------------------
+
+def _axis(node: Node, rank: int, default: int = -1) -> int:
+    ax = int(node.attrs.get("axis", default))
+    if not -rank <= ax < rank:
+        raise ShapeError(f"{node.op} {node.name!r}: axis {ax} out of range for rank {rank}")
+    return ax % rank
+
+
+@kernel("Softmax")
+def softmax(node: Node, ctx) -> Callable[[], None]:
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    ax = _axis(node, x.ndim)
+    red = list(x.shape)
+    red[ax] = 1
+    m = ctx.workspace(red, y.dtype)
+
+    def run():
+        # subtracting the max keeps exp() from overflowing
+        np.max(x, axis=ax, keepdims=True, out=m)
+        np.subtract(x, m, out=y)
+        np.exp(y, out=y)
+        np.sum(y, axis=ax, keepdims=True, out=m)
+        np.divide(y, m, out=y)
+    ctx.note(node, f"stable softmax over axis {ax}")
+    return run if x.size else (lambda: None)
+
+
+@kernel("LogSoftmax")
+def log_softmax(node: Node, ctx) -> Callable[[], None]:
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    ax = _axis(node, x.ndim)
+    red = list(x.shape)
+    red[ax] = 1
+    m = ctx.workspace(red, y.dtype)
+    e = ctx.workspace(y.shape, y.dtype)
+
+    def run():
+        np.max(x, axis=ax, keepdims=True, out=m)
+        np.subtract(x, m, out=y)
+        np.exp(y, out=e)
+        np.sum(e, axis=ax, keepdims=True, out=m)
+        np.log(m, out=m)
+        np.subtract(y, m, out=y)
+    ctx.note(node, f"stable log-softmax over axis {ax}")
+    return run if x.size else (lambda: None)
+
+
+@kernel("Dropout")
+def dropout(node: Node, ctx) -> Callable[[], None]:
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    tm = _opt(node, 2)
+    if tm:
+        flag = ctx.const(tm)
+        if flag is None or bool(np.asarray(flag).reshape(-1)[0]):
+            raise UnsupportedOpError(f"Dropout {node.name!r}: training mode is not supported")
+    mask = ctx.value(node.outputs[1]) if len(node.outputs) > 1 and node.outputs[1] else None
+    ctx.note(node, "identity (inference)")
+    if mask is None:
+        return lambda: np.copyto(y, x)
+
+    def run():
+        np.copyto(y, x)
+        mask.fill(True)
+    return run
+
+
+# -- Resize / Upsample ------------------------------------------------------------------------
+
+def _source_coords(ctm: str, out_len: int, in_len: int, scale: float,
+                   roi: Optional[Tuple[float, float]]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """Input coordinate of every output index along one axis (ONNX
+    coordinate_transformation_mode), and the out-of-range mask for
+    tf_crop_and_resize (else None).
+
+    Computed in float32 as onnxruntime does, so that coordinates which land
+    exactly on a rounding tie (nearest mode) resolve the same way it does.
+    """
+    f = np.float32
+    o = np.arange(out_len, dtype=f)
+    s = f(scale)
+    half = f(0.5)
+    if ctm == "half_pixel":
+        xo = (o + half) / s - half
+    elif ctm == "pytorch_half_pixel":
+        # the spec (and onnxruntime) map a length-1 output to 0
+        xo = (o + half) / s - half if out_len > 1 else np.zeros(out_len, f)
+    elif ctm == "align_corners":
+        xo = o * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(out_len, f)
+    elif ctm == "asymmetric":
+        xo = o / s
+    elif ctm == "half_pixel_symmetric":
+        adjustment = f(out_len) / (s * f(in_len))
+        offset = f(in_len) / f(2) * (f(1) - adjustment)
+        xo = offset + (o + half) / s - half
+    elif ctm == "tf_crop_and_resize":
+        start, end = f(roi[0]), f(roi[1])
+        if out_len > 1:
+            xo = start * f(in_len - 1) + o * (end - start) * f(in_len - 1) / f(out_len - 1)
+        else:
+            xo = np.full(out_len, half * (start + end) * f(in_len - 1), f)
+        return xo.astype(np.float64), (xo < 0) | (xo > in_len - 1)
+    else:
+        raise UnsupportedOpError(f"Resize: coordinate_transformation_mode {ctm!r} is not supported")
+    return xo.astype(np.float64), None
+
+
+def _nearest_index(xo: np.ndarray, mode: str, scale: float, in_len: int) -> np.ndarray:
+    if mode == "round_prefer_floor":
+        idx = np.where(xo - np.floor(xo) <= 0.5, np.floor(xo), np.ceil(xo))
+    elif mode == "round_prefer_ceil":
+        idx = np.where(xo - np.floor(xo) < 0.5, np.floor(xo), np.ceil(xo))
+    elif mode == "floor":
+        idx = np.floor(xo)
+    elif mode == "ceil":
+        idx = np.ceil(xo)
+    elif mode == "simple":
+        # Upsample / Resize-10 (as onnxruntime): truncate, or ceil when downsampling
+        idx = np.ceil(xo) if scale < 1 else np.trunc(xo)
+    else:
+        raise UnsupportedOpError(f"Resize: nearest_mode {mode!r} is not supported")
+    return np.clip(idx, 0, in_len - 1).astype(np.intp)
+
+
+def _cubic(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys cubic convolution kernel at distances ``t``."""
+    t = np.abs(t)
+    t2, t3 = t * t, t * t * t
+    return np.where(t <= 1, (a + 2) * t3 - (a + 3) * t2 + 1,
+                    np.where(t < 2, a * t3 - 5 * a * t2 + 8 * a * t - 4 * a, 0.0))
+
+
+def _taps(xo: np.ndarray, mode: str, scale: float, in_len: int, antialias: bool,
+          cubic_a: float, exclude_outside: bool) -> Tuple[np.ndarray, np.ndarray]:
+    """(indices, weights), each (out_len, taps), of a linear/cubic filter along one axis.
+
+    The tap window is anchored at the input pixel at or left of the coordinate
+    (ratio in (0, 1], as the ONNX reference); antialiasing widens the filter by
+    1/scale when downsampling. Indices are clamped to the edge (edge padding).
+    """
+    s = min(scale, 1.0) if antialias else 1.0
+    left = np.floor(xo)
+    left = np.where(xo == left, left - 1, left)
+    ratio = xo - left                                   # in (0, 1]
+    if mode == "linear":
+        start = int(math.floor(-1 / s) + 1)
+    else:
+        start = int(math.floor(-2 / s) + 1)
+    offs = np.arange(start, 2 - start)        # 2 (linear) or 4 (cubic) taps, more with antialias
+    dist = (offs[None, :] - ratio[:, None]) * s
+    if mode == "linear":
+        w = np.clip(1 - np.abs(dist), 0, 1)
+    else:
+        w = _cubic(dist, cubic_a)
+    if antialias:
+        w = w / w.sum(axis=1, keepdims=True)
+    idx = left[:, None].astype(np.int64) + offs[None, :]
+    if exclude_outside:
+        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
+        tot = w.sum(axis=1, keepdims=True)
+        w = w / np.where(tot == 0, 1.0, tot)
+    return np.clip(idx, 0, in_len - 1).astype(np.intp), w
+
+
+def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[float],
+                   attrs: dict, roi: Optional[np.ndarray]) -> Callable[[], None]:
+    r = x.ndim
+    mode = attrs.get("mode", "nearest")
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest_mode = attrs.get("nearest_mode", "round_prefer_floor")
+    antialias = bool(attrs.get("antialias", 0))
+    exclude = bool(attrs.get("exclude_outside", 0))
+    cubic_a = float(attrs.get("cubic_coeff_a", -0.75))
+    extrap = float(attrs.get("extrapolation_value", 0.0))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise UnsupportedOpError(f"Resize {node.name!r}: mode {mode!r} is not supported")
+    if ctm == "tf_crop_and_resize":
+        if roi is None:
+            raise UnsupportedOpError(f"Resize {node.name!r}: tf_crop_and_resize needs a constant roi")
+    # axes that change: skip identity axes, as the reference does
+    axes = []
+    for a in range(r):
+        trivial_roi = roi is None or (math.isclose(roi[a], 0.0) and math.isclose(roi[a + r], 1.0))
+        if not (math.isclose(scale[a], 1.0) and y.shape[a] == x.shape[a] and trivial_roi):
+            axes.append(a)
+    if not axes:
+        ctx.note(node, "identity resize (copy)")
+        return lambda: np.copyto(y, x)
+    coords = {}
+    for a in axes:
+        coords[a] = _source_coords(ctm, y.shape[a], x.shape[a], scale[a],
+                                   None if roi is None else (float(roi[a]), float(roi[a + r])))
+
+    if mode == "nearest":
+        # one gather: flat source index of every output element past the unchanged leading dims
+        a0 = axes[0]
+        lead = int(np.prod(x.shape[:a0]))
+        in_tail, out_tail = x.shape[a0:], y.shape[a0:]
+        flat = np.zeros(out_tail, np.intp)
+        extra_mask = np.zeros(out_tail, bool) if ctm == "tf_crop_and_resize" else None
+        stride = 1
+        for a in range(r - 1, a0 - 1, -1):
+            shape = [1] * len(out_tail)
+            shape[a - a0] = y.shape[a]
+            if a in coords:
+                xo, outside = coords[a]
+                ia = _nearest_index(xo, nearest_mode, scale[a], x.shape[a])
+                if outside is not None:
+                    extra_mask |= outside.reshape(shape)
+            else:
+                ia = np.arange(x.shape[a], dtype=np.intp)
+            flat = flat + (ia * stride).reshape(shape)
+            stride *= x.shape[a]
+        flat = flat.ravel()
+        x2 = view_as(x, (lead, int(np.prod(in_tail))))
+        y2 = view_as(y, (lead, flat.size))
+        take = np.take
+        ctx.note(node, f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}")
+        if extra_mask is not None and extra_mask.any():
+            m2 = extra_mask.reshape(1, -1)
+            return lambda: (take(x2, flat, axis=1, out=y2, mode="clip"), np.copyto(y2, extrap, where=m2))
+        return lambda: take(x2, flat, axis=1, out=y2, mode="clip")
+
+    if x.dtype.kind != "f":
+        raise UnsupportedOpError(f"Resize {node.name!r}: {mode} mode on {x.dtype} is not supported")
+    # separable filter: one pass per changed axis, each a few gathers and multiply-adds
+    stages = []
+    cur = x
+    shape = list(x.shape)
+    for k, a in enumerate(axes):
+        xo, outside = coords[a]
+        idx, w = _taps(xo, mode, scale[a], x.shape[a], antialias, cubic_a, exclude)
+        shape[a] = y.shape[a]
+        nxt = y if k == len(axes) - 1 else ctx.workspace(tuple(shape), y.dtype)
+        tmp = ctx.workspace(tuple(shape), y.dtype)
+        bshape = [1] * r
+        bshape[a] = y.shape[a]
+        # drop taps whose weight is zero everywhere (e.g. cubic at integer positions)
+        live = [t for t in range(idx.shape[1]) if np.any(w[:, t] != 0)] or [0]
+        taps = [(np.ascontiguousarray(idx[:, t]), w[:, t].astype(y.dtype).reshape(bshape)) for t in live]
+        mask = None
+        if outside is not None and outside.any():
+            mask = outside.reshape(bshape)
+        stages.append((cur, nxt, tmp, a, taps, mask))
+        cur = nxt
+    take, mul, add, copyto = np.take, np.multiply, np.add, np.copyto
+
+    def run():
+        for src, dst, tmp, a, taps, mask in stages:
+            i0, w0 = taps[0]
+            take(src, i0, axis=a, out=dst, mode="clip")
+            mul(dst, w0, out=dst)
+            for it, wt in taps[1:]:
+                take(src, it, axis=a, out=tmp, mode="clip")
+                mul(tmp, wt, out=tmp)
+                add(dst, tmp, out=dst)
+            if mask is not None:
+                copyto(dst, extrap, where=mask)
+    ntaps = [len(s[4]) for s in stages]
+    ctx.note(node, f"{mode} ({ctm}{', antialias' if antialias else ''}) separable over axes {axes}, "
+                   f"taps {ntaps}")
+    return run
+
+
+def _const_or_none(ctx, name: str) -> Optional[np.ndarray]:
+    if not name:
+        return None
+    v = ctx.const(name)
+    if v is not None and v.size == 0:
+        return None
+    return v
+
+
+@kernel("Resize")
+def resize(node: Node, ctx) -> Callable[[], None]:
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    r = x.ndim
+    attrs = node.attrs
+    axes = [int(a) % r for a in (attrs.get("axes") or range(r))]
+    scales_name, sizes_name = _opt(node, 2), _opt(node, 3)
+    sc, sz = _const_or_none(ctx, scales_name), _const_or_none(ctx, sizes_name)
+    dynamic = (sc is None and sz is None and
+               any(nm and ctx.tensor(nm).shape not in ((0,),) for nm in (scales_name, sizes_name)))
+    if dynamic:
+        # scales/sizes computed at run time: the planned output shape fixes them
+        scale = [y.shape[a] / x.shape[a] for a in range(r)]
+    else:
+        scale, out = resize_plan(x.shape, attrs, sc, sz)
+        if tuple(out) != tuple(y.shape):
+            raise ShapeError(f"Resize {node.name!r}: planned output {y.shape} != computed {tuple(out)}")
+    roi = None
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        rv = _const_or_none(ctx, _opt(node, 1))
+        if rv is not None:
+            rv = np.asarray(rv, np.float64).ravel()
+            full = np.array([0.0] * r + [1.0] * r)
+            na = len(axes)
+            if len(rv) != 2 * na:
+                raise ShapeError(f"Resize {node.name!r}: roi has {len(rv)} values for {na} axes")
+            for i, a in enumerate(axes):
+                full[a], full[a + r] = rv[i], rv[i + na]
+            roi = full
+    fn = _resize_kernel(node, ctx, x, y, scale, attrs, roi)
+    if dynamic:
+        ctx.notes[node.name] += " (scales taken from the planned shapes)"
+    return fn
+
+
+@kernel("Upsample")
+def upsample(node: Node, ctx) -> Callable[[], None]:
+    """Upsample (opset 7-9): Resize with asymmetric coordinates; nearest picks as
+    onnxruntime does (truncate)."""
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    sname = _opt(node, 1)
+    sc = _const_or_none(ctx, sname) if sname else node.attrs.get("scales")
+    if sc is None:
+        scale = [y.shape[a] / x.shape[a] for a in range(x.ndim)]
+    else:
+        scale, out = resize_plan(x.shape, {}, np.asarray(sc, np.float64), None)
+        if tuple(out) != tuple(y.shape):
+            raise ShapeError(f"Upsample {node.name!r}: planned output {y.shape} != computed {tuple(out)}")
+    mode = str(node.attrs.get("mode", "nearest"))
+    mode = {"bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
+    attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "simple"}
+    return _resize_kernel(node, ctx, x, y, scale, attrs, None)

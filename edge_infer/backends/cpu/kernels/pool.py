@@ -1,0 +1,197 @@
+"""Pooling kernels: MaxPool (with optional Indices), AveragePool, GlobalAveragePool,
+GlobalMaxPool; 1-D/2-D/3-D.
+
+Windowed pools reduce over kernel taps: each tap is a strided view of a padded
+workspace (border filled once at prepare with -inf for max, 0 for average), so a
+run is one interior copy plus ``prod(kernel)`` in-place ufunc calls over the
+output.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Sequence, Tuple
+
+import numpy as np
+
+from ....errors import ShapeError, UnsupportedOpError
+from ....ir import Node
+from ....ir.padding import resolve_pads
+from ....ir.shape_rules_nn import window_attrs
+from ..registry import kernel
+from .conv import padded_input, tap_views, view_as
+
+
+def _geometry(node: Node, x: np.ndarray, y: np.ndarray):
+    """(kernel, strides, dilations, pads, out dims, extra end padding) of a windowed pool."""
+    nsp = x.ndim - 2
+    ks = [int(k) for k in (node.attrs.get("kernel_shape") or [])]
+    if len(ks) != nsp:
+        raise ShapeError(f"{node.op} {node.name!r}: kernel_shape {ks} for input {x.shape}")
+    wa = window_attrs(node, nsp, ks)
+    pads, osp = resolve_pads(x.shape[2:], ks, wa["strides"], wa["dilations"], wa["pads"],
+                             wa["auto_pad"], wa["ceil_mode"])
+    if tuple(y.shape) != (*x.shape[:2], *osp):
+        raise ShapeError(f"{node.op} {node.name!r}: planned output {y.shape} != computed "
+                         f"{(*x.shape[:2], *osp)}")
+    # ceil_mode can make the last window run past the end padding
+    extra = []
+    for i in range(nsp):
+        need = (osp[i] - 1) * wa["strides"][i] + (ks[i] - 1) * wa["dilations"][i] + 1
+        have = x.shape[2 + i] + pads[i] + pads[i + nsp]
+        extra.append(max(0, need - have))
+    return ks, wa["strides"], wa["dilations"], pads, osp, extra
+
+
+def _lowest(dtype) -> object:
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return -np.inf
+    if dt.kind == "b":
+        return False
+    return np.iinfo(dt).min
+
+
+@kernel("MaxPool")
+def max_pool(node: Node, ctx) -> Callable[[], None]:
+    x = ctx.value(node.inputs[0])
+    y = ctx.value(node.outputs[0])
+    ks, strides, dil, pads, osp, extra = _geometry(node, x, y)
+    want_idx = len(node.outputs) > 1 and bool(node.outputs[1])
+    if y.size == 0:
+        return lambda: None
+    xp, pad_step = padded_input(ctx, x, pads, extra, fill=_lowest(x.dtype))
+    taps = tap_views(xp, ks, dil, strides, osp)
+    maximum = np.maximum
+    kdesc = "x".join(map(str, ks))
+    if not want_idx:
+        if len(taps) == 1:
+            t0 = taps[0]
+            ctx.note(node, f"max pool {kdesc} (single tap copy)")
+            return lambda: (pad_step(), np.copyto(y, t0))
+        t0, t1, rest = taps[0], taps[1], taps[2:]
+
+        def maxpool():
+            pad_step()
+            maximum(t0, t1, out=y)
+            for t in rest:
+                maximum(y, t, out=y)
+        ctx.note(node, f"max pool {kdesc} ({len(taps)} strided tap maxima)")
+        return maxpool
+
+    # Indices: flat positions into the unpadded input, first maximum wins (as ORT does)
+    idx = ctx.value(node.outputs[1])
+    nsp = x.ndim - 2
+    insp = x.shape[2:]
+    order = int(node.attrs.get("storage_order", 0))
+    # element stride of each spatial dim: row-major, or column-major over spatial dims
+    if order == 0:
+        sp_mul = [int(np.prod(insp[i + 1:])) for i in range(nsp)]
+    else:
+        sp_mul = [int(np.prod(insp[:i])) for i in range(nsp)]
+    tap_idx = []
+    for tap in np.ndindex(*ks):
+        flat = np.zeros(osp, np.int64)
+        for i in range(nsp):
+            pos = np.arange(osp[i]) * strides[i] + tap[i] * dil[i] - pads[i]
+            pos = np.clip(pos, 0, insp[i] - 1)
+            shape = [1] * nsp
+            shape[i] = osp[i]
+            flat = flat + (pos * sp_mul[i]).reshape(shape)
+        tap_idx.append(flat)
+    n, c = x.shape[:2]
+    base = (np.arange(n * c, dtype=np.int64) * int(np.prod(insp))).reshape((n, c) + (1,) * nsp)
+    mask = ctx.workspace(y.shape, bool)
+    copyto, greater = np.copyto, np.greater
+    pairs = list(zip(taps[1:], tap_idx[1:]))
+    t0, i0 = taps[0], tap_idx[0]
+
+    def maxpool_idx():
+        pad_step()
+        copyto(y, t0)
+        copyto(idx, i0)
+        for t, ti in pairs:
+            greater(t, y, out=mask)
+            copyto(y, t, where=mask)
+            copyto(idx, ti, where=mask)
+        np.add(idx, base, out=idx)
+    ctx.note(node, f"max pool {kdesc} with indices (storage_order {order})")
+    return maxpool_idx
+
+
+def _window_counts(size: int, out: int, k: int, s: int, d: int, lo: int, hi: int) -> np.ndarray:
+    """Per output position: how many of the k taps (in padded coordinates) fall in [lo, hi)."""
+    pos = np.arange(out)[:, None] * s + np.arange(k)[None, :] * d
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)
+
+
+@kernel("AveragePool")
+def average_pool(node: Node, ctx) -> Callable[[], None]:
+    x = ctx.value(node.inputs[0])
+    y = ctx.value(node.outputs[0])
+    ks, strides, dil, pads, osp, extra = _geometry(node, x, y)
+    if y.size == 0:
+        return lambda: None
+    if x.dtype.kind != "f":
+        raise UnsupportedOpError(f"AveragePool {node.name!r}: dtype {x.dtype} is not supported")
+    nsp = x.ndim - 2
+    include_pad = bool(node.attrs.get("count_include_pad", 0))
+    xp, pad_step = padded_input(ctx, x, pads, extra, fill=0)
+    taps = tap_views(xp, ks, dil, strides, osp)
+    # divisor per output position, separable over spatial dims: taps inside the input
+    # (count_include_pad=0) or inside input + explicit pads (=1); ceil_mode overhang never counts
+    inv = np.ones(osp, np.float64)
+    for i in range(nsp):
+        lo = 0 if include_pad else pads[i]
+        hi = pads[i] + x.shape[2 + i] + (pads[i + nsp] if include_pad else 0)
+        cnt = _window_counts(x.shape[2 + i], osp[i], ks[i], strides[i], dil[i], lo, hi)
+        shape = [1] * nsp
+        shape[i] = osp[i]
+        inv = inv * cnt.reshape(shape)
+    if (inv == 0).any():
+        raise ShapeError(f"AveragePool {node.name!r}: a window lies entirely in padding")
+    inv = (1.0 / inv).astype(y.dtype)
+    scale = inv.flat[0] if (inv == inv.flat[0]).all() else inv
+    add, mul = np.add, np.multiply
+    kdesc = "x".join(map(str, ks))
+    if len(taps) == 1:
+        t0 = taps[0]
+
+        def avgpool1():
+            pad_step()
+            mul(t0, scale, out=y)
+        ctx.note(node, f"average pool {kdesc} (single tap)")
+        return avgpool1
+    t0, t1, rest = taps[0], taps[1], taps[2:]
+
+    def avgpool():
+        pad_step()
+        add(t0, t1, out=y)
+        for t in rest:
+            add(y, t, out=y)
+        mul(y, scale, out=y)
+    ctx.note(node, f"average pool {kdesc} ({len(taps)} strided tap sums, "
+                   f"{'uniform' if np.isscalar(scale) or np.ndim(scale) == 0 else 'per-position'} divisor)")
+    return avgpool
+
+
+def _global(node: Node, ctx, reduce) -> Callable[[], None]:
+    x = ctx.value(node.inputs[0])
+    y = ctx.value(node.outputs[0])
+    n, c = x.shape[:2]
+    p = int(np.prod(x.shape[2:]))
+    if x.size == 0:
+        return lambda: None
+    # a contiguous (N, C, P) view reduces along the fastest axis in one ufunc call
+    x3, y2 = view_as(x, (n, c, p)), view_as(y, (n, c))
+    return lambda: reduce(x3, axis=2, out=y2)
+
+
+@kernel("GlobalAveragePool")
+def global_average_pool(node: Node, ctx) -> Callable[[], None]:
+    ctx.note(node, "mean over spatial dims")
+    return _global(node, ctx, np.mean)
+
+
+@kernel("GlobalMaxPool")
+def global_max_pool(node: Node, ctx) -> Callable[[], None]:
+    ctx.note(node, "max over spatial dims")
+    return _global(node, ctx, np.max)

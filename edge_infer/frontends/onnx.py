@@ -1,0 +1,978 @@
+"""ONNX frontend: read an ONNX model into the edge_infer IR.
+
+The IR speaks ONNX at opset 21 (see ``edge_infer.ir.graph``). Models of opset
+7..latest are accepted and normalised into that one form, so kernels and shape
+rules only ever see one version of each op:
+
+* every attribute of the opset-21 schema is present, with ONNX's defaults
+  filled in. Attributes whose default depends on a rank (Conv ``strides``,
+  ``pads``, ``dilations``, ``kernel_shape``; Transpose ``perm``) are filled
+  when the frontend knows that rank (from declared types or ONNX's own shape
+  inference) and left absent otherwise; ``Shape.end`` and ``Split.num_outputs``
+  (with a ``split`` input) and ``Dropout.seed`` stay absent as in ONNX;
+* attributes that later opsets turned into inputs (Clip min/max, Pad, Split,
+  ReduceX axes, Squeeze/Unsqueeze axes, Slice, TopK k, Dropout ratio,
+  Resize/Upsample scales) are inputs, fed by constant tensors;
+* ``Constant`` nodes become constant tensors; ``Cast.to`` (and other dtype
+  attributes) are numpy dtype names; ``ConstantOfShape.value`` becomes
+  ``value`` (a Python scalar) plus ``dtype`` (a name);
+* Softmax/LogSoftmax/Hardmax of opset < 13 (coerce-to-2D semantics) become
+  the opset-13 op, through Flatten/Reshape when the axis is not the last one;
+* Upsample and Resize-10 become Resize with ``asymmetric`` coordinates.
+
+Opsets above 21 are accepted where they only added types: attributes new
+after 21 must hold their default value, else the node is rejected.
+
+``onnx`` is imported lazily: it is only needed to convert (the ``convert`` extra).
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..errors import ConversionError, GraphError, UnsupportedOpError
+from ..ir.graph import DTYPES, Graph, Node, Tensor
+
+#: the opset whose op names and attributes the IR uses
+IR_OPSET = 21
+#: the oldest default-domain opset accepted (older ones had legacy broadcasting)
+MIN_OPSET = 7
+
+#: ONNX TensorProto element type -> numpy dtype name (only types the IR has)
+ONNX_TO_DTYPE = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+                 7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+DTYPE_TO_ONNX = {v: k for k, v in ONNX_TO_DTYPE.items()}
+
+#: attributes holding an ONNX element type, converted to a numpy dtype name
+DTYPE_ATTRS = {
+    "Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype",),
+    "RandomUniform": ("dtype",), "RandomNormalLike": ("dtype",),
+    "RandomUniformLike": ("dtype",), "Multinomial": ("dtype",), "Bernoulli": ("dtype",),
+    "QuantizeLinear": ("output_dtype",),
+}
+
+ModelLike = Union[str, os.PathLike, bytes, "onnx.ModelProto"]  # noqa: F821
+
+
+# -- public entry point --------------------------------------------------------
+
+def load_onnx(path_or_model: ModelLike,
+              input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> Graph:
+    """Convert an ONNX model into an IR :class:`Graph`.
+
+    ``path_or_model``: a file path (weights in external data files are read
+    from the model's directory), the serialized bytes, or an ``onnx.ModelProto``
+    (external data then resolves against the current directory).
+    ``input_shapes``: ``{input name: shape}`` pins graph input dims (symbolic
+    dims become ints); unknown names or rank mismatches raise ConversionError.
+
+    Raises ConversionError for unreadable or malformed models and unsupported
+    dtypes, and UnsupportedOpError (one message, every op type with its count)
+    when some ops have no CPU kernel.
+    """
+    onnx = _import_onnx()
+    model, base_dir, label = _read_model(onnx, path_or_model)
+    if len(model.functions):
+        # model-local functions are called like custom-domain ops: inline them
+        try:
+            import onnx.inliner
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as e:  # noqa: BLE001 (any failure means: cannot convert)
+            raise ConversionError(f"{label}: cannot inline model-local functions: {e}") from None
+    conv = _Converter(onnx, model, base_dir, label)
+    graph = conv.convert()
+    if input_shapes:
+        _pin_input_shapes(graph, input_shapes)
+    return graph
+
+
+# -- reading -------------------------------------------------------------------
+
+def _import_onnx():
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ConversionError("reading ONNX models needs the 'onnx' package: "
+                              "pip install 'edge-infer[convert]'") from None
+    return onnx
+
+
+def _read_model(onnx, src) -> Tuple["onnx.ModelProto", str, str]:
+    """Parse ``src`` into a ModelProto; return it, the external-data dir and a label."""
+    if isinstance(src, onnx.ModelProto):
+        return _check_model_proto(src, "model"), os.getcwd(), "model"
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return _parse_model(onnx, bytes(src), "model bytes"), os.getcwd(), "model bytes"
+    if not isinstance(src, (str, os.PathLike)):
+        raise ConversionError(f"load_onnx: expected a path, bytes or onnx.ModelProto, "
+                              f"got {type(src).__name__}")
+    path = os.fspath(src)
+    if not os.path.exists(path):
+        raise ConversionError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise ConversionError(f"{path}: is a directory, not an ONNX model file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConversionError(f"{path}: cannot read: {e.strerror or e}") from None
+    return _parse_model(onnx, data, path), os.path.dirname(os.path.abspath(path)), path
+
+
+def _parse_model(onnx, data: bytes, label: str):
+    if not data:
+        raise ConversionError(f"{label}: empty file, not an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001  (DecodeError, RuntimeError from upb...)
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConversionError(f"{label}: not a valid ONNX model (protobuf parse failed: {msg})") from None
+    return _check_model_proto(model, label)
+
+
+def _check_model_proto(model, label: str):
+    # Random bytes sometimes parse as a protobuf with only unknown fields:
+    # a real model has an IR version, a graph and a default-domain opset.
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise ConversionError(f"{label}: not an ONNX model (no IR version or no graph)")
+    if not model.graph.output:
+        raise ConversionError(f"{label}: malformed ONNX model: the graph has no outputs")
+    return model
+
+
+def _dtype_name(elem_type: int, what: str) -> str:
+    name = ONNX_TO_DTYPE.get(elem_type)
+    if name is None:
+        try:
+            import onnx
+            tname = onnx.TensorProto.DataType.Name(elem_type)
+        except Exception:  # noqa: BLE001
+            tname = f"#{elem_type}"
+        raise ConversionError(f"{what}: dtype {tname} is not supported "
+                              f"(supported: {', '.join(DTYPES)})")
+    return name
+
+
+# -- attribute helpers ---------------------------------------------------------
+
+def _attr_value(onnx, a, where: str):
+    """An AttributeProto as a JSON value (tensors stay TensorProto for the normalizer)."""
+    A = onnx.AttributeProto
+    if a.type == A.FLOAT:
+        return float(a.f)
+    if a.type == A.INT:
+        return int(a.i)
+    if a.type == A.STRING:
+        return a.s.decode("utf-8", "replace")
+    if a.type == A.FLOATS:
+        return [float(v) for v in a.floats]
+    if a.type == A.INTS:
+        return [int(v) for v in a.ints]
+    if a.type == A.STRINGS:
+        return [s.decode("utf-8", "replace") for s in a.strings]
+    if a.type == A.TENSOR:
+        return a.t
+    if a.type == A.SPARSE_TENSOR:
+        return a.sparse_tensor
+    raise ConversionError(f"{where}: attribute {a.name!r} of type "
+                          f"{A.AttributeType.Name(a.type)} is not supported")
+
+
+_SCHEMAS: Dict[Tuple[str, int], object] = {}
+_DEFAULTS: Dict[Tuple[str, int], Dict[str, object]] = {}
+
+
+def _schema(onnx, op: str, opset: int):
+    """The schema of ``op`` at ``opset`` (None when the op does not exist there)."""
+    key = (op, opset)
+    if key not in _SCHEMAS:
+        try:
+            _SCHEMAS[key] = onnx.defs.get_schema(op, max_inclusive_version=opset, domain="")
+        except Exception:  # noqa: BLE001  (SchemaError)
+            _SCHEMAS[key] = None
+    return _SCHEMAS[key]
+
+
+def _defaults(onnx, schema) -> Dict[str, object]:
+    """{attribute: default} of a schema, as JSON values (a fresh dict)."""
+    if schema is None:
+        return {}
+    key = (schema.name, schema.since_version)
+    if key not in _DEFAULTS:
+        out = {}
+        for name, a in schema.attributes.items():
+            dv = a.default_value
+            if dv is not None and dv.type != 0:
+                out[name] = _attr_value(onnx, dv, schema.name)
+        _DEFAULTS[key] = out
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in _DEFAULTS[key].items()}
+
+
+# -- the converter -------------------------------------------------------------
+
+class _Converter:
+    """Holds the state of one conversion; normalizers call its helpers."""
+
+    def __init__(self, onnx, model, base_dir: str, label: str):
+        self.onnx = onnx
+        self.model = model
+        self.base_dir = base_dir
+        self.label = label
+        self.opset = self._default_opset()
+        self.graph = Graph(model.graph.name or "graph")
+        self.inits = {t.name: t for t in model.graph.initializer}
+        self.sparse_inits = {t.values.name: t for t in model.graph.sparse_initializer}
+        self._const_cache: Dict[str, np.ndarray] = {}
+        self.used_names = self._all_names()
+        self.node_names: set = set()
+        self.reserved_node_names = {n.name for n in model.graph.node if n.name}
+        self._emitted = 0
+        self.types = self._collect_types()
+        self.unsupported: Counter = Counter()
+        self.node: object = None      # the ONNX node being converted
+        self.node_name = ""           # its IR name
+        self._sources: List[Tuple[Node, str]] = []
+
+    # setup ---------------------------------------------------------------
+    def _default_opset(self) -> int:
+        ver = None
+        for o in self.model.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                ver = int(o.version)
+        if ver is None:
+            if self.model.ir_version < 3:   # IR v1/v2 had no opset_import: opset 1
+                ver = 1
+            else:
+                raise ConversionError(f"{self.label}: model imports no default-domain ONNX opset")
+        latest = self.onnx.defs.onnx_opset_version()
+        if ver < MIN_OPSET:
+            raise ConversionError(f"{self.label}: ONNX opset {ver} is too old (minimum {MIN_OPSET}); "
+                                  "upgrade it with onnx.version_converter")
+        if ver > latest:
+            raise ConversionError(f"{self.label}: ONNX opset {ver} is newer than the installed "
+                                  f"onnx package knows ({latest}); upgrade onnx")
+        return ver
+
+    def _all_names(self) -> set:
+        g = self.model.graph
+        names = {v.name for v in g.input} | {v.name for v in g.output} | set(self.inits)
+        for n in g.node:
+            names.update(n.input)
+            names.update(n.output)
+        return names
+
+    def _collect_types(self) -> Dict[str, Tuple[int, Optional[tuple]]]:
+        """name -> (ONNX elem type, shape or None) for every tensor whose type is
+        declared or that ONNX's shape inference can type. Used only for rank-
+        and dtype-dependent defaults, never stored on intermediates."""
+        types: Dict[str, Tuple[int, Optional[tuple]]] = {}
+
+        def add(vi):
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is None:
+                return
+            shape = None
+            if tt.HasField("shape"):
+                shape = tuple(d.dim_value if d.HasField("dim_value") else
+                              (d.dim_param or None) for d in tt.shape.dim)
+            types[vi.name] = (tt.elem_type, shape)
+
+        for t in self.model.graph.initializer:
+            types[t.name] = (t.data_type, tuple(t.dims))
+        for vi in list(self._inferred_value_infos()) + list(self.model.graph.value_info) + \
+                list(self.model.graph.input) + list(self.model.graph.output):
+            if vi.name in self.inits:
+                continue
+            add(vi)
+        return types
+
+    def _inferred_value_infos(self):
+        """Run ONNX shape inference on a light copy of the graph (big
+        initializers replaced by typed inputs, so nothing big is copied)."""
+        onnx = self.onnx
+        g = self.model.graph
+        try:
+            light = onnx.ModelProto()
+            light.ir_version = max(self.model.ir_version, 4)
+            light.opset_import.extend(self.model.opset_import)
+            lg = light.graph
+            lg.node.extend(g.node)
+            lg.input.extend(v for v in g.input if v.name not in self.inits)
+            lg.output.extend(g.output)
+            lg.value_info.extend(g.value_info)
+            for t in g.initializer:
+                n = int(np.prod(t.dims)) if len(t.dims) else 1
+                if n <= 64 and not onnx.external_data_helper.uses_external_data(t):
+                    lg.initializer.append(t)   # small: may be a shape value
+                else:
+                    lg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+            return list(inferred.graph.value_info)
+        except Exception:  # noqa: BLE001  (inference is a nicety, never fatal)
+            return []
+
+    # helpers for normalizers --------------------------------------------------
+    def rank(self, name: str) -> Optional[int]:
+        """Rank of ``name`` if known."""
+        if not name:
+            return None
+        t = self.graph.tensors.get(name)
+        if t is not None and t.shape is not None and (t.is_const or name in self.graph.inputs):
+            return len(t.shape)
+        info = self.types.get(name)
+        if info is None or info[1] is None:
+            return None
+        return len(info[1])
+
+    def static_shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        info = self.types.get(name)
+        if info is None or info[1] is None or not all(isinstance(d, int) for d in info[1]):
+            return None
+        return info[1]
+
+    def elem_dtype(self, name: str, default: str = "float32") -> str:
+        """numpy dtype name of ``name`` when declared, else ``default``."""
+        info = self.types.get(name)
+        if info is None:
+            return default
+        return ONNX_TO_DTYPE.get(info[0], default)
+
+    def const(self, name: str) -> Optional[np.ndarray]:
+        """The value of ``name`` if it is an initializer or an already-seen constant."""
+        if not name:
+            return None
+        t = self.graph.tensors.get(name)
+        if t is not None and t.is_const:
+            return t.data
+        if name in self.inits or name in self.sparse_inits:
+            if name not in self._const_cache:
+                self._const_cache[name] = self._init_array(name)
+            return self._const_cache[name]
+        return None
+
+    def new_name(self, base: str) -> str:
+        """A tensor name used nowhere in the model."""
+        name, i = base, 1
+        while name in self.used_names or name in self.graph.tensors:
+            name = f"{base}_{i}"
+            i += 1
+        self.used_names.add(name)
+        return name
+
+    def add_const(self, base: str, value, dtype: Optional[str] = None) -> str:
+        """Add a constant tensor (named after the current node) and return its name."""
+        arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        name = self.new_name(f"{self.node_name}_{base}")
+        self.graph.add_const(name, arr)
+        return name
+
+    def emit(self, op: str, inputs: Sequence[str], outputs: Sequence[str],
+             attrs: Dict[str, object], src_schema=None, final: bool = False) -> Node:
+        """Add an IR node, completing its attributes to the opset-21 schema.
+
+        ``src_schema`` (the node's own schema at the model's opset) lets
+        attributes that no longer exist at opset 21 be dropped when they hold
+        their old default; any other leftover attribute is an error.
+        ``final``: ``attrs`` are already in IR form (e.g. ConstantOfShape's
+        ``value``/``dtype``, which are the IR's own, not ONNX's).
+        """
+        attrs = self._check_json(op, dict(attrs)) if final else \
+            self._finalize_attrs(op, dict(attrs), src_schema)
+        if self._emitted:    # a helper node of a multi-node lowering
+            name = self._unique_node_name(f"{self.node_name}_{op}")
+        else:
+            name = self.node_name
+        self._emitted += 1
+        node = Node(op, list(inputs), list(outputs), attrs, name)
+        for o in node.outputs:
+            if o and o not in self.graph.tensors:
+                self.graph.tensors[o] = Tensor(o)
+        self.graph.nodes.append(node)
+        self._sources.append((node, self.node_name))
+        return node
+
+    def _finalize_attrs(self, op: str, attrs: Dict[str, object], src_schema) -> Dict[str, object]:
+        s21 = _schema(self.onnx, op, IR_OPSET)
+        if s21 is not None:
+            known = set(s21.attributes)
+            src_defaults = _defaults(self.onnx, src_schema)
+            latest_defaults = _defaults(self.onnx, _schema(self.onnx, op, self.onnx.defs.onnx_opset_version()))
+            for k in [k for k in attrs if k not in known]:
+                v = attrs[k]
+                if k in src_defaults and src_defaults[k] == v or \
+                        k in latest_defaults and latest_defaults[k] == v:
+                    del attrs[k]     # an old or newer attribute at its default: no meaning
+                else:
+                    raise ConversionError(
+                        f"node {self.node_name!r} ({op}, opset {self.opset}): attribute "
+                        f"{k}={v!r} has no equivalent at opset {IR_OPSET}")
+            for k, v in _defaults(self.onnx, s21).items():
+                attrs.setdefault(k, v)
+        for k in DTYPE_ATTRS.get(op, ()):
+            if isinstance(attrs.get(k), int):
+                if op == "QuantizeLinear" and attrs[k] == 0:
+                    continue      # 0 means "from the zero point"
+                attrs[k] = _dtype_name(attrs[k], f"node {self.node_name!r} ({op}) attribute {k!r}")
+        return self._check_json(op, attrs)
+
+    def _check_json(self, op: str, attrs: Dict[str, object]) -> Dict[str, object]:
+        for k, v in attrs.items():
+            if not isinstance(v, (int, float, str, list, bool)):
+                raise ConversionError(f"node {self.node_name!r} ({op}): attribute {k!r} "
+                                      f"is a {type(v).__name__}, not a JSON value")
+        return attrs
+
+    def _unique_node_name(self, base: str) -> str:
+        """``base`` or ``base_N``: unused so far and by no named ONNX node."""
+        name, i = base, 1
+        while name in self.node_names or name in self.reserved_node_names:
+            name = f"{base}_{i}"
+            i += 1
+        self.node_names.add(name)
+        return name
+
+    # initializers ---------------------------------------------------------------
+    def _init_array(self, name: str) -> np.ndarray:
+        onnx = self.onnx
+        if name in self.sparse_inits:
+            return self._sparse_array(self.sparse_inits[name], f"initializer {name!r}")
+        return self._tensor_array(self.inits[name], f"initializer {name!r}")
+
+    def _tensor_array(self, t, what: str) -> np.ndarray:
+        onnx = self.onnx
+        _dtype_name(t.data_type, what)
+        try:
+            arr = onnx.numpy_helper.to_array(t, self.base_dir)
+        except FileNotFoundError as e:
+            loc = dict((kv.key, kv.value) for kv in t.external_data).get("location", "?")
+            raise ConversionError(f"{what}: external data file {loc!r} not found "
+                                  f"(looked in {self.base_dir})") from None
+        except Exception as e:  # noqa: BLE001  (truncated file, bad offsets, ...)
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConversionError(f"{what}: cannot read tensor data: {msg}") from None
+        return np.ascontiguousarray(arr)
+
+    def _sparse_array(self, sp, what: str) -> np.ndarray:
+        values = self._tensor_array(sp.values, what)
+        idx = self._tensor_array(sp.indices, what).astype(np.int64)
+        dims = tuple(int(d) for d in sp.dims)
+        dense = np.zeros(dims, values.dtype)
+        if idx.ndim == 1:
+            dense.reshape(-1)[idx] = values
+        else:
+            dense[tuple(idx.T)] = values
+        return dense
+
+    # main -----------------------------------------------------------------------
+    def convert(self) -> Graph:
+        onnx_graph = self.model.graph
+        for k, node in enumerate(onnx_graph.node):
+            self._convert_node(node, k)
+        if self.unsupported or self._unsupported_emitted():
+            counts = self.unsupported
+            items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            raise UnsupportedOpError("unsupported ops: " + ", ".join(f"{op} ({n})" for op, n in items))
+        self._add_initializers()
+        self._add_inputs()
+        self._add_outputs()
+        g = self.graph
+        g.metadata.update(self._metadata())
+        try:
+            g.validate()
+        except GraphError as e:
+            raise ConversionError(f"{self.label}: malformed model: {e}") from None
+        return g
+
+    def _metadata(self) -> Dict[str, object]:
+        m = self.model
+        meta: Dict[str, object] = {"source_format": "onnx", "source_opset": self.opset,
+                                   "source_ir_version": int(m.ir_version)}
+        if m.producer_name:
+            meta["producer"] = f"{m.producer_name} {m.producer_version}".strip()
+        if m.metadata_props:
+            meta["model_metadata"] = {p.key: p.value for p in m.metadata_props}
+        return meta
+
+    def _unsupported_emitted(self) -> bool:
+        from ..backends.cpu import KERNELS
+        for node, _src in self._sources:
+            if node.op not in KERNELS:
+                self.unsupported[node.op] += 1
+        return bool(self.unsupported)
+
+    def _convert_node(self, node, k: int) -> None:
+        onnx = self.onnx
+        self.node = node
+        self._emitted = 0
+        if node.name and node.name not in self.node_names:
+            self.node_name = node.name      # keep ONNX names (first one wins on duplicates)
+            self.node_names.add(node.name)
+        else:
+            self.node_name = self._unique_node_name(node.name or f"{node.op_type}_{k}")
+        op = node.op_type
+        if node.domain not in ("", "ai.onnx"):
+            self.unsupported[f"{node.domain}.{op}"] += 1
+            return
+        A = onnx.AttributeProto
+        if any(a.type in (A.GRAPH, A.GRAPHS) for a in node.attribute):
+            self.unsupported[op] += 1     # control flow (If/Loop/Scan): no subgraphs in the IR
+            return
+        schema = _schema(onnx, op, self.opset)
+        if schema is None:
+            # An op newer than the model's declared opset: be lenient and
+            # read it with the newest schema; unknown ops are unsupported.
+            schema = _schema(onnx, op, onnx.defs.onnx_opset_version())
+            if schema is None:
+                self.unsupported[op] += 1
+                return
+        where = f"node {self.node_name!r} ({op})"
+        given = {a.name: _attr_value(onnx, a, where) for a in node.attribute}
+        attrs = dict(_defaults(onnx, schema))
+        attrs.update(given)
+        fn = NORMALIZERS.get(op, _norm_default)
+        fn(self, node, attrs, given, schema)
+
+    def _add_initializers(self) -> None:
+        g = self.graph
+        for name in list(self.inits) + list(self.sparse_inits):
+            if name in g.tensors and g.tensors[name].is_const:
+                continue
+            arr = self.const(name)
+            g.add_tensor(name, arr.dtype.name, arr.shape, arr)
+        self._const_cache.clear()
+
+    def _add_inputs(self) -> None:
+        g = self.graph
+        dim_params = set()
+        for vi in self.model.graph.input:
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                dim_params.update(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
+        fresh = set()
+        for vi in self.model.graph.input:
+            if vi.name in self.inits or vi.name in self.sparse_inits:
+                continue   # IR<4 style: initializers listed as inputs are constants
+            if vi.name in g.tensors and g.tensors[vi.name].is_const:
+                continue
+            if not vi.type.HasField("tensor_type"):
+                kind = vi.type.WhichOneof("value") or "unknown"
+                raise ConversionError(f"graph input {vi.name!r}: {kind} inputs are not supported "
+                                      "(only tensors)")
+            tt = vi.type.tensor_type
+            if tt.elem_type == 0:
+                raise ConversionError(f"graph input {vi.name!r} has no element type")
+            dtype = _dtype_name(tt.elem_type, f"graph input {vi.name!r}")
+            shape = None
+            if tt.HasField("shape"):
+                dims: List[object] = []
+                for j, d in enumerate(tt.shape.dim):
+                    if d.HasField("dim_value"):
+                        dims.append(int(d.dim_value))
+                    elif d.dim_param:
+                        dims.append(d.dim_param)
+                    else:
+                        # an unknown dim: give it a fresh symbol of its own
+                        base, i = f"{vi.name}_dim{j}", 1
+                        sym = base
+                        while sym in dim_params or sym in fresh:
+                            sym = f"{base}_{i}"
+                            i += 1
+                        fresh.add(sym)
+                        dims.append(sym)
+                shape = tuple(dims)
+            if vi.name in g.tensors and not g.tensors[vi.name].is_const:
+                # produced by a node too: malformed, validate() reports it
+                raise ConversionError(f"{self.label}: malformed model: graph input {vi.name!r} "
+                                      "is also produced by a node")
+            g.add_input(vi.name, dtype, shape)
+
+    def _add_outputs(self) -> None:
+        g = self.graph
+        for vi in self.model.graph.output:
+            if not vi.name:
+                raise ConversionError(f"{self.label}: malformed model: a graph output has no name")
+            if vi.type.HasField("tensor_type"):
+                et = vi.type.tensor_type.elem_type
+                dtype = _dtype_name(et, f"graph output {vi.name!r}") if et else None
+            elif vi.type.WhichOneof("value"):
+                raise ConversionError(f"graph output {vi.name!r}: {vi.type.WhichOneof('value')} "
+                                      "outputs are not supported (only tensors)")
+            else:
+                dtype = None
+            t = g.tensors.get(vi.name)
+            if t is None:
+                raise ConversionError(f"{self.label}: malformed model: graph output {vi.name!r} "
+                                      "is never produced")
+            if dtype is not None and not t.is_const and vi.name not in g.inputs:
+                t.dtype = dtype
+            g.outputs.append(vi.name)
+
+
+# -- per-op normalizers --------------------------------------------------------
+# Each takes (converter, onnx node, attrs with the model-opset defaults filled,
+# attrs explicitly given, schema at the model's opset) and emits IR nodes.
+
+Normalizer = Callable[[_Converter, object, Dict[str, object], Dict[str, object], object], None]
+
+
+def _ins(node) -> List[str]:
+    return list(node.input)
+
+
+def _outs(node) -> List[str]:
+    return list(node.output)
+
+
+def _norm_default(c: _Converter, node, attrs, given, schema) -> None:
+    for k, v in attrs.items():
+        if not isinstance(v, (int, float, str, list)):
+            raise ConversionError(f"node {c.node_name!r} ({node.op_type}): tensor attribute "
+                                  f"{k!r} is not supported")
+    c.emit(node.op_type, _ins(node), _outs(node), attrs, schema)
+
+
+def _pad_inputs(inputs: List[str], n: int) -> List[str]:
+    return inputs + [""] * (n - len(inputs))
+
+
+def _trim_inputs(inputs: List[str]) -> List[str]:
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return inputs
+
+
+def _norm_constant(c: _Converter, node, attrs, given, schema) -> None:
+    out = node.output[0]
+    what = f"constant {out!r}"
+    if "value" in given:
+        arr = c._tensor_array(given["value"], what)
+    elif "sparse_value" in given:
+        arr = c._sparse_array(given["sparse_value"], what)
+    elif "value_float" in given:
+        arr = np.array(given["value_float"], np.float32)
+    elif "value_floats" in given:
+        arr = np.array(given["value_floats"], np.float32)
+    elif "value_int" in given:
+        arr = np.array(given["value_int"], np.int64)
+    elif "value_ints" in given:
+        arr = np.array(given["value_ints"], np.int64)
+    elif "value_string" in given or "value_strings" in given:
+        raise ConversionError(f"{what}: dtype STRING is not supported (supported: {', '.join(DTYPES)})")
+    else:
+        raise ConversionError(f"node {c.node_name!r} (Constant) has no value attribute")
+    if out in c.graph.tensors:
+        raise ConversionError(f"{c.label}: malformed model: tensor {out!r} is produced twice")
+    c.graph.add_tensor(out, arr.dtype.name, arr.shape, np.ascontiguousarray(arr))
+
+
+def _norm_constant_of_shape(c: _Converter, node, attrs, given, schema) -> None:
+    value, dtype = 0.0, "float32"
+    t = given.get("value")
+    if t is not None:
+        arr = c._tensor_array(t, f"node {c.node_name!r} (ConstantOfShape) value of {node.output[0]!r}")
+        if arr.size != 1:
+            raise ConversionError(f"node {c.node_name!r} (ConstantOfShape): value must hold one element")
+        dtype = arr.dtype.name
+        value = arr.reshape(-1)[0].item()
+    c.emit("ConstantOfShape", _ins(node), _outs(node), {"value": value, "dtype": dtype},
+           final=True)
+
+
+def _norm_clip(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _ins(node)
+    if c.opset < 11:
+        dt = c.elem_dtype(ins[0])
+        lo = c.add_const("min", given["min"], dt) if "min" in given else ""
+        hi = c.add_const("max", given["max"], dt) if "max" in given else ""
+        ins = _trim_inputs([ins[0], lo, hi])
+    c.emit("Clip", ins, _outs(node), {})
+
+
+def _norm_pad(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _ins(node)
+    mode = attrs.get("mode", "constant")
+    if c.opset < 11:
+        pads = c.add_const("pads", attrs["pads"], "int64")
+        value = ""
+        if mode == "constant" and float(attrs.get("value", 0.0)) != 0.0:
+            value = c.add_const("value", attrs["value"], c.elem_dtype(ins[0]))
+        ins = _trim_inputs([ins[0], pads, value])
+    c.emit("Pad", ins, _outs(node), {"mode": mode})
+
+
+def _norm_split(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _ins(node)
+    out = {"axis": attrs.get("axis", 0)}
+    if c.opset < 13 and "split" in given:
+        ins = [ins[0], c.add_const("split", given["split"], "int64")]
+    if "num_outputs" in given:
+        out["num_outputs"] = given["num_outputs"]
+    elif len(ins) < 2 or not ins[1]:
+        # without sizes, old opsets split into len(outputs) equal parts
+        out["num_outputs"] = len(node.output)
+    c.emit("Split", ins, _outs(node), out)
+
+
+#: the opset at which each reduce op's ``axes`` became an input
+REDUCE_AXES_INPUT = {op: 18 for op in (
+    "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
+REDUCE_AXES_INPUT["ReduceSum"] = 13
+
+
+def _norm_reduce(c: _Converter, node, attrs, given, schema) -> None:
+    op = node.op_type
+    ins = _ins(node)
+    attrs = dict(attrs)
+    if c.opset < REDUCE_AXES_INPUT[op]:
+        axes = attrs.pop("axes", None)
+        ins = [ins[0]] + ([c.add_const("axes", axes, "int64")] if axes is not None else [])
+    c.emit(op, ins, _outs(node), attrs, schema)
+
+
+def _norm_squeeze(c: _Converter, node, attrs, given, schema) -> None:
+    op = node.op_type
+    ins = _ins(node)
+    if c.opset < 13:
+        axes = given.get("axes")
+        if axes is not None:
+            ins = [ins[0], c.add_const("axes", axes, "int64")]
+    c.emit(op, ins, _outs(node), {})
+
+
+def _norm_slice(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _ins(node)
+    if c.opset < 10:
+        ins = [ins[0], c.add_const("starts", given["starts"], "int64"),
+               c.add_const("ends", given["ends"], "int64")]
+        if "axes" in given:
+            ins.append(c.add_const("axes", given["axes"], "int64"))
+    c.emit("Slice", ins, _outs(node), {})
+
+
+def _norm_topk(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _ins(node)
+    attrs = dict(attrs)
+    if c.opset < 10:
+        ins = [ins[0], c.add_const("k", [attrs.pop("k")], "int64")]
+    c.emit("TopK", ins, _outs(node), attrs, schema)
+
+
+def _norm_dropout(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _ins(node)
+    out = {}
+    if "seed" in given:
+        out["seed"] = given["seed"]
+    if c.opset < 12 and "ratio" in given:
+        ins = [ins[0], c.add_const("ratio", given["ratio"], c.elem_dtype(ins[0]))]
+    c.emit("Dropout", ins, _outs(node), out)
+
+
+def _norm_softmax(c: _Converter, node, attrs, given, schema) -> None:
+    op = node.op_type
+    axis = int(attrs.get("axis", -1))
+    x, y = node.input[0], node.output[0]
+    if c.opset >= 13:
+        c.emit(op, [x], [y], {"axis": axis})
+        return
+    # opset < 13: input coerced to 2-D [prod(d<axis), prod(d>=axis)], normalized
+    # along dim 1. Same as the opset-13 op exactly when axis is the last dim.
+    rank = c.rank(x)
+    if axis == -1 or (rank is not None and rank > 0 and axis % rank == rank - 1):
+        c.emit(op, [x], [y], {"axis": -1})
+        return
+    shape = c.new_name(f"{c.node_name}_shape")
+    flat = c.new_name(f"{c.node_name}_2d")
+    y2 = c.new_name(f"{c.node_name}_out2d")
+    c.emit("Shape", [x], [shape], {})
+    c.emit("Flatten", [x], [flat], {"axis": axis})
+    c.emit(op, [flat], [y2], {"axis": -1})
+    c.emit("Reshape", [y2, shape], [y], {})
+
+
+def _resize_nearest_mode(scales: Optional[np.ndarray]) -> str:
+    # Upsample and Resize-10 compute x_in = x_out / scale and, in nearest mode,
+    # truncate (onnxruntime's "simple" mode rounds up when downsampling).
+    if scales is not None and scales.size and np.all(scales <= 1) and np.any(scales < 1):
+        return "ceil"
+    return "floor"
+
+
+def _norm_upsample(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _ins(node)
+    mode = attrs.get("mode", "nearest")
+    if mode == "bilinear":
+        mode = "linear"
+    if c.opset < 9 or "scales" in given:
+        scales_arr = np.asarray(given["scales"], np.float32)
+        scales = c.add_const("scales", scales_arr, "float32")
+    else:
+        scales = ins[1]
+        scales_arr = c.const(scales)
+    c.emit("Resize", [ins[0], "", scales], _outs(node), {
+        "mode": mode, "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": _resize_nearest_mode(scales_arr)})
+
+
+def _norm_resize(c: _Converter, node, attrs, given, schema) -> None:
+    ins = _pad_inputs(_ins(node), 4)
+    if c.opset < 11:
+        # Resize-10: (X, scales), asymmetric coordinates like Upsample
+        scales = ins[1]
+        c.emit("Resize", [ins[0], "", scales], _outs(node), {
+            "mode": attrs.get("mode", "nearest"), "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": _resize_nearest_mode(c.const(scales))})
+        return
+    attrs = dict(attrs)
+    if attrs.get("coordinate_transformation_mode") == "tf_half_pixel_for_nn":
+        raise ConversionError(f"node {c.node_name!r} (Resize): coordinate_transformation_mode "
+                              "'tf_half_pixel_for_nn' (opset 11 only) is not supported")
+    # opset 11/12 demanded roi and scales inputs even when unused; an empty
+    # constant means "absent" in the opset-13+ form
+    for k in (1, 2):
+        v = c.const(ins[k])
+        if v is not None and v.size == 0:
+            ins[k] = ""
+    c.emit("Resize", _trim_inputs(ins), _outs(node), attrs, schema)
+
+
+def _norm_batchnorm(c: _Converter, node, attrs, given, schema) -> None:
+    outs = _outs(node)
+    attrs = dict(attrs)
+    if c.opset < 14 and len(outs) > 1:
+        # extra outputs only exist in training mode: drop them when unused
+        used = {i for n in c.model.graph.node for i in n.input} | {o.name for o in c.model.graph.output}
+        if any(o in used for o in outs[1:] if o):
+            raise ConversionError(f"node {c.node_name!r} (BatchNormalization): training-mode "
+                                  "outputs (running mean/var) are not supported")
+        outs = outs[:1]
+    attrs.pop("is_test", None)
+    attrs.pop("consumed_inputs", None)
+    c.emit("BatchNormalization", _ins(node), outs, attrs, schema)
+
+
+def _norm_scatter(c: _Converter, node, attrs, given, schema) -> None:
+    # Scatter (opset 9-10) was renamed ScatterElements in opset 11
+    c.emit("ScatterElements", _ins(node), _outs(node), {"axis": attrs.get("axis", 0)})
+
+
+def _spatial_rank(c: _Converter, node, attrs) -> Optional[int]:
+    if "kernel_shape" in attrs:
+        return len(attrs["kernel_shape"])
+    if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1:
+        r = c.rank(node.input[1])
+        if r is not None:
+            return r - 2
+    r = c.rank(node.input[0])
+    return None if r is None else r - 2
+
+
+def _norm_window(c: _Converter, node, attrs, given, schema) -> None:
+    """Conv, ConvTranspose and the pools: fill the rank-dependent defaults."""
+    op = node.op_type
+    attrs = dict(attrs)
+    n = _spatial_rank(c, node, attrs)
+    if n is not None and n >= 0:
+        if "kernel_shape" not in attrs and op in ("Conv", "ConvTranspose"):
+            w = c.const(node.input[1])
+            wshape = tuple(w.shape) if w is not None else c.static_shape(node.input[1])
+            if wshape is not None:
+                attrs["kernel_shape"] = [int(d) for d in wshape[2:]]
+        s21 = _schema(c.onnx, op, IR_OPSET)
+        names = set(s21.attributes) if s21 is not None else set()
+        attrs.setdefault("strides", [1] * n)
+        if "dilations" in names:
+            attrs.setdefault("dilations", [1] * n)
+        attrs.setdefault("pads", [0] * (2 * n))
+        if op == "ConvTranspose":
+            attrs.setdefault("output_padding", [0] * n)
+    c.emit(op, _ins(node), _outs(node), attrs, schema)
+
+
+def _norm_transpose(c: _Converter, node, attrs, given, schema) -> None:
+    attrs = dict(attrs)
+    if "perm" not in attrs:
+        r = c.rank(node.input[0])
+        if r is not None:
+            attrs["perm"] = list(range(r - 1, -1, -1))
+    c.emit("Transpose", _ins(node), _outs(node), attrs, schema)
+
+
+def _norm_castlike(c: _Converter, node, attrs, given, schema) -> None:
+    from ..backends.cpu import KERNELS
+    like = node.input[1]
+    info = c.types.get(like)
+    if "CastLike" not in KERNELS and info is not None and info[0] in ONNX_TO_DTYPE:
+        c.emit("Cast", [node.input[0]], _outs(node), {"to": info[0]})
+        return
+    c.emit("CastLike", _ins(node), _outs(node), attrs, schema)
+
+
+NORMALIZERS: Dict[str, Normalizer] = {
+    "Constant": _norm_constant,
+    "ConstantOfShape": _norm_constant_of_shape,
+    "Clip": _norm_clip,
+    "Pad": _norm_pad,
+    "Split": _norm_split,
+    "Squeeze": _norm_squeeze,
+    "Unsqueeze": _norm_squeeze,
+    "Slice": _norm_slice,
+    "TopK": _norm_topk,
+    "Dropout": _norm_dropout,
+    "Softmax": _norm_softmax,
+    "LogSoftmax": _norm_softmax,
+    "Hardmax": _norm_softmax,
+    "Upsample": _norm_upsample,
+    "Resize": _norm_resize,
+    "BatchNormalization": _norm_batchnorm,
+    "Scatter": _norm_scatter,
+    "Conv": _norm_window,
+    "ConvTranspose": _norm_window,
+    "MaxPool": _norm_window,
+    "AveragePool": _norm_window,
+    "LpPool": _norm_window,
+    "Transpose": _norm_transpose,
+    "CastLike": _norm_castlike,
+}
+NORMALIZERS.update({op: _norm_reduce for op in REDUCE_AXES_INPUT})
+
+
+# -- input shape pinning ---------------------------------------------------------
+
+def _pin_input_shapes(graph: Graph, input_shapes: Dict[str, Sequence[int]]) -> None:
+    """Replace input dims by the given ints; a symbol pinned in one input is
+    pinned everywhere it appears."""
+    unknown = [k for k in input_shapes if k not in graph.inputs]
+    if unknown:
+        raise ConversionError(f"input_shapes names unknown input(s) {unknown}; "
+                              f"model inputs are {list(graph.inputs)}")
+    symbols: Dict[str, int] = {}
+    for name, shape in input_shapes.items():
+        t = graph.tensors[name]
+        try:
+            dims = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise ConversionError(f"input_shapes[{name!r}]: expected a tuple of ints, got {shape!r}") from None
+        if any(d < 0 for d in dims):
+            raise ConversionError(f"input_shapes[{name!r}]: negative dim in {dims}")
+        if t.shape is not None:
+            if len(t.shape) != len(dims):
+                raise ConversionError(f"input_shapes[{name!r}]: rank {len(dims)} {dims} does not match "
+                                      f"the model's rank-{len(t.shape)} input {tuple(t.shape)}")
+            for decl, d in zip(t.shape, dims):
+                if isinstance(decl, int) and decl != d:
+                    raise ConversionError(f"input_shapes[{name!r}]: {dims} conflicts with the "
+                                          f"model's fixed shape {tuple(t.shape)}")
+                if isinstance(decl, str):
+                    if symbols.get(decl, d) != d:
+                        raise ConversionError(f"input_shapes: dim {decl!r} pinned to both "
+                                              f"{symbols[decl]} and {d}")
+                    symbols[decl] = d
+        t.shape = dims
+    for name in graph.inputs:
+        t = graph.tensors[name]
+        if name not in input_shapes and t.shape is not None:
+            t.shape = tuple(symbols.get(d, d) if isinstance(d, str) else d for d in t.shape)

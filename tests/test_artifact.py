@@ -1,0 +1,607 @@
+"""Tests of the .eim artifact reader and writer (edge_infer/artifact.py, docs/format.md)."""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import mmap
+import os
+import random
+import struct
+import tracemalloc
+import zlib
+
+import numpy as np
+import pytest
+
+from edge_infer.artifact import (FORMAT_VERSION, load_artifact, read_info, read_meta,
+                                 save_artifact)
+from edge_infer.errors import ArtifactError, GraphError
+from edge_infer.ir.graph import DTYPES, Graph
+
+# The container layout, written out here from docs/format.md rather than
+# imported, so that the tests also pin the spec.
+MAGIC = b"\x89EIM\r\n\x1a\n"
+HEADER = struct.Struct("<8sHHIQII28sI")
+ENTRY = struct.Struct("<4sIQQII")
+
+META = {
+    "provenance": {"source_sha256": "ab" * 32, "converter": "edge_infer 0.1.0",
+                   "options": {"fold": True, "quantize": None}},
+    "target": {"profile": "cortex-a53", "threads": 4},
+    "passes": [{"name": "fold_constants", "removed": 3}, {"name": "fuse_bn", "fused": 1}],
+    "unicode": "température ✓",
+}
+
+
+def make_graph() -> Graph:
+    """A small graph touching every dtype, 0-d and empty constants, symbols and quant."""
+    g = Graph("tiny-net")
+    g.add_input("x", "float32", ("batch", 4))
+    g.add_const("w", np.arange(8, dtype=np.float32).reshape(4, 2))
+    g.add_const("scalar", np.float64(3.25))
+    g.add_const("empty", np.zeros((0, 3), np.uint8))
+    g.add_const("mask", np.array([[True, False, True]]))
+    g.add_const("idx", np.array([0, 2 ** 40, -1], dtype=np.int64))
+    g.add_const("half", np.array([1.5, -2.0, 65504.0], dtype=np.float16))
+    g.add_const("q", np.array([-128, 0, 127], dtype=np.int8))
+    g.tensors["q"].quant = {"scale": [0.5], "zero_point": [0], "axis": None}
+    rest = []
+    for dt in DTYPES:
+        name = f"c_{dt}"
+        g.add_const(name, np.arange(5).astype(dt))
+        rest.append(name)
+    g.add_node("MatMul", ["x", "w"], ["y"], name="mm")
+    g.tensors["y"].shape = ("batch", 2)
+    g.add_node("Gemm", ["y", "w", ""], ["z"], name="gemm", alpha=1.0, beta=0.5, transA=0,
+               perm=[1, 0], scales=[0.25, float("inf")], mode="nearest", names=["a", "b"])
+    g.add_node("Custom", ["z", "scalar", "empty", "mask", "idx", "half", "q"] + rest, ["out"],
+               name="custom")
+    g.tensors["out"].quant = {"scale": [0.1, 0.2], "zero_point": [3, 4], "axis": 1}
+    g.outputs = ["out", "y"]
+    g.metadata = {"opset": 17, "producer": "pytest", "nested": {"a": [1, 2, {"b": None}]}}
+    return g
+
+
+@pytest.fixture
+def small(tmp_path):
+    """Path of a saved small artifact (a few KB)."""
+    path = tmp_path / "small.eim"
+    save_artifact(path, make_graph(), META)
+    return path
+
+
+# -- helpers to read and rebuild files by the spec --------------------------------------
+
+def align(n: int) -> int:
+    return (n + 63) // 64 * 64
+
+
+def split(raw: bytes):
+    """Return (version, header flags, [[kind, flags, payload], ...]) of a well-formed file."""
+    magic, major, minor, flags, size, count, _, _, _ = HEADER.unpack_from(raw, 0)
+    assert magic == MAGIC and size == len(raw)
+    sections = []
+    for k in range(count):
+        kind, sflags, off, length, _, _ = ENTRY.unpack_from(raw, 64 + 32 * k)
+        sections.append([kind, sflags, raw[off:off + length]])
+    return (major, minor), flags, sections
+
+
+def build(sections, version=FORMAT_VERSION, flags=0, reserved=bytes(28), pad=b"\0",
+          trailing=b"", offsets=None) -> bytes:
+    """Lay out sections with correct CRCs everywhere: only what is asked for is wrong."""
+    pos = 64 + 32 * len(sections)
+    body, table = b"", b""
+    for k, (kind, sflags, payload) in enumerate(sections):
+        off = align(pos)
+        body += pad * (off - pos) + payload
+        if offsets and k in offsets:
+            off = offsets[k]
+        table += ENTRY.pack(kind, sflags, off, len(payload), zlib.crc32(payload), 0)
+        pos = align(pos) + len(payload)
+    size = pos + len(trailing)
+    head = HEADER.pack(MAGIC, version[0], version[1], flags, size, len(sections),
+                       zlib.crc32(table), reserved, 0)[:60]
+    return head + struct.pack("<I", zlib.crc32(head)) + table + body + trailing
+
+
+def rewrite(path, graph=None, meta=None, weights=None, raw_graph=None, raw_meta=None, **kw):
+    """Rebuild the file at path with its graph/meta JSON or weights changed; valid CRCs."""
+    version, flags, sections = split(path.read_bytes())
+    for s in sections:
+        if s[0] == b"GRPH":
+            if graph is not None:
+                doc = json.loads(s[2])
+                graph(doc)
+                s[2] = json.dumps(doc).encode()
+            if raw_graph is not None:
+                s[2] = raw_graph
+        elif s[0] == b"META":
+            if meta is not None:
+                doc = json.loads(s[2])
+                meta(doc)
+                s[2] = json.dumps(doc).encode()
+            if raw_meta is not None:
+                s[2] = raw_meta
+        elif s[0] == b"WGHT" and weights is not None:
+            s[2] = weights(bytearray(s[2]))
+    kw.setdefault("version", version)
+    kw.setdefault("flags", flags)
+    path.write_bytes(build(sections, **kw))
+    return path
+
+
+def refused(path, fn=load_artifact) -> str:
+    """Assert that loading path raises ArtifactError (and nothing else); return the message."""
+    with pytest.raises(ArtifactError) as info:
+        fn(path)
+    return str(info.value)
+
+
+def tensor(doc, name):
+    return next(t for t in doc["tensors"] if t["name"] == name)
+
+
+def node(doc, name):
+    return next(n for n in doc["nodes"] if n["name"] == name)
+
+
+# -- round trip -------------------------------------------------------------------------
+
+def test_round_trip(small):
+    g0 = make_graph()
+    g, meta = load_artifact(small)
+    assert meta == META
+    assert g.name == g0.name and g.metadata == g0.metadata
+    assert g.inputs == g0.inputs and g.outputs == g0.outputs
+    assert list(g.tensors) == list(g0.tensors)
+    for name, t0 in g0.tensors.items():
+        t = g.tensors[name]
+        assert (t.dtype, t.shape, t.quant) == (t0.dtype, t0.shape, t0.quant), name
+        if t0.data is None:
+            assert t.data is None
+        else:
+            assert t.data.dtype == t0.data.dtype and t.data.shape == t0.data.shape
+            np.testing.assert_array_equal(t.data, t0.data)
+    assert [(n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g.nodes] == \
+           [(n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g0.nodes]
+    assert g.tensors["x"].shape == ("batch", 4) and g.tensors["out"].shape is None
+    assert g.tensors["scalar"].data.shape == () and g.tensors["empty"].data.shape == (0, 3)
+    assert math.isinf(g.nodes[1].attrs["scales"][1])
+
+
+def test_save_returns_size_and_is_aligned(small, tmp_path):
+    n = save_artifact(tmp_path / "again.eim", make_graph(), META)
+    assert n == os.path.getsize(small) == os.path.getsize(tmp_path / "again.eim")
+    assert (tmp_path / "again.eim").read_bytes() == small.read_bytes()  # deterministic
+    g, _ = load_artifact(small)
+    for t in g.constants().values():
+        assert t.data.ctypes.data % 64 == 0, t.name
+    assert sorted(os.listdir(tmp_path)) == ["again.eim", "small.eim"]  # no temp files left
+
+
+def test_meta_defaults_to_empty_and_numpy_values_become_json(tmp_path):
+    g = make_graph()
+    g.nodes[1].attrs["alpha"] = np.float32(0.5)
+    g.nodes[1].attrs["perm"] = np.array([1, 0])
+    path = tmp_path / "a.eim"
+    save_artifact(path, g)
+    g2, meta = load_artifact(path)
+    assert meta == {}
+    assert g2.nodes[1].attrs["alpha"] == 0.5 and g2.nodes[1].attrs["perm"] == [1, 0]
+
+
+def test_byte_order_and_layout_of_input_arrays_do_not_matter(tmp_path):
+    g = Graph("g")
+    big_endian = np.arange(6, dtype=">i4").reshape(2, 3)
+    g.add_const("be", big_endian)
+    g.add_const("t", np.arange(6, dtype=np.float32).reshape(2, 3).T)  # not C-contiguous
+    g.outputs = ["be", "t"]
+    path = tmp_path / "a.eim"
+    save_artifact(path, g)
+    g2, _ = load_artifact(path)
+    np.testing.assert_array_equal(g2.tensors["be"].data, big_endian)
+    np.testing.assert_array_equal(g2.tensors["t"].data, np.arange(6, dtype=np.float32).reshape(2, 3).T)
+
+
+def test_shared_array_is_stored_once(tmp_path):
+    g = Graph("g")
+    w = np.ones(1000, np.float32)
+    g.add_const("a", w)
+    g.add_const("b", w)
+    g.outputs = ["a", "b"]
+    n = save_artifact(tmp_path / "a.eim", g)
+    assert n < 4000 + 1024
+    g2, _ = load_artifact(tmp_path / "a.eim")
+    np.testing.assert_array_equal(g2.tensors["b"].data, w)
+
+
+def test_save_refuses_bad_input_and_leaves_nothing(tmp_path):
+    path = tmp_path / "a.eim"
+    with pytest.raises(ArtifactError, match="meta"):
+        save_artifact(path, make_graph(), {"x": object()})
+    with pytest.raises(ArtifactError):
+        save_artifact(path, make_graph(), ["not", "a", "dict"])
+    g = make_graph()
+    g.add_node("Relu", ["nowhere"], ["r"])
+    with pytest.raises(GraphError):
+        save_artifact(path, g)
+    g = make_graph()
+    g.tensors["y"].shape = (-1, 2)  # the loader would refuse it, so the writer does
+    with pytest.raises(GraphError, match="dimension"):
+        save_artifact(path, g)
+    g = make_graph()
+    g.metadata["deep"] = _nest(100)
+    with pytest.raises(ArtifactError, match="nested"):
+        save_artifact(path, g)
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_replaces_a_loaded_artifact(small):
+    g, _ = load_artifact(small)
+    w = g.tensors["w"].data.copy()
+    g2 = make_graph()
+    g2.tensors["w"].data = w + 1
+    save_artifact(small, g2)
+    np.testing.assert_array_equal(g.tensors["w"].data, w)  # the old map is untouched
+    np.testing.assert_array_equal(load_artifact(small)[0].tensors["w"].data, w + 1)
+
+
+def test_read_meta_and_info_skip_graph_and_weights(small):
+    info = read_info(small)
+    assert info.version == FORMAT_VERSION and info.file_size == os.path.getsize(small)
+    assert [s.kind for s in info.sections] == [b"META", b"GRPH", b"WGHT"]
+    assert info.meta == META == read_meta(small)
+    # a corrupt weights section does not bother read_meta, but load refuses it
+    raw = bytearray(small.read_bytes())
+    raw[-1] ^= 0x10
+    small.write_bytes(bytes(raw))
+    assert read_meta(small) == META
+    assert "WGHT" in refused(small)
+
+
+# -- zero copy -----------------------------------------------------------------------------
+
+def backing_object(arr: np.ndarray):
+    base = arr
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+def test_constants_are_read_only_views_on_the_map(small):
+    g, _ = load_artifact(small)
+    for t in g.constants().values():
+        assert not t.data.flags.writeable, t.name
+        assert isinstance(backing_object(t.data), mmap.mmap), t.name
+    with pytest.raises(ValueError):
+        g.tensors["w"].data[0, 0] = 1.0
+
+
+def test_map_outlives_graph_while_arrays_live(small):
+    g, _ = load_artifact(small)
+    w = g.tensors["w"].data
+    del g
+    gc.collect()
+    np.testing.assert_array_equal(w, np.arange(8, dtype=np.float32).reshape(4, 2))
+
+
+def test_large_artifact_is_not_copied(tmp_path):
+    g = Graph("big")
+    g.add_input("x", "float32", (1,))
+    n = 50 * 2 ** 20 // 4
+    g.add_const("w", np.arange(n, dtype=np.float32))
+    g.add_const("v", np.full(1000, 7, np.int16))
+    g.add_node("Add", ["x", "w"], ["y"])
+    g.outputs = ["y"]
+    path = tmp_path / "big.eim"
+    save_artifact(path, g)
+    tracemalloc.start()
+    try:
+        g2, _ = load_artifact(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2 ** 20, f"load allocated {peak} bytes for a 50 MB artifact"
+    w = g2.tensors["w"].data
+    assert isinstance(backing_object(w), mmap.mmap) and not w.flags.writeable
+    assert w[0] == 0 and w[-1] == n - 1 and g2.tensors["v"].data[3] == 7
+
+
+# -- corruption --------------------------------------------------------------------------
+
+def test_every_truncation_is_refused(small):
+    raw = small.read_bytes()
+    assert 1000 < len(raw) < 8192
+    cut = small.with_name("cut.eim")
+    for n in range(len(raw)):
+        cut.write_bytes(raw[:n])
+        refused(cut)
+        refused(cut, read_meta)
+
+
+def test_trailing_bytes_are_refused(small):
+    small.write_bytes(small.read_bytes() + b"\0")
+    assert "header says" in refused(small)
+
+
+def test_bit_flips_are_refused(small):
+    raw = small.read_bytes()
+    rng = random.Random(1234)
+    # every header and table byte, then a sample over the whole file
+    spots = [(i, rng.randrange(8)) for i in range(64 + 3 * 32)]
+    spots += [(rng.randrange(len(raw)), rng.randrange(8)) for _ in range(300)]
+    bad = small.with_name("flip.eim")
+    for i, bit in spots:
+        flipped = bytearray(raw)
+        flipped[i] ^= 1 << bit
+        bad.write_bytes(bytes(flipped))
+        refused(bad)
+
+
+def test_threaded_weights_check(small, monkeypatch):
+    # big WGHT sections are checksummed in a thread while the graph is parsed
+    import edge_infer.artifact as artifact
+    monkeypatch.setattr(artifact, "_THREADED_CRC_MIN", 0)
+    g, _ = load_artifact(small)
+    np.testing.assert_array_equal(g.tensors["w"].data, make_graph().tensors["w"].data)
+    raw = bytearray(small.read_bytes())
+    raw[-60] ^= 4  # in the weights section
+    small.write_bytes(bytes(raw))
+    assert "WGHT" in refused(small)
+    # a corrupt file also breaking the graph checks is reported as corrupt
+    rewrite(small, graph=_tensor_set("w", "dtype", "object"))
+    raw = bytearray(small.read_bytes())
+    raw[-60] ^= 4
+    small.write_bytes(bytes(raw))
+    assert "WGHT" in refused(small)
+
+
+def test_nonzero_padding_is_refused(small):
+    rewrite(small, pad=b"\x01")
+    assert "padding" in refused(small)
+
+
+def test_bad_magic(small):
+    raw = small.read_bytes()
+    small.write_bytes(b"PK\x03\x04" + raw[4:])
+    assert "magic" in refused(small)
+    small.write_bytes(b"")
+    assert "truncated" in refused(small)
+
+
+def test_missing_file_and_directory(tmp_path):
+    assert "cannot read" in refused(tmp_path / "nope.eim")
+    assert "cannot read" in refused(tmp_path)
+
+
+def test_other_major_version_is_refused(small):
+    rewrite(small, version=(2, 0))
+    assert "version 2.0" in refused(small)
+    assert "version 2.0" in refused(small, read_meta)
+    rewrite(small, version=(0, 9))
+    assert "version 0.9" in refused(small)
+
+
+def test_newer_minor_version_ignores_optional_additions(small):
+    def add_fields(doc):
+        doc["future"] = {"x": 1}
+        tensor(doc, "w")["layout"] = "NCHW"
+        tensor(doc, "w")["data"]["checksum"] = 5
+        node(doc, "mm")["device"] = "npu"
+
+    newer = (1, FORMAT_VERSION[1] + 1)
+    rewrite(small, graph=add_fields, version=newer, reserved=b"\x07" + bytes(27))
+    g, meta = load_artifact(small)
+    assert meta == META and g.tensors["w"].data.shape == (4, 2)
+    _, _, sections = split(small.read_bytes())
+    small.write_bytes(build(sections + [[b"XTRA", 0, b"optional extra"]], version=newer))
+    assert load_artifact(small)[1] == META
+
+
+def test_newer_minor_version_with_required_features_is_refused(small):
+    raw = small.read_bytes()
+    newer = (1, FORMAT_VERSION[1] + 1)
+    rewrite(small, version=newer, flags=1)
+    assert "features" in refused(small)
+    _, _, sections = split(small.read_bytes())
+    sections.append([b"XTRA", 1, b"must understand"])
+    small.write_bytes(build(sections, version=newer))
+    assert "XTRA" in refused(small)
+    small.write_bytes(raw)
+    rewrite(small, graph=lambda d: tensor(d, "w")["data"].update(encoding="block-csr"),
+            version=newer)
+    assert "block-csr" in refused(small)
+
+
+def test_current_version_is_strict(small):
+    raw = small.read_bytes()
+    rewrite(small, graph=lambda d: d.update(future=1))
+    assert "future" in refused(small)
+    small.write_bytes(raw)
+    rewrite(small, reserved=b"\x01" + bytes(27))
+    assert "reserved" in refused(small)
+    small.write_bytes(raw)
+    _, _, sections = split(raw)
+    small.write_bytes(build(sections + [[b"XTRA", 0, b""]]))
+    assert "XTRA" in refused(small)
+
+
+# -- hostile files: valid CRCs, bad content ----------------------------------------------
+
+def _set(key, value):
+    return lambda d: d.update({key: value})
+
+
+def _tensor_set(name, key, value):
+    return lambda d: tensor(d, name).update({key: value})
+
+
+def _data_set(name, key, value):
+    return lambda d: tensor(d, name)["data"].update({key: value})
+
+
+def _node_set(name, key, value):
+    return lambda d: node(d, name).update({key: value})
+
+
+def _nest(depth):
+    value = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+HOSTILE_GRAPHS = {
+    "offset past section": _data_set("w", "offset", 1 << 20),
+    # the last blob (5 bytes) is padded to 64, so this starts at the section's end
+    "offset+nbytes past section": (lambda d: tensor(d, "w")["data"].update(
+        offset=max(t["data"]["offset"] for t in d["tensors"] if t["data"]) + 64)),
+    "negative offset": _data_set("w", "offset", -64),
+    "negative nbytes": _data_set("w", "nbytes", -32),
+    "huge offset": _data_set("w", "offset", 2 ** 64),
+    "unaligned offset": _data_set("w", "offset", 4),
+    "string offset": _data_set("w", "offset", "0"),
+    "bool nbytes": _data_set("scalar", "nbytes", True),
+    "float offset": _data_set("w", "offset", 0.0),
+    "nbytes mismatch": _data_set("w", "nbytes", 16),
+    "unknown encoding": _data_set("w", "encoding", "csr"),
+    "missing encoding": lambda d: tensor(d, "w")["data"].pop("encoding"),
+    "data not an object": _tensor_set("w", "data", [0, 32]),
+    "dtype not whitelisted": _tensor_set("w", "dtype", "object"),
+    "dtype complex": _tensor_set("w", "dtype", "complex64"),
+    "dtype not a string": _tensor_set("w", "dtype", 4),
+    "dtype changes nbytes": _tensor_set("w", "dtype", "float64"),
+    "overflowing shape": _tensor_set("w", "shape", [2 ** 61, 2 ** 61, 2 ** 61, 8]),
+    # 8 * (2**59 + 1) elements * 4 bytes is 2**64 + 32: 32 in uint64 arithmetic
+    "product wraps to nbytes": _tensor_set("w", "shape", [8, 2 ** 59 + 1]),
+    "dim too big": _tensor_set("x", "shape", [2 ** 70]),
+    "negative dim": _tensor_set("w", "shape", [-4, -2]),
+    "bool dim": _tensor_set("x", "shape", [True, 4]),
+    "float dim": _tensor_set("x", "shape", [1.0, 4]),
+    "empty symbol": _tensor_set("x", "shape", ["", 4]),
+    "rank too big": _tensor_set("x", "shape", [1] * 65),
+    "shape not a list": _tensor_set("x", "shape", "batch"),
+    "symbolic constant": _tensor_set("w", "shape", ["n", 2]),
+    "constant without shape": _tensor_set("w", "shape", None),
+    "quant not an object": _tensor_set("q", "quant", [0.5]),
+    "quant nested deeply": _tensor_set("q", "quant", {"scale": _nest(200)}),
+    "tensor name empty": _tensor_set("scalar", "name", ""),
+    "tensor name not a string": _tensor_set("scalar", "name", 7),
+    "duplicate tensor": lambda d: d["tensors"].append(dict(tensor(d, "w"))),
+    "tensor missing field": lambda d: tensor(d, "w").pop("quant"),
+    "tensor unknown field": _tensor_set("w", "extra", 1),
+    "tensor not an object": lambda d: d["tensors"].append("w"),
+    "node reads missing tensor": _node_set("mm", "inputs", ["x", "ghost"]),
+    "node writes missing tensor": _node_set("mm", "outputs", ["ghost"]),
+    "node input not a string": _node_set("mm", "inputs", ["x", 1]),
+    "node inputs not a list": _node_set("mm", "inputs", "x"),
+    "op not a string": _node_set("mm", "op", 42),
+    "op null": _node_set("mm", "op", None),
+    "op empty": _node_set("mm", "op", ""),
+    "node name not a string": _node_set("mm", "name", ["mm"]),
+    "attrs not an object": _node_set("mm", "attrs", [1]),
+    "attrs nested deeply": _node_set("mm", "attrs", {"a": _nest(100)}),
+    "node not an object": lambda d: d["nodes"].append(None),
+    "graph input missing": _set("inputs", ["x", "ghost"]),
+    "graph output missing": _set("outputs", ["ghost"]),
+    "graph outputs not strings": _set("outputs", [None]),
+    "graph name not a string": _set("name", 3),
+    "graph metadata not an object": _set("metadata", []),
+    "graph metadata nested deeply": _set("metadata", {"x": _nest(100)}),
+    "tensors not a list": _set("tensors", {}),
+    "nodes not a list": _set("nodes", None),
+    "graph missing field": lambda d: d.pop("nodes"),
+    "graph invalid: cycle": lambda d: node(d, "mm").update(inputs=["x", "out"]),
+    "graph invalid: two producers": _node_set("gemm", "outputs", ["y"]),
+    "graph invalid: overwrites constant": _node_set("mm", "outputs", ["w"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_GRAPHS))
+def test_hostile_graph_json(small, case):
+    rewrite(small, graph=HOSTILE_GRAPHS[case])
+    message = refused(small)
+    assert message and "malformed artifact" not in message, message  # refused by name
+
+
+def test_hostile_bool_bytes(small):
+    doc = json.loads(split(small.read_bytes())[2][1][2])
+    offset = tensor(doc, "mask")["data"]["offset"]
+
+    def poke(w):
+        w[offset] = 2
+        return bytes(w)
+
+    rewrite(small, weights=poke)
+    assert "bool" in refused(small)
+
+
+RAW_GRAPHS = {
+    "not json": b"\x00\x01garbage",
+    "not utf-8": b'{"name": "\xff"}',
+    "array": b"[]",
+    "truncated json": b'{"name": "g", "tensors": [',
+    "nested 100000": b"[" * 100000 + b"]" * 100000,
+    "nested objects": b'{"a":' * 5000 + b"1" + b"}" * 5000,
+    "huge int": b'{"name": ' + b"9" * 5000 + b"}",
+    "empty": b"",
+    "nan": b"NaN",
+}
+
+
+@pytest.mark.parametrize("case", sorted(RAW_GRAPHS))
+def test_hostile_raw_json(small, case):
+    raw = small.read_bytes()
+    rewrite(small, raw_graph=RAW_GRAPHS[case])
+    assert refused(small)
+    small.write_bytes(raw)
+    rewrite(small, raw_meta=RAW_GRAPHS[case])
+    assert refused(small)
+    assert refused(small, read_meta)
+
+
+def test_hostile_meta_nesting(small):
+    rewrite(small, meta=lambda d: d.update(deep=_nest(500)))
+    assert "nested" in refused(small, read_meta)
+
+
+def test_hostile_section_tables(small):
+    raw = small.read_bytes()
+    _, _, sections = split(raw)
+    meta, grph, wght = sections
+    cases = {
+        "duplicate": [meta, grph, wght, grph],
+        "missing weights": [meta, grph],
+        "missing graph": [meta, wght],
+        "unknown kind": [meta, grph, wght, [b"\0\0\0\0", 0, b""]],
+        "unknown section flag": [meta, [b"GRPH", 2, grph[2]], wght],
+        "too many sections": [meta, grph, wght] + [[b"XTRA", 0, b""]] * 70,
+    }
+    for name, secs in cases.items():
+        small.write_bytes(build(secs))
+        assert refused(small), name
+    for offsets in ({1: 0}, {1: 64 * 1000}, {2: 2 ** 63}, {0: 64 + 96 + 64}):
+        small.write_bytes(build(sections, offsets=offsets))
+        assert "offset" in refused(small), offsets
+    small.write_bytes(build(sections, trailing=b"\0" * 64))
+    assert refused(small)
+
+
+def test_hostile_header_fields(small):
+    raw = bytearray(small.read_bytes())
+    # a huge section count and file size, with a header CRC that matches
+    for field, value in ((5, 2 ** 32 - 1), (4, 2 ** 64 - 1), (4, 0)):
+        fields = list(HEADER.unpack_from(raw, 0))
+        fields[field] = value
+        head = HEADER.pack(*fields)[:60]
+        small.write_bytes(head + struct.pack("<I", zlib.crc32(head)) + bytes(raw[64:]))
+        assert refused(small)
+
+
+def test_rebuild_helper_matches_writer(small):
+    # the spec (as coded in build()) and the writer agree byte for byte
+    raw = small.read_bytes()
+    _, _, sections = split(raw)
+    assert build(sections) == raw
