@@ -24,7 +24,7 @@ def parse_shape_args(items: Optional[List[str]]) -> Dict[str, tuple]:
         if not sep or not name:
             raise UsageError(f"--input-shape wants NAME=D1,D2,...; got {item!r}")
         try:
-            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+            shapes[name] = tuple(int(d) for d in dims.split(","))
         except ValueError:
             raise UsageError(f"--input-shape {item!r}: dims must be integers") from None
         if any(d <= 0 for d in shapes[name]):
