@@ -80,7 +80,11 @@ class Runtime:
         self.threads = threads or int(self.meta.get("target", {}).get("threads", 0) or 0) or (os.cpu_count() or 1)
         self.memory_limit = memory_limit
         _limit_blas_threads(self.threads)
-        self._plans: Dict[Tuple, Executable] = {}
+        #: input shapes -> pool of executables; at most ``max_shapes`` shapes kept
+        self._plans: Dict[Tuple, "PlanPool"] = {}
+        self.max_shapes = 16
+        #: most executables (each with its own arena) per shape, i.e. concurrent runs
+        self.max_concurrency = max(2, os.cpu_count() or 2)
         self._lock = threading.Lock()
 
     # description -----------------------------------------------------------
@@ -130,30 +134,87 @@ class Runtime:
             out[name] = arr
         return out
 
-    def plan(self, shapes: Dict[str, Tuple[int, ...]]) -> Executable:
-        """The prepared plan for these input shapes (built and cached on first use)."""
+    def _pool(self, shapes: Dict[str, Tuple[int, ...]]) -> "PlanPool":
         key = tuple(tuple(shapes[n]) for n in self.graph.inputs)
-        ex = self._plans.get(key)
-        if ex is None:
+        pool = self._plans.get(key)
+        if pool is None:
             with self._lock:
-                ex = self._plans.get(key)
-                if ex is None:
+                pool = self._plans.get(key)
+                if pool is None:
                     g = specialize(self.graph, shapes)
-                    ex = self.backend.prepare(g, threads=self.threads)
-                    self._plans[key] = ex
+                    pool = PlanPool(g, lambda gr: self.backend.prepare(gr, threads=self.threads),
+                                    self.max_concurrency)
+                    pool.release(pool.acquire())  # build one now: errors surface here
+                    if len(self._plans) >= self.max_shapes:
+                        self._plans.pop(next(iter(self._plans)))
+                    self._plans[key] = pool
+        return pool
+
+    def plan(self, shapes: Dict[str, Tuple[int, ...]]) -> Executable:
+        """A prepared plan for these input shapes (built and cached on first use)."""
+        pool = self._pool(shapes)
+        ex = pool.acquire()
+        pool.release(ex)
         return ex
 
     def run(self, feeds) -> Dict[str, np.ndarray]:
         """Run the model. ``feeds``: {input name: array}, or a bare array for one-input models.
-        Returns {output name: array}."""
+        Returns {output name: array}. Safe to call from many threads at once: each
+        concurrent run gets its own plan (own arena); weights are shared read-only."""
         feeds = self._check_feeds(feeds)
-        ex = self.plan({k: v.shape for k, v in feeds.items()})
-        with self._lock:
+        pool = self._pool({k: v.shape for k, v in feeds.items()})
+        ex = pool.acquire()
+        try:
             return ex.run(feeds)
+        finally:
+            pool.release(ex)
 
     def run_profiled(self, feeds):
         """Run once; also return per-node ``(name, op, seconds)`` timings."""
         feeds = self._check_feeds(feeds)
-        ex = self.plan({k: v.shape for k, v in feeds.items()})
-        with self._lock:
+        pool = self._pool({k: v.shape for k, v in feeds.items()})
+        ex = pool.acquire()
+        try:
             return ex.run_profiled(feeds)
+        finally:
+            pool.release(ex)
+
+
+class PlanPool:
+    """Executables of one specialized graph, one per concurrent run.
+
+    A run takes an idle executable (its arena is then its own), or builds a new
+    one while fewer than ``max_size`` exist, else waits for one to come back.
+    """
+
+    def __init__(self, graph: Graph, build, max_size: int):
+        self.graph = graph
+        self._build = build
+        self.max_size = max(1, max_size)
+        self._idle: List[Executable] = []
+        self._count = 0
+        self._cond = threading.Condition()
+
+    def acquire(self) -> Executable:
+        with self._cond:
+            while not self._idle and self._count >= self.max_size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        try:
+            return self._build(self.graph)
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def release(self, ex: Executable) -> None:
+        with self._cond:
+            self._idle.append(ex)
+            self._cond.notify()
+
+    @property
+    def size(self) -> int:
+        return self._count
