@@ -189,9 +189,7 @@ def test_conv_algorithm_notes():
     g.add_node("Conv", ["b", "w3"], ["c"], name="dense", pads=[1, 1, 1, 1])
     g.add_node("Conv", ["b", "w4"], ["d"], name="grouped", group=4)
     g.outputs = ["c", "d"]
-    rt = Runtime(g, backend="cpu")
-    rt.run({"x": np.ones((1, 8, 10, 10), np.float32)})
-    notes = next(iter(rt._plans.values())).notes
+    notes = Runtime(g, backend="cpu").plan({"x": (1, 8, 10, 10)}).notes
     assert notes["pw"].startswith("pointwise")
     assert notes["dw"].startswith("depthwise")
     assert notes["dense"].startswith("im2col 3x3")
@@ -225,6 +223,32 @@ def test_conv_transpose(case):
     # the reference mishandles group > 1 and output_shape without auto_pad
     if attrs.get("group", 1) == 1 and "output_shape" not in attrs:
         np.testing.assert_allclose(ours, run_ref("ConvTranspose", inputs, attrs)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_conv_transpose_random(seed):
+    rng = np.random.default_rng(2000 + seed)
+    nsp = int(rng.choice([1, 2, 2, 3]))
+    g = int(rng.choice([1, 1, 2, 3]))
+    cg, mg = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    k = [int(rng.integers(1, 4)) for _ in range(nsp)]
+    s = [int(rng.integers(1, 4)) for _ in range(nsp)]
+    d = [int(rng.integers(1, 3)) for _ in range(nsp)]
+    attrs = dict(group=g, strides=s, dilations=d)
+    if rng.random() < 0.6:
+        attrs["pads"] = [int(rng.integers(0, k[i % nsp])) for i in range(2 * nsp)]
+    attrs["output_padding"] = [int(rng.integers(0, s[i])) for i in range(nsp)]   # below the stride
+    x = randn(rng, int(rng.integers(1, 3)), g * cg, *[int(rng.integers(1, 6)) for _ in range(nsp)])
+    w = randn(rng, g * cg, mg, *k)
+    b = randn(rng, g * mg) if rng.random() < 0.5 else None
+    pads = attrs.get("pads", [0] * (2 * nsp))
+    out = [s[i] * (x.shape[2 + i] - 1) + attrs["output_padding"][i] + (k[i] - 1) * d[i] + 1 - pads[i] - pads[i + nsp]
+           for i in range(nsp)]
+    if min(out) < 1:
+        with pytest.raises(ShapeError):
+            run_ours("ConvTranspose", [("x", x), ("w", w), ("b", b)], attrs)
+        return
+    check("ConvTranspose", [("x", x), ("w", w), ("b", b)], attrs, against="ort", rtol=1e-4, atol=1e-4)
 
 
 # -- pools ------------------------------------------------------------------------------------
@@ -269,6 +293,32 @@ def test_maxpool_dilations_and_indices(seed):
     a = dict(kernel_shape=[2, 2], strides=[1, 2], dilations=[2, 2], pads=[1, 1, 0, 1],
              count_include_pad=int(seed % 2))
     check("AveragePool", [("x", x)], a, against="ref")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_pools_random(seed):
+    rng = np.random.default_rng(3000 + seed)
+    nsp = int(rng.choice([1, 2, 2, 3]))
+    op = ["MaxPool", "AveragePool"][seed % 2]
+    k = [int(rng.integers(1, 4)) for _ in range(nsp)]
+    s = [int(rng.integers(1, 4)) for _ in range(nsp)]
+    attrs = dict(kernel_shape=k, strides=s)
+    if op == "MaxPool" and rng.random() < 0.5:
+        attrs["dilations"] = [int(rng.integers(1, 3)) for _ in range(nsp)]
+    d = attrs.get("dilations", [1] * nsp)
+    if rng.random() < 0.25:
+        attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+        if any(di > 1 for di in d):
+            attrs["auto_pad"] = "VALID"
+    else:
+        # pads must be smaller than the kernel
+        attrs["pads"] = [int(rng.integers(0, k[i % nsp])) for i in range(2 * nsp)]
+        attrs["ceil_mode"] = int(rng.random() < 0.5)
+    if op == "AveragePool":
+        attrs["count_include_pad"] = int(rng.random() < 0.5)
+    sp = [int(rng.integers((k[i] - 1) * d[i] + 1, 10)) for i in range(nsp)]
+    x = randn(rng, int(rng.integers(1, 3)), int(rng.integers(1, 4)), *sp)
+    check(op, [("x", x)], attrs, against="ort")
 
 
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
@@ -320,6 +370,17 @@ def test_batch_norm(shape):
     check("BatchNormalization", ins, dict(epsilon=1e-3), dynamic=("s", "b", "m", "v"))
 
 
+def test_batch_norm_training_mode():
+    rng = np.random.default_rng(8)
+    x = randn(rng, 3, 4, 5, 2)
+    s, b, m = randn(rng, 4), randn(rng, 4), randn(rng, 4)
+    v = rng.random(4).astype(np.float32) + 0.5
+    ins = [("x", x), ("s", s), ("b", b), ("m", m), ("v", v)]
+    attrs = dict(epsilon=1e-2, momentum=0.8, training_mode=1)
+    check("BatchNormalization", ins, attrs, against="ref", n_out=3, rtol=1e-4, atol=1e-5)
+    check("BatchNormalization", ins, attrs, against="ref", n_out=1, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
 def test_lrn(size):
     attrs = dict(size=size, alpha=0.01, beta=0.75, bias=1.5)
@@ -351,6 +412,15 @@ def test_dropout():
     np.testing.assert_array_equal(ours[0], x)
     with pytest.raises(UnsupportedOpError):
         run_ours("Dropout", [("x", x), ("r", np.array(0.5, np.float32)), ("t", np.array(True))], {})
+    # training mode with ratio 0 is the identity, also when both are fed at run time
+    ins = [("x", x), ("r", np.array(0.0, np.float32)), ("t", np.array(True))]
+    for dyn in ((), ("r", "t")):
+        ours = run_ours("Dropout", ins, {}, n_out=2, dynamic=dyn)
+        np.testing.assert_array_equal(ours[0], x)
+        assert ours[1].all()
+    with pytest.raises(UnsupportedOpError):
+        run_ours("Dropout", [("x", x), ("r", np.array(0.3, np.float32)), ("t", np.array(True))], {},
+                 dynamic=("r", "t"))
 
 
 # -- Resize / Upsample ----------------------------------------------------------------------------
@@ -438,6 +508,16 @@ def test_resize_axes_keep_aspect_tf_crop_antialias():
     xi = rng.integers(0, 255, (1, 1, 3, 4)).astype(np.uint8)
     check("Resize", _resize_inputs(xi, scales=np.array([1, 1, 2, 2], np.float32)), dict(mode="nearest"),
           against="ref")
+
+
+def test_resize_tf_half_pixel_for_nn_opset11():
+    x = randn(np.random.default_rng(3), 1, 2, 4, 6)
+    for sc in ([1, 1, 2, 1.5], [1, 1, 0.5, 0.5]):
+        ins = _resize_inputs(x, roi=np.zeros(0, np.float32), scales=np.array(sc, np.float32))
+        attrs = dict(mode="nearest", coordinate_transformation_mode="tf_half_pixel_for_nn")
+        ref = run_ort("Resize", ins, attrs, opset=11)[0]
+        ours = run_ours("Resize", ins, attrs)[0]
+        np.testing.assert_array_equal(ours, ref)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])

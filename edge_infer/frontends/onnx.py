@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..errors import ConversionError, GraphError, UnsupportedOpError
 from ..ir.graph import DTYPES, Graph, Node, Tensor
+
+if TYPE_CHECKING:  # only for annotations: onnx is imported lazily
+    import onnx
 
 #: the opset whose op names and attributes the IR uses
 IR_OPSET = 21
@@ -51,10 +54,9 @@ DTYPE_ATTRS = {
     "Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype",),
     "RandomUniform": ("dtype",), "RandomNormalLike": ("dtype",),
     "RandomUniformLike": ("dtype",), "Multinomial": ("dtype",), "Bernoulli": ("dtype",),
-    "QuantizeLinear": ("output_dtype",),
 }
 
-ModelLike = Union[str, os.PathLike, bytes, "onnx.ModelProto"]  # noqa: F821
+ModelLike = Union[str, os.PathLike, bytes, "onnx.ModelProto"]
 
 
 # -- public entry point --------------------------------------------------------
@@ -130,7 +132,8 @@ def _parse_model(onnx, data: bytes, label: str):
         model.ParseFromString(data)
     except Exception as e:  # noqa: BLE001  (DecodeError, RuntimeError from upb...)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConversionError(f"{label}: not a valid ONNX model (protobuf parse failed: {msg})") from None
+        raise ConversionError(f"{label}: not a valid ONNX model (truncated, corrupt or another "
+                              f"format; protobuf: {msg})") from None
     return _check_model_proto(model, label)
 
 
@@ -142,6 +145,11 @@ def _check_model_proto(model, label: str):
     if not model.graph.output:
         raise ConversionError(f"{label}: malformed ONNX model: the graph has no outputs")
     return model
+
+
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    # not np.ascontiguousarray: it turns 0-d arrays (scalar constants) into 1-d
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def _dtype_name(elem_type: int, what: str) -> str:
@@ -233,9 +241,8 @@ class _Converter:
         self._emitted = 0
         self.types = self._collect_types()
         self.unsupported: Counter = Counter()
-        self.node: object = None      # the ONNX node being converted
-        self.node_name = ""           # its IR name
-        self._sources: List[Tuple[Node, str]] = []
+        self.node_name = ""           # IR name of the ONNX node being converted
+        self._emitted_nodes: List[Node] = []
 
     # setup ---------------------------------------------------------------
     def _default_opset(self) -> int:
@@ -244,14 +251,23 @@ class _Converter:
             if o.domain in ("", "ai.onnx"):
                 ver = int(o.version)
         if ver is None:
-            if self.model.ir_version < 3:   # IR v1/v2 had no opset_import: opset 1
-                ver = 1
-            else:
-                raise ConversionError(f"{self.label}: model imports no default-domain ONNX opset")
+            if any(n.domain in ("", "ai.onnx") for n in self.model.graph.node):
+                raise ConversionError(f"{self.label}: model uses ONNX ops but imports no "
+                                      "default-domain opset")
+            # only other domains' ops (ai.onnx.ml...): each is reported as unsupported
+            ver = IR_OPSET
         latest = self.onnx.defs.onnx_opset_version()
         if ver < MIN_OPSET:
-            raise ConversionError(f"{self.label}: ONNX opset {ver} is too old (minimum {MIN_OPSET}); "
-                                  "upgrade it with onnx.version_converter")
+            # Older opsets had legacy broadcasting and attributes; accept them only
+            # when every op used is still the same schema at MIN_OPSET.
+            changed = sorted({n.op_type for n in self.model.graph.node if n.domain in ("", "ai.onnx")
+                              and (_schema(self.onnx, n.op_type, ver) is None or
+                                   _schema(self.onnx, n.op_type, ver).since_version !=
+                                   getattr(_schema(self.onnx, n.op_type, MIN_OPSET), "since_version", -1))})
+            if changed:
+                raise ConversionError(
+                    f"{self.label}: ONNX opset {ver} is too old (minimum {MIN_OPSET}; "
+                    f"{', '.join(changed)} changed since); upgrade it with onnx.version_converter")
         if ver > latest:
             raise ConversionError(f"{self.label}: ONNX opset {ver} is newer than the installed "
                                   f"onnx package knows ({latest}); upgrade onnx")
@@ -365,7 +381,7 @@ class _Converter:
 
     def add_const(self, base: str, value, dtype: Optional[str] = None) -> str:
         """Add a constant tensor (named after the current node) and return its name."""
-        arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        arr = _contiguous(np.asarray(value, dtype=dtype))
         name = self.new_name(f"{self.node_name}_{base}")
         self.graph.add_const(name, arr)
         return name
@@ -392,7 +408,7 @@ class _Converter:
             if o and o not in self.graph.tensors:
                 self.graph.tensors[o] = Tensor(o)
         self.graph.nodes.append(node)
-        self._sources.append((node, self.node_name))
+        self._emitted_nodes.append(node)
         return node
 
     def _finalize_attrs(self, op: str, attrs: Dict[str, object], src_schema) -> Dict[str, object]:
@@ -414,8 +430,6 @@ class _Converter:
                 attrs.setdefault(k, v)
         for k in DTYPE_ATTRS.get(op, ()):
             if isinstance(attrs.get(k), int):
-                if op == "QuantizeLinear" and attrs[k] == 0:
-                    continue      # 0 means "from the zero point"
                 attrs[k] = _dtype_name(attrs[k], f"node {self.node_name!r} ({op}) attribute {k!r}")
         return self._check_json(op, attrs)
 
@@ -437,7 +451,6 @@ class _Converter:
 
     # initializers ---------------------------------------------------------------
     def _init_array(self, name: str) -> np.ndarray:
-        onnx = self.onnx
         if name in self.sparse_inits:
             return self._sparse_array(self.sparse_inits[name], f"initializer {name!r}")
         return self._tensor_array(self.inits[name], f"initializer {name!r}")
@@ -445,16 +458,17 @@ class _Converter:
     def _tensor_array(self, t, what: str) -> np.ndarray:
         onnx = self.onnx
         _dtype_name(t.data_type, what)
+        if onnx.external_data_helper.uses_external_data(t):
+            loc = dict((kv.key, kv.value) for kv in t.external_data).get("location", "")
+            if not os.path.isfile(os.path.join(self.base_dir, loc)):
+                raise ConversionError(f"{what}: external data file {loc!r} not found "
+                                      f"(looked in {self.base_dir})")
         try:
             arr = onnx.numpy_helper.to_array(t, self.base_dir)
-        except FileNotFoundError as e:
-            loc = dict((kv.key, kv.value) for kv in t.external_data).get("location", "?")
-            raise ConversionError(f"{what}: external data file {loc!r} not found "
-                                  f"(looked in {self.base_dir})") from None
         except Exception as e:  # noqa: BLE001  (truncated file, bad offsets, ...)
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ConversionError(f"{what}: cannot read tensor data: {msg}") from None
-        return np.ascontiguousarray(arr)
+        return _contiguous(arr)
 
     def _sparse_array(self, sp, what: str) -> np.ndarray:
         values = self._tensor_array(sp.values, what)
@@ -472,7 +486,8 @@ class _Converter:
         onnx_graph = self.model.graph
         for k, node in enumerate(onnx_graph.node):
             self._convert_node(node, k)
-        if self.unsupported or self._unsupported_emitted():
+        self._count_unsupported_emitted()
+        if self.unsupported:
             counts = self.unsupported
             items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
             raise UnsupportedOpError("unsupported ops: " + ", ".join(f"{op} ({n})" for op, n in items))
@@ -497,16 +512,14 @@ class _Converter:
             meta["model_metadata"] = {p.key: p.value for p in m.metadata_props}
         return meta
 
-    def _unsupported_emitted(self) -> bool:
+    def _count_unsupported_emitted(self) -> None:
         from ..backends.cpu import KERNELS
-        for node, _src in self._sources:
+        for node in self._emitted_nodes:
             if node.op not in KERNELS:
                 self.unsupported[node.op] += 1
-        return bool(self.unsupported)
 
     def _convert_node(self, node, k: int) -> None:
         onnx = self.onnx
-        self.node = node
         self._emitted = 0
         if node.name and node.name not in self.node_names:
             self.node_name = node.name      # keep ONNX names (first one wins on duplicates)
@@ -534,7 +547,14 @@ class _Converter:
         attrs = dict(_defaults(onnx, schema))
         attrs.update(given)
         fn = NORMALIZERS.get(op, _norm_default)
-        fn(self, node, attrs, given, schema)
+        try:
+            fn(self, node, attrs, given, schema)
+        except ConversionError:
+            from ..backends.cpu import KERNELS
+            if op in KERNELS or op in NORMALIZERS:
+                raise
+            # the op has no kernel anyway: say so, in the one list of unsupported ops
+            self.unsupported[op] += 1
 
     def _add_initializers(self) -> None:
         g = self.graph
@@ -665,7 +685,7 @@ def _norm_constant(c: _Converter, node, attrs, given, schema) -> None:
         raise ConversionError(f"node {c.node_name!r} (Constant) has no value attribute")
     if out in c.graph.tensors:
         raise ConversionError(f"{c.label}: malformed model: tensor {out!r} is produced twice")
-    c.graph.add_tensor(out, arr.dtype.name, arr.shape, np.ascontiguousarray(arr))
+    c.graph.add_tensor(out, arr.dtype.name, arr.shape, _contiguous(arr))
 
 
 def _norm_constant_of_shape(c: _Converter, node, attrs, given, schema) -> None:

@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ShapeError
-from .graph import Node, Shape, Tensor
+from .graph import Node, Tensor
 from .padding import resolve_pads
 from .shape_inference import broadcast_shapes, rule
 
@@ -103,7 +103,7 @@ def conv_transpose_geometry(in_spatial: Sequence[int], kernel: Sequence[int], at
         total = [full[i] - out_shape[i] for i in range(n)]
         if auto_pad == "SAME_UPPER":
             b = [t // 2 for t in total]
-        else:   # SAME_LOWER, and NOTSET with output_shape (as the reference does)
+        else:   # SAME_LOWER, and NOTSET with output_shape (the spec's "else" branch)
             b = [t - t // 2 for t in total]
         return b + [total[i] - b[i] for i in range(n)], out_shape
     if auto_pad == "VALID":
@@ -116,7 +116,12 @@ def _conv_transpose(node: Node, ins):
     x, w = ins[0], ins[1]
     if x.shape is None or w.shape is None:
         return [(_dtype(x), None)]
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ShapeError(f"ConvTranspose needs X of rank >= 3 and W of the same rank, got {x.shape} and {w.shape}")
     group = int(node.attrs.get("group", 1))
+    c = x.shape[1]
+    if _is_int(c) and _is_int(w.shape[0]) and c != w.shape[0]:
+        raise ShapeError(f"input has {c} channels but W has {w.shape[0]}")
     m = w.shape[1] * group if _is_int(w.shape[1]) else _sym(node, 1)
     kernel = node.attrs.get("kernel_shape") or list(w.shape[2:])
     sp = x.shape[2:]
@@ -139,6 +144,9 @@ def _conv_transpose(node: Node, ins):
                     if node.attrs.get("pads"):
                         one["pads"] = [node.attrs["pads"][i], node.attrs["pads"][i + n]]
                     out[i] = conv_transpose_geometry([int(d)], [int(kernel[i])], one)[1][0]
+    bad = [o for o in out if _is_int(o) and o < 1]
+    if bad:
+        raise ShapeError(f"output spatial size {out} is not positive (pads too large?)")
     return [(x.dtype, (x.shape[0], m, *out))]
 
 

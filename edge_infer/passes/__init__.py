@@ -11,17 +11,32 @@ import time
 from typing import Callable, Dict, Iterable, List, Optional
 
 from ..ir import Graph
+from .cancel_transposes import cancel_transposes
+from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .eliminate_identity import eliminate_identity
+from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
+from .fold_scale_bias import fold_scale_bias
+from .fuse_conv_activation import fuse_conv_activation
+from .fuse_residual_add import fuse_residual_add
+from .recognize_activations import recognize_activations
 
 PassFn = Callable[[Graph], int]
 
-#: level -> passes added at that level (a level also runs every lower level's passes)
+#: level -> passes added at that level (a level also runs every lower level's passes).
+#: 1 cleanup: nothing changes numerically but the graph gets smaller.
+#: 2 fusion: weights absorb BatchNorm and constant scales/offsets, decomposed activations
+#:   become single ops, then conv/gemm/matmul + residual + activation fuse (cost-gated:
+#:   passes/cost_model.py). Order matters within a round: folding first (so a conv's
+#:   output feeds the activation directly), residual fusion before activation fusion (so
+#:   Conv+Add+Relu becomes one node, not Conv+Relu next to an Add).
+#: 3 layout.
 LEVELS: Dict[int, List[PassFn]] = {
     0: [],
-    1: [fold_constants, eliminate_identity, eliminate_dead_code],
-    2: [],
+    1: [fold_constants, eliminate_identity, eliminate_common_subexpressions, cancel_transposes,
+        eliminate_dead_code],
+    2: [fold_batchnorm, recognize_activations, fold_scale_bias, fuse_residual_add, fuse_conv_activation],
     3: [],
 }
 

@@ -3,7 +3,7 @@ InstanceNormalization, Softmax, LogSoftmax, Dropout, Resize and Upsample."""
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -17,6 +17,11 @@ from .conv import view_as
 def _opt(node: Node, i: int) -> str:
     """Name of optional input ``i``, or '' when absent."""
     return node.inputs[i] if len(node.inputs) > i else ""
+
+
+def _opt_out(node: Node, i: int) -> str:
+    """Name of optional output ``i``, or '' when not requested."""
+    return node.outputs[i] if len(node.outputs) > i else ""
 
 
 # -- Gemm / MatMul --------------------------------------------------------------------
@@ -86,11 +91,11 @@ def _channel_shape(x: np.ndarray) -> Tuple[int, ...]:
 @kernel("BatchNormalization")
 def batch_norm(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    if node.attrs.get("training_mode", 0) or any(o for o in node.outputs[1:]):
-        raise UnsupportedOpError(f"BatchNormalization {node.name!r}: training mode is not supported")
     eps = float(node.attrs.get("epsilon", 1e-5))
     names = node.inputs[1:5]
     cshape = _channel_shape(x)
+    if node.attrs.get("training_mode", 0):
+        return _batch_norm_training(node, ctx, x, y, eps, cshape)
     if all(ctx.const(nm) is not None for nm in names):
         gamma, beta, mean, var = (ctx.const(nm).astype(np.float64) for nm in names)
         scale64 = gamma / np.sqrt(var + eps)
@@ -116,6 +121,43 @@ def batch_norm(node: Node, ctx) -> Callable[[], None]:
         np.add(y, shift, out=y)
     ctx.note(node, "scale/shift computed per run (non-constant statistics)")
     return bn_dynamic
+
+
+def _batch_norm_training(node: Node, ctx, x, y, eps: float, cshape) -> Callable[[], None]:
+    """training_mode=1: normalise with the batch's own mean and (population)
+    variance; optional outputs 1 and 2 are the momentum-updated running stats."""
+    momentum = float(node.attrs.get("momentum", 0.9))
+    gamma, beta, rmean, rvar = (view_as(ctx.value(nm), cshape) for nm in node.inputs[1:5])
+    outs = [_opt_out(node, k) for k in (1, 2)]
+    out_mean, out_var = (ctx.value(o).reshape(cshape) if o else None for o in outs)
+    axes = (0,) + tuple(range(2, x.ndim))
+    mean = ctx.workspace(cshape, y.dtype)
+    var = ctx.workspace(cshape, y.dtype)
+    inv = ctx.workspace(cshape, y.dtype)
+    sq = ctx.workspace(y.shape, y.dtype)
+    mean1, var1 = mean.reshape(-1), var.reshape(-1)
+
+    def bn_train():
+        np.mean(x, axis=axes, out=mean1)
+        np.subtract(x, mean, out=y)
+        np.multiply(y, y, out=sq)
+        np.mean(sq, axis=axes, out=var1)
+        np.add(var, eps, out=inv)
+        np.sqrt(inv, out=inv)
+        np.divide(gamma, inv, out=inv)
+        np.multiply(y, inv, out=y)
+        np.add(y, beta, out=y)
+        # running stats: momentum * old + (1 - momentum) * batch (inv is free again)
+        if out_mean is not None:
+            np.multiply(mean, 1 - momentum, out=inv)
+            np.multiply(rmean, momentum, out=out_mean)
+            np.add(out_mean, inv, out=out_mean)
+        if out_var is not None:
+            np.multiply(var, 1 - momentum, out=inv)
+            np.multiply(rvar, momentum, out=out_var)
+            np.add(out_var, inv, out=out_var)
+    ctx.note(node, "training mode: batch statistics computed per run")
+    return bn_train
 
 
 @kernel("InstanceNormalization")
@@ -154,9 +196,9 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
     beta = float(node.attrs.get("beta", 0.75))
     bias = float(node.attrs.get("bias", 1.0))
     c = x.shape[1]
-    before = (size - 1) // 2                  # floor((size-1)/2) channels below
-    after = size - 1 - before                 # ceil((size-1)/2) channels above
-    # squares live in a channel-padded workspace whose zero border is written once
+    # window: floor((size-1)/2) channels below, ceil((size-1)/2) above; squares live
+    # in a channel-padded workspace whose zero border is written once
+    before = (size - 1) // 2
     sqp = ctx.workspace((x.shape[0], c + size - 1) + x.shape[2:], y.dtype)
     sqp.fill(0)
     sq = sqp[:, before:before + c]
@@ -166,7 +208,10 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
 
     def run():
         np.multiply(x, x, out=sq)
-        np.add(shifted[0], shifted[1], out=ss) if size > 1 else np.copyto(ss, shifted[0])
+        if size > 1:
+            np.add(shifted[0], shifted[1], out=ss)
+        else:
+            np.copyto(ss, shifted[0])
         for s in shifted[2:]:
             np.add(ss, s, out=ss)
         np.multiply(ss, k, out=ss)
@@ -227,20 +272,37 @@ def log_softmax(node: Node, ctx) -> Callable[[], None]:
 
 @kernel("Dropout")
 def dropout(node: Node, ctx) -> Callable[[], None]:
+    """Identity (inference, or a ratio of 0); the mask, if asked for, is all True.
+    Training mode with a non-zero ratio is random and not supported."""
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    tm = _opt(node, 2)
-    if tm:
-        flag = ctx.const(tm)
-        if flag is None or bool(np.asarray(flag).reshape(-1)[0]):
-            raise UnsupportedOpError(f"Dropout {node.name!r}: training mode is not supported")
-    mask = ctx.value(node.outputs[1]) if len(node.outputs) > 1 and node.outputs[1] else None
+    mask = ctx.value(node.outputs[1]) if _opt_out(node, 1) else None
+    rname, tname = _opt(node, 1), _opt(node, 2)
+    ratio = ctx.value(rname) if rname else None
+    flag = ctx.value(tname) if tname else None
+
+    def training() -> bool:
+        on = flag is not None and bool(np.asarray(flag).reshape(-1)[0])
+        r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+        if on and r != 0.0:
+            raise UnsupportedOpError(f"Dropout {node.name!r}: training mode (random dropping) "
+                                     "is not supported")
+        return on
+
+    check = None
+    if tname and ctx.const(tname) is not None and (not rname or ctx.const(rname) is not None):
+        training()                      # both known now: decide once
+    elif tname:
+        check = training                # fed at run time: decide every run
     ctx.note(node, "identity (inference)")
-    if mask is None:
-        return lambda: np.copyto(y, x)
 
     def run():
+        if check is not None:
+            check()
         np.copyto(y, x)
-        mask.fill(True)
+        if mask is not None:
+            mask.fill(True)
+    if check is None and mask is None:
+        return lambda: np.copyto(y, x)
     return run
 
 
@@ -268,6 +330,8 @@ def _source_coords(ctm: str, out_len: int, in_len: int, scale: float,
         xo = o * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(out_len, f)
     elif ctm == "asymmetric":
         xo = o / s
+    elif ctm == "tf_half_pixel_for_nn":          # opset 11-12 only, kept for old TF exports
+        xo = (o + half) / s
     elif ctm == "half_pixel_symmetric":
         adjustment = f(out_len) / (s * f(in_len))
         offset = f(in_len) / f(2) * (f(1) - adjustment)

@@ -1,14 +1,16 @@
 """Pooling kernels: MaxPool (with optional Indices), AveragePool, GlobalAveragePool,
 GlobalMaxPool; 1-D/2-D/3-D.
 
-Windowed pools reduce over kernel taps: each tap is a strided view of a padded
-workspace (border filled once at prepare with -inf for max, 0 for average), so a
-run is one interior copy plus ``prod(kernel)`` in-place ufunc calls over the
-output.
+Windowed pools read a padded workspace (border filled once at prepare with -inf
+for max, 0 for average; each run copies only the interior). Max and sum are
+separable, so the window reduction runs one spatial dim at a time, outermost
+first: ``sum(kernel)`` strided ufunc calls instead of ``prod(kernel)``, and the
+first stage streams whole contiguous rows (about 2x faster for 3x3/2). MaxPool
+with an Indices output compares all ``prod(kernel)`` taps directly.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -41,6 +43,42 @@ def _geometry(node: Node, x: np.ndarray, y: np.ndarray):
     return ks, wa["strides"], wa["dilations"], pads, osp, extra
 
 
+def separable_reduce(ctx, xp: np.ndarray, y: np.ndarray, ks: Sequence[int], strides: Sequence[int],
+                     dil: Sequence[int], osp: Sequence[int], ufunc) -> Callable[[], None]:
+    """Step computing ``y`` = ``ufunc``-reduction (np.maximum / np.add) of every
+    window of ``xp`` (N, C, *padded), one spatial dim per stage."""
+    nsp = len(ks)
+    dims = [i for i in range(nsp)
+            if not (ks[i] == 1 and strides[i] == 1 and osp[i] == xp.shape[2 + i])]
+    if not dims:
+        return lambda: np.copyto(y, xp)
+    stages = []
+    cur = xp
+    for k, i in enumerate(dims):
+        shape = list(cur.shape)
+        shape[2 + i] = osp[i]
+        dst = y if k == len(dims) - 1 else ctx.workspace(shape, y.dtype)
+        taps = []
+        for t in range(ks[i]):
+            sl = [slice(None)] * cur.ndim
+            start = t * dil[i]
+            sl[2 + i] = slice(start, start + (osp[i] - 1) * strides[i] + 1, strides[i])
+            taps.append(cur[tuple(sl)])
+        stages.append((dst, taps[0], taps[1] if len(taps) > 1 else None, taps[2:]))
+        cur = dst
+    copyto = np.copyto
+
+    def run():
+        for dst, t0, t1, rest in stages:
+            if t1 is None:
+                copyto(dst, t0)
+                continue
+            ufunc(t0, t1, out=dst)
+            for t in rest:
+                ufunc(dst, t, out=dst)
+    return run
+
+
 def _lowest(dtype) -> object:
     dt = np.dtype(dtype)
     if dt.kind == "f":
@@ -59,23 +97,16 @@ def max_pool(node: Node, ctx) -> Callable[[], None]:
     if y.size == 0:
         return lambda: None
     xp, pad_step = padded_input(ctx, x, pads, extra, fill=_lowest(x.dtype))
-    taps = tap_views(xp, ks, dil, strides, osp)
-    maximum = np.maximum
     kdesc = "x".join(map(str, ks))
     if not want_idx:
-        if len(taps) == 1:
-            t0 = taps[0]
-            ctx.note(node, f"max pool {kdesc} (single tap copy)")
-            return lambda: (pad_step(), np.copyto(y, t0))
-        t0, t1, rest = taps[0], taps[1], taps[2:]
+        reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.maximum)
 
         def maxpool():
             pad_step()
-            maximum(t0, t1, out=y)
-            for t in rest:
-                maximum(y, t, out=y)
-        ctx.note(node, f"max pool {kdesc} ({len(taps)} strided tap maxima)")
+            reduce()
+        ctx.note(node, f"max pool {kdesc} (separable, {sum(ks)} strided maxima)")
         return maxpool
+    taps = tap_views(xp, ks, dil, strides, osp)
 
     # Indices: flat positions into the unpadded input, first maximum wins (as ORT does)
     idx = ctx.value(node.outputs[1])
@@ -135,7 +166,6 @@ def average_pool(node: Node, ctx) -> Callable[[], None]:
     nsp = x.ndim - 2
     include_pad = bool(node.attrs.get("count_include_pad", 0))
     xp, pad_step = padded_input(ctx, x, pads, extra, fill=0)
-    taps = tap_views(xp, ks, dil, strides, osp)
     # divisor per output position, separable over spatial dims: taps inside the input
     # (count_include_pad=0) or inside input + explicit pads (=1); ceil_mode overhang never counts
     inv = np.ones(osp, np.float64)
@@ -150,26 +180,16 @@ def average_pool(node: Node, ctx) -> Callable[[], None]:
         raise ShapeError(f"AveragePool {node.name!r}: a window lies entirely in padding")
     inv = (1.0 / inv).astype(y.dtype)
     scale = inv.flat[0] if (inv == inv.flat[0]).all() else inv
-    add, mul = np.add, np.multiply
+    mul = np.multiply
     kdesc = "x".join(map(str, ks))
-    if len(taps) == 1:
-        t0 = taps[0]
-
-        def avgpool1():
-            pad_step()
-            mul(t0, scale, out=y)
-        ctx.note(node, f"average pool {kdesc} (single tap)")
-        return avgpool1
-    t0, t1, rest = taps[0], taps[1], taps[2:]
+    reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.add)
 
     def avgpool():
         pad_step()
-        add(t0, t1, out=y)
-        for t in rest:
-            add(y, t, out=y)
+        reduce()
         mul(y, scale, out=y)
-    ctx.note(node, f"average pool {kdesc} ({len(taps)} strided tap sums, "
-                   f"{'uniform' if np.isscalar(scale) or np.ndim(scale) == 0 else 'per-position'} divisor)")
+    ctx.note(node, f"average pool {kdesc} (separable sums, "
+                   f"{'uniform' if np.ndim(scale) == 0 else 'per-position'} divisor)")
     return avgpool
 
 

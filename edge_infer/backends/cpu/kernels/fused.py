@@ -1,0 +1,190 @@
+"""Fused kernels: a base op (Conv, Gemm, MatMul) + an epilogue applied in place on its
+output, and the SiLU activation.
+
+The fused kernel prepares the base op's own kernel (``KERNELS["Conv"]`` etc.) on a
+copy of the node stripped to the base op, so it gets exactly the base algorithm
+(and its bias handling); then the epilogue runs on the output buffer, in this order:
+
+1. bias — FusedMatMul only (Conv and Gemm add theirs inside the base kernel);
+2. residual: ``np.add(y, z, out=y)``;
+3. activation: ``apply_activation(y, name, params, scratch)``, in place.
+
+Every epilogue step is an in-place ufunc on ``y``; activations that must see x again
+after overwriting it get their scratch from ``ctx.workspace`` at prepare time
+(``activation_scratch``), so a run allocates nothing. Each activation computes the
+same ufunc sequence as its stand-alone kernel in ``elementwise.py``, so fusing it
+changes no bits.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from ....errors import ShapeError, UnsupportedOpError
+from ....ir import Node
+from ..registry import KERNELS, kernel
+from .elementwise import make_erf, quiet
+
+EPILOGUE_ATTRS = ("activation", "activation_params")
+
+#: activation name -> (scratch buffers the size of y, stand-alone op it mirrors)
+ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "Sigmoid": 0, "Tanh": 0, "HardSigmoid": 0,
+               "LeakyRelu": 1, "HardSwish": 1, "SiLU": 1, "GeluTanh": 1, "Gelu": 4}
+
+_INV_SQRT2 = 1 / math.sqrt(2)
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def activation_scratch(ctx, y: np.ndarray, name: str):
+    """What ``apply_activation`` needs besides ``y`` for ``name``, made once at prepare:
+    a buffer like ``y``, the erf evaluator (with its own workspaces) for Gelu, or None."""
+    if name not in ACTIVATIONS:
+        raise UnsupportedOpError(f"fused epilogue: unknown activation {name!r}")
+    if name == "Gelu":
+        return make_erf(ctx, y.shape, y.dtype)
+    if ACTIVATIONS[name]:
+        return ctx.workspace(y.shape, y.dtype)
+    return None
+
+
+def _sigmoid_into(src: np.ndarray, dst: np.ndarray) -> None:
+    # the Sigmoid kernel's sequence: 1 / (1 + exp(-x))
+    np.negative(src, out=dst)
+    np.exp(dst, out=dst)
+    np.add(dst, 1, out=dst)
+    np.reciprocal(dst, out=dst)
+
+
+def apply_activation(y: np.ndarray, name: str, params: Sequence[float] = (), scratch=None) -> None:
+    """``y = act(y)`` in place. ``scratch``: from ``activation_scratch`` (None where unneeded).
+
+    ``params``: Clip [min, max], LeakyRelu [alpha], HardSigmoid [alpha, beta]."""
+    if not name:
+        return
+    if name == "Relu":
+        np.maximum(y, np.zeros((), y.dtype), out=y)
+    elif name == "Clip":
+        np.maximum(y, params[0], out=y)        # max then min, as the Clip kernel
+        np.minimum(y, params[1], out=y)
+    elif name == "Sigmoid":
+        _sigmoid_into(y, y)
+    elif name == "Tanh":
+        np.tanh(y, out=y)
+    elif name == "HardSigmoid":
+        np.multiply(y, params[0], out=y)
+        np.add(y, params[1], out=y)
+        np.maximum(y, np.zeros((), y.dtype), out=y)
+        np.minimum(y, np.ones((), y.dtype), out=y)
+    elif name == "LeakyRelu":
+        alpha = params[0]
+        np.multiply(y, alpha, out=scratch)
+        (np.maximum if alpha <= 1 else np.minimum)(y, scratch, out=y)
+    elif name == "HardSwish":
+        t = scratch
+        np.multiply(y, 1 / 6, out=t)
+        np.add(t, 0.5, out=t)
+        np.maximum(t, np.zeros((), y.dtype), out=t)
+        np.minimum(t, np.ones((), y.dtype), out=t)
+        np.multiply(t, y, out=y)
+    elif name == "SiLU":
+        _sigmoid_into(y, scratch)
+        np.multiply(y, scratch, out=y)
+    elif name == "Gelu":
+        p = scratch(y, _INV_SQRT2)               # erf(y / sqrt 2) in the compute dtype
+        np.add(p, 1.0, out=p)
+        np.multiply(p, y, out=p)
+        np.multiply(p, 0.5, out=p)
+        np.copyto(y, p, casting="same_kind")
+    elif name == "GeluTanh":
+        t = scratch
+        np.multiply(y, y, out=t)
+        np.multiply(t, 0.044715, out=t)
+        np.add(t, 1, out=t)
+        np.multiply(t, y, out=t)
+        np.multiply(t, _SQRT_2_OVER_PI, out=t)
+        np.tanh(t, out=t)
+        np.add(t, 1, out=t)
+        np.multiply(t, y, out=y)
+        np.multiply(y, 0.5, out=y)
+    else:
+        raise UnsupportedOpError(f"fused epilogue: unknown activation {name!r}")
+
+
+def _base(node: Node, op: str, n_inputs: int) -> Node:
+    attrs = {k: v for k, v in node.attrs.items() if k not in EPILOGUE_ATTRS}
+    return Node(op, list(node.inputs[:n_inputs]), [node.outputs[0]], attrs, node.name)
+
+
+def _addend(ctx, node: Node, name: str, y: np.ndarray, what: str) -> Optional[np.ndarray]:
+    """An array added onto y (residual or bias): constants cast to y's dtype once."""
+    if not name:
+        return None
+    v = ctx.value(name)
+    if ctx.const(name) is not None and v.dtype != y.dtype:
+        v = v.astype(y.dtype)
+    if v.ndim > y.ndim or np.broadcast_shapes(y.shape, v.shape) != y.shape:
+        raise ShapeError(f"{node.op} {node.name!r}: {what} {v.shape} does not broadcast onto {y.shape}")
+    return v
+
+
+def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> Callable[[], None]:
+    y = ctx.value(node.outputs[0])
+    base = KERNELS[base_op](_base(node, base_op, n_base), ctx)
+    name = str(node.attrs.get("activation", "") or "")
+    params = [float(p) for p in node.attrs.get("activation_params", []) or []]
+    if name == "Clip" and len(params) != 2 or name in ("LeakyRelu",) and len(params) != 1 \
+            or name == "HardSigmoid" and len(params) != 2:
+        raise ShapeError(f"{node.op} {node.name!r}: activation {name} has params {params}")
+    scratch = activation_scratch(ctx, y, name)
+    adds = [a for a in (_addend(ctx, node, nm, y, what) for nm, what in addends) if a is not None]
+    desc = [what for (nm, what) in addends if nm] + ([name] if name else [])
+    if desc:
+        ctx.notes[node.name] = ctx.notes.get(node.name, base_op) + " + in-place epilogue: " + ", ".join(desc)
+    if not adds and not name:
+        return base
+    add = np.add
+
+    def epilogue():
+        for a in adds:
+            add(y, a, out=y)
+        apply_activation(y, name, params, scratch)
+    epilogue = quiet(epilogue)
+
+    def run():
+        base()
+        epilogue()
+    return run
+
+
+@kernel("FusedConv")
+def fused_conv(node: Node, ctx) -> Callable[[], None]:
+    """y = act(conv(x, w) + b + z)."""
+    z = node.inputs[3] if len(node.inputs) > 3 else ""
+    return _fused(node, ctx, "Conv", 3, [(z, "residual")])
+
+
+@kernel("FusedGemm")
+def fused_gemm(node: Node, ctx) -> Callable[[], None]:
+    """y = act(alpha A'B' + beta C)."""
+    return _fused(node, ctx, "Gemm", 3, [])
+
+
+@kernel("FusedMatMul")
+def fused_matmul(node: Node, ctx) -> Callable[[], None]:
+    """y = act(A @ B + bias)."""
+    bias = node.inputs[2] if len(node.inputs) > 2 else ""
+    return _fused(node, ctx, "MatMul", 2, [(bias, "bias")])
+
+
+@kernel("SiLU")
+def silu(node: Node, ctx) -> Callable[[], None]:
+    """y = x * sigmoid(x), as the Sigmoid and Mul kernels would compute it."""
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    s = ctx.workspace(y.shape, y.dtype)
+
+    def run():
+        _sigmoid_into(x, s)
+        np.multiply(x, s, out=y)
+    return quiet(run)
