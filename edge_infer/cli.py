@@ -108,6 +108,7 @@ def inspect_artifact(path: str) -> dict:
         return {"name": n, "dtype": t.dtype, "shape": list(t.shape) if t.shape is not None else None}
     return {
         "path": path, "file_bytes": os.path.getsize(path), "graph": graph.name,
+        "memory": memory_plan(graph),
         "inputs": [info(n) for n in graph.inputs], "outputs": [info(n) for n in graph.outputs],
         "nodes": len(graph.nodes), "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
         "constants": len(consts), "parameters": int(sum(t.data.size for t in consts)),
@@ -117,6 +118,23 @@ def inspect_artifact(path: str) -> dict:
         "provenance": meta.get("provenance", {}), "optimization": meta.get("optimization", {}),
         "target": meta.get("target", {}).get("name"),
     }
+
+
+def memory_plan(graph, shapes=None) -> dict:
+    """Weights, planned activation arena (vs naive sum and lower bound) and workspace,
+    for the given input shapes (symbolic dims taken as 1)."""
+    from .runtime import Runtime
+    from .verify import random_inputs
+    weights = int(sum(t.data.nbytes for t in graph.tensors.values() if t.is_const))
+    try:
+        rt = Runtime(graph, backend="cpu")
+        feeds = random_inputs(graph, 0, shapes)
+        ex = rt.plan({k: v.shape for k, v in feeds.items()})
+    except EdgeInferError as e:
+        return {"weights_bytes": weights, "error": str(e)}
+    plan = ex.arena_plan.summary()
+    return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
+            **plan, "workspace_bytes": int(ex.workspace_bytes)}
 
 
 def cmd_inspect(args) -> int:
@@ -139,17 +157,35 @@ def cmd_inspect(args) -> int:
         for e in opt["passes"]:
             print(f"    {e['pass']:28} round {e['round']}: {e['changes']} change(s), "
                   f"nodes {e['nodes_before']} -> {e['nodes_after']}")
+    m = rep["memory"]
+    if "error" in m:
+        print(f"  memory plan: unavailable ({m['error']})")
+    else:
+        print(f"  memory (inputs {m['input_shapes']}): weights {m['weights_bytes']:,} B (mmap), "
+              f"arena {m['arena_bytes']:,} B (naive {m['naive_bytes']:,}, lower bound {m['lower_bound_bytes']:,}, "
+              f"{m['in_place']} in place), workspace {m['workspace_bytes']:,} B")
     print("  largest tensors:")
     for t in rep["tensors"][:8]:
         print(f"    {t['name']:40} {t['dtype']:8} {str(t['shape']):22} {t['bytes']:>12,} B")
     return 0
 
 
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB."""
+    try:
+        import resource
+        import sys as _sys
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if _sys.platform == "darwin" else peak / 2**10
+    except ImportError:  # Windows
+        import psutil
+        return psutil.Process().memory_info().peak_wset / 2**20
+
+
 def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "auto",
                    threads: Optional[int] = None, input_shapes=None) -> dict:
     """Time a model: latency percentiles and a per-op time table."""
     import time
-    import psutil
     from .runtime import Runtime
     from .verify import random_inputs
     rt = Runtime(path, backend=backend, threads=threads)
@@ -178,7 +214,7 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
         "artifact": path, "backend": rt.backend.name, "threads": rt.threads, "runs": runs,
         "median_ms": float(np.median(lat_ms)), "p90_ms": float(np.percentile(lat_ms, 90)),
         "p99_ms": float(np.percentile(lat_ms, 99)), "min_ms": float(lat_ms.min()),
-        "peak_rss_mb": psutil.Process().memory_info().rss / 2**20,
+        "peak_rss_mb": peak_rss_mb(),
         "ops": [{"op": op, "count": c, "ms": s * 1e3, "share": s / total}
                 for op, (c, s) in sorted(by_op.items(), key=lambda kv: -kv[1][1])],
         "nodes": [{"name": n, "op": op, "ms": s * 1e3}
