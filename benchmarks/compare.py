@@ -94,7 +94,30 @@ def child(kind: str, path: str, onnx_path: str, threads: int, runs: int, warmup:
         fn()
         lat.append(time.perf_counter() - t0)
     return {"median_ms": float(np.median(lat) * 1e3), "p90_ms": float(np.percentile(lat, 90) * 1e3),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    # VmHWM starts afresh at exec; ru_maxrss would carry the parent's peak over exec.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def run_child(kind, path, onnx_path, threads, runs, warmup) -> dict:
@@ -196,7 +219,8 @@ def main(argv=None) -> int:
             if not args.json:
                 print(f"  measured {name}", file=sys.stderr)
     report = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.platform()}",
+        "machine": f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores, "
+                   f"{__import__('psutil').virtual_memory().total / 2**30:.0f} GiB",
         "python": platform.python_version(), "numpy": np.__version__, "blas": blas_info(),
         "onnxruntime": __import__("onnxruntime").__version__, "edge_infer": edge_infer.__version__,
         "threads": args.threads, "runs": args.runs, "models": rows,

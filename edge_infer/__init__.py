@@ -2,20 +2,11 @@
 from .errors import (ArtifactError, BackendError, ConversionError, EdgeInferError, GraphError,
                      InputError, ShapeError, UnsupportedOpError)
 from .version import __version__
+# Bound eagerly: the functions share their modules' names, and a lazily imported
+# submodule would otherwise replace the function attribute on the package.
+from .convert import convert
+from .verify import verify
+from .runtime import Runtime
 
 __all__ = ["__version__", "ArtifactError", "BackendError", "ConversionError", "EdgeInferError",
            "GraphError", "InputError", "ShapeError", "UnsupportedOpError", "Runtime", "convert", "verify"]
-
-
-def __getattr__(name):
-    # Lazy so that `import edge_infer` stays cheap on the device.
-    if name == "Runtime":
-        from .runtime import Runtime
-        return Runtime
-    if name == "convert":
-        from .convert import convert
-        return convert
-    if name == "verify":
-        from .verify import verify
-        return verify
-    raise AttributeError(name)

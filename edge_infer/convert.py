@@ -27,6 +27,15 @@ def _graph_stats(g: Graph) -> Dict[str, int]:
             "weight_bytes": sum(int(t.data.nbytes) for t in g.tensors.values() if t.is_const)}
 
 
+def _cost(graph_cost, g: Graph) -> dict:
+    """ops, parameters, FLOPs and bytes moved (passes/report.py); {} if shapes don't resolve."""
+    from .errors import EdgeInferError
+    try:
+        return graph_cost(g)
+    except (EdgeInferError, ValueError, TypeError, KeyError, IndexError):
+        return {}
+
+
 def find_culprit(original: Graph, level: int, disabled: Iterable[str], feeds, tolerance: float) -> str:
     """Replay the passes one application at a time and name the first whose result
     drifts from ``original`` by more than ``tolerance``."""
@@ -38,7 +47,7 @@ def find_culprit(original: Graph, level: int, disabled: Iterable[str], feeds, to
         for fn in passes_for_level(level, disabled):
             if fn(g):
                 changed = True
-                if compare(g, original, feeds) > tolerance:
+                if compare(g, original, feeds, "float64") > tolerance:
                     return fn.__name__
         if not changed:
             break
@@ -52,14 +61,17 @@ def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence
     random inputs (plus ``feeds``). Returns (optimized graph, report)."""
     from .passes import optimize
     from .verify import VerificationError, compare, random_inputs
+    from .passes.report import graph_cost
     original = graph
     g = graph.copy()
-    before = _graph_stats(original)
+    before = {**_graph_stats(original), **_cost(graph_cost, original)}
     passes = optimize(g, opt_level, disable_passes)
     g.validate()
     feeds_list = list(feeds or []) + [random_inputs(original, seed) for seed in range(samples)]
-    err = compare(g, original, feeds_list) if passes else 0.0
-    report = {"opt_level": opt_level, "passes": passes, "before": before, "after": _graph_stats(g),
+    err = compare(g, original, feeds_list, "float64") if passes else 0.0
+    report = {"opt_level": opt_level, "passes": passes, "before": before,
+              "after": {**_graph_stats(g), **_cost(graph_cost, g)},
+              "fusion_decisions": list(g.metadata.get("fusion_decisions") or []),
               "max_relative_error": err, "tolerance": tolerance}
     if err > tolerance:
         culprit = find_culprit(original, opt_level, disable_passes, feeds_list, tolerance)
@@ -97,6 +109,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     if target:
         from .targets import load_target
         profile = load_target(target)
+        graph.metadata["target"] = profile       # the passes' cost model reads it
     optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,
                                               allow_drift=allow_drift, samples=verify_samples)
     meta = {

@@ -50,19 +50,54 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
     return float(num / denom)
 
 
-def _as_runtime(model):
+_WIDEN = {"float32": "float64", "float16": "float64"}
+
+
+def promote_float64(graph: Graph) -> Graph:
+    """A copy of ``graph`` computing in float64 (float constants, tensors, Cast
+    targets and dtype attributes widened).
+
+    Equivalence checks run both graphs this way: a rewrite that is exact in real
+    arithmetic (folding, fusion, reordering) then agrees to ~1e-12, so the 1e-6
+    tolerance catches real mistakes and not float32 rounding noise, which on a
+    50-layer network alone reaches 1e-5.
+    """
+    g = graph.copy()
+    for t in g.tensors.values():
+        if t.dtype in _WIDEN:
+            t.dtype = _WIDEN[t.dtype]
+            if t.data is not None:
+                t.data = t.data.astype(np.float64)
+    for n in g.nodes:
+        for key in ("to", "dtype"):
+            if n.attrs.get(key) in _WIDEN:
+                n.attrs[key] = _WIDEN[n.attrs[key]]
+    return g
+
+
+def _as_runtime(model, precision: str = "native"):
+    from .artifact import load_artifact
     from .runtime import Runtime
     if hasattr(model, "run") and hasattr(model, "inputs"):
+        if precision == "float64":
+            return Runtime(promote_float64(model.graph), backend="cpu")
         return model
+    if precision == "float64":
+        graph = model if isinstance(model, Graph) else load_artifact(str(model))[0]
+        return Runtime(promote_float64(graph), backend="cpu")
     return Runtime(model, backend="cpu")
 
 
-def compare(a, b, feeds_list: Iterable[Dict[str, np.ndarray]]) -> float:
+def compare(a, b, feeds_list: Iterable[Dict[str, np.ndarray]], precision: str = "native") -> float:
     """Largest relative error over outputs and feeds between models ``a`` and ``b``
-    (Graphs, artifact paths or Runtimes)."""
-    ra, rb = _as_runtime(a), _as_runtime(b)
+    (Graphs, artifact paths or Runtimes). ``precision="float64"`` runs both with
+    widened floats (see ``promote_float64``)."""
+    ra, rb = _as_runtime(a, precision), _as_runtime(b, precision)
     worst = 0.0
     for feeds in feeds_list:
+        if precision == "float64":
+            feeds = {k: v.astype(np.float64) if v.dtype in (np.float32, np.float16) else v
+                     for k, v in feeds.items()}
         oa, ob = ra.run(dict(feeds)), rb.run(dict(feeds))
         for name in ob:
             worst = max(worst, relative_error(oa[name], ob[name]))
@@ -70,14 +105,16 @@ def compare(a, b, feeds_list: Iterable[Dict[str, np.ndarray]]) -> float:
 
 
 def verify(a: Union[Graph, str], b: Union[Graph, str], samples: int = 2, seed: int = 0,
-           tolerance: float = 1e-6, feeds: Optional[list] = None) -> float:
+           tolerance: float = 1e-6, feeds: Optional[list] = None, precision: str = "float64") -> float:
     """Check that models ``a`` and ``b`` compute the same outputs on seeded random
     inputs (and on ``feeds`` if given). Returns the largest relative error; raises
-    VerificationError if it exceeds ``tolerance``."""
+    VerificationError if it exceeds ``tolerance``. By default both run in float64
+    so that float32 rounding differences do not count (``precision="native"`` to
+    compare them as they run on the device)."""
     ra = _as_runtime(a)
     ga = ra.graph
     feeds_list = list(feeds or []) + [random_inputs(ga, seed + k) for k in range(samples)]
-    err = compare(ra, b, feeds_list)
+    err = compare(ra, b, feeds_list, precision)
     if err > tolerance:
         raise VerificationError(f"outputs differ: relative error {err:.3g} > {tolerance:g}")
     return err

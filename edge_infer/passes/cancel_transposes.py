@@ -3,7 +3,8 @@
 * ``Transpose(Transpose(x, p1), p2)`` reads x directly with the composed perm
   ``p1[p2[i]]`` (the inner one is left to dead-code elimination if nothing else
   reads it); a composed identity disappears, its readers read x.
-* A Transpose with the identity perm is removed (unless it writes a graph output).
+* A Transpose with the identity perm is removed; if it writes a graph output, the
+  node producing its input writes that output instead (when nothing else reads it).
 * Sinking: a Transpose read only by an element-wise unary op (or a binary op whose
   other operand is a constant with a single element) moves below it:
   ``U(T(x)) -> T(U(x))``; and ``B(T(a, p), T(b, p)) -> T(B(a, b), p)`` when a and b
@@ -73,8 +74,16 @@ def cancel_transposes(graph: Graph) -> int:
                     node.attrs = dict(node.attrs, perm=composed)
                     rw.changes += 1
                     perm, src = composed, inner.inputs[0]
-            if perm == list(range(len(perm))) and node.outputs[0] not in rw.outputs:
-                rw.remove_as_alias(node, node.outputs[0], src)
+            if perm == list(range(len(perm))):
+                out = node.outputs[0]
+                if out not in rw.outputs:
+                    rw.remove_as_alias(node, out, src)
+                else:
+                    # a graph output keeps its name: the producer of src writes it directly
+                    p = rw.producer(src)
+                    if p is not None and rw.private(src, node) and src not in g.inputs:
+                        p.outputs[p.outputs.index(src)] = out
+                        rw.replace([node], [], anchor=node)
             continue
         # sinking: the transpose feeding this node moves below it
         if node.op in UNARY and node.inputs:

@@ -309,8 +309,8 @@ def fold_affine_into(graph: Graph, node: Node, scale: Optional[np.ndarray],
         # plain MatMul has no bias slot: it becomes a FusedMatMul without activation
         node.op = "FusedMatMul"
         node.attrs = dict(node.attrs, activation="", activation_params=[])
-    if op in ("Gemm", "FusedGemm") and b is not None:
-        node.attrs = dict(node.attrs, beta=1.0)
+    if op in ("Gemm", "FusedGemm") and new_b is not None:
+        node.attrs = dict(node.attrs, beta=1.0)       # beta is folded into the new C
     node.inputs = inputs
     return True
 
