@@ -64,7 +64,7 @@ def cmd_convert(args) -> int:
         raise UsageError(f"model file not found: {args.model}")
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
-                  allow_drift=args.allow_drift, target=args.target)
+                  allow_drift=args.allow_drift, target=args.target, layout=args.layout)
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
@@ -275,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--disable-pass", action="append", metavar="NAME", help="skip a pass (debugging)")
     c.add_argument("--allow-drift", action="store_true", help="warn instead of refusing a drifting result")
     c.add_argument("--target", help="device profile (rpi4, rpi5, jetson-nano, ...)")
+    c.add_argument("--layout", choices=("auto", "nchw", "nhwc"), default="auto",
+                   help="data layout of spatial ops after optimization (level 3); inputs and "
+                        "outputs keep theirs (default: the target's or backend's preference)")
     c.set_defaults(fn=cmd_convert)
 
     r = sub.add_parser("run", help="run an artifact on .npy inputs")

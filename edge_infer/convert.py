@@ -69,13 +69,22 @@ def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence
     g.validate()
     feeds_list = list(feeds or []) + [random_inputs(original, seed) for seed in range(samples)]
     err = compare(g, original, feeds_list, "float64") if passes else 0.0
+    noise = None
+    if err > tolerance:
+        # Rewrites that are exact in real arithmetic still round their new float32
+        # weights (folded BN, scales). Such drift is accepted only while it stays
+        # within the source model's own float32 error (source in float32 vs the
+        # source in float64): the optimized model is then as close to the exact
+        # model as the source itself is when run on any float32 device.
+        noise = compare(original, original, feeds_list, "float32-vs-float64")
+    limit = max(tolerance, noise or 0.0)
     report = {"opt_level": opt_level, "passes": passes, "before": before,
               "after": {**_graph_stats(g), **_cost(graph_cost, g)},
               "fusion_decisions": list(g.metadata.get("fusion_decisions") or []),
-              "max_relative_error": err, "tolerance": tolerance}
-    if err > tolerance:
-        culprit = find_culprit(original, opt_level, disable_passes, feeds_list, tolerance)
-        msg = (f"optimized graph drifts from the source: relative error {err:.3g} > {tolerance:g}, "
+              "max_relative_error": err, "tolerance": tolerance, "float32_noise_floor": noise}
+    if err > limit:
+        culprit = find_culprit(original, opt_level, disable_passes, feeds_list, limit)
+        msg = (f"optimized graph drifts from the source: relative error {err:.3g} > {limit:.3g}, "
                f"introduced by pass {culprit!r} (use --disable-pass {culprit} or --allow-drift)")
         report["culprit"] = culprit
         if not allow_drift:
@@ -87,8 +96,13 @@ def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence
 def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = None, *,
             input_shapes: Optional[Dict[str, Sequence[int]]] = None, opt_level: int = 3,
             disable_passes: Sequence[str] = (), allow_drift: bool = False, target: Optional[str] = None,
-            verify_samples: int = 2, **options) -> dict:
+            verify_samples: int = 2, layout: str = "auto", **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
+
+    ``layout``: the data layout the level-3 layout pass puts spatial ops in: "nchw",
+    "nhwc", or "auto" (the target profile's ``preferred_layout``, else the CPU
+    backend's, see passes/convert_layout.py and docs/layout.md). Inputs and outputs
+    keep their layout either way.
 
     Returns a report dict: source and artifact sizes, node counts, what each
     pass did and the verified relative error of the optimized graph.
@@ -110,6 +124,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         from .targets import load_target
         profile = load_target(target)
         graph.metadata["target"] = profile       # the passes' cost model reads it
+    from .passes.convert_layout import resolve_layout
+    graph.metadata["preferred_layout"] = resolve_layout(layout, profile)
     optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,
                                               allow_drift=allow_drift, samples=verify_samples)
     meta = {
@@ -122,7 +138,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             "host": platform.platform(),
             "options": {"input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                         "opt_level": opt_level, "disable_passes": list(disable_passes),
-                        "allow_drift": allow_drift, "target": target},
+                        "allow_drift": allow_drift, "target": target, "layout": layout},
         },
         "optimization": opt_report,
         "target": profile or {},

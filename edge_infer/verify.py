@@ -40,7 +40,8 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
     if b.dtype.kind not in "fc":
         return 0.0 if np.array_equal(a, b) else float("inf")
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    if not (np.all(np.isfinite(a64) == np.isfinite(b64)) and np.array_equal(a64[~np.isfinite(a64)], b64[~np.isfinite(b64)])):
+    if not (np.all(np.isfinite(a64) == np.isfinite(b64))
+            and np.array_equal(a64[~np.isfinite(a64)], b64[~np.isfinite(b64)], equal_nan=True)):
         return float("inf")
     fa, fb = np.nan_to_num(a64, posinf=0, neginf=0), np.nan_to_num(b64, posinf=0, neginf=0)
     denom = np.linalg.norm(fb)
@@ -92,13 +93,18 @@ def compare(a, b, feeds_list: Iterable[Dict[str, np.ndarray]], precision: str = 
     """Largest relative error over outputs and feeds between models ``a`` and ``b``
     (Graphs, artifact paths or Runtimes). ``precision="float64"`` runs both with
     widened floats (see ``promote_float64``)."""
-    ra, rb = _as_runtime(a, precision), _as_runtime(b, precision)
+    if precision == "float32-vs-float64":  # the float32 rounding noise of ``a`` itself
+        ra, rb = _as_runtime(a), _as_runtime(b, "float64")
+    else:
+        ra, rb = _as_runtime(a, precision), _as_runtime(b, precision)
     worst = 0.0
     for feeds in feeds_list:
-        if precision == "float64":
+        if precision != "native":
             feeds = {k: v.astype(np.float64) if v.dtype in (np.float32, np.float16) else v
                      for k, v in feeds.items()}
-        oa, ob = ra.run(dict(feeds)), rb.run(dict(feeds))
+        oa = ra.run({k: v.astype(np.float32) if v.dtype == np.float64 and ra.graph.tensors[k].dtype == "float32"
+                     else v for k, v in feeds.items()})
+        ob = rb.run(dict(feeds))
         for name in ob:
             worst = max(worst, relative_error(oa[name], ob[name]))
     return worst

@@ -1,6 +1,13 @@
 """Shape rules for neural-network ops: convolutions, pools, normalisation,
 Gemm/MatMul, Resize/Upsample, Softmax, Dropout.
 
+Conv (and FusedConv, which delegates here), MaxPool, AveragePool and the global
+pools take a ``data_layout`` attribute: "NCHW" (the ONNX layout, the default) or
+"NHWC" (channels last, set by passes/convert_layout.py): the input is then
+(N, *spatial, C) and so is the output; weights stay OIHW either way.
+BatchNormalization, LRN and InstanceNormalization accept it too (their output
+has the input's shape in either layout).
+
 Dims may be symbolic (strings). Batch and channel symbols propagate as they
 are; a spatial dim computed from a symbolic one becomes a fresh symbol named
 after the output (``f"{output}_d{axis}"``) since its value is unknown until the
@@ -29,6 +36,29 @@ def _sym(node: Node, axis: int, out: int = 0) -> str:
 
 def _dtype(t: Optional[Tensor]) -> str:
     return t.dtype if t is not None else "float32"
+
+
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def channels_last(node: Node) -> bool:
+    """True when ``node`` computes in NHWC (``data_layout="NHWC"``); NCHW is the default."""
+    layout = node.attrs.get("data_layout") or "NCHW"
+    if layout not in LAYOUTS:
+        raise ShapeError(f"data_layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    return layout == "NHWC"
+
+
+def split_layout(shape: Sequence, last: bool) -> Tuple:
+    """(batch, channels, spatial dims) of an activation shape in either layout."""
+    if last:
+        return shape[0], shape[-1], tuple(shape[1:-1])
+    return shape[0], shape[1], tuple(shape[2:])
+
+
+def join_layout(n, c, spatial: Sequence, last: bool) -> Tuple:
+    """The activation shape of (batch, channels, spatial) in either layout."""
+    return (n, *spatial, c) if last else (n, c, *spatial)
 
 
 def window_attrs(node: Node, nsp: int, kernel: Sequence[int]) -> dict:
@@ -74,14 +104,18 @@ def _conv(node: Node, ins: List[Optional[Tensor]]):
     if len(x.shape) < 3 or len(w.shape) != len(x.shape):
         raise ShapeError(f"Conv needs X of rank >= 3 and W of the same rank, got {x.shape} and {w.shape}")
     group = int(node.attrs.get("group", 1))
-    c, cg = x.shape[1], w.shape[1]
+    last = channels_last(node)
+    n, c, insp = split_layout(x.shape, last)
+    cg = w.shape[1]
+    first = 1 if last else 2
     if _is_int(c) and _is_int(cg) and c != cg * group:
         raise ShapeError(f"input has {c} channels but W expects {cg} x group {group}")
     kernel = node.attrs.get("kernel_shape") or list(w.shape[2:])
     if not all(_is_int(k) for k in kernel):
-        return [(x.dtype, (x.shape[0], w.shape[0]) + tuple(_sym(node, 2 + i) for i in range(len(kernel))))]
-    sp = window_out_dims(node, x.shape[2:], kernel)
-    return [(x.dtype, (x.shape[0], w.shape[0], *sp))]
+        sp = tuple(_sym(node, first + i) for i in range(len(kernel)))
+        return [(x.dtype, join_layout(n, w.shape[0], sp, last))]
+    sp = window_out_dims(node, insp, kernel, first_axis=first)
+    return [(x.dtype, join_layout(n, w.shape[0], sp, last))]
 
 
 def conv_transpose_geometry(in_spatial: Sequence[int], kernel: Sequence[int], attrs: dict
@@ -161,8 +195,10 @@ def _pool(node: Node, ins):
         raise ShapeError(f"{node.op} needs kernel_shape")
     if len(kernel) != len(x.shape) - 2:
         raise ShapeError(f"kernel_shape {kernel} does not match input rank {len(x.shape)}")
-    sp = window_out_dims(node, x.shape[2:], kernel, ceil_allowed=True)
-    shape = (x.shape[0], x.shape[1], *sp)
+    last = channels_last(node)
+    n, c, insp = split_layout(x.shape, last)
+    sp = window_out_dims(node, insp, kernel, ceil_allowed=True, first_axis=1 if last else 2)
+    shape = join_layout(n, c, sp, last)
     if node.op == "MaxPool":
         return [(x.dtype, shape), ("int64", shape)]
     return [(x.dtype, shape)]
@@ -173,7 +209,11 @@ def _global_pool(node: Node, ins):
     x = ins[0]
     if x.shape is None:
         return [(x.dtype, None)]
-    return [(x.dtype, (x.shape[0], x.shape[1]) + (1,) * (len(x.shape) - 2))]
+    last = channels_last(node)
+    if last and len(x.shape) < 3:
+        raise ShapeError(f"{node.op} in NHWC needs an input of rank >= 3, got {x.shape}")
+    n, c, _ = split_layout(x.shape, last)
+    return [(x.dtype, join_layout(n, c, (1,) * (len(x.shape) - 2), last))]
 
 
 @rule("Gemm")
@@ -228,6 +268,7 @@ def _matmul(node: Node, ins):
 @rule("BatchNormalization")
 def _batchnorm(node: Node, ins):
     x = ins[0]
+    channels_last(node)
     res = [(x.dtype, x.shape)]
     if len(node.outputs) > 1:
         # running mean / var outputs exist only in training mode; shape (C,)
@@ -236,7 +277,13 @@ def _batchnorm(node: Node, ins):
     return res
 
 
-@rule("LRN", "Softmax", "LogSoftmax", "InstanceNormalization")
+@rule("LRN", "InstanceNormalization")
+def _same_layout(node: Node, ins):
+    channels_last(node)            # rejects an unknown data_layout
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+@rule("Softmax", "LogSoftmax")
 def _same(node: Node, ins):
     return [(ins[0].dtype, ins[0].shape)]
 

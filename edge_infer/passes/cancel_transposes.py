@@ -4,7 +4,7 @@
   ``p1[p2[i]]`` (the inner one is left to dead-code elimination if nothing else
   reads it); a composed identity disappears, its readers read x.
 * A Transpose with the identity perm is removed; if it writes a graph output, the
-  node producing its input writes that output instead (when nothing else reads it).
+  node producing its input writes that output instead (its other readers follow).
 * Sinking: a Transpose read only by an element-wise unary op (or a binary op whose
   other operand is a constant with a single element) moves below it:
   ``U(T(x)) -> T(U(x))``; and ``B(T(a, p), T(b, p)) -> T(B(a, b), p)`` when a and b
@@ -48,7 +48,7 @@ def _single_element(graph: Graph, name: str, rank: int) -> bool:
 
 
 def _new_tensor(graph: Graph, like: str, from_shape: str) -> str:
-    name = graph.unique_name(f"{like}_presink")
+    name = graph.unique_name(f"{like.split('_presink')[0]}_presink")
     t = graph.tensors[like]
     graph.add_tensor(name, t.dtype, static_shape(graph, from_shape))
     return name
@@ -80,10 +80,13 @@ def cancel_transposes(graph: Graph) -> int:
                     rw.remove_as_alias(node, out, src)
                 else:
                     # a graph output keeps its name: the producer of src writes it directly
+                    # (and src's other readers read it under that name)
                     p = rw.producer(src)
-                    if p is not None and rw.private(src, node) and src not in g.inputs:
+                    if p is not None and src not in g.inputs and src not in rw.outputs:
                         p.outputs[p.outputs.index(src)] = out
-                        rw.replace([node], [], anchor=node)
+                        rw.dead.add(id(node))
+                        rw.rename[src] = out
+                        rw.changes += 1
             continue
         # sinking: the transpose feeding this node moves below it
         if node.op in UNARY and node.inputs:

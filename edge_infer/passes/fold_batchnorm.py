@@ -15,13 +15,15 @@ BN(y) = y * s + t with s = gamma / sqrt(var + eps), t = beta - mean * s (per cha
   fold_scale_bias) and no BatchNormalization op survives optimization.
 
 BNs in training mode, with computed statistics, or with unknown input rank stay.
+A BN in NHWC (``data_layout``, from the layout pass) folds into a conv of the same
+layout, or becomes Mul+Add with (C,) constants (channels last).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir import Graph, Node
-from .rewrite import Rewriter, const, fold_affine_into, new_const, static_shape
+from .rewrite import Rewriter, channels_last, const, fold_affine_into, new_const, static_shape
 
 FOLD_INTO = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -58,7 +60,9 @@ def fold_batchnorm(graph: Graph) -> int:
         if graph.tensors[x].dtype not in ("float32", "float64"):
             continue
         p = rw.producer(x, *FOLD_INTO)
-        if p is not None and rw.private(x, bn) and (p.op != "MatMul" or len(static_shape(graph, x) or ()) == 2):
+        same_layout = p is not None and channels_last(p) == channels_last(bn)
+        if p is not None and same_layout and rw.private(x, bn) \
+                and (p.op in ("Conv", "ConvTranspose") or len(static_shape(graph, x) or ()) == 2):
             if fold_affine_into(graph, p, scale, shift):
                 p.outputs[0] = y
                 rw.replace([bn], [], anchor=bn)
@@ -68,10 +72,11 @@ def fold_batchnorm(graph: Graph) -> int:
         if shape is None or len(shape) < 2:
             continue
         c = scale.size
-        if isinstance(shape[1], int) and shape[1] != c:
+        axis = len(shape) - 1 if channels_last(bn) else 1
+        if isinstance(shape[axis], int) and shape[axis] != c:
             continue
         dt = graph.tensors[x].dtype
-        cshape = (c,) + (1,) * (len(shape) - 2)
+        cshape = (c,) if channels_last(bn) else (c,) + (1,) * (len(shape) - 2)
         s_name = new_const(graph, f"{bn.inputs[1]}_bnscale", scale.astype(dt).reshape(cshape))
         t_name = new_const(graph, f"{bn.inputs[2]}_bnshift", shift.astype(dt).reshape(cshape))
         mid = graph.unique_name(f"{y}_scaled")

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
-from .rewrite import (Rewriter, channel_axis, const, fold_affine_into, new_const, per_channel,
-                      static_shape)
+from .rewrite import (Rewriter, channel_axis, channels_last, const, fold_affine_into, new_const,
+                      per_channel, static_shape)
 
 AFTER = ("Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul")
 ARITH = ("Mul", "Div", "Add", "Sub")
@@ -108,8 +108,10 @@ def _fold_before(rw: Rewriter, conv: Node) -> bool:
         return False
     group = int(conv.attrs.get("group", 1))
     m, cg = int(w.shape[0]), int(w.shape[1])
+    if group < 1 or m % group:
+        return False
     cin = cg * group
-    vec = per_channel(c, w.ndim, 1, cin)
+    vec = per_channel(c, w.ndim, w.ndim - 1 if channels_last(conv) else 1, cin)
     if vec is None:
         return False
     aff = _affine(pre.op, vec, const_first)

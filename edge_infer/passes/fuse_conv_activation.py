@@ -51,6 +51,13 @@ def label(node: Node) -> str:
     return node.op
 
 
+def act_label(op: str, act) -> str:
+    """How an activation node shows in a pattern name (ReLU6 for Clip [0, 6])."""
+    if op == "Clip" and act is not None and list(act[1]) == [0.0, 6.0]:
+        return "Relu6"
+    return op
+
+
 def make_fused(base: Node, activation: str, params: List[float], output: str,
                residual: Optional[str] = None, bias: Optional[str] = None) -> Node:
     """The fused node replacing ``base`` (+ epilogue), writing ``output``; named as ``base``."""
@@ -120,7 +127,7 @@ def fuse_conv_activation(graph: Graph) -> int:
         p = rw.producer(t)
         if p is None or not open_epilogue(p) or not is_float(graph, t):
             continue
-        pattern = f"{label(p)}+{node.op}"
+        pattern = f"{label(p)}+{act_label(node.op, act)}"
         if not rw.private(t, node):
             users = len(rw.cons.get(t, []))
             why = "it is a graph output" if t in rw.outputs else f"{users} nodes read it"

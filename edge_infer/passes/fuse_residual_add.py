@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..ir import Graph
 from .cost_model import target_profile
-from .fuse_conv_activation import make_fused, open_epilogue, try_fuse
+from .fuse_conv_activation import act_label, make_fused, open_epilogue, try_fuse
 from .rewrite import Rewriter, activation_of, const, is_float, node_index, static_shape
 
 
@@ -54,7 +54,7 @@ def fuse_residual_add(graph: Graph) -> int:
         for an, (name, params) in attempts:
             final = an.outputs[0] if an is not None else out
             fused = make_fused(p, name, params, final, residual=z)
-            pattern = "Conv+Add" + (f"+{an.op}" if an is not None else "")
+            pattern = "Conv+Add" + (f"+{act_label(an.op, act)}" if an is not None else "")
             old = [p, add] + ([an] if an is not None else [])
             if try_fuse(rw, old, fused, pattern, an if an is not None else add, prof):
                 break

@@ -4,7 +4,8 @@
 pattern                                            becomes
 =================================================  =========================================
 ``Clip(x, 0)`` (no max), ``Max(x, 0)``             ``Relu(x)``
-``Min(Relu(x), c)``, ``Clip(Relu(x), lo>=0, hi)``  ``Clip(x, max(lo,0), c|hi)`` (ReLU6 = Clip 0,6)
+``Min(Relu(x), c)``, ``Clip(Relu(x), lo>=0, hi)``  ``Clip(x, 0|lo, c|hi)`` (ReLU6 = Clip 0,6)
+``Min(Max(x, lo), hi)``, ``Max(Min(x, hi), lo)``   ``Clip(x, lo, hi)`` (the second when lo <= hi)
 ``Clip(x*a + b, 0, 1)``, ``Clip(x/d + b, 0, 1)``   ``HardSigmoid(x, alpha=a|1/d, beta=b)``
 ``Clip(x + b, 0, h) / h`` (or ``* (1/h)``)         ``HardSigmoid(x, alpha=1/h, beta=b/h)``
 ``x * HardSigmoid(x)`` (alpha 1/6, beta 1/2)       ``HardSwish(x)``
@@ -105,6 +106,17 @@ def _clip_of_add(rw: Rewriter, clip: Node, lo: float):
     return add, vs[0], vs[1], bounds[1]
 
 
+def _scalar_const(g: Graph, node: Node, var: str) -> str:
+    """The constant operand of binary ``node`` (whose other operand is ``var``) as a
+    0-d constant of var's dtype, usable as a Clip bound."""
+    c = node.inputs[1] if node.inputs[0] == var else node.inputs[0]
+    dt = g.tensors[var].dtype
+    v = g.tensors[c].data
+    if v.ndim == 0 and v.dtype.name == dt:
+        return c
+    return new_const(g, f"{node.name}_bound", np.asarray(v.reshape(-1)[0], dt))
+
+
 def _new(rw: Rewriter, op: str, inputs, out: str, name: str, **attrs) -> Node:
     return Node(op, list(inputs), [out], attrs, name)
 
@@ -128,13 +140,31 @@ def _relu_forms(rw: Rewriter, n: Node) -> bool:
         return False
     if n.op == "Max":
         vs = _var_and_scalar(rw, n)
+        # Max(Min(v, hi), lo) == Clip(v, lo, hi) when lo <= hi
+        m = rw.producer(vs[0], "Min") if vs is not None else None
+        if m is not None and rw.private(vs[0], n):
+            ms = _var_and_scalar(rw, m)
+            if ms is not None and vs[1] <= ms[1] and _same_shape(rw, ms[0], n.outputs[0]):
+                lo, hi = _scalar_const(g, n, vs[0]), _scalar_const(g, m, ms[0])
+                rw.replace([m, n], [_new(rw, "Clip", [ms[0], lo, hi], n.outputs[0], n.name)])
+                return True
         if vs is not None and vs[1] == 0.0 and _same_shape(rw, vs[0], n.outputs[0]):
             rw.replace([n], [_new(rw, "Relu", [vs[0]], n.outputs[0], n.name)])
             return True
         return False
     if n.op == "Min":
         vs = _var_and_scalar(rw, n)
-        if vs is None or vs[1] < 0:
+        if vs is None:
+            return False
+        # Min(Max(v, lo), hi) == Clip(v, lo, hi) (both give hi when lo > hi)
+        m = rw.producer(vs[0], "Max")
+        if m is not None and rw.private(vs[0], n):
+            ms = _var_and_scalar(rw, m)
+            if ms is not None and _same_shape(rw, ms[0], n.outputs[0]):
+                lo, hi = _scalar_const(g, m, ms[0]), _scalar_const(g, n, vs[0])
+                rw.replace([m, n], [_new(rw, "Clip", [ms[0], lo, hi], n.outputs[0], n.name)])
+                return True
+        if vs[1] < 0:
             return False
         r = rw.producer(vs[0], "Relu")
         if r is None or not rw.private(vs[0], n) or not _same_shape(rw, r.inputs[0], n.outputs[0]):
@@ -275,7 +305,7 @@ def _gelu_tail(rw: Rewriter, act: str, x: str):
 def _one_plus(rw: Rewriter, name: str):
     """The private Add(name, 1) reading ``name``, or None."""
     a = rw.sole_consumer(name)
-    if a is None or a.op != "Add":
+    if a is None or a.op not in ("Add", "Sum") or len(a.inputs) != 2:
         return None
     vs = _var_and_scalar(rw, a)
     if vs is None or vs[0] != name or not close(vs[1], 1.0):

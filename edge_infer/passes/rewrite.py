@@ -191,21 +191,29 @@ def _opt(node: Node, i: int) -> str:
     return node.inputs[i] if len(node.inputs) > i else ""
 
 
+def channels_last(node: Node) -> bool:
+    """True for a node computing in NHWC (``data_layout="NHWC"``, set by the layout pass);
+    its tensors then hold channels on the last axis (weights keep the ONNX layout)."""
+    return str(node.attrs.get("data_layout") or "NCHW") == "NHWC"
+
+
 def channel_axis(graph: Graph, node: Node):
     """(rank, axis, channels) of ``node``'s output along its output-channel axis, or None.
 
-    Conv-like ops: axis 1 (channels = W.shape[0], or W.shape[1]*group transposed); Gemm:
-    axis 1 of the 2-D output; MatMul with a constant 2-D B: the last axis."""
+    Conv-like ops: axis 1, or the last axis in NHWC (channels = W.shape[0], or
+    W.shape[1]*group transposed); Gemm: axis 1 of the 2-D output; MatMul with a
+    constant 2-D B: the last axis."""
     op = node.op
     w = const(graph, _opt(node, 1))
     if op in ("Conv", "FusedConv"):
         if w is None or w.ndim < 3:
             return None
-        return w.ndim, 1, int(w.shape[0])
+        return w.ndim, (w.ndim - 1 if channels_last(node) else 1), int(w.shape[0])
     if op == "ConvTranspose":
         if w is None or w.ndim < 3:
             return None
-        return w.ndim, 1, int(w.shape[1]) * int(node.attrs.get("group", 1))
+        return (w.ndim, (w.ndim - 1 if channels_last(node) else 1),
+                int(w.shape[1]) * int(node.attrs.get("group", 1)))
     if op in ("Gemm", "FusedGemm"):
         if w is None or w.ndim != 2:
             return None

@@ -8,13 +8,28 @@ Conv picks one of four algorithms at prepare time:
   shifted input views times per-channel weights with in-place numpy ops; this
   is far cheaper than a tiny im2col matmul per group;
 * ``im2col``: everything else with group == 1: copy the (padded) input into a
-  preallocated column matrix laid out (C*k, OH*OW) through an ``as_strided``
-  window view, then one BLAS matmul writes NCHW output directly;
+  preallocated column matrix laid out (k*C, OH*OW) (rows: kernel tap, then
+  channel) through an ``as_strided`` window view, then one BLAS matmul with the
+  weights packed to (M, k*C) at prepare writes NCHW output directly;
 * ``grouped im2col``: as above with a (g, Cg*k, P) column matrix and a batched
   matmul over groups.
 
 Padding uses a workspace whose borders are zeroed once at prepare; every run
 copies the input into its interior only.
+
+With ``data_layout="NHWC"`` (set by passes/convert_layout.py) the input and output
+are channels-last, (N, *spatial, C); weights stay OIHW in the graph and are packed
+once, here, for the channels-last algorithms:
+
+* ``pointwise``: (N*P, C) @ W^T (C, M) -> (N*P, M): one GEMM for the whole batch;
+* ``depthwise``: the same shifted multiply-adds, now over contiguous channel rows
+  (numpy's inner loop runs over C instead of over a short, possibly strided, row);
+* ``im2col``: the column matrix is (P, k*C), copied from a C-contiguous strided
+  window view (inner runs of C contiguous values), and ``cols @ W (k*C, M)`` writes
+  the NHWC output directly; grouped: (g, P, k*Cg) @ (g, k*Cg, Mg), scattered
+  into the interleaved output channels.
+
+See docs/layout.md for the measurements behind the two layouts.
 """
 from __future__ import annotations
 
@@ -26,7 +41,8 @@ from numpy.lib.stride_tricks import as_strided
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import conv_transpose_geometry, window_attrs
+from ....ir.shape_rules_nn import (channels_last, conv_transpose_geometry, join_layout, split_layout,
+                                   window_attrs)
 from ..registry import kernel
 
 
@@ -39,23 +55,30 @@ def view_as(a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
 
 
 def padded_input(ctx, x: np.ndarray, pads: Sequence[int], extra: Sequence[int] = (),
-                 fill=0) -> Tuple[np.ndarray, Callable[[], None]]:
+                 fill=0, last: bool = False) -> Tuple[np.ndarray, Callable[[], None]]:
     """A workspace holding ``x`` padded by ``pads`` (plus ``extra`` at the end of
     each spatial dim) and the step that refreshes its interior.
 
     The border is filled with ``fill`` once, here; the returned step only copies
     the interior. With no padding at all the input itself is returned.
+    ``last``: x is channels-last (N, *spatial, C) rather than (N, C, *spatial).
     """
     nsp = x.ndim - 2
+    first = 1 if last else 2
     extra = list(extra) or [0] * nsp
     if not any(pads) and not any(extra):
         return x, lambda: None
     if min(pads) < 0:
         raise UnsupportedOpError(f"negative pads {list(pads)} are not supported")
-    shape = list(x.shape[:2]) + [x.shape[2 + i] + pads[i] + pads[i + nsp] + extra[i] for i in range(nsp)]
+    shape = list(x.shape)
+    for i in range(nsp):
+        shape[first + i] += pads[i] + pads[i + nsp] + extra[i]
     xp = ctx.workspace(shape, x.dtype)
     xp.fill(fill)
-    inner = xp[(slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + x.shape[2 + i]) for i in range(nsp))]
+    idx = [slice(None)] * x.ndim
+    for i in range(nsp):
+        idx[first + i] = slice(pads[i], pads[i] + x.shape[first + i])
+    inner = xp[tuple(idx)]
     return xp, lambda: np.copyto(inner, x)
 
 
@@ -72,18 +95,22 @@ def window_view(xp: np.ndarray, lead: Sequence[int], lead_strides: Sequence[int]
 
 
 def tap_views(xp: np.ndarray, kernel: Sequence[int], dilations: Sequence[int],
-              strides: Sequence[int], out: Sequence[int]) -> List[np.ndarray]:
-    """One strided view per kernel position, each of shape ``(*xp.shape[:-nsp], *out)``:
-    the input values that kernel tap sees for every output position."""
+              strides: Sequence[int], out: Sequence[int], last: bool = False) -> List[np.ndarray]:
+    """One strided view per kernel position, each of shape ``(*xp.shape[:-nsp], *out)``
+    (``last``: channels-last, ``(N, *out, C)``): the input values that kernel tap
+    sees for every output position."""
     nsp = len(kernel)
-    lead = xp.shape[:xp.ndim - nsp]
-    sp_strides = xp.strides[xp.ndim - nsp:]
+    first = 1 if last else xp.ndim - nsp
+    shape, st = list(xp.shape), list(xp.strides)
+    for i in range(nsp):
+        shape[first + i] = out[i]
+        st[first + i] = xp.strides[first + i] * strides[i]
     views = []
     for tap in np.ndindex(*kernel):
-        start = xp[(Ellipsis,) + tuple(slice(tap[i] * dilations[i], None) for i in range(nsp))]
-        views.append(as_strided(start, tuple(lead) + tuple(out),
-                                xp.strides[:xp.ndim - nsp] + tuple(sp_strides[i] * strides[i] for i in range(nsp)),
-                                writeable=False))
+        idx = [slice(None)] * xp.ndim
+        for i in range(nsp):
+            idx[first + i] = slice(tap[i] * dilations[i], None)
+        views.append(as_strided(xp[tuple(idx)], tuple(shape), tuple(st), writeable=False))
     return views
 
 
@@ -98,6 +125,15 @@ def _weights(ctx, name: str, dtype) -> np.ndarray:
     return w
 
 
+def tile_factor(rows: int, m: int, target: int = 2048) -> int:
+    """The largest k <= target / m dividing ``rows``: how many rows of m channels to
+    treat as one line when broadcasting a per-channel vector (tiled k times)."""
+    k = max(1, min(rows, target // max(m, 1)))
+    while rows % k:
+        k -= 1
+    return k
+
+
 def _bias_step(ctx, node: Node, y: np.ndarray, m: int) -> Callable[[], None]:
     """The step adding the optional bias (input 2) to ``y`` (N, M, ...)."""
     if len(node.inputs) < 3 or not node.inputs[2]:
@@ -107,6 +143,19 @@ def _bias_step(ctx, node: Node, y: np.ndarray, m: int) -> Callable[[], None]:
         b = np.ascontiguousarray(b, dtype=y.dtype)
     if b.size != m:
         raise ShapeError(f"{node.op} {node.name!r}: bias has {b.size} values for {m} output channels")
+    if channels_last(node):
+        # (rows, M) + b would run numpy's inner loop over M only; with k rows per line
+        # and b tiled k times the inner loop covers k*M values (2-3x faster for small M)
+        rows = y.size // m
+        k = tile_factor(rows, m)
+        y2 = view_as(y, (rows // k, k * m))
+        if ctx.const(node.inputs[2]) is not None:
+            bt = np.tile(view_as(b, (m,)), k)
+            return lambda: np.add(y2, bt, out=y2)
+        bt = ctx.workspace((k, m), y.dtype)
+        bt2 = view_as(bt, (k * m,))
+        b1 = view_as(b, (m,))
+        return lambda: (np.copyto(bt, b1), np.add(y2, bt2, out=y2))
     y3 = view_as(y, (y.shape[0], m, int(np.prod(y.shape[2:]))))
     b2 = view_as(b, (m, 1))
     return lambda: np.add(y3, b2, out=y3)
@@ -129,13 +178,14 @@ def _im2col_elems(node: Node, graph) -> int:
         if xs is None or ws is None or not all(isinstance(d, (int, np.integer)) for d in (*xs, *ws)):
             return 0
         nsp = len(xs) - 2
+        _, c, insp = split_layout(xs, channels_last(node))
         kernel = [int(k) for k in ws[2:]]
         wa = window_attrs(node, nsp, kernel)
-        pads, osp = resolve_pads(xs[2:], kernel, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"])
+        pads, osp = resolve_pads(insp, kernel, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"])
         ksize = int(np.prod(kernel))
-        if conv_algorithm(int(node.attrs.get("group", 1)), xs[1], ws[1], ksize, wa["strides"], pads) != "im2col":
+        if conv_algorithm(int(node.attrs.get("group", 1)), c, ws[1], ksize, wa["strides"], pads) != "im2col":
             return 0
-        return int(xs[1]) * ksize * int(np.prod(osp))
+        return int(c) * ksize * int(np.prod(osp))
     except Exception:       # a malformed node reports its own error when it is prepared
         return 0
 
@@ -179,6 +229,8 @@ def _chain(steps: List[Callable[[], None]]) -> Callable[[], None]:
 
 @kernel("Conv")
 def conv(node: Node, ctx) -> Callable[[], None]:
+    if channels_last(node):
+        return conv_nhwc(node, ctx)
     x = ctx.value(node.inputs[0])
     y = ctx.value(node.outputs[0])
     dtype = y.dtype
@@ -248,13 +300,20 @@ def conv(node: Node, ctx) -> Callable[[], None]:
         return _chain([depthwise, bias])
 
     # -- im2col (grouped when group > 1) ----------------------------------------------
+    # rows of the column matrix are (kernel tap, channel), as in the NHWC kernel: the
+    # GEMM then sums in the same order in both layouts, so they agree bit for bit
     kc = cg * ksize
     cols = view_as(shared_cols(ctx, group * kc * p, dtype), (group, kc, p))
-    cols_v = view_as(cols, (group, cg, *kernel, *osp))
-    w3 = view_as(w, (group, m // group, kc))
-    y4 = view_as(y, (n, group, m // group, p))
-    wins = [window_view(xp[b], (group, cg), (s_c * cg, s_c), kernel, dil, strides, osp)
-            for b in range(n)]
+    cols_v = view_as(cols, (group, *kernel, cg, *osp))
+    mg = m // group
+    wt, wstep = _packed_weights(ctx, node, w, view_as(w, (group, mg, cg, ksize)).transpose(0, 1, 3, 2))
+    w3 = view_as(wt, (group, mg, kc))
+    y4 = view_as(y, (n, group, mg, p))
+    sp_st = xp.strides[2:]
+    win_shape = (group, *kernel, cg, *osp)
+    win_strides = ((s_c * cg,) + tuple(sp_st[i] * dil[i] for i in range(nsp)) + (s_c,)
+                   + tuple(sp_st[i] * strides[i] for i in range(nsp)))
+    wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
     copyto, matmul = np.copyto, np.matmul
     if group == 1:
         w2, c2 = w3[0], cols[0]
@@ -267,6 +326,7 @@ def conv(node: Node, ctx) -> Callable[[], None]:
                 matmul(w2, c2, out=out)
         ctx.note(node, f"im2col {kdesc} + matmul ({m}x{kc} @ {kc}x{p})"
                  + (f", batch loop {n}" if n > 1 else ""))
+        return _chain([wstep, im2col, bias])
     else:
         jobs = [(wins[b], y4[b]) for b in range(n)]
 
@@ -277,7 +337,138 @@ def conv(node: Node, ctx) -> Callable[[], None]:
                 matmul(w3, cols, out=out)
         ctx.note(node, f"grouped im2col {kdesc} ({group} groups, batched matmul "
                        f"{m // group}x{kc} @ {kc}x{p})")
-    return _chain([im2col, bias])
+    return _chain([wstep, im2col, bias])
+
+
+def _packed_weights(ctx, node: Node, w: np.ndarray, view: np.ndarray
+                    ) -> Tuple[np.ndarray, Callable[[], None]]:
+    """``view`` (a transposed view of the weights ``w``) as a contiguous array, and
+    the step refreshing it: packed once when the weights are constant, else copied
+    into a workspace every run (a computed weight changes between runs)."""
+    if ctx.const(node.inputs[1]) is not None:
+        return np.ascontiguousarray(view), None
+    buf = ctx.workspace(view.shape, w.dtype)
+    return buf, lambda: np.copyto(buf, view)
+
+
+def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
+    """Conv in NHWC: x (N, *spatial, C), y (N, *out, M), W stays (M, Cg, *k)."""
+    x = ctx.value(node.inputs[0])
+    y = ctx.value(node.outputs[0])
+    dtype = y.dtype
+    w = _weights(ctx, node.inputs[1], dtype)
+    n, c, insp = split_layout(x.shape, True)
+    m, cg = w.shape[:2]
+    nsp = x.ndim - 2
+    group = int(node.attrs.get("group", 1))
+    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
+    if list(w.shape[2:]) != kernel:
+        raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w.shape}")
+    if c != cg * group or m % group:
+        raise ShapeError(f"Conv {node.name!r}: X {x.shape} (NHWC), W {w.shape}, group {group} disagree")
+    wa = window_attrs(node, nsp, kernel)
+    strides, dil = wa["strides"], wa["dilations"]
+    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
+    if tuple(y.shape) != join_layout(n, m, osp, True):
+        raise ShapeError(f"Conv {node.name!r}: planned output {y.shape} != computed "
+                         f"{join_layout(n, m, osp, True)} (NHWC)")
+    ksize = int(np.prod(kernel))
+    p = int(np.prod(osp))
+    bias = _bias_step(ctx, node, y, m)
+    if y.size == 0:
+        return lambda: None
+    kdesc = "x".join(map(str, kernel))
+    if x.dtype != dtype:
+        raise UnsupportedOpError(f"Conv {node.name!r}: input dtype {x.dtype} != output dtype {dtype}")
+    algo = conv_algorithm(group, c, cg, ksize, strides, pads)
+    matmul, copyto = np.matmul, np.copyto
+
+    # -- pointwise: the input is the column matrix, the whole batch in one GEMM ---------
+    if algo == "pointwise":
+        wt, wstep = _packed_weights(ctx, node, w, view_as(w, (m, c)).T)       # (C, M)
+        x2, y2 = view_as(x, (n * p, c)), view_as(y, (n * p, m))
+        mm = lambda: matmul(x2, wt, out=y2)
+        ctx.note(node, f"NHWC pointwise 1x1 matmul ({n * p}x{c} @ {c}x{m})")
+        return _chain([wstep, mm, bias])
+
+    xp, pad_step = padded_input(ctx, x, pads, last=True)
+
+    # -- depthwise: shifted multiply-adds over contiguous channel rows -------------------
+    if algo == "depthwise":
+        mult = m // c
+        taps = tap_views(xp, kernel, dil, strides, osp, last=True)          # each (N, *out, C)
+        wt, wstep = _packed_weights(ctx, node, w, np.moveaxis(view_as(w, (c, mult, ksize)), 2, 0))
+        if mult == 1:
+            wtaps = [wt[k, :, 0] for k in range(ksize)]                      # (C,)
+            y5 = y
+            ow = osp[-1]
+            if strides[-1] == 1 and wstep is None and ksize * ow * c * dtype.itemsize <= (2 << 20):
+                # stride 1 along W: a tap's (OW, C) rows are contiguous, so with the weights
+                # tiled OW times numpy's inner loop runs over OW*C values instead of C
+                wtaps = [np.tile(v, ow).reshape(ow, c) for v in wtaps]
+        else:
+            taps = [t[..., None] for t in taps]                              # (N, *out, C, 1)
+            wtaps = [wt[k] for k in range(ksize)]                            # (C, mult)
+            y5 = view_as(y, (n, *osp, c, mult))
+        tmp = ctx.workspace(y5.shape, dtype)
+        first_x, first_w = taps[0], wtaps[0]
+        rest = list(zip(taps[1:], wtaps[1:]))
+        mul, add = np.multiply, np.add
+
+        def depthwise():
+            pad_step()
+            mul(first_x, first_w, out=y5)
+            for xv, wv in rest:
+                mul(xv, wv, out=tmp)
+                add(y5, tmp, out=y5)
+        ctx.note(node, f"NHWC depthwise {kdesc} (multiplier {mult}, {ksize} shifted multiply-adds)")
+        return _chain([wstep, depthwise, bias])
+
+    # -- im2col: cols (P, k*C) from a C-contiguous window view, cols @ W -> NHWC --------
+    kc = cg * ksize
+    sp_st = xp.strides[1:1 + nsp]
+    s_c = xp.strides[-1]
+    win_strides = (tuple(sp_st[i] * strides[i] for i in range(nsp))
+                   + tuple(sp_st[i] * dil[i] for i in range(nsp)))
+    flat = shared_cols(ctx, group * kc * p, dtype)
+    if group == 1:
+        cols = view_as(flat, (p, kc))
+        cols_v = view_as(flat, (*osp, *kernel, c))
+        # W (M, C, k) -> (k, C, M): row (tap, channel) matches a column of cols
+        wt, wstep = _packed_weights(ctx, node, w, view_as(w, (m, c, ksize)).transpose(2, 1, 0))
+        w2 = view_as(wt, (kc, m))
+        jobs = [(as_strided(xp[b], (*osp, *kernel, c), win_strides + (s_c,), writeable=False),
+                 view_as(y[b], (p, m))) for b in range(n)]
+
+        def im2col():
+            pad_step()
+            for win, out in jobs:
+                copyto(cols_v, win)
+                matmul(cols, w2, out=out)
+        ctx.note(node, f"NHWC im2col {kdesc} + matmul ({p}x{kc} @ {kc}x{m})"
+                 + (f", batch loop {n}" if n > 1 else ""))
+        return _chain([wstep, im2col, bias])
+
+    mg = m // group
+    cols = view_as(flat, (group, p, kc))
+    cols_v = view_as(flat, (group, *osp, *kernel, cg))
+    # W (g, Mg, Cg, k) -> (g, k, Cg, Mg)
+    wt, wstep = _packed_weights(ctx, node, w, view_as(w, (group, mg, cg, ksize)).transpose(0, 3, 2, 1))
+    w3 = view_as(wt, (group, kc, mg))
+    res = ctx.workspace((group, p, mg), dtype)
+    jobs = [(as_strided(xp[b], (group, *osp, *kernel, cg), (s_c * cg,) + win_strides + (s_c,),
+                        writeable=False),
+             view_as(y[b], (p, group, mg)).transpose(1, 0, 2)) for b in range(n)]
+
+    def grouped():
+        pad_step()
+        for win, out in jobs:
+            copyto(cols_v, win)
+            matmul(cols, w3, out=res)
+            copyto(out, res)
+    ctx.note(node, f"NHWC grouped im2col {kdesc} ({group} groups, batched matmul "
+                   f"{p}x{kc} @ {kc}x{mg})")
+    return _chain([wstep, grouped, bias])
 
 
 @kernel("ConvTranspose")

@@ -12,12 +12,14 @@ copy of the node stripped to the base op, so it gets exactly the base algorithm
 Every epilogue step is an in-place ufunc on ``y``; activations that must see x again
 after overwriting it get their scratch from ``ctx.workspace`` at prepare time
 (``activation_scratch``), so a run allocates nothing. Each activation computes the
-same ufunc sequence as its stand-alone kernel in ``elementwise.py``, so fusing it
-changes no bits.
+same values as its stand-alone kernel in ``elementwise.py`` (the same ufunc sequence,
+except that Relu/Clip/HardSigmoid clamp with one ``np.clip`` pass), so fusing
+changes no values.
 """
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
@@ -29,11 +31,15 @@ from .elementwise import make_erf, quiet
 
 EPILOGUE_ATTRS = ("activation", "activation_params")
 
-#: activation name -> (scratch buffers the size of y, stand-alone op it mirrors)
+#: activation name -> scratch buffers the size of y its in-place epilogue needs
+#: (passes/cost_model.py EPILOGUE_TEMPS prices the same numbers)
 ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "Sigmoid": 0, "Tanh": 0, "HardSigmoid": 0,
                "LeakyRelu": 1, "HardSwish": 1, "SiLU": 1, "GeluTanh": 1, "Gelu": 4}
 
 _INV_SQRT2 = 1 / math.sqrt(2)
+_ZERO = {c: np.zeros((), c) for c in "efd"}
+_ONE = {c: np.ones((), c) for c in "efd"}
+_INF = {c: np.array(np.inf, c) for c in "efd"}
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
@@ -63,11 +69,13 @@ def apply_activation(y: np.ndarray, name: str, params: Sequence[float] = (), scr
     ``params``: Clip [min, max], LeakyRelu [alpha], HardSigmoid [alpha, beta]."""
     if not name:
         return
+    # Relu and Clip use numpy's clip ufunc: one vectorised pass, where maximum/minimum
+    # against a scalar are scalar loops (about 4x slower on numpy 2.x). Same values as
+    # max-then-min, NaN included (clip keeps the sign of -0.0 where maximum gives +0.0).
     if name == "Relu":
-        np.maximum(y, np.zeros((), y.dtype), out=y)
+        np.clip(y, _ZERO[y.dtype.char], _INF[y.dtype.char], out=y)
     elif name == "Clip":
-        np.maximum(y, params[0], out=y)        # max then min, as the Clip kernel
-        np.minimum(y, params[1], out=y)
+        np.clip(y, params[0], params[1], out=y)
     elif name == "Sigmoid":
         _sigmoid_into(y, y)
     elif name == "Tanh":
@@ -75,8 +83,7 @@ def apply_activation(y: np.ndarray, name: str, params: Sequence[float] = (), scr
     elif name == "HardSigmoid":
         np.multiply(y, params[0], out=y)
         np.add(y, params[1], out=y)
-        np.maximum(y, np.zeros((), y.dtype), out=y)
-        np.minimum(y, np.ones((), y.dtype), out=y)
+        np.clip(y, _ZERO[y.dtype.char], _ONE[y.dtype.char], out=y)
     elif name == "LeakyRelu":
         alpha = params[0]
         np.multiply(y, alpha, out=scratch)
@@ -85,8 +92,7 @@ def apply_activation(y: np.ndarray, name: str, params: Sequence[float] = (), scr
         t = scratch
         np.multiply(y, 1 / 6, out=t)
         np.add(t, 0.5, out=t)
-        np.maximum(t, np.zeros((), y.dtype), out=t)
-        np.minimum(t, np.ones((), y.dtype), out=t)
+        np.clip(t, _ZERO[y.dtype.char], _ONE[y.dtype.char], out=t)
         np.multiply(t, y, out=y)
     elif name == "SiLU":
         _sigmoid_into(y, scratch)
@@ -110,6 +116,26 @@ def apply_activation(y: np.ndarray, name: str, params: Sequence[float] = (), scr
         np.multiply(y, 0.5, out=y)
     else:
         raise UnsupportedOpError(f"fused epilogue: unknown activation {name!r}")
+
+
+#: activations whose passes may overflow (exp): run with numpy's warnings off, as their kernels
+_NOISY = frozenset({"Sigmoid", "SiLU", "Gelu", "GeluTanh"})
+
+
+def activation_step(y: np.ndarray, name: str, params: Sequence[float] = (), scratch=None
+                    ) -> Optional[Callable[[], None]]:
+    """The eval step applying ``name`` to ``y`` in place (None for no activation): a bare
+    ufunc call for the one-pass activations, else ``apply_activation`` bound to its buffers."""
+    if not name:
+        return None
+    if name == "Relu":
+        return partial(np.clip, y, _ZERO[y.dtype.char], _INF[y.dtype.char], out=y)
+    if name == "Clip":
+        return partial(np.clip, y, params[0], params[1], out=y)
+    if name == "Tanh":
+        return partial(np.tanh, y, out=y)
+    step = partial(apply_activation, y, name, list(params), scratch)
+    return quiet(step) if name in _NOISY else step
 
 
 def _base(node: Node, op: str, n_inputs: int) -> Node:
@@ -137,24 +163,38 @@ def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> 
     if name == "Clip" and len(params) != 2 or name in ("LeakyRelu",) and len(params) != 1 \
             or name == "HardSigmoid" and len(params) != 2:
         raise ShapeError(f"{node.op} {node.name!r}: activation {name} has params {params}")
+    if y.dtype.kind == "f":
+        params = [y.dtype.type(p) for p in params]
     scratch = activation_scratch(ctx, y, name)
     adds = [a for a in (_addend(ctx, node, nm, y, what) for nm, what in addends) if a is not None]
     desc = [what for (nm, what) in addends if nm] + ([name] if name else [])
     if desc:
         ctx.notes[node.name] = ctx.notes.get(node.name, base_op) + " + in-place epilogue: " + ", ".join(desc)
-    if not adds and not name:
+    steps = [base] + [partial(np.add, y, a, out=y) for a in adds]
+    act = activation_step(y, name, params, scratch)
+    if act is not None:
+        steps.append(act)
+    if len(steps) == 1:
         return base
-    add = np.add
+    if len(steps) == 2:
+        first, second = steps
 
-    def epilogue():
-        for a in adds:
-            add(y, a, out=y)
-        apply_activation(y, name, params, scratch)
-    epilogue = quiet(epilogue)
+        def run2():
+            first()
+            second()
+        return run2
+    if len(steps) == 3:
+        first, second, third = steps
+
+        def run3():
+            first()
+            second()
+            third()
+        return run3
 
     def run():
-        base()
-        epilogue()
+        for step in steps:
+            step()
     return run
 
 

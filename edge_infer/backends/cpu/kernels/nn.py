@@ -1,5 +1,9 @@
 """Dense and normalisation kernels: Gemm, MatMul, BatchNormalization, LRN,
-InstanceNormalization, Softmax, LogSoftmax, Dropout, Resize and Upsample."""
+InstanceNormalization, Softmax, LogSoftmax, Dropout, Resize and Upsample.
+
+BatchNormalization, LRN and InstanceNormalization honour ``data_layout="NHWC"``
+(channels last; passes/convert_layout.py). Resize needs no layout attribute: the
+layout pass permutes its scales/sizes/roi (or remaps ``axes``) instead."""
 from __future__ import annotations
 
 import math
@@ -9,7 +13,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.shape_rules_nn import resize_plan
+from ....ir.shape_rules_nn import channels_last, resize_plan
 from ..registry import kernel
 from .conv import view_as
 
@@ -83,8 +87,11 @@ def matmul(node: Node, ctx) -> Callable[[], None]:
 
 # -- normalisation ----------------------------------------------------------------------
 
-def _channel_shape(x: np.ndarray) -> Tuple[int, ...]:
-    """Shape that broadcasts a per-channel (axis 1) vector against ``x``."""
+def _channel_shape(x: np.ndarray, last: bool = False) -> Tuple[int, ...]:
+    """Shape that broadcasts a per-channel vector (axis 1; the last axis when
+    ``last``) against ``x``."""
+    if last:
+        return (x.shape[-1],)
     return (x.shape[1],) + (1,) * (x.ndim - 2)
 
 
@@ -93,9 +100,10 @@ def batch_norm(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
     eps = float(node.attrs.get("epsilon", 1e-5))
     names = node.inputs[1:5]
-    cshape = _channel_shape(x)
+    last = channels_last(node)
+    cshape = _channel_shape(x, last)
     if node.attrs.get("training_mode", 0):
-        return _batch_norm_training(node, ctx, x, y, eps, cshape)
+        return _batch_norm_training(node, ctx, x, y, eps, cshape, last)
     if all(ctx.const(nm) is not None for nm in names):
         gamma, beta, mean, var = (ctx.const(nm).astype(np.float64) for nm in names)
         scale64 = gamma / np.sqrt(var + eps)
@@ -123,14 +131,15 @@ def batch_norm(node: Node, ctx) -> Callable[[], None]:
     return bn_dynamic
 
 
-def _batch_norm_training(node: Node, ctx, x, y, eps: float, cshape) -> Callable[[], None]:
+def _batch_norm_training(node: Node, ctx, x, y, eps: float, cshape, last: bool = False
+                         ) -> Callable[[], None]:
     """training_mode=1: normalise with the batch's own mean and (population)
     variance; optional outputs 1 and 2 are the momentum-updated running stats."""
     momentum = float(node.attrs.get("momentum", 0.9))
     gamma, beta, rmean, rvar = (view_as(ctx.value(nm), cshape) for nm in node.inputs[1:5])
     outs = [_opt_out(node, k) for k in (1, 2)]
     out_mean, out_var = (ctx.value(o).reshape(cshape) if o else None for o in outs)
-    axes = (0,) + tuple(range(2, x.ndim))
+    axes = tuple(range(x.ndim - 1)) if last else (0,) + tuple(range(2, x.ndim))
     mean = ctx.workspace(cshape, y.dtype)
     var = ctx.workspace(cshape, y.dtype)
     inv = ctx.workspace(cshape, y.dtype)
@@ -164,20 +173,26 @@ def _batch_norm_training(node: Node, ctx, x, y, eps: float, cshape) -> Callable[
 def instance_norm(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
     eps = float(node.attrs.get("epsilon", 1e-5))
-    n, c = x.shape[:2]
-    p = int(np.prod(x.shape[2:]))
-    gamma = view_as(ctx.value(node.inputs[1]), (c, 1))
-    beta = view_as(ctx.value(node.inputs[2]), (c, 1))
-    x3, y3 = view_as(x, (n, c, p)), view_as(y, (n, c, p))
-    mean = ctx.workspace((n, c, 1), y.dtype)
-    var = ctx.workspace((n, c, 1), y.dtype)
-    sq = ctx.workspace((n, c, p), y.dtype)
+    last = channels_last(node)
+    n, c = (x.shape[0], x.shape[-1]) if last else x.shape[:2]
+    p = int(np.prod(x.shape[1:-1] if last else x.shape[2:]))
+    if last:
+        # (N, P, C): statistics over axis 1, per-channel vectors broadcast along the rows
+        ax, cshape, shape3, sshape = 1, (c,), (n, p, c), (n, 1, c)
+    else:
+        ax, cshape, shape3, sshape = 2, (c, 1), (n, c, p), (n, c, 1)
+    gamma = view_as(ctx.value(node.inputs[1]), cshape)
+    beta = view_as(ctx.value(node.inputs[2]), cshape)
+    x3, y3 = view_as(x, shape3), view_as(y, shape3)
+    mean = ctx.workspace(sshape, y.dtype)
+    var = ctx.workspace(sshape, y.dtype)
+    sq = ctx.workspace(shape3, y.dtype)
 
     def inorm():
-        np.mean(x3, axis=2, keepdims=True, out=mean)
+        np.mean(x3, axis=ax, keepdims=True, out=mean)
         np.subtract(x3, mean, out=y3)
         np.multiply(y3, y3, out=sq)
-        np.mean(sq, axis=2, keepdims=True, out=var)
+        np.mean(sq, axis=ax, keepdims=True, out=var)
         np.add(var, eps, out=var)
         np.sqrt(var, out=var)
         np.divide(gamma, var, out=var)
@@ -195,15 +210,21 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
     alpha = float(node.attrs.get("alpha", 1e-4))
     beta = float(node.attrs.get("beta", 0.75))
     bias = float(node.attrs.get("bias", 1.0))
-    c = x.shape[1]
+    last = channels_last(node)
+    c = x.shape[-1] if last else x.shape[1]
     # window: floor((size-1)/2) channels below, ceil((size-1)/2) above; squares live
     # in a channel-padded workspace whose zero border is written once
     before = (size - 1) // 2
-    sqp = ctx.workspace((x.shape[0], c + size - 1) + x.shape[2:], y.dtype)
+    if last:
+        sqp = ctx.workspace(x.shape[:-1] + (c + size - 1,), y.dtype)
+        chan = lambda a, b: (Ellipsis, slice(a, b))
+    else:
+        sqp = ctx.workspace((x.shape[0], c + size - 1) + x.shape[2:], y.dtype)
+        chan = lambda a, b: (slice(None), slice(a, b))
     sqp.fill(0)
-    sq = sqp[:, before:before + c]
+    sq = sqp[chan(before, before + c)]
     ss = ctx.workspace(y.shape, y.dtype)
-    shifted = [sqp[:, j:j + c] for j in range(size)]
+    shifted = [sqp[chan(j, j + c)] for j in range(size)]
     k = alpha / size
 
     def run():
@@ -218,7 +239,7 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
         np.add(ss, bias, out=ss)
         np.power(ss, -beta, out=ss)
         np.multiply(x, ss, out=y)
-    ctx.note(node, f"channel window sum of {size} shifted squares")
+    ctx.note(node, f"{'NHWC ' if last else ''}channel window sum of {size} shifted squares")
     return run
 
 

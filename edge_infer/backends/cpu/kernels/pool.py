@@ -7,6 +7,10 @@ separable, so the window reduction runs one spatial dim at a time, outermost
 first: ``sum(kernel)`` strided ufunc calls instead of ``prod(kernel)``, and the
 first stage streams whole contiguous rows (about 2x faster for 3x3/2). MaxPool
 with an Indices output compares all ``prod(kernel)`` taps directly.
+
+``data_layout="NHWC"`` (passes/convert_layout.py): input and output are
+channels-last, (N, *spatial, C); the same separable reductions then run over
+contiguous channel rows. MaxPool's Indices output exists in NCHW only.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import window_attrs
+from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
 from ..registry import kernel
 from .conv import padded_input, tap_views, view_as
 
@@ -28,41 +32,45 @@ def _geometry(node: Node, x: np.ndarray, y: np.ndarray):
     ks = [int(k) for k in (node.attrs.get("kernel_shape") or [])]
     if len(ks) != nsp:
         raise ShapeError(f"{node.op} {node.name!r}: kernel_shape {ks} for input {x.shape}")
+    last = channels_last(node)
+    n, c, insp = split_layout(x.shape, last)
     wa = window_attrs(node, nsp, ks)
-    pads, osp = resolve_pads(x.shape[2:], ks, wa["strides"], wa["dilations"], wa["pads"],
+    pads, osp = resolve_pads(insp, ks, wa["strides"], wa["dilations"], wa["pads"],
                              wa["auto_pad"], wa["ceil_mode"])
-    if tuple(y.shape) != (*x.shape[:2], *osp):
+    if tuple(y.shape) != join_layout(n, c, osp, last):
         raise ShapeError(f"{node.op} {node.name!r}: planned output {y.shape} != computed "
-                         f"{(*x.shape[:2], *osp)}")
+                         f"{join_layout(n, c, osp, last)}")
     # ceil_mode can make the last window run past the end padding
     extra = []
     for i in range(nsp):
         need = (osp[i] - 1) * wa["strides"][i] + (ks[i] - 1) * wa["dilations"][i] + 1
-        have = x.shape[2 + i] + pads[i] + pads[i + nsp]
+        have = insp[i] + pads[i] + pads[i + nsp]
         extra.append(max(0, need - have))
     return ks, wa["strides"], wa["dilations"], pads, osp, extra
 
 
 def separable_reduce(ctx, xp: np.ndarray, y: np.ndarray, ks: Sequence[int], strides: Sequence[int],
-                     dil: Sequence[int], osp: Sequence[int], ufunc) -> Callable[[], None]:
+                     dil: Sequence[int], osp: Sequence[int], ufunc, last: bool = False) -> Callable[[], None]:
     """Step computing ``y`` = ``ufunc``-reduction (np.maximum / np.add) of every
-    window of ``xp`` (N, C, *padded), one spatial dim per stage."""
+    window of ``xp`` (N, C, *padded), or (N, *padded, C) when ``last``, one spatial
+    dim per stage."""
     nsp = len(ks)
+    first = 1 if last else 2
     dims = [i for i in range(nsp)
-            if not (ks[i] == 1 and strides[i] == 1 and osp[i] == xp.shape[2 + i])]
+            if not (ks[i] == 1 and strides[i] == 1 and osp[i] == xp.shape[first + i])]
     if not dims:
         return lambda: np.copyto(y, xp)
     stages = []
     cur = xp
     for k, i in enumerate(dims):
         shape = list(cur.shape)
-        shape[2 + i] = osp[i]
+        shape[first + i] = osp[i]
         dst = y if k == len(dims) - 1 else ctx.workspace(shape, y.dtype)
         taps = []
         for t in range(ks[i]):
             sl = [slice(None)] * cur.ndim
             start = t * dil[i]
-            sl[2 + i] = slice(start, start + (osp[i] - 1) * strides[i] + 1, strides[i])
+            sl[first + i] = slice(start, start + (osp[i] - 1) * strides[i] + 1, strides[i])
             taps.append(cur[tuple(sl)])
         stages.append((dst, taps[0], taps[1] if len(taps) > 1 else None, taps[2:]))
         cur = dst
@@ -94,17 +102,20 @@ def max_pool(node: Node, ctx) -> Callable[[], None]:
     y = ctx.value(node.outputs[0])
     ks, strides, dil, pads, osp, extra = _geometry(node, x, y)
     want_idx = len(node.outputs) > 1 and bool(node.outputs[1])
+    last = channels_last(node)
+    if want_idx and last:
+        raise UnsupportedOpError(f"MaxPool {node.name!r}: the Indices output needs data_layout NCHW")
     if y.size == 0:
         return lambda: None
-    xp, pad_step = padded_input(ctx, x, pads, extra, fill=_lowest(x.dtype))
+    xp, pad_step = padded_input(ctx, x, pads, extra, fill=_lowest(x.dtype), last=last)
     kdesc = "x".join(map(str, ks))
     if not want_idx:
-        reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.maximum)
+        reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.maximum, last)
 
         def maxpool():
             pad_step()
             reduce()
-        ctx.note(node, f"max pool {kdesc} (separable, {sum(ks)} strided maxima)")
+        ctx.note(node, f"{'NHWC ' if last else ''}max pool {kdesc} (separable, {sum(ks)} strided maxima)")
         return maxpool
     taps = tap_views(xp, ks, dil, strides, osp)
 
@@ -164,31 +175,35 @@ def average_pool(node: Node, ctx) -> Callable[[], None]:
     if x.dtype.kind != "f":
         raise UnsupportedOpError(f"AveragePool {node.name!r}: dtype {x.dtype} is not supported")
     nsp = x.ndim - 2
+    last = channels_last(node)
+    insp = split_layout(x.shape, last)[2]
     include_pad = bool(node.attrs.get("count_include_pad", 0))
-    xp, pad_step = padded_input(ctx, x, pads, extra, fill=0)
+    xp, pad_step = padded_input(ctx, x, pads, extra, fill=0, last=last)
     # divisor per output position, separable over spatial dims: taps inside the input
     # (count_include_pad=0) or inside input + explicit pads (=1); ceil_mode overhang never counts
     inv = np.ones(osp, np.float64)
     for i in range(nsp):
         lo = 0 if include_pad else pads[i]
-        hi = pads[i] + x.shape[2 + i] + (pads[i + nsp] if include_pad else 0)
-        cnt = _window_counts(x.shape[2 + i], osp[i], ks[i], strides[i], dil[i], lo, hi)
+        hi = pads[i] + insp[i] + (pads[i + nsp] if include_pad else 0)
+        cnt = _window_counts(insp[i], osp[i], ks[i], strides[i], dil[i], lo, hi)
         shape = [1] * nsp
         shape[i] = osp[i]
         inv = inv * cnt.reshape(shape)
     if (inv == 0).any():
         raise ShapeError(f"AveragePool {node.name!r}: a window lies entirely in padding")
     inv = (1.0 / inv).astype(y.dtype)
+    if last:
+        inv = inv[..., None]                  # broadcast over the trailing channel axis
     scale = inv.flat[0] if (inv == inv.flat[0]).all() else inv
     mul = np.multiply
     kdesc = "x".join(map(str, ks))
-    reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.add)
+    reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.add, last)
 
     def avgpool():
         pad_step()
         reduce()
         mul(y, scale, out=y)
-    ctx.note(node, f"average pool {kdesc} (separable sums, "
+    ctx.note(node, f"{'NHWC ' if last else ''}average pool {kdesc} (separable sums, "
                    f"{'uniform' if np.ndim(scale) == 0 else 'per-position'} divisor)")
     return avgpool
 
@@ -196,22 +211,28 @@ def average_pool(node: Node, ctx) -> Callable[[], None]:
 def _global(node: Node, ctx, reduce) -> Callable[[], None]:
     x = ctx.value(node.inputs[0])
     y = ctx.value(node.outputs[0])
-    n, c = x.shape[:2]
-    p = int(np.prod(x.shape[2:]))
+    last = channels_last(node)
+    n, c, sp = split_layout(x.shape, last)
+    p = int(np.prod(sp))
     if x.size == 0:
         return lambda: None
+    y2 = view_as(y, (n, c))
+    if last:
+        # (N, P, C): the reduction adds whole contiguous channel rows
+        x3 = view_as(x, (n, p, c))
+        return lambda: reduce(x3, axis=1, out=y2)
     # a contiguous (N, C, P) view reduces along the fastest axis in one ufunc call
-    x3, y2 = view_as(x, (n, c, p)), view_as(y, (n, c))
+    x3 = view_as(x, (n, c, p))
     return lambda: reduce(x3, axis=2, out=y2)
 
 
 @kernel("GlobalAveragePool")
 def global_average_pool(node: Node, ctx) -> Callable[[], None]:
-    ctx.note(node, "mean over spatial dims")
+    ctx.note(node, ("NHWC " if channels_last(node) else "") + "mean over spatial dims")
     return _global(node, ctx, np.mean)
 
 
 @kernel("GlobalMaxPool")
 def global_max_pool(node: Node, ctx) -> Callable[[], None]:
-    ctx.note(node, "max over spatial dims")
+    ctx.note(node, ("NHWC " if channels_last(node) else "") + "max over spatial dims")
     return _global(node, ctx, np.max)
