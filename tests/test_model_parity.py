@@ -64,3 +64,39 @@ def test_light_model_matches_onnxruntime(name):
         assert 0.1 < std < 100, f"{name} logits {name_!r} std {std:.3g}: weights badly scaled"
     print(f"\n{name}: {'; '.join(report)} | load+randomize {t1 - t0:.1f}s, "
           f"edge_infer {t2 - t1:.1f}s, onnxruntime x2 {t3 - t2:.1f}s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_optimized_artifact_matches_onnxruntime(name, tmp_path):
+    """The same models through the whole converter at the highest opt level, an
+    .eim on disk and the runtime; also nothing left that the optimizer removes."""
+    from edge_infer import convert
+    from edge_infer.artifact import load_artifact
+
+    model = onnx.load(randomized_light_model_path(name, seed=0))
+    logits = softmax_inputs(model)
+    with_extra_outputs(model, logits)
+    inits = {t.name for t in model.graph.initializer}
+    (inp,) = [i.name for i in model.graph.input if i.name not in inits]
+    src = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(src))
+    data = model.SerializeToString()
+    del model
+    eim = tmp_path / f"{name}.eim"
+    report = convert(src, eim, input_shapes={inp: (1, 3, 224, 224)}, opt_level=3)
+    assert report["after"]["nodes"] < report["before"]["nodes"]
+
+    graph, _ = load_artifact(str(eim))
+    leftovers = [n.op for n in graph.nodes if n.op in ("BatchNormalization", "Identity", "Dropout")]
+    assert not leftovers, leftovers
+    const_only = [n.name for n in graph.nodes if all(graph.tensors[i].is_const for i in n.inputs if i)]
+    assert not const_only, const_only
+    del graph
+
+    x = np.random.default_rng(1234).standard_normal((1, 3, 224, 224), dtype=np.float32)
+    ours = Runtime(str(eim), backend="cpu").run({inp: x})
+    ref = ort_run(data, {inp: x}, optimize=True)
+    for out, r in ref.items():
+        err = rel_l2(ours[out], r)
+        assert err <= REL_L2_TOL, f"{name} output {out!r} at opt level 3: rel L2 error {err:.3g}"
