@@ -27,10 +27,13 @@ setup(
     description="Convert neural networks on a workstation; run them fast and small on edge devices.",
     long_description=open(os.path.join(HERE, "README.md")).read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["edge_infer", "edge_infer.*"]) + ["edge_infer._targets"],
-    # the top-level targets/ folder (device profiles) ships inside the package
-    package_dir={"edge_infer._targets": "targets"},
-    package_data={"edge_infer": ["data/*", "data/*/*"], "edge_infer._targets": ["*.json"]},
+    packages=find_packages(include=["edge_infer", "edge_infer.*"]) + ["edge_infer._targets",
+                                                                     "edge_infer._calibration"],
+    # the top-level targets/ (device profiles) and calibration/ (preprocessing recipes, sample
+    # images) folders ship inside the package
+    package_dir={"edge_infer._targets": "targets", "edge_infer._calibration": "calibration"},
+    package_data={"edge_infer": ["data/*", "data/*/*"], "edge_infer._targets": ["*.json"],
+                  "edge_infer._calibration": ["*.json", "*.md", "images/*"]},
     include_package_data=True,
     python_requires=">=3.9",
     install_requires=["numpy>=1.23", "psutil>=5.8"],

@@ -10,3 +10,4 @@ from .runtime import Runtime
 
 __all__ = ["__version__", "ArtifactError", "BackendError", "ConversionError", "EdgeInferError",
            "GraphError", "InputError", "ShapeError", "UnsupportedOpError", "Runtime", "convert", "verify"]
+from .batcher import Batcher; __all__ += ["Batcher"]  # noqa: E402,E702

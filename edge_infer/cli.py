@@ -64,13 +64,54 @@ def cmd_convert(args) -> int:
         raise UsageError(f"model file not found: {args.model}")
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
-                  allow_drift=args.allow_drift, target=args.target, layout=args.layout)
+                  allow_drift=args.allow_drift, target=args.target, layout=args.layout,
+                  **quantize_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
     print(f"  size {rep['source_bytes']:,} B (source) -> {rep['artifact_bytes']:,} B "
           f"({rep['artifact_bytes'] / max(rep['source_bytes'], 1):.2f}x)")
     print(f"  verified: max relative error {rep['max_relative_error']:.2e} (tolerance {rep['tolerance']:g})")
+    if rep.get("quantization"):
+        from .quantize import format_summary
+        print(format_summary(rep["quantization"]))
+        if args.report:
+            print(f"  report: {args.report}")
+    return 0
+
+
+def quantize_options(args) -> dict:
+    """convert()'s quantization keywords from the --quantize/--calib* flags."""
+    if not args.quantize:
+        extra = [f for f, v in (("--calib", args.calib), ("--calib-samples", args.calib_samples),
+                                ("--calib-recipe", args.calib_recipe), ("--keep-float", args.keep_float),
+                                ("--max-accuracy-drop", args.max_accuracy_drop), ("--report", args.report))
+                 if v is not None]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} need(s) --quantize int8")
+        return {}
+    if not args.calib:
+        raise UsageError("--quantize int8 needs calibration data: --calib PATH (a folder of images, a video, "
+                         ".npy/.npz), or --calib random to calibrate on seeded random inputs")
+    if args.calib != "random" and not os.path.exists(args.calib):
+        raise UsageError(f"calibration data not found: {args.calib}")
+    if args.calib_samples is not None and args.calib_samples <= 0:
+        raise UsageError("--calib-samples must be positive")
+    keep = [k.strip() for k in (args.keep_float or "").split(",") if k.strip()]
+    return {"quantize": args.quantize, "calib": args.calib, "calib_samples": args.calib_samples,
+            "calib_recipe": args.calib_recipe, "calib_method": args.calib_method, "keep_float": keep,
+            "max_accuracy_drop": args.max_accuracy_drop, "report": args.report}
+
+
+def cmd_export(args) -> int:
+    from .artifact import load_artifact
+    from .quantize.export_onnx import export_qdq
+    graph, _ = load_artifact(args.artifact)
+    _, counts = export_qdq(graph, args.output)
+    int8 = sum(1 for t in graph.tensors.values() if t.dtype == "int8")
+    print(f"exported {args.artifact} -> {args.output} (ONNX opset 21, {args.format}): {counts['nodes']} nodes, "
+          f"{counts['QuantizeLinear']} QuantizeLinear, {counts['DequantizeLinear']} DequantizeLinear, "
+          f"{int8} int8 tensors")
     return 0
 
 
@@ -214,6 +255,7 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
         "artifact": path, "backend": rt.backend.name, "threads": rt.threads, "runs": runs,
         "median_ms": float(np.median(lat_ms)), "p90_ms": float(np.percentile(lat_ms, 90)),
         "p99_ms": float(np.percentile(lat_ms, 99)), "min_ms": float(lat_ms.min()),
+        "latencies_ms": lat_ms.tolist(),
         "peak_rss_mb": peak_rss_mb(),
         "ops": [{"op": op, "count": c, "ms": s * 1e3, "share": s / total}
                 for op, (c, s) in sorted(by_op.items(), key=lambda kv: -kv[1][1])],
@@ -225,6 +267,14 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
 def cmd_bench(args) -> int:
     rep = bench_artifact(args.artifact, args.runs, args.warmup, args.backend, args.threads,
                          parse_shape_args(args.input_shape))
+    latencies = rep.pop("latencies_ms")
+    if getattr(args, "plot", None):
+        from .monitor.plot import plot_bench
+        try:
+            plot_bench(rep, latencies, args.plot)
+        except ImportError as e:   # matplotlib missing
+            raise UsageError(str(e)) from None
+        print(f"plot saved to {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(rep, indent=2))
         return 0
@@ -256,6 +306,35 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def cmd_stream(args) -> int:
+    try:
+        from .pipeline import run_stream
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    try:
+        stats = run_stream(args.artifact, args.source, sinks=args.sink or ["-"], recipe=args.recipe,
+                           postprocess=args.post, labels=args.labels, metrics_port=args.metrics_port,
+                           metrics_host=args.metrics_host, metrics_jsonl=args.metrics_jsonl, monitor=args.monitor,
+                           max_frames=args.max_frames, backend=args.backend, threads=args.threads,
+                           profile_every=args.profile_every)
+    except ImportError as e:   # an optional dependency (OpenCV) is missing
+        raise UsageError(str(e)) from None
+    print("edge-infer: " + json.dumps(stats), file=sys.stderr)
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from .probe import format_probe, match_target, probe
+    info = probe()
+    match = match_target(info)
+    if args.json:
+        print(json.dumps({**info, "target": {"name": match.name, "reason": match.reason,
+                                             "candidates": match.candidates}}, indent=2))
+    else:
+        print(format_probe(info, match))
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
     return run_demo(runs=args.runs)
@@ -278,7 +357,25 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--layout", choices=("auto", "nchw", "nhwc"), default="auto",
                    help="data layout of spatial ops after optimization (level 3); inputs and "
                         "outputs keep theirs (default: the target's or backend's preference)")
+    c.add_argument("--quantize", choices=("int8",), help="post-training quantization (after fp32 optimization)")
+    c.add_argument("--calib", metavar="PATH", help="calibration data: a folder of images, a video, .npy/.npz, "
+                   "or 'random' (seeded random inputs)")
+    c.add_argument("--calib-samples", type=int, metavar="N", help="use at most N calibration samples")
+    c.add_argument("--calib-recipe", metavar="NAME|FILE", help="preprocessing of calibration images: a JSON "
+                   "recipe or a bundled name (imagenet, yolo, unit_range, symmetric_range, digits, ...)")
+    c.add_argument("--calib-method", default="minmax", choices=("minmax", "ema", "percentile", "entropy", "mse"),
+                   help="activation range observer (default minmax)")
+    c.add_argument("--keep-float", metavar="A,B", help="node names that stay float32")
+    c.add_argument("--max-accuracy-drop", type=float, metavar="X", help="keep the most damaging layers "
+                   "float32 until the top-1 drop vs fp32 on held-out samples is <= X (a fraction)")
+    c.add_argument("--report", metavar="FILE.json", help="write the quantization accuracy report")
     c.set_defaults(fn=cmd_convert)
+
+    e = sub.add_parser("export", help="export an artifact (e.g. int8) as ONNX QDQ")
+    e.add_argument("artifact")
+    e.add_argument("--format", default="onnx-qdq", choices=("onnx-qdq",), help="output format")
+    e.add_argument("-o", "--output", required=True, metavar="FILE.onnx")
+    e.set_defaults(fn=cmd_export)
 
     r = sub.add_parser("run", help="run an artifact on .npy inputs")
     r.add_argument("artifact")
@@ -301,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int)
     b.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--plot", metavar="FILE.png", help="latency histogram and per-op times (needs matplotlib)")
     b.set_defaults(fn=cmd_bench)
 
     o = sub.add_parser("ops", help="supported ops per backend")
@@ -310,6 +408,29 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="convert and run the bundled digits model")
     d.add_argument("--runs", type=int, default=100)
     d.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("stream", help="run a camera / video / folder / stream through a model")
+    s.add_argument("artifact")
+    s.add_argument("--source", required=True, help="camera index (0), picam (Pi camera), video file, folder of "
+                   "images, stream URL, or synthetic[:PATTERN[:COUNT[:FPS]]]")
+    s.add_argument("--sink", action="append", help="- (JSON lines, default), FILE.jsonl, FILE.mp4, window, null")
+    s.add_argument("--recipe", help="preprocessing recipe: JSON file or calibration/ name (default: from the model)")
+    s.add_argument("--post", help="classify[:K], yolo, yolov5, yolov8, ssd, segment, raw (default: classify "
+                   "for one 2-D output)")
+    s.add_argument("--labels", help="labels file (one per line, or JSON)")
+    s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: any free port)")
+    s.add_argument("--metrics-host", default="127.0.0.1", help="bind address of the metrics endpoint")
+    s.add_argument("--metrics-jsonl", metavar="FILE", help="append a metrics snapshot every second")
+    s.add_argument("--monitor", action="store_true", help="live metrics line on stderr")
+    s.add_argument("--max-frames", type=int)
+    s.add_argument("--profile-every", type=int, default=0, metavar="N", help="per-op times every Nth frame")
+    s.add_argument("--backend", default="auto")
+    s.add_argument("--threads", type=int)
+    s.set_defaults(fn=cmd_stream)
+
+    pr = sub.add_parser("probe", help="describe this machine and the target profile that fits it")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(fn=cmd_probe)
     return p
 
 

@@ -96,8 +96,20 @@ def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence
 def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = None, *,
             input_shapes: Optional[Dict[str, Sequence[int]]] = None, opt_level: int = 3,
             disable_passes: Sequence[str] = (), allow_drift: bool = False, target: Optional[str] = None,
-            verify_samples: int = 2, layout: str = "auto", **options) -> dict:
+            verify_samples: int = 2, layout: str = "auto", quantize: Optional[str] = None,
+            calib=None, calib_samples: Optional[int] = None, calib_recipe=None,
+            calib_method: str = "minmax", keep_float: Sequence[str] = (),
+            max_accuracy_drop: Optional[float] = None, report: Union[str, os.PathLike, None] = None,
+            **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
+
+    ``quantize="int8"``: after the fp32 graph is optimized and verified, quantize it
+    (edge_infer/quantize, docs/quantization.md) calibrating on ``calib`` (a folder of
+    images, a video, .npy/.npz, an iterable, or "random"), at most ``calib_samples``
+    samples, images preprocessed by ``calib_recipe``; ``calib_method`` minmax, ema,
+    percentile, entropy or mse; ``keep_float`` node names stay fp32;
+    ``max_accuracy_drop`` (a fraction) keeps the most damaging layers fp32 until the
+    drop holds; ``report`` writes the accuracy report as JSON (also in the result).
 
     ``layout``: the data layout the level-3 layout pass puts spatial ops in: "nchw",
     "nhwc", or "auto" (the target profile's ``preferred_layout``, else the CPU
@@ -117,6 +129,9 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     dst = os.fspath(dst)
     if options:
         raise ConversionError(f"unknown conversion option(s): {', '.join(sorted(options))}")
+    if quantize is not None:
+        from .quantize import check_convert_options
+        check_convert_options(quantize, calib, calib_method, max_accuracy_drop)
     graph = load_model(src, input_shapes=dict(input_shapes) if input_shapes else None)
     graph.validate()
     profile = None
@@ -128,6 +143,13 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     graph.metadata["preferred_layout"] = resolve_layout(layout, profile)
     optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,
                                               allow_drift=allow_drift, samples=verify_samples)
+    qreport = None
+    if quantize is not None:     # after the fp32 optimization and its verification
+        from .quantize import quantize_model
+        optimized, qreport = quantize_model(optimized, calib, calib_samples=calib_samples,
+                                            calib_recipe=calib_recipe, calib_method=calib_method,
+                                            keep_float=keep_float, max_accuracy_drop=max_accuracy_drop,
+                                            report=report)
     meta = {
         "provenance": {
             "source": os.path.basename(src),
@@ -143,6 +165,18 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         "optimization": opt_report,
         "target": profile or {},
     }
+    if qreport is not None:
+        meta["provenance"]["options"]["quantization"] = {
+            "quantize": quantize,
+            "calib": os.fspath(calib) if isinstance(calib, (str, os.PathLike)) else type(calib).__name__,
+            "calib_samples": calib_samples,
+            "calib_recipe": calib_recipe if isinstance(calib_recipe, (str, type(None))) else "dict",
+            "calib_method": calib_method, "keep_float": list(keep_float),
+            "max_accuracy_drop": max_accuracy_drop}
+        meta["quantization"] = {k: v for k, v in qreport.items() if k != "layers"}   # full: report=
     nbytes = save_artifact(dst, optimized, meta)
-    return {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
-            "artifact_bytes": nbytes, **opt_report}
+    result = {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
+              "artifact_bytes": nbytes, **opt_report}
+    if qreport is not None:
+        result["quantization"] = qreport
+    return result

@@ -84,7 +84,8 @@ def conv_case(draw):
     bias = draw(st.booleans())
     live_w = draw(st.booleans())
     return dict(n=n, c=c, m=m, group=group, k=k, h=h, w=w, strides=strides, dil=dil, pads=pads,
-                auto_pad=auto_pad, bias=bias, live_w=live_w, seed=draw(st.integers(0, 2**16)))
+                auto_pad=auto_pad, bias=bias, live_w=live_w, seed=draw(st.integers(0, 2**16)),
+                dtype=draw(st.sampled_from(["float32", "float32", "float64"])))   # float64: verify
 
 
 @HYP
@@ -92,9 +93,10 @@ def conv_case(draw):
 def test_conv_nhwc_matches_nchw(case):
     rng = np.random.default_rng(case["seed"])
     c, m, group, k = case["c"], case["m"], case["group"], case["k"]
-    x = rng.standard_normal((case["n"], c, case["h"], case["w"])).astype(np.float32)
-    w = rng.standard_normal((m, c // group, *k)).astype(np.float32)
-    b = rng.standard_normal(m).astype(np.float32) if case["bias"] else None
+    dt = case["dtype"]
+    x = rng.standard_normal((case["n"], c, case["h"], case["w"])).astype(dt)
+    w = rng.standard_normal((m, c // group, *k)).astype(dt)
+    b = rng.standard_normal(m).astype(dt) if case["bias"] else None
     attrs = dict(kernel_shape=k, strides=case["strides"], dilations=case["dil"], group=group)
     attrs.update(auto_pad=case["auto_pad"]) if case["auto_pad"] != "NOTSET" else attrs.update(pads=case["pads"])
     eff = [(k[i] - 1) * case["dil"][i] + 1 for i in range(2)]
@@ -380,11 +382,18 @@ def test_constants_and_broadcasting_operands_are_permuted():
     g.add_node("Where", [g.add_const("cond", rng.random((6, 1, 1)) < 0.5).name, "a2", "v"], ["wh"])
     g.add_node("PRelu", ["wh", _c(g, rng, "slope", (6, 1, 1))], ["pr"])
     g.add_node("Div", ["pr", "q"], ["d"])
-    g.add_node("Conv", ["d", _c(g, rng, "w2", (2, 6, 1, 1))], ["out"], kernel_shape=[1, 1])
+    # computed lower-rank operands (a graph that computes its scales): a Reshape to the
+    # permuted broadcast shape, plus a Transpose where the non-unit dims change order
+    g.add_input("chan", "float32", (6, 1, 1))
+    g.add_input("chw", "float32", (6, 5, 1))
+    g.add_node("Mul", ["d", "chan"], ["e"])
+    g.add_node("Add", ["chw", "e"], ["f"])
+    g.add_node("Conv", ["f", _c(g, rng, "w2", (2, 6, 1, 1))], ["out"], kernel_shape=[1, 1])
     g.outputs = ["out"]
     infer_shapes(g)
     h = _nhwc(g)
-    assert _ops(h)["Transpose"] == 3                       # x, v in; out
+    assert _ops(h)["Transpose"] == 4                       # x, v, chw in; out
+    assert _ops(h)["Reshape"] == 2
     _check(g, h)
 
 
@@ -472,13 +481,14 @@ def test_fused_conv_with_residual_after_level2(tmp_path):
 
 
 def test_level3_pipeline_reaches_a_fixed_point(monkeypatch):
-    """As the pass manager will run it (LEVELS[3] = [convert_layout, cancel_transposes]),
-    rounds of level-1/2 passes run again on the NHWC graph: still verified, no churn."""
+    """As the pass manager will run it (LEVELS[3] = [convert_layout]; cancel_transposes
+    is level 1, so the next round runs it), level-1/2 passes run again on the NHWC
+    graph: still verified, no churn."""
     from edge_infer import passes
     from edge_infer.convert import optimize_verified
     from edge_infer.data import digits_model_path
     from edge_infer.frontends import load_model
-    monkeypatch.setitem(passes.LEVELS, 3, [convert_layout, cancel_transposes])
+    monkeypatch.setitem(passes.LEVELS, 3, [convert_layout])
     monkeypatch.setitem(passes.ALL_PASSES, "convert_layout", convert_layout)
     g = load_model(digits_model_path())
     g.metadata["preferred_layout"] = "NHWC"
@@ -542,3 +552,20 @@ def test_convert_records_the_layout(tmp_path):
         main(["convert", digits_model_path(), "--layout", "hwcn"])
     with pytest.raises(EdgeInferError, match="layout"):
         convert(digits_model_path(), tmp_path / "c.eim", layout="hwcn")
+
+
+def test_transposes_the_model_itself_makes_are_absorbed():
+    """A model whose output is channels-last already (a TF-style head): the user's
+    Transpose to NHWC cancels against the layout, leaving only the input transpose."""
+    rng = np.random.default_rng(9)
+    g = Graph("tf_head")
+    g.add_input("x", "float32", (1, 3, 8, 8))
+    g.add_node("Conv", ["x", _c(g, rng, "w", (5, 3, 3, 3))], ["c"], kernel_shape=[3, 3], pads=[1] * 4)
+    g.add_node("Relu", ["c"], ["r"])
+    g.add_node("Transpose", ["r"], ["out"], perm=[0, 2, 3, 1])
+    g.outputs = ["out"]
+    infer_shapes(g)
+    h = _nhwc(g)
+    assert _ops(h) == Counter({"Transpose": 1, "Conv": 1, "Relu": 1})
+    assert next(n for n in h.nodes if n.op == "Relu").outputs == ["out"]
+    _check(g, h)

@@ -12,6 +12,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from ..ir import Graph
 from .cancel_transposes import cancel_transposes
+from .convert_layout import convert_layout
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .eliminate_identity import eliminate_identity
@@ -37,7 +38,7 @@ LEVELS: Dict[int, List[PassFn]] = {
     1: [fold_constants, eliminate_identity, eliminate_common_subexpressions, cancel_transposes,
         eliminate_dead_code],
     2: [fold_batchnorm, recognize_activations, fold_scale_bias, fuse_residual_add, fuse_conv_activation],
-    3: [],
+    3: [convert_layout],
 }
 
 ALL_PASSES: Dict[str, PassFn] = {fn.__name__: fn for fns in LEVELS.values() for fn in fns}

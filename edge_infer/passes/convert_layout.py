@@ -293,9 +293,26 @@ class LayoutRewriter:
             if o in self.versions:
                 src = self.plain(o)
                 if src != o:
-                    self.emit("Identity", [src], [o], {}, f"{o}_out")
+                    self.alias_output(o, src)
         self.g.nodes = self.out
         return self.changes
+
+    def alias_output(self, o: str, src: str) -> None:
+        """Graph output ``o`` is the data of tensor ``src`` (an absorbed Transpose whose
+        perms cancelled): the node writing ``src`` writes ``o`` instead, when nothing
+        else needs the name ``src``; else an Identity copies it."""
+        writer = next((n for n in self.out if src in n.outputs), None)
+        if writer is None or src in self.g.outputs or src in self.g.inputs:
+            self.emit("Identity", [src], [o], {}, f"{o}_out")
+            return
+        for n in self.out:
+            n.inputs = [o if i == src else i for i in n.inputs]
+            n.outputs = [o if x == src else x for x in n.outputs]
+        for vs in self.versions.values():
+            for p, name in list(vs.items()):
+                if name == src:
+                    vs[p] = o
+        self.changes += 1
 
     def visit(self, node: Node) -> bool:
         op = node.op
@@ -327,10 +344,6 @@ class LayoutRewriter:
 
     # -- spatial ops ---------------------------------------------------------------------
     def spatial(self, node: Node) -> bool:
-        if node.op == "FusedConv" and len(node.inputs) > 3 and node.inputs[3]:
-            z = node.inputs[3]
-            if self.const_value(z) is None and self.rank(z) != 4:
-                return False
         x = self.get(node.inputs[0], NHWC)
         ins = [x] + [self.plain(i) if i else i for i in node.inputs[1:]]
         if node.op == "FusedConv" and len(node.inputs) > 3 and node.inputs[3]:
@@ -338,10 +351,8 @@ class LayoutRewriter:
             zc = self.const_value(z)
             if zc is not None:
                 ins[3] = self.permuted_const(z, zc, NHWC)
-            elif self.rank(z) == 4:
-                ins[3] = self.get(z, NHWC)
             else:
-                raise _Abort()
+                ins[3] = self.get(z, NHWC)
         y = node.outputs[0]
         yn = self.out_name(y, NHWC)
         node.inputs = ins
@@ -351,6 +362,35 @@ class LayoutRewriter:
         self.out.append(node)
         self.changes += 1
         return True
+
+    def broadcast_operand(self, name: str, shape, perm: Perm) -> str:
+        """A computed lower-rank operand (a per-channel (C, 1, 1) scale the graph
+        computes) as the rank-len(perm) tensor it broadcasts as, permuted: a Reshape,
+        plus a Transpose when its non-unit dims change order."""
+        key = "\0bcast:" + name              # journaled like versions: undone with the node
+        if perm in self.versions.get(key, {}):
+            return self.versions[key][perm]
+        r = len(perm)
+        full = (1,) * (r - len(shape)) + tuple(shape)
+        target = [full[a] for a in perm]
+        if sum(1 for d in target if not is_int(d)) > 1:
+            raise _Abort()
+        src = self.plain(name)
+        order = [a for a in perm if full[a] != 1]
+        steps = [(target, None)] if order == sorted(order) else [(list(full), None), (None, list(perm))]
+        for k, (tshape, tperm) in enumerate(steps):
+            last = k == len(steps) - 1
+            out = self.new_tensor(f"{name}_{_tag(perm)}" if last else f"{name}_r{r}", name,
+                                  tuple(target) if last else full)
+            if tperm is None:
+                dims = [-1 if not is_int(d) else int(d) for d in tshape]
+                shape_c = self.add_const(f"{out}_shape", np.array(dims, np.int64))
+                self.emit("Reshape", [src, shape_c], [out], {}, f"{name}_bcast")
+            else:
+                self.emit("Transpose", [src], [out], {"perm": tperm}, f"{name}_to_{_tag(perm)}")
+            src = out
+        self._put(key, {**self.versions.get(key, {}), perm: src})
+        return src
 
     def permuted_const(self, name: str, c: np.ndarray, perm: Perm) -> str:
         """A constant broadcasting against a rank-len(perm) operand, permuted like it."""
@@ -423,9 +463,11 @@ class LayoutRewriter:
                 return self.permuted_const(name, c, perm)
             if self.rank(name) != r:
                 s = self.shape(name)
-                if s is not None and all(is_int(d) and d == 1 for d in s) and len(s) <= r:
+                if s is None or len(s) > r:
+                    raise _Abort()
+                if all(is_int(d) and d == 1 for d in s):
                     return self.plain(name)
-                raise _Abort()
+                return self.broadcast_operand(name, s, perm)
             return self.get(name, perm)
 
         try:
@@ -705,6 +747,12 @@ def spatial_convertible(graph: Graph, node: Node) -> bool:
     if node.op in ("Conv", "FusedConv"):
         w = graph.tensors.get(node.inputs[1]) if len(node.inputs) > 1 else None
         if w is None or w.shape is None or len(w.shape) != 4:
+            return False
+    if node.op == "FusedConv" and len(node.inputs) > 3 and node.inputs[3]:
+        z = graph.tensors.get(node.inputs[3])        # the residual: 4-D, or a constant
+        if z is None or z.quant is not None or (not z.is_const and (z.shape is None or len(z.shape) != 4)):
+            return False
+        if z.is_const and z.data.ndim > 4:
             return False
     return True
 

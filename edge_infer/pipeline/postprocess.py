@@ -128,12 +128,13 @@ def _first(x: np.ndarray, rank: int) -> np.ndarray:
 
 def decode_yolo(pred: np.ndarray, conf_threshold: float = 0.25, iou_threshold: float = 0.45,
                 max_detections: int = 100, version: Optional[str] = None, num_classes: Optional[int] = None,
-                class_agnostic: bool = False) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                class_agnostic: bool = False, transposed: Optional[bool] = None
+                ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """YOLO output -> ``(boxes xyxy, scores, classes)`` after NMS, boxes in the units of the
     model output (input-tensor pixels for standard exports).
 
-    ``pred``: ``[1, A, K]`` or ``[1, K, A]`` (transposed when K > A... i.e. rows are taken to be
-    the longer axis). ``version`` ``"v5"``: ``K = 5 + classes`` (cx, cy, w, h, objectness,
+    ``pred``: ``[1, A, K]`` or ``[1, K, A]`` (``transposed``; default: the longer axis is taken
+    to be the A candidates, or the axis of length 4/5 + ``num_classes`` when that is given). ``version`` ``"v5"``: ``K = 5 + classes`` (cx, cy, w, h, objectness,
     class scores; score = objectness x class score); ``"v8"``: ``K = 4 + classes`` (no
     objectness). Default: from ``num_classes`` when given, else v8 for transposed outputs
     (as YOLOv8/v11 export them) and v5 otherwise.
@@ -141,7 +142,14 @@ def decode_yolo(pred: np.ndarray, conf_threshold: float = 0.25, iou_threshold: f
     p = np.asarray(_first(pred, 2), np.float32)
     if p.ndim != 2:
         raise PostprocessError(f"YOLO output wants [1, A, K] or [1, K, A], got {np.shape(pred)}")
-    transposed = p.shape[0] < p.shape[1]
+    if transposed is None:
+        transposed = p.shape[0] < p.shape[1]
+        if num_classes is not None:
+            fits = (4 + num_classes, 5 + num_classes)
+            if p.shape[0] in fits and p.shape[1] not in fits:
+                transposed = True
+            elif p.shape[1] in fits and p.shape[0] not in fits:
+                transposed = False
     if transposed:
         p = p.T
     k = p.shape[1]

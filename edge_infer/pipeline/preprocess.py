@@ -25,8 +25,10 @@ Recipe format (every key optional; defaults shown)::
 
 i.e. ``x = ((resize(color(frame)) [inverted]) * scale - mean) / std`` laid out as ``layout``.
 
-Recipes are given as a dict, a path to a ``.json`` file holding one, or the name of a file in
-the top-level ``calibration/`` folder (``calibration/NAME.json``). A file may hold the recipe at
+Recipes are given as a dict, inline JSON, a path to a ``.json`` file holding one, or the name of
+a file in the top-level ``calibration/`` folder (``calibration/NAME.json``: ``imagenet``,
+``imagenet_caffe_bgr``, ``yolo``, ``digits``, ``unit_range``, ``symmetric_range``; the int8
+calibration, ``edge_infer.quantize``, reads the same files). A file may hold the recipe at
 top level or under a ``"preprocess"`` key (so a calibration-set description can carry it).
 
 ``preprocess`` also returns how input-tensor pixel coordinates map back to the frame, which the
@@ -69,9 +71,14 @@ _IGNORED = {"description", "format", "calibration", "samples", "source", "files"
 
 
 def recipe_dir() -> str:
-    """The top-level ``calibration/`` folder of a source checkout."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "calibration")
+    """The top-level ``calibration/`` folder (installed as ``edge_infer._calibration``, or the
+    source checkout's), where the bundled recipes live (``imagenet``, ``yolo``, ``digits``...)."""
+    try:
+        from .. import _calibration  # type: ignore[attr-defined]
+        return os.path.dirname(_calibration.__file__)
+    except ImportError:
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "calibration")
 
 
 def validate_recipe(recipe: Dict[str, Any]) -> Dict[str, Any]:
@@ -113,12 +120,19 @@ def validate_recipe(recipe: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def load_recipe(spec: Union[str, os.PathLike, Dict[str, Any], None]) -> Dict[str, Any]:
-    """A validated recipe from a dict, a JSON file path, or a name in ``calibration/``."""
+    """A validated recipe from a dict, inline JSON, a JSON file path, or a name in ``calibration/``."""
     if spec is None:
         return dict(DEFAULTS)
     if isinstance(spec, dict):
         return validate_recipe(spec)
     spec = os.fspath(spec)
+    if spec.lstrip().startswith("{"):          # inline JSON (command line)
+        try:
+            return validate_recipe(json.loads(spec))
+        except ValueError as e:
+            if isinstance(e, RecipeError):
+                raise
+            raise RecipeError(f"inline recipe is not valid JSON: {e}") from None
     path = spec
     if not os.path.isfile(path):
         path = os.path.join(recipe_dir(), spec if spec.endswith(".json") else spec + ".json")
@@ -156,6 +170,9 @@ def recipe_for_input(shape: Sequence, recipe: Optional[Dict[str, Any]] = None) -
         if not (isinstance(h, int) and isinstance(w, int)):
             raise RecipeError(f"model input has symbolic spatial dims {shape}; give the recipe's 'size'")
         r["size"] = [h, w]
+    elif isinstance(h, int) and isinstance(w, int) and r["size"] != [h, w]:
+        raise RecipeError(f"recipe size {r['size']} does not fit the model input {shape} ({layout}); "
+                          f"drop 'size' from the recipe to take the model's")
     if r["color"] is None:
         r["color"] = "gray" if c == 1 else "rgb"
     if isinstance(c, int) and (c == 1) != (r["color"] == "gray"):
@@ -216,6 +233,12 @@ def _to_color(img: np.ndarray, color: str) -> np.ndarray:
     if img.ndim == 2:
         img = img[:, :, None]
     c = img.shape[2]
+    cv2 = optional_cv2()
+    if cv2 is not None and c in (3, 4) and img.dtype == np.uint8:
+        if color == "gray":
+            return cv2.cvtColor(img, cv2.COLOR_BGR2GRAY if c == 3 else cv2.COLOR_BGRA2GRAY)[:, :, None]
+        if color == "rgb":
+            return cv2.cvtColor(img, cv2.COLOR_BGR2RGB if c == 3 else cv2.COLOR_BGRA2RGB)
     if color == "gray":
         if c == 1:
             return img
@@ -259,7 +282,8 @@ def preprocess(frame: np.ndarray, recipe: Dict[str, Any]) -> Tuple[np.ndarray, D
         raise RecipeError(f"a frame is H x W or H x W x C, got shape {img.shape}")
     fh, fw = img.shape[:2]
     H, W = r["size"]
-    img = _to_color(img, r["color"])
+    if img.ndim == 2:
+        img = img[:, :, None]
     mode, interp = r["resize"], r["interpolation"]
     if mode == "stretch":
         img = resize_image(img, (H, W), interp)
@@ -285,6 +309,7 @@ def preprocess(frame: np.ndarray, recipe: Dict[str, Any]) -> Tuple[np.ndarray, D
         scale, offset = (1.0, 1.0), (0.0, 0.0)
     if img.ndim == 2:
         img = img[:, :, None]
+    img = _to_color(img, r["color"])       # after resizing: on the small image
     if r["dtype"] == "uint8":
         x = img.astype(np.uint8)
         if r["invert"]:

@@ -4,7 +4,7 @@ A source has ``open()``, ``read()`` and ``close()``. ``read()`` returns the next
 ``H x W x 3`` uint8 BGR array, as OpenCV delivers), optionally as ``(frame, info_dict)``, or
 ``None`` when there is no frame: the end of a file, or a failure of a live source (a camera
 unplugged, a stream dropped). ``live`` says which: the pipeline reopens a live source with
-backoff and ends on a file. ``open()`` raises :class:`SourceError` when the device or file
+backoff and ends on a file; a live source that has really ended sets ``finished``. ``open()`` raises :class:`SourceError` when the device or file
 cannot be opened.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import EdgeInferError
 from ._cv import require_cv2
 
-__all__ = ["SourceError", "Source", "VideoSource", "ImageFolderSource", "SyntheticSource",
+__all__ = ["SourceError", "Source", "VideoSource", "Picamera2Source", "ImageFolderSource", "SyntheticSource",
            "open_source", "IMAGE_EXTENSIONS"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".npy")
@@ -33,6 +33,7 @@ class Source:
     """Base class. Subclasses implement ``read``; ``open``/``close`` are optional."""
 
     live = False       #: a camera or stream: may fail and come back; frames may be dropped
+    finished = False   #: set by a source that has no more frames, ever (a live one is then not reopened)
     fps: Optional[float] = None
     name = "source"
 
@@ -127,6 +128,54 @@ class VideoSource(Source):
             self.cap = None
 
 
+class Picamera2Source(Source):
+    """A Raspberry Pi CSI camera through Picamera2 (libcamera), which OpenCV's V4L2 capture
+    cannot drive on current Raspberry Pi OS. Needs ``sudo apt install python3-picamera2`` and
+    a virtual environment made with ``--system-site-packages``. Live. Frames are BGR
+    (Picamera2's ``RGB888`` is B, G, R in memory, as OpenCV expects)."""
+
+    live = True
+
+    def __init__(self, camera: int = 0, width: int = 640, height: int = 480, fps: Optional[float] = None):
+        self.camera, self.size, self.fps = int(camera), (int(width), int(height)), fps
+        self.name = f"picamera2:{camera}"
+        self.cam = None
+
+    def open(self) -> None:
+        try:
+            from picamera2 import Picamera2
+        except ImportError:
+            raise SourceError("the Pi camera source needs Picamera2: sudo apt install python3-picamera2, and a venv "
+                              "made with --system-site-packages") from None
+        self.close()
+        try:
+            cam = Picamera2(self.camera)
+            controls = {"FrameRate": float(self.fps)} if self.fps else {}
+            cam.configure(cam.create_video_configuration(main={"size": self.size, "format": "RGB888"},
+                                                         controls=controls))
+            cam.start()
+        except Exception as e:  # noqa: BLE001  (no camera, camera busy)
+            raise SourceError(f"cannot open Pi camera {self.camera}: {e}") from None
+        self.cam = cam
+
+    def read(self):
+        if self.cam is None:
+            return None
+        try:
+            return np.ascontiguousarray(self.cam.capture_array("main")[:, :, :3])
+        except Exception:  # noqa: BLE001  (camera gone: the pipeline reopens it)
+            return None
+
+    def close(self) -> None:
+        if self.cam is not None:
+            try:
+                self.cam.stop()
+                self.cam.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.cam = None
+
+
 class ImageFolderSource(Source):
     """The images of a folder (or a list of files), in name order; ``.npy`` arrays need no OpenCV."""
 
@@ -203,6 +252,7 @@ class SyntheticSource(Source):
 
     def open(self) -> None:
         self._i = 0
+        self.finished = False
         self._rng = np.random.default_rng(self.seed)
         self._t0 = time.perf_counter()
 
@@ -241,6 +291,7 @@ class SyntheticSource(Source):
 
     def read(self):
         if self.count is not None and self._i >= self.count:
+            self.finished = True
             return None
         i = self._i
         self._i += 1
@@ -277,7 +328,8 @@ def _parse_synthetic(spec: str, **kw) -> SyntheticSource:
 def open_source(spec: Union[Source, int, str, os.PathLike], **kwargs) -> Source:
     """A source from a command-line style spec:
 
-    ``0`` / ``"0"``: camera index; ``rtsp://...``, ``http://...``: a stream; a folder: its images;
+    ``0`` / ``"0"``: camera index (V4L2: USB webcams); ``picam[:N]``: a Raspberry Pi CSI camera
+    via Picamera2; ``rtsp://...``, ``http://...``: a stream; a folder: its images;
     a video file; an image file; ``synthetic[:PATTERN[:COUNT[:FPS]]]`` (e.g. ``synthetic:digits:200``).
     Keyword arguments go to the source class.
     """
@@ -288,6 +340,9 @@ def open_source(spec: Union[Source, int, str, os.PathLike], **kwargs) -> Source:
     spec = os.fspath(spec)
     if spec.isdigit():
         return VideoSource(int(spec), **kwargs)
+    if spec in ("picam", "picamera2") or spec.startswith(("picam:", "picamera2:")):
+        _, _, num = spec.partition(":")
+        return Picamera2Source(int(num or 0), **kwargs)
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return _parse_synthetic(spec, **kwargs)
     if spec.lower().startswith(STREAM_SCHEMES):
@@ -300,5 +355,5 @@ def open_source(spec: Union[Source, int, str, os.PathLike], **kwargs) -> Source:
         return VideoSource(spec, **kwargs)
     if spec.startswith("/dev/video") and os.path.exists(spec):
         return VideoSource(spec, live=True, **kwargs)
-    raise SourceError(f"source not found: {spec!r} (a camera index, a video file, a folder of images, "
+    raise SourceError(f"source not found: {spec!r} (a camera index, picam, a video file, a folder of images, "
                       f"a stream URL or synthetic[:PATTERN[:COUNT[:FPS]]])")

@@ -1,0 +1,1 @@
+"""Calibration data (data): preprocessing recipes (recipes/*.json) and sample images (images/)."""

@@ -1,0 +1,282 @@
+"""int8 Conv / FusedConv (TFLite CONV_2D / DEPTHWISE_CONV_2D semantics, 1-D/2-D/3-D).
+
+Tensors: x int8 per-tensor (s_x, zp_x); W int8 constant, symmetric per output channel
+(s_w[m], zero point 0, axis 0); bias int32 (scale s_x * s_w[m], zero point 0) or none;
+y int8 per-tensor (s_y, zp_y). FusedConv adds a residual Z (int8 per-tensor (s_z, zp_z))
+and a clamp (Relu / Clip; other activations are separate lookup-table ops in an int8 graph).
+
+Math, per output channel m::
+
+    acc[m]  = sum_k x_pad[k] * w[m, k] + (bias[m] - zp_x * sum_k w[m, k])      (int32)
+    y       = clamp(zp_y + MBQM(acc, M_m) [+ MBQM(z - zp_z, M_z)], lo, hi)
+
+with M_m = s_x * s_w[m] / s_y and M_z = s_z / s_y as (int32 multiplier, shift) pairs
+(``quantize_multiplier``), MBQM = TFLite's MultiplyByQuantizedMultiplier, and [lo, hi] the
+quantized clamp. The input is padded with zp_x (the quantized real zero), so folding the
+zero-point term into the bias at prepare is exact. The sum runs as float32 BLAS on int8
+values over K-chunks of <= 1024 (exact, see int8_common), then in int64.
+
+Algorithms as in the float kernel: pointwise (1x1: the input is the column matrix),
+depthwise (per-tap multiply-adds; <= 1024 taps stay exact in float32), im2col (grouped when
+group > 1); NCHW, or NHWC with ``data_layout="NHWC"``.
+"""
+from __future__ import annotations
+
+from typing import Callable, List
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ....errors import ShapeError, UnsupportedOpError
+from ....ir import Node
+from ....ir.padding import resolve_pads
+from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from .conv import padded_input, tap_views, view_as
+from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
+                          qparams, quantize_multiplier, quantize_multipliers, requantize)
+
+
+def conv_requant_params(s_x: float, s_w: np.ndarray, s_y: float):
+    """Per-channel (q, shift) of s_x * s_w[m] / s_y, computed in double from float32 scales."""
+    ms = [float(np.float32(s_x)) * float(sw) / float(np.float32(s_y)) for sw in np.asarray(s_w, np.float32)]
+    return quantize_multipliers(ms)
+
+
+def folded_bias(ctx, node: Node, w_int: np.ndarray, zp_x: int, m: int) -> np.ndarray:
+    """bias[m] - zp_x * sum_k w[m, k] as int64 (bias: input 2, int32, or zeros)."""
+    bname = node.inputs[2] if len(node.inputs) > 2 else ""
+    if bname:
+        b = ctx.const(bname)
+        if b is None:
+            raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 conv needs a constant bias")
+        if b.dtype != np.int32:
+            raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 conv bias must be int32, got {b.dtype}")
+        b = b.reshape(-1).astype(np.int64)
+        if b.size != m:
+            raise ShapeError(f"{node.op} {node.name!r}: bias has {b.size} values for {m} channels")
+    else:
+        b = np.zeros(m, np.int64)
+    return b - int(zp_x) * w_int.reshape(m, -1).astype(np.int64).sum(axis=1)
+
+
+def residual_stage(ctx, node: Node, z_name: str, s_y: float, shape) -> Callable:
+    """A function adding MBQM(z - zp_z, s_z / s_y) onto an int64 accumulator (None without Z).
+
+    The term depends on the int8 value of z alone, so it is a 256-entry table computed with
+    the integer requantization at prepare: one gather per run instead of a requantization."""
+    if not z_name:
+        return None
+    z = ctx.value(z_name)
+    if z.dtype != np.int8:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: residual {z_name!r} must be int8, got {z.dtype}")
+    s_z, zp_z = per_tensor(ctx, z_name, "residual")
+    qz, shz = quantize_multiplier(float(np.float32(s_z)) / float(np.float32(s_y)))
+    values = np.arange(-128, 128, dtype=np.int64)
+    table = np.empty(256, np.int64)
+    table[values.astype(np.int8).view(np.uint8)] = requantize(values - zp_z, qz, shz)
+    zt = ctx.workspace(tuple(shape), np.int64)
+    zu = z.view(np.uint8).reshape(shape)
+    take, add = np.take, np.add
+
+    def add_residual(acc):
+        take(table, zu, out=zt, mode="clip")
+        add(acc, zt, out=acc)
+    return add_residual
+
+
+@int8_kernel("Conv", "FusedConv")
+def int8_conv(node: Node, ctx) -> Callable[[], None]:
+    last = channels_last(node)
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    wname = node.inputs[1]
+    w = ctx.const(wname)
+    if w is None:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 conv needs constant weights")
+    if x.dtype != np.int8 or w.dtype != np.int8 or y.dtype != np.int8:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 conv wants int8 x, W, y; got "
+                                 f"{x.dtype}, {w.dtype}, {y.dtype}")
+    s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    wq = qparams(ctx, wname, "weights")
+    if np.any(wq.zero_point != 0):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 weights must be symmetric (zero point 0)")
+    n, c, insp = split_layout(x.shape, last)
+    m, cg = w.shape[:2]
+    nsp = x.ndim - 2
+    s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
+    if wq.scale.size not in (1, m) or (wq.scale.size == m and m > 1 and wq.axis not in (0, None)):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: weight scales must be per tensor or per "
+                                 f"output channel (axis 0); got {wq.scale.size} along axis {wq.axis}")
+    group = int(node.attrs.get("group", 1))
+    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
+    if list(w.shape[2:]) != kernel or c != cg * group or m % group:
+        raise ShapeError(f"{node.op} {node.name!r}: X {x.shape}, W {w.shape}, group {group} disagree")
+    wa = window_attrs(node, nsp, kernel)
+    strides, dil = wa["strides"], wa["dilations"]
+    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
+    if tuple(y.shape) != join_layout(n, m, osp, last):
+        raise ShapeError(f"{node.op} {node.name!r}: planned output {y.shape} != computed "
+                         f"{join_layout(n, m, osp, last)}")
+    act = str(node.attrs.get("activation", "") or "") if node.op == "FusedConv" else ""
+    lo, hi = clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
+    ksize = int(np.prod(kernel))
+    p = int(np.prod(osp))
+    if y.size == 0:
+        return lambda: None
+
+    q, sh = conv_requant_params(s_x, s_w, s_y)
+    bias = folded_bias(ctx, node, w, zp_x, m)
+    # accumulator layout: NCHW (N, M, P), per-channel params (M, 1); NHWC (N, P, M), params (M,)
+    acc_shape = (n, p, m) if last else (n, m, p)
+    cshape = (m,) if last else (m, 1)
+    acc = ctx.workspace(acc_shape, np.int64)
+    bias_b = bias.reshape(cshape)
+    rq = Requantizer(q.reshape(cshape), sh.reshape(cshape), acc_shape, ctx, offset=zp_y)
+    z_name = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
+    residual = residual_stage(ctx, node, z_name, s_y, acc_shape)
+    y_acc = y.reshape(acc_shape)
+    add, clip = np.add, np.clip
+
+    def output_stage():                     # the bias is already in acc (added by the GEMM step)
+        rq(acc)                             # + zp_y
+        if residual is not None:
+            residual(acc)
+        clip(acc, lo, hi, out=y_acc, casting="unsafe")
+
+    algo = _algorithm(group, c, cg, ksize, strides, pads)
+    kdesc = "x".join(map(str, kernel))
+    tag = ("NHWC " if last else "") + "int8 "
+    epi = f"; requantize per channel (MBQM){', + residual' if z_name else ''}{', clamp ' + act if act else ''}"
+    wf = w.astype(np.float32)
+
+    if algo == "pointwise":
+        xf = ctx.workspace(x.shape, np.float32)
+        if last:
+            gemm = ChunkedGemm(view_as(xf, (n * p, c)), np.ascontiguousarray(wf.reshape(m, c).T),
+                               view_as(acc, (n * p, m)), ctx, bias=bias)
+        else:
+            gemm = ChunkedGemm(np.ascontiguousarray(wf.reshape(m, c)), view_as(xf, (n, c, p)), acc, ctx,
+                               bias=bias_b)
+        copyto = np.copyto
+
+        def pointwise():
+            copyto(xf, x)
+            gemm()
+            output_stage()
+        ctx.note(node, f"{tag}pointwise 1x1 GEMM, float32 BLAS exact in {gemm.chunks} K-chunk(s){epi}")
+        return pointwise
+
+    xp, pad_step = padded_input(ctx, x, pads, fill=zp_x, last=last)
+
+    if algo == "depthwise":
+        mult = m // c
+        if ksize > EXACT_K:
+            raise UnsupportedOpError(f"{node.op} {node.name!r}: depthwise kernel of {ksize} taps")
+        taps = tap_views(xp, kernel, dil, strides, osp, last=last)
+        wt = wf.reshape(c, mult, ksize)
+        if last:
+            if mult == 1:
+                wtaps = [np.ascontiguousarray(wt[:, 0, k]) for k in range(ksize)]    # (C,)
+                accf = ctx.workspace(y.shape, np.float32)
+            else:
+                taps = [t[..., None] for t in taps]                                  # (N,*out,C,1)
+                wtaps = [np.ascontiguousarray(wt[:, :, k]) for k in range(ksize)]    # (C, mult)
+                accf = ctx.workspace((n, *osp, c, mult), np.float32)
+        else:
+            taps = [np.expand_dims(t, 2) for t in taps]                              # (N,C,1,*out)
+            wtaps = [np.ascontiguousarray(wt[:, :, k].reshape((c, mult) + (1,) * nsp)) for k in range(ksize)]
+            accf = ctx.workspace((n, c, mult, *osp), np.float32)
+        tmp = ctx.workspace(accf.shape, np.float32)
+        acc_v = acc.reshape(accf.shape)
+        bias_dw = bias.reshape(c, mult) if last else bias.reshape((c, mult) + (1,) * nsp)
+        if last and mult == 1:
+            bias_dw = bias
+        # the bias joins the float32 sums when they all stay below 2^24 (exact), else in int64
+        f32_bias = ksize * 128 * 128 + int(np.abs(bias).max(initial=0)) <= (1 << 24)
+        bias_f = bias_dw.astype(np.float32) if f32_bias else None
+        first = (taps[0], wtaps[0])
+        rest = list(zip(taps[1:], wtaps[1:]))
+        mul, copyto = np.multiply, np.copyto
+
+        def depthwise():
+            pad_step()
+            mul(first[0], first[1], out=accf)
+            for xv, wv in rest:
+                mul(xv, wv, out=tmp)
+                add(accf, tmp, out=accf)
+            if bias_f is not None:
+                add(accf, bias_f, out=accf)
+                copyto(acc_v, accf, casting="unsafe")
+            else:
+                copyto(acc_v, accf, casting="unsafe")
+                add(acc_v, bias_dw, out=acc_v)
+            output_stage()
+        ctx.note(node, f"{tag}depthwise {kdesc} (multiplier {mult}, {ksize} exact float32 "
+                       f"multiply-adds){epi}")
+        return depthwise
+
+    # im2col; the column rows are (channel, tap) in NCHW and (tap, channel) in NHWC,
+    # matching the packed weights
+    kc = cg * ksize
+    mg = m // group
+    copyto = np.copyto
+    if not last:
+        s_n, s_c = xp.strides[:2]
+        sp_st = xp.strides[2:]
+        win_shape = (group, cg, *kernel, *osp)
+        win_strides = ((s_c * cg, s_c) + tuple(sp_st[i] * dil[i] for i in range(nsp))
+                       + tuple(sp_st[i] * strides[i] for i in range(nsp)))
+        wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
+        cols = ctx.workspace((group, kc, p), np.float32)
+        cols_v = view_as(cols, win_shape)
+        w3 = np.ascontiguousarray(wf.reshape(group, mg, kc))
+        accs = [view_as(acc[b], (group, mg, p)) for b in range(n)]
+        gemms = [ChunkedGemm(w3, cols, accs[b], ctx, bias=bias.reshape(group, mg, 1)) for b in range(n)]
+        jobs = list(zip(wins, gemms))
+    else:
+        sp_st = xp.strides[1:1 + nsp]
+        s_c = xp.strides[-1]
+        win_shape = (group, *osp, *kernel, cg)
+        win_strides = ((s_c * cg,) + tuple(sp_st[i] * strides[i] for i in range(nsp))
+                       + tuple(sp_st[i] * dil[i] for i in range(nsp)) + (s_c,))
+        wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
+        cols = ctx.workspace((group, p, kc), np.float32)
+        cols_v = view_as(cols, win_shape)
+        # W (g, Mg, Cg, *k) -> (g, *k, Cg, Mg) -> (g, kc, Mg)
+        wv = wf.reshape(group, mg, cg, ksize).transpose(0, 3, 2, 1)
+        w3 = np.ascontiguousarray(wv).reshape(group, kc, mg)
+        if group == 1:
+            gemms = [ChunkedGemm(cols[0], w3[0], acc[b], ctx, bias=bias) for b in range(n)]
+        else:
+            res = ctx.workspace((group, p, mg), np.int64)
+            gemms = []
+            for b in range(n):
+                g = ChunkedGemm(cols, w3, res, ctx, bias=bias.reshape(group, 1, mg))
+                dst = acc[b].reshape(p, group, mg).transpose(1, 0, 2)
+
+                def grouped(g=g, dst=dst):
+                    g()
+                    copyto(dst, res)
+                grouped.chunks = g.chunks
+                gemms.append(grouped)
+        jobs = list(zip(wins, gemms))
+    chunks = gemms[0].chunks if gemms else 1
+
+    def im2col():
+        pad_step()
+        for win, gemm in jobs:
+            copyto(cols_v, win)
+            gemm()
+        output_stage()
+    ctx.note(node, f"{tag}{'grouped ' if group > 1 else ''}im2col {kdesc} + GEMM ({m}x{kc} @ {kc}x{p}"
+                   f"{f', {group} groups' if group > 1 else ''}), float32 BLAS exact in {chunks} "
+                   f"K-chunk(s){epi}")
+    return im2col
+
+
+def _algorithm(group: int, c: int, cg: int, ksize: int, strides, pads) -> str:
+    if group == 1 and ksize == 1 and all(s == 1 for s in strides) and not any(pads):
+        return "pointwise"
+    if group == c and cg == 1 and group > 1:
+        return "depthwise"
+    return "im2col"

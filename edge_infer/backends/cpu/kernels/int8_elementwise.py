@@ -1,0 +1,334 @@
+"""int8 element-wise kernels: Add / Sub / Mul (TFLite's integer ADD, SUB, MUL), Relu / Clip
+(clamps, requantizing when the output has its own parameters), activations through a
+256-entry lookup table, and Concat (requantizing inputs whose parameters differ).
+
+ADD / SUB (``integer_ops/add.h``)::
+
+    v_i    = MBQM((x_i - zp_i) << 20, M_i)           M_i = s_i / (2 max(s_1, s_2))   (SUB: -M_2)
+    y      = clamp(zp_y + MBQM(v_1 + v_2, M_y))       M_y = 2 max(s_1, s_2) / (2^20 s_y)
+
+MUL (``integer_ops/mul.h``): ``y = clamp(zp_y + MBQM((x_1 - zp_1)(x_2 - zp_2), s_1 s_2 / s_y))``.
+
+Lookup tables (TFLite ``PopulateLookupTable``): for each of the 256 int8 values v, in float32,
+``table[v] = clamp(round(f(s_x (v - zp_x)) * (1 / s_y)) + zp_y)`` (round: half away from zero);
+eval is one gather. Unary int8 -> int8 maps that are pure requantization (Relu / Clip with
+their own output parameters, a Concat input with other parameters) use a table built from
+the exact integer MBQM instead.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict
+
+import numpy as np
+
+from ....errors import ShapeError, UnsupportedOpError
+from ....ir import Node
+from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
+                          requantize, round_half_away)
+
+LEFT_SHIFT = 20
+_VALUES = np.arange(QMIN, QMAX + 1, dtype=np.int64)           # -128 .. 127
+
+
+# -- lookup tables -------------------------------------------------------------------------
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.array([math.erf(v) for v in np.asarray(x, np.float64).reshape(-1)]).reshape(np.shape(x))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softplus(x):
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def activation_fn(op: str, attrs: dict) -> Callable[[np.ndarray], np.ndarray]:
+    """The float function of a unary activation op (float64 in, float64 out)."""
+    a = attrs
+    if op == "Sigmoid":
+        return _sigmoid
+    if op == "Tanh":
+        return np.tanh
+    if op == "HardSigmoid":
+        alpha, beta = float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
+        return lambda x: np.clip(alpha * x + beta, 0, 1)
+    if op == "HardSwish":
+        return lambda x: x * np.clip(x / 6 + 0.5, 0, 1)
+    if op == "LeakyRelu":
+        alpha = float(a.get("alpha", 0.01))
+        return lambda x: np.where(x >= 0, x, alpha * x)
+    if op in ("Elu", "Celu"):
+        alpha = float(a.get("alpha", 1.0))
+        div = alpha if op == "Celu" else 1.0
+        return lambda x: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0) / div))
+    if op == "Selu":
+        alpha = float(a.get("alpha", 1.67326319217681884765625))
+        gamma = float(a.get("gamma", 1.05070102214813232421875))
+        return lambda x: gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+    if op == "Softplus":
+        return _softplus
+    if op == "Softsign":
+        return lambda x: x / (1 + np.abs(x))
+    if op == "Mish":
+        return lambda x: x * np.tanh(_softplus(x))
+    if op == "SiLU":
+        return lambda x: x * _sigmoid(x)
+    if op == "Gelu":
+        if a.get("approximate", "none") == "tanh":
+            c = math.sqrt(2 / math.pi)
+            return lambda x: 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))
+        return lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+    if op == "Erf":
+        return _erf
+    raise UnsupportedOpError(f"no int8 lookup table for {op}")
+
+
+#: unary ops run as a 256-entry table in an int8 graph
+LUT_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Celu", "Selu",
+           "Softplus", "Softsign", "Mish", "SiLU", "Gelu", "Erf")
+
+
+def lut_table(fn: Callable, s_x: float, zp_x: int, s_y: float, zp_y: int) -> np.ndarray:
+    """int8 table over v = -128..127 (index v + 128) of f, as TFLite's PopulateLookupTable."""
+    f32 = np.float32
+    deq = f32(s_x) * (_VALUES - zp_x).astype(f32)                     # float32 multiply
+    with np.errstate(all="ignore"):
+        tr = np.asarray(fn(deq.astype(np.float64)), np.float64).astype(f32)
+    inv = f32(1) / f32(s_y)
+    rescaled = round_half_away((tr * inv).astype(np.float64))        # float32 product, std::round
+    q = np.clip(np.nan_to_num(rescaled, nan=0.0, posinf=1e9, neginf=-1e9) + zp_y, QMIN, QMAX)
+    return q.astype(np.int8)
+
+
+def requant_table(s_x: float, zp_x: int, s_y: float, zp_y: int, lo: int = QMIN, hi: int = QMAX) -> np.ndarray:
+    """int8 table (index v + 128) of clamp(zp_y + MBQM(v - zp_x, s_x / s_y), lo, hi): exact integer math."""
+    q, sh = quantize_multiplier(float(np.float32(s_x)) / float(np.float32(s_y)))
+    r = requantize(_VALUES - zp_x, q, sh) + zp_y
+    return np.clip(r, lo, hi).astype(np.int8)
+
+
+def gather_step(ctx, x: np.ndarray, y: np.ndarray, table: np.ndarray) -> Callable[[], None]:
+    """y = table[x + 128] as one np.take on the uint8 view of x."""
+    tu = np.empty(256, np.int8)
+    tu[(_VALUES.astype(np.int8)).view(np.uint8)] = table         # index by the uint8 bit pattern
+    xu = x.view(np.uint8)
+    take, copyto = np.take, np.copyto
+    if np.shares_memory(x, y):                  # in place: gather into scratch, then copy
+        tmp = ctx.workspace(y.shape, np.int8)
+        return lambda: (take(tu, xu, out=tmp, mode="clip"), copyto(y, tmp))
+    return lambda: take(tu, xu, out=y, mode="clip")
+
+
+def _check_io(node: Node, ctx):
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    if x.dtype != np.int8 or y.dtype != np.int8:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 kernel wants int8 in and out, got "
+                                 f"{x.dtype} -> {y.dtype}")
+    return x, y
+
+
+@int8_kernel(*LUT_OPS)
+def int8_lut(node: Node, ctx) -> Callable[[], None]:
+    x, y = _check_io(node, ctx)
+    s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    table = lut_table(activation_fn(node.op, node.attrs), s_x, zp_x, s_y, zp_y)
+    ctx.note(node, f"int8 {node.op}: 256-entry lookup table")
+    return gather_step(ctx, x, y, table)
+
+
+def _clip_bounds(node: Node, ctx):
+    vals = []
+    for i in (1, 2):
+        nm = node.inputs[i] if len(node.inputs) > i else ""
+        if not nm:
+            vals.append(None)
+            continue
+        v = ctx.const(nm)
+        if v is None:
+            raise UnsupportedOpError(f"Clip {node.name!r}: int8 Clip needs constant min/max")
+        if ctx.tensor(nm).dtype == "int8" and ctx.tensor(nm).quant:
+            s, zp = per_tensor(ctx, nm)
+            vals.append(float(s) * (int(v.reshape(-1)[0]) - zp))
+        else:
+            vals.append(float(np.asarray(v, np.float64).reshape(-1)[0]))
+    return vals
+
+
+@int8_kernel("Relu", "Clip")
+def int8_clamp(node: Node, ctx) -> Callable[[], None]:
+    """max(x, 0) / min(max(x, a), b) in int8: a clamp at the output parameters (requantizing
+    through an exact table when they differ from the input's)."""
+    x, y = _check_io(node, ctx)
+    s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    if node.op == "Relu":
+        a, b = 0.0, None
+    else:
+        a, b = _clip_bounds(node, ctx)
+    f32 = np.float32
+    lo = QMIN if a is None else max(QMIN, min(QMAX, zp_y + int(round_half_away(f32(a) / f32(s_y)))))
+    hi = QMAX if b is None else min(QMAX, max(QMIN, zp_y + int(round_half_away(f32(b) / f32(s_y)))))
+    if a is not None and b is not None and a > b:
+        lo = hi                                  # ONNX: min > max makes every value max
+    if f32(s_x) == f32(s_y) and zp_x == zp_y:
+        ctx.note(node, f"int8 {node.op}: clamp to [{lo}, {hi}]")
+        return lambda: np.clip(x, lo, hi, out=y)
+    ctx.note(node, f"int8 {node.op}: requantize + clamp to [{lo}, {hi}] (exact 256-entry table)")
+    return gather_step(ctx, x, y, requant_table(s_x, zp_x, s_y, zp_y, lo, hi))
+
+
+# -- Add / Sub / Mul -----------------------------------------------------------------------------
+
+def _binary_inputs(node: Node, ctx):
+    if len(node.inputs) != 2:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 {node.op} takes two inputs")
+    a, b = ctx.value(node.inputs[0]), ctx.value(node.inputs[1])
+    y = ctx.value(node.outputs[0])
+    if a.dtype != np.int8 or b.dtype != np.int8 or y.dtype != np.int8:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 kernel wants int8 operands, got "
+                                 f"{a.dtype}, {b.dtype} -> {y.dtype}")
+    if np.broadcast_shapes(a.shape, b.shape) != y.shape:
+        raise ShapeError(f"{node.op} {node.name!r}: {a.shape} and {b.shape} do not broadcast to {y.shape}")
+    return a, b, y
+
+
+def add_params(s1: float, s2: float, s_y: float, sub: bool = False):
+    """TFLite ADD/SUB multipliers: ((q1, sh1), (q2, sh2), (qy, shy))."""
+    f32 = np.float32
+    twice_max = float(2 * max(f32(s1), f32(s2)))                           # float, then double
+    m1 = float(f32(s1)) / twice_max
+    m2 = float(f32(s2)) / twice_max
+    my = twice_max / float(f32((1 << LEFT_SHIFT) * f32(s_y)))
+    q1, q2, qy = quantize_multiplier(m1), quantize_multiplier(m2), quantize_multiplier(my)
+    if sub:
+        q2 = (-q2[0], q2[1])
+    return q1, q2, qy
+
+
+@int8_kernel("Add", "Sub")
+def int8_add(node: Node, ctx) -> Callable[[], None]:
+    a, b, y = _binary_inputs(node, ctx)
+    s1, zp1 = per_tensor(ctx, node.inputs[0], "A")
+    s2, zp2 = per_tensor(ctx, node.inputs[1], "B")
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    (q1, sh1), (q2, sh2), (qy, shy) = add_params(s1, s2, s_y, node.op == "Sub")
+    shape = y.shape
+    steps = []
+    scaled = []
+    for arr, name, zp, q, sh in ((a, node.inputs[0], zp1, q1, sh1), (b, node.inputs[1], zp2, q2, sh2)):
+        if ctx.const(name) is not None:
+            # a constant operand is scaled once, here, at its own (broadcastable) shape
+            v = requantize((arr.astype(np.int64) - zp) << LEFT_SHIFT, q, sh)
+            scaled.append(v)
+            continue
+        buf = ctx.workspace(shape, np.int64)
+        rq = Requantizer(q, sh, shape, ctx)
+
+        def stage(arr=arr, buf=buf, rq=rq, zp=zp):
+            np.copyto(buf, arr)                     # broadcasts; reads all of x before y is written
+            if zp:
+                np.subtract(buf, zp, out=buf)
+            np.left_shift(buf, LEFT_SHIFT, out=buf)
+            rq(buf)
+        steps.append(stage)
+        scaled.append(buf)
+    acc = ctx.workspace(shape, np.int64)
+    rqy = Requantizer(qy, shy, shape, ctx)
+    s0, s1_ = scaled
+    add, clip = np.add, np.clip
+
+    def run():
+        for st in steps:
+            st()
+        add(s0, s1_, out=acc)
+        rqy(acc)
+        if zp_y:
+            add(acc, zp_y, out=acc)
+        clip(acc, QMIN, QMAX, out=y, casting="unsafe")
+    ctx.note(node, f"int8 {node.op} (TFLite: inputs << {LEFT_SHIFT}, rescaled, summed, requantized)")
+    return run
+
+
+@int8_kernel("Mul")
+def int8_mul(node: Node, ctx) -> Callable[[], None]:
+    a, b, y = _binary_inputs(node, ctx)
+    s1, zp1 = per_tensor(ctx, node.inputs[0], "A")
+    s2, zp2 = per_tensor(ctx, node.inputs[1], "B")
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    q, sh = quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
+    shape = y.shape
+    acc = ctx.workspace(shape, np.int64)
+    tmp = ctx.workspace(shape, np.int64)
+    rq = Requantizer(q, sh, shape, ctx)
+    ca = ctx.const(node.inputs[0])
+    cb = ctx.const(node.inputs[1])
+    va = (ca.astype(np.int64) - zp1) if ca is not None else None
+    vb = (cb.astype(np.int64) - zp2) if cb is not None else None
+    copyto, sub, mul, add, clip = np.copyto, np.subtract, np.multiply, np.add, np.clip
+
+    def run():
+        if va is None:
+            copyto(acc, a)
+            if zp1:
+                sub(acc, zp1, out=acc)
+        else:
+            copyto(acc, va)
+        if vb is None:
+            copyto(tmp, b)
+            if zp2:
+                sub(tmp, zp2, out=tmp)
+            mul(acc, tmp, out=acc)
+        else:
+            mul(acc, vb, out=acc)
+        rq(acc)
+        if zp_y:
+            add(acc, zp_y, out=acc)
+        clip(acc, QMIN, QMAX, out=y, casting="unsafe")
+    ctx.note(node, "int8 Mul (TFLite: (x1 - zp1)(x2 - zp2) requantized)")
+    return run
+
+
+# -- Concat ------------------------------------------------------------------------------------
+
+@int8_kernel("Concat")
+def int8_concat(node: Node, ctx) -> Callable[[], None]:
+    y = ctx.value(node.outputs[0])
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    axis = int(node.attrs.get("axis", 0))
+    axis = axis + y.ndim if axis < 0 else axis
+    steps, at, requantized = [], 0, 0
+    for name in node.inputs:
+        if not name:
+            continue
+        v = ctx.value(name)
+        if v.dtype != np.int8:
+            raise UnsupportedOpError(f"Concat {node.name!r}: input {name!r} is {v.dtype}, not int8")
+        s, zp = per_tensor(ctx, name, "input")
+        k = v.shape[axis]
+        dst = y[(slice(None),) * axis + (slice(at, at + k),)]
+        at += k
+        if np.float32(s) == np.float32(s_y) and zp == zp_y:
+            steps.append(lambda dst=dst, v=v: np.copyto(dst, v))
+        else:
+            requantized += 1
+            tu = np.empty(256, np.int8)
+            tu[_VALUES.astype(np.int8).view(np.uint8)] = requant_table(s, zp, s_y, zp_y)
+            tmp = ctx.workspace(v.shape, np.int8)
+            vu = v.view(np.uint8)
+
+            def step(dst=dst, vu=vu, tu=tu, tmp=tmp):
+                np.take(tu, vu, out=tmp, mode="clip")
+                np.copyto(dst, tmp)
+            steps.append(step)
+    if at != y.shape[axis]:
+        raise ShapeError(f"Concat {node.name!r}: inputs give {at} along axis {axis}, output has {y.shape[axis]}")
+
+    def run():
+        for st in steps:
+            st()
+    ctx.note(node, f"int8 Concat ({requantized} input(s) requantized through exact tables)")
+    return run

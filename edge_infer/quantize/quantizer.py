@@ -1,0 +1,618 @@
+"""Post-training int8 quantization of an optimized IR graph: calibrate, plan, rewrite.
+
+The result is an IR graph in the TFLite int8 form (see docs/quantization.md):
+
+* ops keep their names and attributes (Conv / FusedConv, Gemm, MatMul, Add, Concat,
+  MaxPool, ...) and compute on ``int8`` tensors whose ``Tensor.quant`` holds
+  ``{"scale": [s], "zero_point": [zp], "axis": None}`` (asymmetric, per tensor);
+* weights become int8 constants, symmetric per output channel
+  (``{"scale": [s_0, ...], "zero_point": [0, ...], "axis": a}``), biases int32 constants at
+  scale s_in * s_w[c];
+* ``QuantizeLinear`` / ``DequantizeLinear`` nodes (ONNX form: x, scale, zero_point) convert
+  at every fp32 <-> int8 boundary: graph inputs and outputs, and around ops that stay fp32
+  (no int8 kernel, ``keep_float``, or kept by the accuracy budget).
+
+Activations other than clamps (Relu, Clip) fused into a Conv/Gemm/MatMul epilogue are split
+back into their own op first (an int8 graph runs them as lookup tables); the float graph
+used as the reference is that split graph (numerically identical to the fused one).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from ..errors import EdgeInferError
+from ..ir import Graph, Node, infer_shapes
+from ..ir import shape_rules_quant  # noqa: F401  (Q/DQ shape rules)
+from .observers import (Observer, activation_qparams, make_observer, quantize_weights, weight_scales)
+
+ANCHOR_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
+BINARY_OPS = ("Add", "Sub", "Mul")
+SAME_PARAM_OPS = ("MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
+                  "Transpose", "Squeeze", "Unsqueeze", "Pad", "Resize", "Identity", "Slice", "Split",
+                  "DepthToSpace", "SpaceToDepth", "Expand", "Tile", "Gather")
+CLAMP_OPS = ("Relu", "Clip")
+CONCAT_OPS = ("Concat",)
+from ..backends.cpu.kernels.int8_elementwise import LUT_OPS  # noqa: E402
+
+#: fixed output parameters (TFLite's int8 spec for LOGISTIC and TANH)
+FIXED_OUTPUT = {"Sigmoid": (1.0 / 256.0, -128), "Tanh": (1.0 / 128.0, 0)}
+INT8_OPS = frozenset(ANCHOR_OPS + BINARY_OPS + SAME_PARAM_OPS + CLAMP_OPS + CONCAT_OPS + LUT_OPS)
+#: ops whose int8 output carries its input's parameters (pure data movement / max / mean)
+PASS_THROUGH = frozenset(SAME_PARAM_OPS)
+#: epilogue activations an int8 kernel applies as an output clamp
+CLAMP_ACTIVATIONS = ("", "Relu", "Clip")
+#: fused activation -> (op, attrs from params) when split into its own node
+SPLIT_ACTIVATIONS = {
+    "Sigmoid": ("Sigmoid", lambda p: {}), "Tanh": ("Tanh", lambda p: {}),
+    "HardSigmoid": ("HardSigmoid", lambda p: {"alpha": float(p[0]), "beta": float(p[1])}),
+    "LeakyRelu": ("LeakyRelu", lambda p: {"alpha": float(p[0])}),
+    "HardSwish": ("HardSwish", lambda p: {}), "SiLU": ("SiLU", lambda p: {}),
+    "Gelu": ("Gelu", lambda p: {"approximate": "none"}),
+    "GeluTanh": ("Gelu", lambda p: {"approximate": "tanh"}),
+}
+
+
+class QuantizationError(EdgeInferError):
+    """The graph or the options cannot be quantized as asked."""
+
+
+def _opt(node: Node, i: int) -> str:
+    return node.inputs[i] if len(node.inputs) > i else ""
+
+
+# -- preparing the float graph ------------------------------------------------------------------
+
+def split_activations(graph: Graph) -> Graph:
+    """A copy of ``graph`` with non-clamp activations of fused epilogues as their own nodes."""
+    g = graph.copy()
+    nodes = []
+    for n in g.nodes:
+        nodes.append(n)
+        act = str(n.attrs.get("activation", "") or "")
+        if n.op not in ("FusedConv", "FusedGemm", "FusedMatMul") or act in CLAMP_ACTIVATIONS:
+            continue
+        if act not in SPLIT_ACTIVATIONS:
+            continue
+        op, mk = SPLIT_ACTIVATIONS[act]
+        params = n.attrs.get("activation_params", []) or []
+        out = n.outputs[0]
+        mid = g.unique_name(out + "_preact")
+        t = g.tensors[out]
+        g.add_tensor(mid, t.dtype, t.shape)
+        n.outputs[0] = mid
+        n.attrs["activation"] = ""
+        n.attrs["activation_params"] = []
+        nodes.append(Node(op, [mid], [out], mk(params), g.unique_node_name(f"{n.name}/{op}")))
+    g.nodes = nodes
+    g.toposort()
+    return g
+
+
+def float_tensors(g: Graph) -> List[str]:
+    """Non-constant float32 tensors: graph inputs and node outputs, in execution order."""
+    names = [i for i in g.inputs if g.tensors[i].dtype == "float32"]
+    for n in g.nodes:
+        for o in n.outputs:
+            if o and not g.tensors[o].is_const and g.tensors[o].dtype == "float32":
+                names.append(o)
+    return names
+
+
+# -- running graphs on batches --------------------------------------------------------------------
+
+def batches(graph: Graph, feeds: List[Dict[str, np.ndarray]], batch_size: int) -> List[Dict[str, np.ndarray]]:
+    """Group per-sample feeds into batches when every input's batch dim is symbolic."""
+    if not feeds:
+        return []
+    symbolic = all(graph.tensors[i].shape is not None and len(graph.tensors[i].shape) > 0
+                   and not isinstance(graph.tensors[i].shape[0], int) for i in graph.inputs)
+    if not symbolic or batch_size <= 1:
+        return list(feeds)
+    out = []
+    for k in range(0, len(feeds), batch_size):
+        chunk = feeds[k:k + batch_size]
+        out.append({name: np.concatenate([f[name] for f in chunk], axis=0) for name in chunk[0]})
+    return out
+
+
+def run_collect(graph: Graph, feeds: List[Dict[str, np.ndarray]], names: Sequence[str],
+                on_batch: Optional[Callable[[Dict[str, np.ndarray]], None]] = None,
+                keep: bool = True, batch_size: int = 32, progress=None) -> Dict[str, np.ndarray]:
+    """Run ``graph`` with ``names`` as outputs on ``feeds`` (batched); call ``on_batch`` per batch
+    and (``keep``) return every name's values concatenated over samples."""
+    from ..runtime import Runtime
+    g = graph.copy()
+    g.outputs = list(dict.fromkeys(list(names)))
+    rt = Runtime(g, backend="cpu")
+    got: Dict[str, List[np.ndarray]] = {n: [] for n in g.outputs}
+    bl = batches(graph, feeds, batch_size)
+    for b in (progress(bl) if progress else bl):
+        out = rt.run(b)
+        if on_batch is not None:
+            on_batch(out)
+        if keep:
+            for k, v in out.items():
+                got[k].append(v)
+    return {k: np.concatenate(v, axis=0) for k, v in got.items()} if keep else {}
+
+
+def _batch_size(graph: Graph, budget_bytes: int = 256 << 20) -> int:
+    """Samples per calibration batch so that all kept activations fit ``budget_bytes``."""
+    per = 0
+    for t in graph.tensors.values():
+        if t.is_const or t.shape is None:
+            continue
+        per += int(np.prod([d if isinstance(d, int) else 1 for d in t.shape])) * 4
+    return int(max(1, min(32, budget_bytes // max(per, 1))))
+
+
+def calibrate(g: Graph, feeds: List[Dict[str, np.ndarray]], method: str = "minmax",
+              percentile: float = 99.99, show_progress: bool = False) -> Dict[str, Tuple[float, float]]:
+    """Observe every float activation of ``g`` over ``feeds``; returns {tensor: (lo, hi)}."""
+    from .calibration import progress
+    names = float_tensors(g)
+    obs: Dict[str, Observer] = {n: make_observer(method, percentile=percentile) for n in names}
+
+    def update(out):
+        for k, v in out.items():
+            obs[k].update(v)
+    bs = _batch_size(g)
+    run_collect(g, feeds, names, on_batch=update, keep=False, batch_size=bs,
+                progress=(lambda it: progress(it, None, f"calibrating ({method})", show_progress)))
+    return {k: o.range() for k, o in obs.items()}
+
+
+# -- planning -----------------------------------------------------------------------------------------
+
+def data_inputs(node: Node, g: Graph) -> List[int]:
+    """Indices of the inputs of ``node`` that carry activations (int8 in an int8 node)."""
+    op = node.op
+    const = lambda i: bool(_opt(node, i)) and g.tensors[_opt(node, i)].is_const
+    if op in ("Conv",):
+        return [0]
+    if op == "FusedConv":
+        return [0] + ([3] if _opt(node, 3) else [])
+    if op in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul"):
+        return [0] + ([] if const(1) else [1])
+    if op in BINARY_OPS or op in CONCAT_OPS:
+        return [i for i, n in enumerate(node.inputs) if n]
+    return [0]
+
+
+def int8_support(node: Node, g: Graph) -> Tuple[bool, str]:
+    """Whether an int8 kernel can run ``node`` (and why not)."""
+    op = node.op
+    if op not in INT8_OPS:
+        return False, f"no int8 kernel for {op}"
+    T = g.tensors
+    for i in data_inputs(node, g):
+        name = node.inputs[i]
+        if T[name].dtype != "float32":
+            return False, f"input {name!r} is {T[name].dtype}, not float32"
+        if T[name].is_const and op not in BINARY_OPS + CONCAT_OPS:
+            return False, f"data input {name!r} is a constant"
+    for o in node.outputs:
+        if o and T[o].dtype != "float32":
+            return False, f"output {o!r} is {T[o].dtype}"
+    act = str(node.attrs.get("activation", "") or "")
+    if op.startswith("Fused") and act not in CLAMP_ACTIVATIONS:
+        return False, f"epilogue activation {act} has no int8 form"
+    if op in ("Conv", "FusedConv"):
+        w = T[node.inputs[1]]
+        if not w.is_const or w.data.ndim < 3:
+            return False, "weights are not a constant"
+        if _opt(node, 2) and not T[_opt(node, 2)].is_const:
+            return False, "bias is not a constant"
+        if int(np.prod(w.data.shape[2:])) > 1024 and int(node.attrs.get("group", 1)) == w.data.shape[0]:
+            return False, "depthwise kernel too large"
+    if op in ("Gemm", "FusedGemm"):
+        c = _opt(node, 2)
+        b = T[node.inputs[1]]
+        if c and (not T[c].is_const or T[c].data.size not in (1, _gemm_n(node, g))):
+            return False, "C is not a per-column constant"
+        if b.is_const and b.data.ndim != 2:
+            return False, "B is not 2-D"
+        if not b.is_const and (float(node.attrs.get("alpha", 1.0)) != 1.0 or float(node.attrs.get("beta", 1.0)) != 1.0):
+            return False, "alpha/beta with a computed B"
+    if op in ("MatMul", "FusedMatMul"):
+        a, b = T[node.inputs[0]], T[node.inputs[1]]
+        if a.shape is None or len(a.shape) < 2 or b.shape is None or len(b.shape) < 2:
+            return False, "operands of rank < 2"
+        bias = _opt(node, 2) if op == "FusedMatMul" else ""
+        if bias:
+            bt = T[bias]
+            n = b.shape[-1]
+            if not bt.is_const or bt.data.size not in (1, n) or (bt.data.size == n and bt.data.shape[-1] != n):
+                return False, "bias is not a per-column constant"
+    if op == "Resize" and node.attrs.get("mode", "nearest") != "nearest":
+        return False, f"Resize mode {node.attrs.get('mode')} has no int8 kernel (nearest only)"
+    if op == "Pad":
+        cv = _opt(node, 2)
+        if cv and not T[cv].is_const:
+            return False, "pad value is not a constant"
+    if op == "Clip":
+        for i in (1, 2):
+            if _opt(node, i) and not T[_opt(node, i)].is_const:
+                return False, "clip bounds are not constants"
+    if op == "AveragePool" and node.attrs.get("count_include_pad") and node.attrs.get("ceil_mode"):
+        return False, "count_include_pad with ceil_mode"
+    return True, ""
+
+
+def _gemm_n(node: Node, g: Graph) -> int:
+    b = g.tensors[node.inputs[1]]
+    shape = b.data.shape if b.is_const else b.shape
+    return int(shape[0] if node.attrs.get("transB", 0) else shape[1])
+
+
+@dataclass
+class Plan:
+    """Which nodes run int8, why the others do not, and every int8 activation's parameters."""
+    int8: List[str] = field(default_factory=list)
+    float_reasons: Dict[str, str] = field(default_factory=dict)
+    params: Dict[str, Tuple[float, int]] = field(default_factory=dict)
+    int8_produced: Set[str] = field(default_factory=set)
+
+
+def make_plan(g: Graph, ranges: Dict[str, Tuple[float, float]], keep_float: Iterable[str] = (),
+              only: Optional[Set[str]] = None) -> Plan:
+    """Decide per node (in order) int8 or float32, and the parameters of each int8 tensor.
+
+    Conv/Gemm/MatMul run int8 whenever they can; data-movement, clamp and table ops run int8
+    when their input is int8 already (else there is nothing to gain); Add/Mul/Concat when an
+    input is. ``only``: int8 for those nodes alone (sensitivity probes)."""
+    keep = set(keep_float)
+    plan = Plan()
+    prod = g.producers()
+    for node in g.nodes:
+        ok, why = int8_support(node, g)
+        if node.name in keep:
+            ok, why = False, "keep_float"
+        elif only is not None and node.name not in only:
+            ok, why = False, "sensitivity probe (only one layer int8)"
+        if ok and node.op not in ANCHOR_OPS:
+            din = [node.inputs[i] for i in data_inputs(node, g)]
+            int8_in = [d for d in din if d in plan.int8_produced]
+            if node.op in BINARY_OPS or node.op in CONCAT_OPS:
+                if not int8_in and only is None:
+                    ok, why = False, "inputs are float32 (nothing to gain)"
+            elif din[0] not in plan.int8_produced and (only is None or node.op in PASS_THROUGH):
+                ok, why = False, "input is float32 (nothing to gain)"
+        if not ok:
+            plan.float_reasons[node.name] = why
+            continue
+        plan.int8.append(node.name)
+        # parameters of the data inputs that arrive as float32 (a QuantizeLinear will be inserted)
+        for i in data_inputs(node, g):
+            name = node.inputs[i]
+            if name not in plan.params and not g.tensors[name].is_const:
+                plan.params[name] = activation_qparams(*ranges.get(name, (0.0, 0.0)))
+        outs = [o for o in node.outputs if o]
+        for o in outs:
+            plan.int8_produced.add(o)
+            if node.op in PASS_THROUGH:
+                plan.params[o] = plan.params[node.inputs[0]]
+            elif node.op in FIXED_OUTPUT:
+                plan.params[o] = (float(np.float32(FIXED_OUTPUT[node.op][0])), FIXED_OUTPUT[node.op][1])
+            else:
+                plan.params[o] = activation_qparams(*ranges.get(o, (0.0, 0.0)))
+    return plan
+
+
+# -- rewriting --------------------------------------------------------------------------------------
+
+def _qdict(scale, zp, axis=None) -> dict:
+    return {"scale": [float(np.float32(s)) for s in np.atleast_1d(scale)],
+            "zero_point": [int(z) for z in np.atleast_1d(zp)], "axis": axis}
+
+
+def _quantize_const_per_tensor(arr: np.ndarray) -> Tuple[np.ndarray, float, int]:
+    a = np.asarray(arr, np.float64)
+    s, zp = activation_qparams(float(a.min()) if a.size else 0.0, float(a.max()) if a.size else 0.0)
+    q = np.clip(np.rint(a / s) + zp, -128, 127).astype(np.int8)
+    return q, s, zp
+
+
+class _Builder:
+    def __init__(self, g: Graph, plan: Plan):
+        self.g, self.plan = g, plan
+        self.q = Graph(g.name)
+        self.q.metadata = dict(g.metadata)
+        self.q.inputs = list(g.inputs)
+        self.q.outputs = list(g.outputs)
+        self.int8_name: Dict[str, str] = {}      # float tensor -> its int8 tensor in q
+        self.float_name: Dict[str, str] = {}     # float tensor -> its float tensor in q
+        self.nodes: List[Node] = []
+        self.qdq = 0
+
+    def unique(self, base: str) -> str:
+        name = base
+        k = 1
+        while name in self.q.tensors or name in self.g.tensors:
+            name = f"{base}_{k}"
+            k += 1
+        return name
+
+    def add_const(self, base: str, data: np.ndarray, quant=None) -> str:
+        name = self.unique(base)
+        self.q.add_tensor(name, data.dtype.name, data.shape, data, quant)
+        return name
+
+    def copy_tensor(self, name: str) -> str:
+        if name and name not in self.q.tensors:
+            t = self.g.tensors[name]
+            self.q.add_tensor(name, t.dtype, t.shape, t.data, t.quant)
+        return name
+
+    def int8_of(self, name: str) -> str:
+        """The int8 version of float tensor ``name`` (a QuantizeLinear when it is float here)."""
+        if name in self.int8_name:
+            return self.int8_name[name]
+        s, zp = self.plan.params[name]
+        src = self.float_of(name)
+        qname = self.unique(name + "_int8")
+        t = self.g.tensors[name]
+        self.q.add_tensor(qname, "int8", t.shape, None, _qdict(s, zp))
+        sc = self.add_const(qname + "_scale", np.array(np.float32(s)))
+        z = self.add_const(qname + "_zero_point", np.array(zp, np.int8))
+        self.nodes.append(Node("QuantizeLinear", [src, sc, z], [qname],
+                               {"axis": 1, "block_size": 0, "output_dtype": 0, "saturate": 1},
+                               self.unique_node(f"{name}/quantize")))
+        self.qdq += 1
+        self.int8_name[name] = qname
+        return qname
+
+    def float_of(self, name: str) -> str:
+        """The float version of ``name`` (a DequantizeLinear when it is int8 here)."""
+        if name in self.float_name:
+            return self.float_name[name]
+        if name in self.int8_name:
+            qname = self.int8_name[name]
+            s, zp = self.plan.params[name]
+            fname = name if name in self.g.outputs else self.unique(name + "_float")
+            t = self.g.tensors[name]
+            self.q.add_tensor(fname, "float32", t.shape)
+            sc = self.add_const(qname + "_scale", np.array(np.float32(s)))
+            z = self.add_const(qname + "_zero_point", np.array(zp, np.int8))
+            self.nodes.append(Node("DequantizeLinear", [qname, sc, z], [fname], {"axis": 1, "block_size": 0},
+                                   self.unique_node(f"{name}/dequantize")))
+            self.qdq += 1
+            self.float_name[name] = fname
+            return fname
+        self.copy_tensor(name)
+        self.float_name[name] = name
+        return name
+
+    def unique_node(self, base: str) -> str:
+        names = getattr(self, "_node_names", None)
+        if names is None:
+            names = self._node_names = {n.name for n in self.g.nodes}
+        name, k = base, 1
+        while name in names:
+            name = f"{base}_{k}"
+            k += 1
+        names.add(name)
+        return name
+
+    # -- per node ------------------------------------------------------------------------------
+    def float_node(self, node: Node) -> None:
+        ins = [self.float_of(i) if i and not self.g.tensors[i].is_const else self.copy_tensor(i)
+               for i in node.inputs]
+        for o in node.outputs:
+            if o:
+                t = self.g.tensors[o]
+                self.q.add_tensor(o, t.dtype, t.shape)
+                self.float_name[o] = o
+        self.nodes.append(Node(node.op, ins, list(node.outputs), dict(node.attrs), node.name))
+
+    def int8_node(self, node: Node) -> None:
+        g, T = self.g, self.g.tensors
+        ins = list(node.inputs)
+        attrs = dict(node.attrs)
+        dins = set(data_inputs(node, g))
+        for i, name in enumerate(node.inputs):
+            if not name:
+                continue
+            if i in dins and not T[name].is_const:
+                ins[i] = self.int8_of(name)
+            elif i in dins:                                   # constant operand of Add/Mul/Concat
+                qv, s, zp = _quantize_const_per_tensor(T[name].data)
+                ins[i] = self.add_const(name + "_int8", qv, _qdict(s, zp))
+            else:
+                ins[i] = self.copy_tensor(name)
+        op = node.op
+        if op in ANCHOR_OPS:
+            self._weights(node, ins, attrs)
+        elif op == "Pad":
+            s, zp = self.plan.params[node.inputs[0]]
+            cv = _opt(node, 2)
+            v = float(np.asarray(T[cv].data).reshape(-1)[0]) if cv else 0.0
+            qv = int(np.clip(round(v / s) + zp, -128, 127))
+            while len(ins) < 3:
+                ins.append("")
+            ins[2] = self.add_const(node.name + "_pad_value", np.array(qv, np.int8), _qdict(s, zp))
+        outs = []
+        for o in node.outputs:
+            if not o:
+                outs.append(o)
+                continue
+            s, zp = self.plan.params[o]
+            qname = o if o not in g.outputs else self.unique(o + "_int8")
+            self.q.add_tensor(qname, "int8", T[o].shape, None, _qdict(s, zp))
+            self.int8_name[o] = qname
+            outs.append(qname)
+        self.nodes.append(Node(op, ins, outs, attrs, node.name))
+
+    def _weights(self, node: Node, ins: List[str], attrs: dict) -> None:
+        """Quantize weights (int8 per channel) and bias (int32) of a Conv/Gemm/MatMul in place."""
+        T = self.g.tensors
+        op = node.op
+        s_in = self.plan.params[node.inputs[0]][0]
+        wname = node.inputs[1]
+        bname = _opt(node, 2) if op != "MatMul" else ""
+        b = None if not bname else np.asarray(T[bname].data, np.float64)
+        if not T[wname].is_const:                           # activation x activation: per-tensor B
+            if b is not None:
+                n_out = _gemm_n(node, self.g) if op.endswith("Gemm") else int(T[wname].shape[-1])
+                s_b = self.plan.params[wname][0]
+                bscale = np.full(n_out, np.float32(np.float32(s_in) * np.float32(s_b)), np.float32)
+                v = np.broadcast_to(b.reshape(-1), (n_out,)) / bscale.astype(np.float64)
+                v = np.sign(v) * np.floor(np.abs(v) + 0.5)
+                bq = np.clip(v, -(1 << 31), (1 << 31) - 1).astype(np.int32)
+                ins[2] = self.add_const(bname + "_int32", bq, _qdict(bscale, np.zeros(n_out, np.int64), 0))
+            return
+        w = np.asarray(T[wname].data, np.float64)
+        if op in ("Conv", "FusedConv"):
+            axis = 0
+            n_out = w.shape[0]
+        elif op in ("Gemm", "FusedGemm"):
+            alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+            w = w * alpha
+            axis = 0 if attrs.get("transB", 0) else 1
+            n_out = w.shape[axis]
+            if b is not None:
+                b = np.broadcast_to(b.reshape(-1) * beta, (n_out,)) if b.size in (1, n_out) else b
+            attrs["alpha"], attrs["beta"] = 1.0, 1.0
+        else:
+            axis = w.ndim - 1
+            n_out = w.shape[-1]
+            if b is not None:
+                b = np.broadcast_to(b.reshape(-1), (n_out,))
+        sw = weight_scales(w, axis)
+        wq = quantize_weights(w, sw, axis)
+        ins[1] = self.add_const(wname + "_int8", wq, _qdict(sw, np.zeros(n_out, np.int64), axis))
+        if b is not None:
+            bscale = (np.float32(s_in) * sw.astype(np.float32)).astype(np.float32)
+            v = b.reshape(-1) / bscale.astype(np.float64)
+            v = np.sign(v) * np.floor(np.abs(v) + 0.5)
+            bq = np.clip(v, -(1 << 31), (1 << 31) - 1).astype(np.int32)
+            ins[2] = self.add_const(bname + "_int32", bq, _qdict(bscale, np.zeros(n_out, np.int64), 0))
+
+    def build(self) -> Graph:
+        int8 = set(self.plan.int8)
+        for name in self.g.inputs:
+            t = self.g.tensors[name]
+            self.q.add_tensor(name, t.dtype, t.shape)
+            self.float_name[name] = name
+        for node in self.g.nodes:
+            (self.int8_node if node.name in int8 else self.float_node)(node)
+        for o in self.g.outputs:
+            if o in self.int8_name and o not in self.float_name:
+                self.float_of(o)
+        self.q.nodes = self.nodes
+        self.q.toposort()
+        self.q.prune()
+        return self.q
+
+
+def build_int8_graph(g: Graph, plan: Plan) -> Tuple[Graph, Dict[str, str], int]:
+    """The quantized graph of float graph ``g`` under ``plan``; also {float tensor: int8 tensor}
+    and the number of QuantizeLinear/DequantizeLinear nodes inserted."""
+    b = _Builder(g, plan)
+    q = b.build()
+    q.validate()
+    return q, dict(b.int8_name), b.qdq
+
+
+# -- the whole flow -----------------------------------------------------------------------------------
+
+def _split(feeds: List[dict], held_out: Optional[float]) -> Tuple[List[dict], List[dict]]:
+    n = len(feeds)
+    frac = 0.2 if held_out is None else float(held_out)
+    k = int(round(n * frac))
+    if n >= 2:
+        k = min(max(k, 1), n - 1)
+    else:
+        k = 0
+    if k == 0:
+        return feeds, feeds
+    return feeds[:n - k], feeds[n - k:]
+
+
+def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str = "minmax",
+                   keep_float: Sequence[str] = (), max_accuracy_drop: Optional[float] = None,
+                   percentile: float = 99.99, held_out: Optional[float] = None,
+                   eval_feeds: Optional[List[Dict[str, np.ndarray]]] = None,
+                   show_progress: bool = False, log: Optional[Callable[[str], None]] = None
+                   ) -> Tuple[Graph, dict]:
+    """Quantize an (optimized, fp32) graph to int8 with ``feeds`` as calibration data.
+
+    A ``held_out`` fraction of the feeds (default 0.2, at least one sample when there are two
+    or more) is kept out of calibration and used to measure the result (``eval_feeds``
+    replaces it). Returns (int8 graph, report dict; see ``report.py``).
+    """
+    from .report import FloatReference, build_report, evaluate
+    t0 = time.perf_counter()
+    say = log or (lambda s: None)
+    if not feeds:
+        raise QuantizationError("no calibration samples")
+    g = split_activations(graph)
+    infer_shapes(g)
+    unknown = sorted(set(keep_float) - {n.name for n in g.nodes})
+    if unknown:
+        raise QuantizationError(f"keep_float names unknown node(s) {unknown}; nodes are: "
+                                + ", ".join(n.name for n in g.nodes[:30]) + (" ..." if len(g.nodes) > 30 else ""))
+    calib, held = _split(feeds, held_out)
+    if eval_feeds:
+        calib, held = list(feeds), list(eval_feeds)
+    say(f"calibrating on {len(calib)} sample(s) with {method}; {len(held)} held out")
+    ranges = calibrate(g, calib, method, percentile, show_progress)
+    t_cal = time.perf_counter() - t0
+    ref = FloatReference(g, held)
+
+    def attempt(keep, only=None):
+        plan = make_plan(g, ranges, keep, only)
+        q, names, nqdq = build_int8_graph(g, plan)
+        return plan, q, names, nqdq
+
+    keep = list(keep_float)
+    plan, q, names, nqdq = attempt(keep)
+    ev = evaluate(q, g, ref, names, plan)
+    budget = None
+    if max_accuracy_drop is not None:
+        budget = {"max_accuracy_drop": float(max_accuracy_drop), "initial_drop": ev["accuracy_drop"],
+                  "metric": ev["drop_metric"], "sensitivity": [], "kept_float": []}
+        if ev["accuracy_drop"] > max_accuracy_drop:
+            say(f"accuracy drop {ev['accuracy_drop']:.4f} > budget {max_accuracy_drop}: sensitivity analysis")
+            # every int8 layer that computes (data movement and pools carry no error of their own)
+            cands = [n for n in plan.int8 if g_node_op(g, n) in ANCHOR_OPS + BINARY_OPS + CONCAT_OPS + LUT_OPS
+                     + CLAMP_OPS]
+            sens = []
+            for name in cands:
+                p1, q1, n1, _ = attempt(keep, only={name})
+                e1 = evaluate(q1, g, ref, n1, p1, per_layer=False)
+                sens.append({"node": name, "op": g_node_op(g, name), "output_sqnr_db": e1["output_sqnr_db"],
+                             "output_rel_error": e1["output_rel_error"], "drop": e1["accuracy_drop"]})
+            sens.sort(key=lambda e: (-e["drop"], -e["output_rel_error"]))
+            budget["sensitivity"] = sens
+            for e in sens:
+                keep.append(e["node"])
+                budget["kept_float"].append(e["node"])
+                plan, q, names, nqdq = attempt(keep)
+                ev = evaluate(q, g, ref, names, plan, per_layer=False)
+                say(f"  keep {e['node']} in fp32: drop {ev['accuracy_drop']:.4f}")
+                if ev["accuracy_drop"] <= max_accuracy_drop:
+                    break
+            ev = evaluate(q, g, ref, names, plan)          # per-layer numbers of the final graph
+        budget["final_drop"] = ev["accuracy_drop"]
+        budget["met"] = ev["accuracy_drop"] <= max_accuracy_drop
+    report = build_report(graph, g, q, plan, ranges, ev, method=method, percentile=percentile,
+                          calib_samples=len(calib), held_out_samples=len(held), keep_float=list(keep_float),
+                          budget=budget, qdq_nodes=nqdq, seconds={"calibration": round(t_cal, 3),
+                                                                   "total": round(time.perf_counter() - t0, 3)})
+    q.metadata["quantization"] = {"scheme": "int8 (TFLite): asymmetric per-tensor activations, symmetric "
+                                            "per-channel weights, int32 bias",
+                                  "calib_method": method, "float_nodes": sorted(plan.float_reasons)}
+    return q, report
+
+
+def g_node_op(g: Graph, name: str) -> str:
+    for n in g.nodes:
+        if n.name == name:
+            return n.op
+    return ""
