@@ -9,7 +9,7 @@ by float math, as in TFLite's PopulateLookupTable, and are built here on their o
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 

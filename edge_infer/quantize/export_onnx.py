@@ -16,11 +16,11 @@ Opset 21 (the IR's); ``onnx`` is needed (the ``convert`` extra).
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Union
 
 import numpy as np
 
-from ..errors import EdgeInferError, UnsupportedOpError
+from ..errors import EdgeInferError
 from ..ir import Graph, Node
 
 OPSET = 21
@@ -47,6 +47,7 @@ class _Exporter:
         self.dq_of: Dict[str, str] = {}
         self.names = set(graph.tensors) | {n.name for n in graph.nodes}
         self.counts = {"QuantizeLinear": 0, "DequantizeLinear": 0}
+        self.opset = OPSET
         from ..frontends.onnx import DTYPE_TO_ONNX
         self.dtype_to_onnx = DTYPE_TO_ONNX
 
@@ -60,7 +61,10 @@ class _Exporter:
 
     def init(self, name: str, arr: np.ndarray) -> str:
         if name not in self.inits:
-            self.inits[name] = self.nh.from_array(np.ascontiguousarray(arr), name)
+            arr = np.asarray(arr)
+            if not arr.flags.c_contiguous:
+                arr = arr.copy()                    # (np.ascontiguousarray would make 0-d 1-d)
+            self.inits[name] = self.nh.from_array(arr, name)
         return name
 
     def node(self, op: str, ins: List[str], outs: List[str], name: str = "", **attrs) -> None:
@@ -123,6 +127,28 @@ class _Exporter:
             dt = out.pop("dtype", "float32")
             val = out.pop("value", 0)
             out["value"] = self.nh.from_array(np.array([val], dtype=dt), "value")
+        return self._drop_defaults(node.op, out)
+
+    def _drop_defaults(self, op: str, attrs: dict) -> dict:
+        """Leave out attributes at their ONNX default (the IR spells every one out): a
+        smaller model, and onnxruntime's QDQ fusions reject some on their QLinear ops (a
+        QLinearAveragePool with ``dilations``)."""
+        try:
+            schema = self.onnx.defs.get_schema(op, self.opset)
+        except Exception:
+            return attrs
+        out = {}
+        for k, v in attrs.items():
+            a = schema.attributes.get(k)
+            if a is not None and a.default_value is not None and a.default_value.type:
+                default = self.helper.get_attribute_value(a.default_value)
+                if isinstance(default, bytes):
+                    default = default.decode()
+                if default == v or (isinstance(v, list) and isinstance(default, list) and list(default) == v):
+                    continue
+            if k == "dilations" and op in ("AveragePool", "MaxPool", "LpPool") and all(d == 1 for d in v):
+                continue                                  # rank-dependent default: all ones
+            out[k] = v
         return out
 
     def activation(self, x: str, y: str, act: str, params, base: str) -> None:
@@ -204,6 +230,7 @@ class _Exporter:
 
     def export(self, opset: int = OPSET):
         helper, g = self.helper, self.g
+        self.opset = opset
         for node in g.nodes:
             outs_t = [g.tensors[o] for o in node.outputs if o]
             if node.op in ("QuantizeLinear", "DequantizeLinear"):
@@ -248,19 +275,17 @@ def export_qdq(graph: Graph, path: Union[str, os.PathLike, None] = None, opset: 
                check: bool = True):
     """``graph`` as an ONNX QDQ ModelProto (saved to ``path`` when given). Returns (model, counts)."""
     try:
-        import onnx  # noqa: F401
+        import onnx
     except ImportError:
         raise ExportError("ONNX export needs the onnx package: pip install onnx") from None
     ex = _Exporter(graph)
     model = ex.export(opset)
     if check:
-        import onnx
         try:
             onnx.checker.check_model(model)
         except onnx.checker.ValidationError as e:
             raise ExportError(f"exported model fails the ONNX checker: {str(e).splitlines()[0]}") from None
     if path is not None:
-        import onnx
         onnx.save(model, os.fspath(path))
     counts = dict(ex.counts, nodes=len(model.graph.node), initializers=len(model.graph.initializer))
     return model, counts

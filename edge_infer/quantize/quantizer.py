@@ -18,7 +18,6 @@ used as the reference is that split graph (numerically identical to the fused on
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -27,7 +26,7 @@ import numpy as np
 
 from ..errors import EdgeInferError
 from ..ir import Graph, Node, infer_shapes
-from ..ir import shape_rules_quant  # noqa: F401  (Q/DQ shape rules)
+from ..ir import shape_rules_quant  # noqa: F401  (registers the Q/DQ shape rules)
 from .observers import (Observer, activation_qparams, make_observer, quantize_weights, weight_scales)
 
 ANCHOR_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
@@ -44,6 +43,8 @@ FIXED_OUTPUT = {"Sigmoid": (1.0 / 256.0, -128), "Tanh": (1.0 / 128.0, 0)}
 INT8_OPS = frozenset(ANCHOR_OPS + BINARY_OPS + SAME_PARAM_OPS + CLAMP_OPS + CONCAT_OPS + LUT_OPS)
 #: ops whose int8 output carries its input's parameters (pure data movement / max / mean)
 PASS_THROUGH = frozenset(SAME_PARAM_OPS)
+#: pure data movement (no arithmetic at all)
+DATA_MOVEMENT = frozenset(("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"))
 #: epilogue activations an int8 kernel applies as an output clamp
 CLAMP_ACTIVATIONS = ("", "Relu", "Clip")
 #: fused activation -> (op, attrs from params) when split into its own node
@@ -268,7 +269,18 @@ def make_plan(g: Graph, ranges: Dict[str, Tuple[float, float]], keep_float: Iter
     input is. ``only``: int8 for those nodes alone (sensitivity probes)."""
     keep = set(keep_float)
     plan = Plan()
-    prod = g.producers()
+    cons = g.consumers()
+
+    def feeds_int8_anchors(node: Node) -> bool:
+        """A data-movement op whose every reader is a Conv/Gemm/MatMul that will run int8: then
+        quantizing before it moves 4x fewer bytes (e.g. the input Transpose of an NHWC graph)."""
+        if node.op not in DATA_MOVEMENT or only is not None:
+            return False
+        readers = [c for o in node.outputs if o for c in cons.get(o, [])]
+        return bool(readers) and not any(o in g.outputs for o in node.outputs) and all(
+            c.op in ANCHOR_OPS and c.name not in keep and int8_support(c, g)[0]
+            and c.inputs and c.inputs[0] in node.outputs for c in readers)
+
     for node in g.nodes:
         ok, why = int8_support(node, g)
         if node.name in keep:
@@ -281,7 +293,8 @@ def make_plan(g: Graph, ranges: Dict[str, Tuple[float, float]], keep_float: Iter
             if node.op in BINARY_OPS or node.op in CONCAT_OPS:
                 if not int8_in and only is None:
                     ok, why = False, "inputs are float32 (nothing to gain)"
-            elif din[0] not in plan.int8_produced and (only is None or node.op in PASS_THROUGH):
+            elif din[0] not in plan.int8_produced and (only is None or node.op in PASS_THROUGH) \
+                    and not feeds_int8_anchors(node):
                 ok, why = False, "input is float32 (nothing to gain)"
         if not ok:
             plan.float_reasons[node.name] = why

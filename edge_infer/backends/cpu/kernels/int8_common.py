@@ -85,6 +85,56 @@ def install_int8_dispatch() -> None:
         KERNELS[op] = _dispatcher(op, cur, fn)
 
 
+# -- shared scratch -----------------------------------------------------------------------------
+
+def _max_elems(ctx, role: str) -> int:
+    """What one scratch ``role`` must hold for any int8 node of the plan: im2col columns for
+    "cols", else the largest activation tensor."""
+    cache = ctx.__dict__.setdefault("_int8_scratch_bounds", {})
+    key = "cols" if role == "cols" else "tensor"
+    if key not in cache:
+        g = ctx.graph
+        if key == "cols":
+            best = 0
+            for n in g.nodes:
+                if n.op not in ("Conv", "FusedConv") or not n.outputs:
+                    continue
+                x, w, y = (g.tensors.get(n.inputs[0]), g.tensors.get(n.inputs[1]), g.tensors.get(n.outputs[0]))
+                if None in (x, w, y) or y.dtype != "int8" or not (x.is_static and y.is_static) or w.shape is None:
+                    continue
+                last = (n.attrs.get("data_layout") or "NCHW") == "NHWC"
+                c = x.shape[-1] if last else x.shape[1]
+                p = int(np.prod(y.shape[1:-1] if last else y.shape[2:]))
+                best = max(best, int(c) * int(np.prod(w.shape[2:])) * p)
+            cache[key] = best
+        else:
+            cache[key] = max([t.size for t in g.tensors.values() if not t.is_const and t.is_static] + [0])
+    return cache[key]
+
+
+def scratch(ctx, role: str, shape, dtype) -> np.ndarray:
+    """A scratch array for ``role``, shared by every int8 kernel of the plan.
+
+    Steps run one at a time and these buffers are fully rewritten before they are read in
+    every run, so one buffer per (role, dtype), sized for the largest user, serves all kernels
+    (ResNet-50: ~40 MB instead of ~340 MB of per-node scratch). Two buffers a kernel uses at
+    the same time need different roles. Never for state kept between runs (padded borders,
+    tables). Without a plan context (tests, folding) a fresh array."""
+    shape = tuple(int(d) for d in shape)
+    need = int(np.prod(shape, dtype=np.int64))
+    dt = np.dtype(dtype)
+    if ctx is None or not hasattr(ctx, "graph"):
+        return np.empty(shape, dt)
+    store = ctx.__dict__.setdefault("_int8_scratch", {})
+    key = (role, dt.str)
+    buf = store.get(key)
+    if buf is None:
+        buf = store[key] = ctx.workspace((max(need, _max_elems(ctx, role)),), dt)
+    if buf.size < need:
+        return ctx.workspace(shape, dt)
+    return buf[:need].reshape(shape)
+
+
 # -- quantization parameters ------------------------------------------------------------------
 
 class QParams:
@@ -205,7 +255,7 @@ class Requantizer:
             self.c = (1 << 30) + np.where(right > 0, np.left_shift(np.int64(1), 30 + right), 0)
             self.total_shift = 31 + right
             self.d = np.left_shift(np.int64(1), self.total_shift) - 2 * self.c
-            self.mask = alloc(shape, np.int64)
+            self.mask = scratch(ctx, "rq_mask", shape, np.int64)
             if self.offset and abs(self.offset) <= 256 and np.all(self.total_shift <= 52):
                 # |xq| <= 2^62 and |offset| 2^S <= 2^60: the sum stays inside int64
                 self.c = self.c + np.left_shift(np.int64(self.offset), self.total_shift)
@@ -307,13 +357,12 @@ class ChunkedGemm:
 
     def __init__(self, a: np.ndarray, b: np.ndarray, acc: np.ndarray, ctx=None, chunk: int = EXACT_K,
                  bias: Optional[np.ndarray] = None):
-        alloc = ctx.workspace if ctx is not None else (lambda s, d: np.empty(s, d))
         k = a.shape[-1]
         if b.shape[-2] != k:
             raise ValueError(f"inner dims {a.shape} @ {b.shape}")
         self.acc = acc
         self.parts = [(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]) for k0 in range(0, max(k, 1), chunk)]
-        self.buf = alloc(acc.shape, np.float32)
+        self.buf = scratch(ctx, "gemm_f32", acc.shape, np.float32)
         self.chunks = len(self.parts)
         #: int64 terms added to the product: in float32 when every sum stays below 2^24 (one
         #: chunk, small bias: exact, and the cheapest), else in int64 after the conversion

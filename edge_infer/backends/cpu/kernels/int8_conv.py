@@ -22,7 +22,7 @@ group > 1); NCHW, or NHWC with ``data_layout="NHWC"``.
 """
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -33,7 +33,7 @@ from ....ir.padding import resolve_pads
 from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
 from .conv import padded_input, tap_views, view_as
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
-                          qparams, quantize_multiplier, quantize_multipliers, requantize)
+                          qparams, quantize_multiplier, quantize_multipliers, requantize, scratch)
 
 
 def conv_requant_params(s_x: float, s_w: np.ndarray, s_y: float):
@@ -74,7 +74,7 @@ def residual_stage(ctx, node: Node, z_name: str, s_y: float, shape) -> Callable:
     values = np.arange(-128, 128, dtype=np.int64)
     table = np.empty(256, np.int64)
     table[values.astype(np.int8).view(np.uint8)] = requantize(values - zp_z, qz, shz)
-    zt = ctx.workspace(tuple(shape), np.int64)
+    zt = scratch(ctx, "residual_i64", shape, np.int64)
     zu = z.view(np.uint8).reshape(shape)
     take, add = np.take, np.add
 
@@ -129,7 +129,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     # accumulator layout: NCHW (N, M, P), per-channel params (M, 1); NHWC (N, P, M), params (M,)
     acc_shape = (n, p, m) if last else (n, m, p)
     cshape = (m,) if last else (m, 1)
-    acc = ctx.workspace(acc_shape, np.int64)
+    acc = scratch(ctx, "acc_i64", acc_shape, np.int64)
     bias_b = bias.reshape(cshape)
     rq = Requantizer(q.reshape(cshape), sh.reshape(cshape), acc_shape, ctx, offset=zp_y)
     z_name = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
@@ -150,7 +150,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     wf = w.astype(np.float32)
 
     if algo == "pointwise":
-        xf = ctx.workspace(x.shape, np.float32)
+        xf = scratch(ctx, "in_f32", x.shape, np.float32)
         if last:
             gemm = ChunkedGemm(view_as(xf, (n * p, c)), np.ascontiguousarray(wf.reshape(m, c).T),
                                view_as(acc, (n * p, m)), ctx, bias=bias)
@@ -177,16 +177,16 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         if last:
             if mult == 1:
                 wtaps = [np.ascontiguousarray(wt[:, 0, k]) for k in range(ksize)]    # (C,)
-                accf = ctx.workspace(y.shape, np.float32)
+                accf = scratch(ctx, "dw_acc_f32", y.shape, np.float32)
             else:
                 taps = [t[..., None] for t in taps]                                  # (N,*out,C,1)
                 wtaps = [np.ascontiguousarray(wt[:, :, k]) for k in range(ksize)]    # (C, mult)
-                accf = ctx.workspace((n, *osp, c, mult), np.float32)
+                accf = scratch(ctx, "dw_acc_f32", (n, *osp, c, mult), np.float32)
         else:
             taps = [np.expand_dims(t, 2) for t in taps]                              # (N,C,1,*out)
             wtaps = [np.ascontiguousarray(wt[:, :, k].reshape((c, mult) + (1,) * nsp)) for k in range(ksize)]
-            accf = ctx.workspace((n, c, mult, *osp), np.float32)
-        tmp = ctx.workspace(accf.shape, np.float32)
+            accf = scratch(ctx, "dw_acc_f32", (n, c, mult, *osp), np.float32)
+        tmp = scratch(ctx, "dw_tmp_f32", accf.shape, np.float32)
         acc_v = acc.reshape(accf.shape)
         bias_dw = bias.reshape(c, mult) if last else bias.reshape((c, mult) + (1,) * nsp)
         if last and mult == 1:
@@ -227,7 +227,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         win_strides = ((s_c * cg, s_c) + tuple(sp_st[i] * dil[i] for i in range(nsp))
                        + tuple(sp_st[i] * strides[i] for i in range(nsp)))
         wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
-        cols = ctx.workspace((group, kc, p), np.float32)
+        cols = scratch(ctx, "cols", (group, kc, p), np.float32)
         cols_v = view_as(cols, win_shape)
         w3 = np.ascontiguousarray(wf.reshape(group, mg, kc))
         accs = [view_as(acc[b], (group, mg, p)) for b in range(n)]
@@ -240,7 +240,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         win_strides = ((s_c * cg,) + tuple(sp_st[i] * strides[i] for i in range(nsp))
                        + tuple(sp_st[i] * dil[i] for i in range(nsp)) + (s_c,))
         wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
-        cols = ctx.workspace((group, p, kc), np.float32)
+        cols = scratch(ctx, "cols", (group, p, kc), np.float32)
         cols_v = view_as(cols, win_shape)
         # W (g, Mg, Cg, *k) -> (g, *k, Cg, Mg) -> (g, kc, Mg)
         wv = wf.reshape(group, mg, cg, ksize).transpose(0, 3, 2, 1)
@@ -248,7 +248,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         if group == 1:
             gemms = [ChunkedGemm(cols[0], w3[0], acc[b], ctx, bias=bias) for b in range(n)]
         else:
-            res = ctx.workspace((group, p, mg), np.int64)
+            res = scratch(ctx, "grouped_i64", (group, p, mg), np.int64)
             gemms = []
             for b in range(n):
                 g = ChunkedGemm(cols, w3, res, ctx, bias=bias.reshape(group, 1, mg))

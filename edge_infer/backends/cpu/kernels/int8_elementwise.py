@@ -18,14 +18,14 @@ the exact integer MBQM instead.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict
+from typing import Callable
 
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
-                          requantize, round_half_away)
+                          requantize, round_half_away, scratch)
 
 LEFT_SHIFT = 20
 _VALUES = np.arange(QMIN, QMAX + 1, dtype=np.int64)           # -128 .. 127
@@ -225,7 +225,7 @@ def int8_add(node: Node, ctx) -> Callable[[], None]:
             v = requantize((arr.astype(np.int64) - zp) << LEFT_SHIFT, q, sh)
             scaled.append(v)
             continue
-        buf = ctx.workspace(shape, np.int64)
+        buf = scratch(ctx, f"add_in{len(scaled)}_i64", shape, np.int64)
         rq = Requantizer(q, sh, shape, ctx)
 
         def stage(arr=arr, buf=buf, rq=rq, zp=zp):
@@ -236,7 +236,7 @@ def int8_add(node: Node, ctx) -> Callable[[], None]:
             rq(buf)
         steps.append(stage)
         scaled.append(buf)
-    acc = ctx.workspace(shape, np.int64)
+    acc = scratch(ctx, "acc_i64", shape, np.int64)
     rqy = Requantizer(qy, shy, shape, ctx)
     s0, s1_ = scaled
     add, clip = np.add, np.clip
@@ -261,8 +261,8 @@ def int8_mul(node: Node, ctx) -> Callable[[], None]:
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
     q, sh = quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
     shape = y.shape
-    acc = ctx.workspace(shape, np.int64)
-    tmp = ctx.workspace(shape, np.int64)
+    acc = scratch(ctx, "acc_i64", shape, np.int64)
+    tmp = scratch(ctx, "add_in1_i64", shape, np.int64)
     rq = Requantizer(q, sh, shape, ctx)
     ca = ctx.const(node.inputs[0])
     cb = ctx.const(node.inputs[1])

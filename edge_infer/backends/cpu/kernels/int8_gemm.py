@@ -22,7 +22,7 @@ from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from .conv import view_as
 from .int8_common import (ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor, qparams,
-                          quantize_multipliers)
+                          quantize_multipliers, scratch)
 
 
 def _opt(node: Node, i: int) -> str:
@@ -83,7 +83,7 @@ def _int8_matmul(node: Node, ctx, a: np.ndarray, a_name: str, b: np.ndarray, b_n
     q, sh = quantize_multipliers(ms)
     bias = _bias(ctx, node, bias_name, n)
 
-    af = ctx.workspace(a.shape, np.float32)
+    af = scratch(ctx, "in_f32", a.shape, np.float32)
     a2 = a_view(af)
     k = a2.shape[-1]
     if b_const:
@@ -92,19 +92,19 @@ def _int8_matmul(node: Node, ctx, a: np.ndarray, a_name: str, b: np.ndarray, b_n
         const_term = bias - zp_a * colsum                          # broadcasts on (..., M, N) rows
         bf = None
     else:
-        bf = ctx.workspace(b.shape, np.float32)
+        bf = scratch(ctx, "in2_f32", b.shape, np.float32)
         b2 = b_view(bf)
         const_term = bias + k * zp_a * zp_b
     out_shape = np.broadcast_shapes(a2.shape[:-1] + (1,), b2.shape[:-2] + (1, b2.shape[-1]))
     if int(np.prod(out_shape)) != y.size or out_shape[-1] != n:
         raise ShapeError(f"{node.op} {node.name!r}: {a2.shape} @ {b2.shape} does not give {y.shape}")
-    acc = ctx.workspace(out_shape, np.int64)
+    acc = scratch(ctx, "acc_i64", out_shape, np.int64)
     if const_term.ndim > 1:
         const_term = const_term[..., None, :]
     gemm = ChunkedGemm(a2, b2, acc, ctx, bias=const_term)        # constant terms added exactly
     rq = Requantizer(q, sh, out_shape, ctx, offset=zp_y)
     y_acc = y.reshape(out_shape)
-    copyto, add, sub, clip, mul = np.copyto, np.add, np.subtract, np.clip, np.multiply
+    copyto, sub, clip, mul = np.copyto, np.subtract, np.clip, np.multiply
     a_int = a_view(a)
     b_int = None if b_const else b_view(b)
     if not b_const:

@@ -23,7 +23,7 @@ from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.shape_rules_nn import channels_last, split_layout
 from .conv import padded_input, view_as
-from .int8_common import QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multipliers
+from .int8_common import QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multipliers, scratch
 from .pool import _geometry, _window_counts, separable_reduce
 
 
@@ -31,7 +31,7 @@ def rounded_mean_step(acc: np.ndarray, count, y: np.ndarray, ctx) -> Callable[[]
     """acc (int64 sums, in place) -> TFLite's rounded division by ``count`` -> clamp -> y."""
     count = np.asarray(count, np.int64)
     half = count // 2
-    m = ctx.workspace(acc.shape, np.int64)
+    m = scratch(ctx, "rq_mask", acc.shape, np.int64)
 
     def step():
         np.right_shift(acc, 63, out=m)              # -1 below zero, else 0
@@ -86,7 +86,7 @@ def int8_average_pool(node: Node, ctx) -> Callable[[], None]:
                                  "overhang is not supported")
     # pads hold raw 0 (not counted) or zp (a counted real zero)
     xp, pad_step = padded_input(ctx, x, pads, extra, fill=zp_x if include_pad else 0, last=last)
-    xf = ctx.workspace(xp.shape, np.float32)
+    xf = scratch(ctx, "in_f32", xp.shape, np.float32)
     cnt = np.ones(osp, np.int64)
     for i in range(nsp):
         lo = 0 if include_pad else pads[i]
@@ -100,9 +100,9 @@ def int8_average_pool(node: Node, ctx) -> Callable[[], None]:
     if last:
         cnt = cnt[..., None]
     count = int(cnt.flat[0]) if (cnt == cnt.flat[0]).all() else cnt
-    sums = ctx.workspace(y.shape, np.float32)
+    sums = scratch(ctx, "gemm_f32", y.shape, np.float32)
     reduce = separable_reduce(ctx, xf, sums, ks, strides, dil, osp, np.add, last)
-    acc = ctx.workspace(y.shape, np.int64)
+    acc = scratch(ctx, "acc_i64", y.shape, np.int64)
     if same:
         final = rounded_mean_step(acc, count, y, ctx)
     else:
@@ -132,7 +132,7 @@ def int8_global_average_pool(node: Node, ctx) -> Callable[[], None]:
     if x.size == 0:
         return lambda: None
     same, s_x, zp_x, s_y, zp_y = _same_params(ctx, node)
-    acc = ctx.workspace((n, c), np.int64)
+    acc = scratch(ctx, "acc_i64", (n, c), np.int64)
     y2 = view_as(y, (n, c))
     x3 = view_as(x, (n, p, c)) if last else view_as(x, (n, c, p))
     axis = 1 if last else 2
