@@ -69,6 +69,8 @@ def cmd_convert(args) -> int:
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
+    if "flops" in b and "flops" in a:
+        print(f"  FLOPs {b['flops']:,} -> {a['flops']:,}, bytes moved {b['bytes_moved']:,} -> {a['bytes_moved']:,}")
     print(f"  size {rep['source_bytes']:,} B (source) -> {rep['artifact_bytes']:,} B "
           f"({rep['artifact_bytes'] / max(rep['source_bytes'], 1):.2f}x)")
     print(f"  verified: max relative error {rep['max_relative_error']:.2e} (tolerance {rep['tolerance']:g})")

@@ -692,7 +692,7 @@ def test_optimize_level2_preserves_random_chains(data):
     g = _random_chain(data.draw)
     g.validate()
     opt = g.copy()
-    optimize(opt, level=2)
+    optimize(opt, level=2, check=lambda graph, name: graph.validate())  # valid after every pass
     opt.validate()
     feeds = [random_inputs(g, s) for s in range(2)]
     assert compare(opt, g, feeds) <= 1e-5
