@@ -49,6 +49,17 @@ def run_demo(runs: int = 100, show: int = 6) -> int:
         print(f"\naccuracy on {len(y)} held-out digits: {acc:.2%} "
               f"({int((pred == y).sum())}/{len(y)})")
 
+        # int8: calibrate on the first 100 held-out digits, score on the other 350
+        dst8 = os.path.join(tmp, "digits_cnn_int8.eim")
+        calib = [{name: x[k:k + 1]} for k in range(100)]
+        rep8 = convert(src, dst8, quantize="int8", calib=calib)
+        rt8 = Runtime(dst8)
+        pred8 = rt8.run({name: x[100:]})[rt8.outputs[0].name].argmax(axis=1)
+        acc32, acc8 = float((pred[100:] == y[100:]).mean()), float((pred8 == y[100:]).mean())
+        print(f"int8 (calibrated on 100 digits, scored on the other {len(y) - 100}): accuracy "
+              f"{acc8:.2%} vs fp32 {acc32:.2%}; artifact {rep8['artifact_bytes']:,} B "
+              f"({rep8['artifact_bytes'] / rep['source_bytes']:.2f}x the source)")
+
         one = x[:1]
         for _ in range(10):
             rt.run({name: one})
