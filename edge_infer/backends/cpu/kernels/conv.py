@@ -285,17 +285,7 @@ def conv(node: Node, ctx) -> Callable[[], None]:
         if ctx.const(node.inputs[1]) is not None:
             wtaps = [np.ascontiguousarray(v) for v in wtaps]
         y5 = view_as(y, (n, c, mult, *osp))
-        tmp = ctx.workspace(y5.shape, dtype)
-        first_x, first_w = taps[0], wtaps[0]
-        rest = list(zip(taps[1:], wtaps[1:]))
-        mul, add = np.multiply, np.add
-
-        def depthwise():
-            pad_step()
-            mul(first_x, first_w, out=y5)
-            for xv, wv in rest:
-                mul(xv, wv, out=tmp)
-                add(y5, tmp, out=y5)
+        depthwise = shifted_multiply_add(pad_step, taps, wtaps, y5, ctx.workspace(y5.shape, dtype))
         ctx.note(node, f"depthwise {kdesc} (multiplier {mult}, {ksize} shifted multiply-adds)")
         return _chain([depthwise, bias])
 
@@ -410,17 +400,7 @@ def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
             taps = [t[..., None] for t in taps]                              # (N, *out, C, 1)
             wtaps = [wt[k] for k in range(ksize)]                            # (C, mult)
             y5 = view_as(y, (n, *osp, c, mult))
-        tmp = ctx.workspace(y5.shape, dtype)
-        first_x, first_w = taps[0], wtaps[0]
-        rest = list(zip(taps[1:], wtaps[1:]))
-        mul, add = np.multiply, np.add
-
-        def depthwise():
-            pad_step()
-            mul(first_x, first_w, out=y5)
-            for xv, wv in rest:
-                mul(xv, wv, out=tmp)
-                add(y5, tmp, out=y5)
+        depthwise = shifted_multiply_add(pad_step, taps, wtaps, y5, ctx.workspace(y5.shape, dtype))
         ctx.note(node, f"NHWC depthwise {kdesc} (multiplier {mult}, {ksize} shifted multiply-adds)")
         return _chain([wstep, depthwise, bias])
 
@@ -531,3 +511,19 @@ def conv_transpose(node: Node, ctx) -> Callable[[], None]:
     ctx.note(node, f"matmul + col2im {'x'.join(map(str, kernel))} ({group} group(s), "
                    f"{ksize} strided tap accumulations)")
     return _chain([deconv, bias])
+
+
+def shifted_multiply_add(pad_step, taps, wtaps, y, tmp):
+    """Eval step of a depthwise conv: y = sum_k taps[k] * wtaps[k] (views, broadcast),
+    accumulated in place with one scratch buffer."""
+    first_x, first_w = taps[0], wtaps[0]
+    rest = list(zip(taps[1:], wtaps[1:]))
+    mul, add = np.multiply, np.add
+
+    def depthwise():
+        pad_step()
+        mul(first_x, first_w, out=y)
+        for xv, wv in rest:
+            mul(xv, wv, out=tmp)
+            add(y, tmp, out=y)
+    return depthwise
