@@ -119,7 +119,7 @@ def cmd_export(args) -> int:
 
 def cmd_run(args) -> int:
     from .runtime import Runtime
-    rt = Runtime(args.artifact, backend=args.backend, threads=args.threads)
+    rt = Runtime(args.artifact, backend=args.backend, threads=args.threads, memory_limit=args.memory_limit)
     if not args.input:
         raise UsageError("give the inputs: --input NAME=FILE.npy (model inputs: "
                          + ", ".join(f"{i.name} {i.dtype}{list(i.shape)}" for i in rt.inputs) + ")")
@@ -385,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output", metavar="OUT.npz")
     r.add_argument("--backend", default="auto")
     r.add_argument("--threads", type=int)
+    r.add_argument("--memory-limit", metavar="SIZE", help="e.g. 256MB: refuse plans that need more")
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="show an artifact's graph, sizes and provenance")

@@ -12,6 +12,10 @@ from .errors import EdgeInferError, InputError
 from .ir import Graph, infer_shapes
 
 
+class MemoryBudgetError(EdgeInferError, MemoryError):
+    """A plan does not fit the Runtime's memory limit."""
+
+
 class TensorInfo(NamedTuple):
     """Name, shape (ints, or strings for symbolic dims) and dtype of a model input or output."""
     name: str
@@ -46,6 +50,24 @@ def _bind_symbols(declared: Tuple, actual: Tuple, symbols: Dict[str, int], name:
 
 _blas_limiter = None
 
+_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+          "G": 2**30, "GB": 2**30, "GIB": 2**30}
+
+
+def parse_size(size: Union[int, str, None]) -> Optional[int]:
+    """``"256MB"`` / ``"1.5G"`` / ``268435456`` -> bytes (binary units); None stays None."""
+    if size is None or isinstance(size, int):
+        return size
+    text = str(size).strip().upper().replace(" ", "")
+    num = text.rstrip("KMGIB")
+    unit = text[len(num):]
+    try:
+        if unit not in _UNITS:
+            raise ValueError
+        return int(float(num) * _UNITS[unit])
+    except ValueError:
+        raise InputError(f"memory limit {size!r}: expected bytes or a size like '256MB'") from None
+
 
 def _limit_blas_threads(n: int) -> None:
     """Cap the BLAS thread pool at ``n`` (process-wide: BLAS has one pool).
@@ -78,7 +100,8 @@ class Runtime:
         self._describe_shapes()
         self.backend: Backend = get_backend(backend)
         self.threads = threads or int(self.meta.get("target", {}).get("threads", 0) or 0) or (os.cpu_count() or 1)
-        self.memory_limit = memory_limit
+        #: bytes that activations plus workspace of one plan may use (None: unbounded)
+        self.memory_limit = parse_size(memory_limit)
         _limit_blas_threads(self.threads)
         #: input shapes -> pool of executables; at most ``max_shapes`` shapes kept
         self._plans: Dict[Tuple, "PlanPool"] = {}
@@ -144,11 +167,25 @@ class Runtime:
                     g = specialize(self.graph, shapes)
                     pool = PlanPool(g, lambda gr: self.backend.prepare(gr, threads=self.threads),
                                     self.max_concurrency)
-                    pool.release(pool.acquire())  # build one now: errors surface here
+                    ex = pool.acquire()  # build one now: errors surface here
+                    pool.release(ex)
+                    self._check_memory(ex, shapes)
                     if len(self._plans) >= self.max_shapes:
                         self._plans.pop(next(iter(self._plans)))
                     self._plans[key] = pool
         return pool
+
+    def _check_memory(self, ex: Executable, shapes) -> None:
+        # Refuse before the first run, saying the least memory this plan needs.
+        plan = getattr(ex, "arena_plan", None)
+        if self.memory_limit is None or plan is None:
+            return
+        need = plan.size + int(getattr(ex, "workspace_bytes", 0))
+        if need > self.memory_limit:
+            raise MemoryBudgetError(
+                f"model needs at least {need / 2**20:.1f} MiB for activations and workspace "
+                f"(arena {plan.size / 2**20:.1f} MiB) with input shapes {dict(shapes)}; "
+                f"memory limit is {self.memory_limit / 2**20:.1f} MiB")
 
     def plan(self, shapes: Dict[str, Tuple[int, ...]]) -> Executable:
         """A prepared plan for these input shapes (built and cached on first use)."""

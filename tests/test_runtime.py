@@ -79,3 +79,21 @@ def test_threads_share_one_runtime(digits_rt):
     for t in ts:
         t.join()
     assert not errors, errors[:5]
+
+
+def test_memory_limit_refuses_before_running(tmp_path):
+    from edge_infer.runtime import MemoryBudgetError, parse_size
+    assert parse_size("256MB") == 256 * 2**20 and parse_size("1.5K") == 1536 and parse_size(None) is None
+    with pytest.raises(InputError):
+        parse_size("lots")
+    out = tmp_path / "d.eim"
+    edge_infer.convert(digits_model_path(), out)
+    x, _ = load_digits_samples()
+    roomy = Runtime(out, memory_limit="64MB")
+    need = roomy.plan({"input": (64, 1, 8, 8)})
+    need = need.arena_plan.size + need.workspace_bytes
+    tight = Runtime(out, memory_limit=need - 1)
+    with pytest.raises(MemoryBudgetError, match="at least"):
+        tight.run(x[:64])
+    np.testing.assert_array_equal(Runtime(out, memory_limit=need).run(x[:64])["logits"],
+                                  roomy.run(x[:64])["logits"])
