@@ -227,28 +227,37 @@ def _chain(steps: List[Callable[[], None]]) -> Callable[[], None]:
     return run
 
 
-@kernel("Conv")
-def conv(node: Node, ctx) -> Callable[[], None]:
-    if channels_last(node):
-        return conv_nhwc(node, ctx)
+def _conv_geometry(node: Node, ctx, last: bool):
+    """Operands and window geometry of a Conv in either layout, checked against
+    the planned output shape (the prepare-time part both layouts share)."""
     x = ctx.value(node.inputs[0])
     y = ctx.value(node.outputs[0])
-    dtype = y.dtype
-    w = _weights(ctx, node.inputs[1], dtype)
-    n, c = x.shape[:2]
+    w = _weights(ctx, node.inputs[1], y.dtype)
+    n, c, insp = split_layout(x.shape, last)
     m, cg = w.shape[:2]
     nsp = x.ndim - 2
     group = int(node.attrs.get("group", 1))
     kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
+    tag = " (NHWC)" if last else ""
     if list(w.shape[2:]) != kernel:
         raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w.shape}")
     if c != cg * group or m % group:
-        raise ShapeError(f"Conv {node.name!r}: X {x.shape}, W {w.shape}, group {group} disagree")
+        raise ShapeError(f"Conv {node.name!r}: X {x.shape}{tag}, W {w.shape}, group {group} disagree")
     wa = window_attrs(node, nsp, kernel)
     strides, dil = wa["strides"], wa["dilations"]
-    pads, osp = resolve_pads(x.shape[2:], kernel, strides, dil, wa["pads"], wa["auto_pad"])
-    if tuple(y.shape) != (n, m, *osp):
-        raise ShapeError(f"Conv {node.name!r}: planned output {y.shape} != computed {(n, m, *osp)}")
+    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
+    want = join_layout(n, m, osp, last)
+    if tuple(y.shape) != want:
+        raise ShapeError(f"Conv {node.name!r}: planned output {y.shape} != computed {want}{tag}")
+    return x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp
+
+
+@kernel("Conv")
+def conv(node: Node, ctx) -> Callable[[], None]:
+    if channels_last(node):
+        return conv_nhwc(node, ctx)
+    x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, False)
+    dtype = y.dtype
     ksize = int(np.prod(kernel))
     p = int(np.prod(osp))
     bias = _bias_step(ctx, node, y, m)
@@ -343,25 +352,8 @@ def _packed_weights(ctx, node: Node, w: np.ndarray, view: np.ndarray
 
 def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
     """Conv in NHWC: x (N, *spatial, C), y (N, *out, M), W stays (M, Cg, *k)."""
-    x = ctx.value(node.inputs[0])
-    y = ctx.value(node.outputs[0])
+    x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, True)
     dtype = y.dtype
-    w = _weights(ctx, node.inputs[1], dtype)
-    n, c, insp = split_layout(x.shape, True)
-    m, cg = w.shape[:2]
-    nsp = x.ndim - 2
-    group = int(node.attrs.get("group", 1))
-    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
-    if list(w.shape[2:]) != kernel:
-        raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w.shape}")
-    if c != cg * group or m % group:
-        raise ShapeError(f"Conv {node.name!r}: X {x.shape} (NHWC), W {w.shape}, group {group} disagree")
-    wa = window_attrs(node, nsp, kernel)
-    strides, dil = wa["strides"], wa["dilations"]
-    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
-    if tuple(y.shape) != join_layout(n, m, osp, True):
-        raise ShapeError(f"Conv {node.name!r}: planned output {y.shape} != computed "
-                         f"{join_layout(n, m, osp, True)} (NHWC)")
     ksize = int(np.prod(kernel))
     p = int(np.prod(osp))
     bias = _bias_step(ctx, node, y, m)
