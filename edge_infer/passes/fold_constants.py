@@ -2,7 +2,7 @@
 depends only on static shapes, like Shape) once, at convert time."""
 from __future__ import annotations
 
-from ..ir import Graph, infer_shapes
+from ..ir import Graph
 from ..ir.shape_inference import infer_node, is_foldable
 
 #: don't store folded results larger than this (e.g. Expand/Tile of a scalar to a huge

@@ -218,7 +218,6 @@ def _hard_sigmoid(rw: Rewriter, n: Node) -> bool:
 
 
 def _hard_swish(rw: Rewriter, n: Node) -> bool:
-    g = rw.g
     if n.op == "Mul" and len(n.inputs) == 2:
         # x * HardSigmoid(x)
         for s in n.inputs:
@@ -323,19 +322,7 @@ def _gelu_erf(rw: Rewriter, e: Node) -> bool:
     x = _scale_by(rw, d, SQRT2)
     if x is None:
         return False
-    one = _one_plus(rw, e.outputs[0])
-    if one is None:
-        return False
-    tail = _gelu_tail(rw, one.outputs[0], x)
-    if tail is None:
-        return False
-    nodes, out = tail
-    if not _same_shape(rw, x, out):
-        return False
-    last = nodes[-1]
-    rw.replace([d, e, one] + nodes, [_new(rw, "Gelu", [x], out, last.name, approximate="none")],
-               anchor=last)
-    return True
+    return _finish_gelu(rw, e, x, [d, e], "none")
 
 
 def _gelu_tanh(rw: Rewriter, th: Node) -> bool:
@@ -374,19 +361,7 @@ def _gelu_tanh(rw: Rewriter, th: Node) -> bool:
             if sq is None or sq.inputs != [x, x] or not rw.private(sqn, cube):
                 continue
             cube_nodes.insert(0, sq)
-        one = _one_plus(rw, th.outputs[0])
-        if one is None:
-            return False
-        tail = _gelu_tail(rw, one.outputs[0], x)
-        if tail is None:
-            return False
-        nodes, out = tail
-        if not _same_shape(rw, x, out):
-            return False
-        last = nodes[-1]
-        rw.replace(cube_nodes + [p, inner, sc, th, one] + nodes,
-                   [_new(rw, "Gelu", [x], out, last.name, approximate="tanh")], anchor=last)
-        return True
+        return _finish_gelu(rw, th, x, cube_nodes + [p, inner, sc, th], "tanh")
     return False
 
 
@@ -402,3 +377,21 @@ def recognize_activations(graph: Graph) -> int:
             if rule(rw, node):
                 break
     return rw.commit()
+
+
+def _finish_gelu(rw, core, x, head, approximate: str) -> bool:
+    """The part both GELU forms share: ``core`` (erf or tanh) is followed by
+    1 + ..., then x * 0.5 * ...; replace ``head`` and that tail by one Gelu."""
+    one = _one_plus(rw, core.outputs[0])
+    if one is None:
+        return False
+    tail = _gelu_tail(rw, one.outputs[0], x)
+    if tail is None:
+        return False
+    nodes, out = tail
+    if not _same_shape(rw, x, out):
+        return False
+    last = nodes[-1]
+    rw.replace(head + [one] + nodes, [_new(rw, "Gelu", [x], out, last.name, approximate=approximate)],
+               anchor=last)
+    return True

@@ -18,7 +18,7 @@ size is known. Counting conventions:
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 

@@ -26,7 +26,6 @@ import numpy as np
 
 from ..errors import EdgeInferError
 from ..ir import Graph, Node, infer_shapes
-from ..ir import shape_rules_quant  # noqa: F401  (registers the Q/DQ shape rules)
 from .observers import (Observer, activation_qparams, make_observer, quantize_weights, weight_scales)
 
 ANCHOR_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")

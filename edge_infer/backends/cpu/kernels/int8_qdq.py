@@ -14,7 +14,6 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ....ir import Node
-from ....ir import shape_rules_quant  # noqa: F401 - registers the Q/DQ shape rules
 from ..registry import kernel
 
 
