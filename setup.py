@@ -9,7 +9,8 @@ with open(os.path.join(HERE, "edge_infer", "version.py")) as f:
     VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
 
 EXTRAS = {
-    "convert": ["onnx>=1.14"],
+    # tflite: the TFLite flatbuffer schema (reader and builder) for import and export
+    "convert": ["onnx>=1.14", "tflite>=2.10", "flatbuffers>=2.0"],
     "vision": ["opencv-python-headless>=4.5", "pillow>=9"],
     "opencl": ["pyopencl>=2022.1"],
     "cuda": ["cupy>=12"],
@@ -19,7 +20,7 @@ EXTRAS = {
 EXTRAS["dev"] = sorted(set(EXTRAS["convert"] + EXTRAS["vision"] + EXTRAS["plot"] + [
     "onnxruntime>=1.16", "pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "hypothesis>=6",
     "scikit-learn>=1.0", "threadpoolctl>=3", "tqdm>=4",
-]))
+] + EXTRAS["opencl"] + EXTRAS["tflite"]))
 
 setup(
     name="edge-infer",
