@@ -1,0 +1,130 @@
+"""Native C kernels of the CPU backend (AVX2 / NEON / scalar), loaded with ctypes.
+
+The kernels live in ``src/*.c``: one plain C shared library (no Python C API, no third-party
+dependencies) that ``setup.py`` builds when a C compiler is present. Where the library is
+missing, stale or disabled with ``EDGE_INFER_NO_NATIVE=1``, ``lib`` is None and the numpy kernels
+serve; one warning says so.
+
+A native kernel's prepare fills a ``ctypes.Structure`` of arguments once and returns
+``native_step(fn, args)``: a closure that calls ``fn(&args)`` and carries
+``native_step = (function address, args address)``, so that the executor can run a sequence of
+consecutive native steps in one C call (``ei_run_steps``), GIL released.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import warnings
+from typing import Callable, Dict, Optional, Tuple
+
+#: must equal EI_ABI_VERSION in src/edge_native.h
+ABI_VERSION = 1
+
+#: feature bits of src/edge_native.h
+AVX2, AVX512, NEON, DOTPROD = 1, 2, 4, 8
+FEATURE_NAMES = {AVX2: "avx2", AVX512: "avx512", NEON: "neon", DOTPROD: "dotprod"}
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC_DIR = os.path.join(HERE, "src")
+
+
+class EiStep(ctypes.Structure):
+    """``ei_step`` of edge_native.h."""
+    _fields_ = [("fn", ctypes.c_void_p), ("args", ctypes.c_void_p)]
+
+
+def library_path() -> Optional[str]:
+    """The built shared library next to this file, or None."""
+    found = sorted(glob.glob(os.path.join(HERE, "_edge_native*.so")) +
+                   glob.glob(os.path.join(HERE, "_edge_native*.dylib")))
+    return found[0] if found else None
+
+
+def _load() -> Tuple[Optional[ctypes.CDLL], str]:
+    if os.environ.get("EDGE_INFER_NO_NATIVE", "") not in ("", "0"):
+        return None, "disabled by EDGE_INFER_NO_NATIVE"
+    path = library_path()
+    if path is None:
+        return None, "the native library is not built (no C compiler at install time?)"
+    try:
+        so = ctypes.CDLL(path)
+    except OSError as e:
+        return None, f"cannot load {os.path.basename(path)}: {e}"
+    try:
+        so.ei_abi_version.restype = ctypes.c_int
+        abi = so.ei_abi_version()
+    except AttributeError:
+        abi = None
+    if abi != ABI_VERSION:
+        return None, (f"{os.path.basename(path)} is stale (ABI {abi}, want {ABI_VERSION}); "
+                      "rebuild with `pip install -e .` or `python setup.py build_ext --inplace`")
+    so.ei_cpu_features.restype = ctypes.c_int
+    so.ei_set_isa_mask.restype = ctypes.c_int
+    so.ei_set_isa_mask.argtypes = [ctypes.c_int]
+    so.ei_run_steps.restype = None
+    so.ei_run_steps.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    return so, ""
+
+
+lib, why_not = _load()
+if lib is None:
+    warnings.warn(f"edge_infer: native CPU kernels unavailable ({why_not}); using the numpy kernels",
+                  RuntimeWarning, stacklevel=2)
+
+
+def available() -> Tuple[bool, str]:
+    """(native kernels loaded?, why not)."""
+    return lib is not None, why_not
+
+
+def features() -> Dict[str, bool]:
+    """ISA features of this CPU that the native kernels use."""
+    bits = lib.ei_cpu_features() if lib is not None else 0
+    return {name: bool(bits & bit) for bit, name in FEATURE_NAMES.items()}
+
+
+def set_isa_mask(mask: int) -> int:
+    """Restrict the ISA features kernels may use (-1: all); returns the previous mask.
+    For tests that compare the scalar and SIMD paths on one machine. Process-wide."""
+    return lib.ei_set_isa_mask(mask)
+
+
+def function(name: str, *argtypes, restype=None):
+    """The C function ``name`` with its ctypes signature set (None without the library)."""
+    if lib is None:
+        return None
+    fn = getattr(lib, name)
+    fn.argtypes = list(argtypes)
+    fn.restype = restype
+    return fn
+
+
+_STEP_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def native_step(fn_name: str, args: ctypes.Structure, *keep) -> Callable[[], None]:
+    """The eval closure of a native kernel: calls ``fn_name(&args)``.
+
+    ``keep``: objects the C side points into (arrays, packed weights); the closure holds them
+    alive as long as the plan lives."""
+    fn = _STEP_FN((fn_name, lib))
+    addr = ctypes.addressof(args)
+
+    def run() -> None:
+        fn(addr)
+    run.native_step = (ctypes.cast(fn, ctypes.c_void_p).value, addr)
+    run.native_keep = (fn, args, keep)
+    return run
+
+
+def run_steps_call(steps) -> Callable[[], None]:
+    """One closure running several ``native_step`` closures in one C call (``ei_run_steps``)."""
+    arr = (EiStep * len(steps))(*[EiStep(*s.native_step) for s in steps])
+    n = len(steps)
+    call = lib.ei_run_steps
+
+    def run() -> None:
+        call(arr, n)
+    run.native_keep = (arr, tuple(steps))
+    return run

@@ -1,0 +1,55 @@
+/* edge_infer native kernels: the shared pieces every kernel file uses.
+ *
+ * One plain C shared library (no Python C API), loaded with ctypes by
+ * edge_infer/backends/cpu/native/__init__.py. Every kernel file includes this header.
+ *
+ * Steps: a kernel's prepare (in Python) fills an argument struct once; its eval is a call
+ * `fn(args)`. ei_run_steps runs a run of such steps in one call, so consecutive native ops
+ * cost one Python->C transition per graph segment, with the GIL released (ctypes releases it).
+ *
+ * ISA dispatch: kernels are compiled for the baseline ISA; faster versions carry
+ * __attribute__((target(...))) and are chosen at run time with ei_has(). ei_set_isa_mask()
+ * restricts the features seen (tests compare every path on one machine).
+ */
+#ifndef EDGE_NATIVE_H
+#define EDGE_NATIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EI_API __attribute__((visibility("default")))
+
+/* bumped whenever a struct or signature seen by Python changes; the loader checks it */
+#define EI_ABI_VERSION 1
+
+/* ISA feature bits */
+#define EI_AVX2     (1 << 0)   /* with FMA */
+#define EI_AVX512   (1 << 1)   /* F + BW */
+#define EI_NEON     (1 << 2)   /* aarch64 Advanced SIMD */
+#define EI_DOTPROD  (1 << 3)   /* aarch64 sdot/udot (ARMv8.2 DotProd) */
+
+EI_API int ei_abi_version(void);
+/* features of this CPU, before the mask */
+EI_API int ei_cpu_features(void);
+/* features kernels may use = cpu features & mask; returns the previous mask */
+EI_API int ei_set_isa_mask(int mask);
+int ei_has(int feature);
+
+/* ---- steps ---- */
+typedef void (*ei_step_fn)(const void *args);
+typedef struct { ei_step_fn fn; const void *args; } ei_step;
+EI_API void ei_run_steps(const ei_step *steps, int64_t n);
+
+/* ---- threads ----
+ * fn(ctx, begin, end) over [0, n) split into at most `threads` contiguous chunks of at least
+ * `grain` items; the caller runs the first chunk. One pool per process: a call made while
+ * the pool is busy (another thread's run, or a nested call) runs serially in the caller, so
+ * concurrent runtimes never deadlock or oversubscribe. */
+typedef void (*ei_range_fn)(void *ctx, int64_t begin, int64_t end);
+EI_API void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int threads);
+
+#define EI_MAX_THREADS 64
+#define EI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define EI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif
