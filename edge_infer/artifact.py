@@ -29,10 +29,11 @@ import numpy as np
 
 from .errors import ArtifactError, GraphError
 from .ir.graph import DTYPES, Graph, Node, Tensor
+from .sparse.encodings import BLOCKS, INDEX_DTYPES, SparseArray, validate as _validate_sparse
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-FORMAT_VERSION: Tuple[int, int] = (1, 0)
+FORMAT_VERSION: Tuple[int, int] = (1, 1)   # 1.1: sparse weight encodings
 MAGIC = b"\x89EIM\r\n\x1a\n"
 ALIGN = 64
 HEADER_SIZE = 64
@@ -161,12 +162,32 @@ def _plan_weights(graph: Graph) -> Tuple[Dict[str, dict], List[Tuple[int, np.nda
         if known is not None:
             entries[t.name] = known
             continue
+        if isinstance(t.data, SparseArray):
+            entry, pos = _plan_sparse(t.data, pos, blobs)
+            entries[t.name] = by_id[id(t.data)] = entry
+            continue
         arr = np.ascontiguousarray(t.data, dtype=np.dtype(t.dtype).newbyteorder("<"))
         entry = {"offset": pos, "nbytes": int(arr.nbytes), "encoding": "raw"}
         entries[t.name] = by_id[id(t.data)] = entry
         blobs.append((pos, arr))
         pos = _align(pos + arr.nbytes)
     return entries, blobs, pos
+
+
+def _plan_sparse(s: SparseArray, pos: int, blobs: list) -> Tuple[dict, int]:
+    """A sparse entry: each part of the encoding its own aligned little-endian blob."""
+    parts = {}
+    for name, a in s.parts().items():
+        arr = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+        parts[name] = [pos, int(arr.nbytes)]
+        blobs.append((pos, arr))
+        pos = _align(pos + arr.nbytes)
+    entry = {"encoding": s.encoding, "parts": parts}
+    if s.encoding != "bitmask":
+        entry["index_dtype"] = s.indices.dtype.name
+    if s.encoding == "bcsr":
+        entry["block"] = list(s.block)
+    return entry, pos
 
 
 def _graph_doc(graph: Graph, entries: Dict[str, dict]) -> dict:
@@ -581,9 +602,72 @@ def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, name:
     return arr.reshape(shape)
 
 
-# New encodings (sparse bitmask, CSR, block-CSR, int8 with scales) go here:
-# each checks its own fields and returns the dense, read-only array.
-_DECODERS: Dict[str, Callable[..., np.ndarray]] = {"raw": _decode_raw}
+_SPARSE_PARTS = {"bitmask": ("mask", "values"), "csr": ("indptr", "indices", "values"),
+                 "bcsr": ("indptr", "indices", "values")}
+
+
+def _part(c: _Container, parts: dict, key: str, dtype: np.dtype, name: str) -> np.ndarray:
+    """One blob of a sparse entry: a read-only 1-D view on the weights section."""
+    where = parts.get(key)
+    if not (type(where) is list and len(where) == 2 and all(type(v) is int and v >= 0 for v in where)):
+        raise ArtifactError(f"tensor {name!r}: sparse part {key!r} must be [offset, nbytes] (non-negative ints)")
+    offset, nbytes = where
+    if offset % ALIGN:
+        raise ArtifactError(f"tensor {name!r}: part {key!r} offset {offset} is not {ALIGN}-byte aligned")
+    if offset + nbytes > len(c.weights):
+        raise ArtifactError(f"tensor {name!r}: part {key!r} bytes {offset}..{offset + nbytes} lie outside "
+                            f"the {len(c.weights)}-byte weights section")
+    if nbytes % dtype.itemsize:
+        raise ArtifactError(f"tensor {name!r}: part {key!r} of {nbytes} bytes is not whole {dtype} items")
+    return c.weights[offset:offset + nbytes].view(dtype)
+
+
+def _decode_sparse(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, name: str,
+                   lenient: bool) -> SparseArray:
+    """Decode a ``bitmask`` / ``csr`` / ``bcsr`` entry (docs/format.md) into a SparseArray of
+    views on the map (nothing densified, nothing copied), its structure fully checked."""
+    enc = entry["encoding"]
+    keys = {"encoding", "parts"} | ({"index_dtype"} if enc != "bitmask" else set()) \
+        | ({"block"} if enc == "bcsr" else set())
+    _expect_keys(entry, keys, f"tensor {name!r} data ({enc})", lenient)
+    if dtype.name not in ("float32", "int8"):
+        raise ArtifactError(f"tensor {name!r}: {enc} holds float32 or int8 values, not {dtype.name}")
+    if len(shape) < 1:
+        raise ArtifactError(f"tensor {name!r}: a {enc} tensor needs rank >= 1")
+    parts = entry["parts"]
+    if type(parts) is not dict:
+        raise ArtifactError(f"tensor {name!r}: parts must be an object")
+    _expect_keys(parts, set(_SPARSE_PARTS[enc]), f"tensor {name!r} parts", False)
+    block = None
+    if enc == "bcsr":
+        block = entry["block"]
+        if type(block) is not list or tuple(block) not in BLOCKS:
+            raise ArtifactError(f"tensor {name!r}: block {block!r} is not one of {[list(b) for b in BLOCKS]}")
+    values = _part(c, parts, "values", dtype, name)
+    if enc == "bitmask":
+        s = SparseArray(enc, shape, dtype, mask=_part(c, parts, "mask", np.dtype(np.uint8), name), values=values)
+    else:
+        idt = entry["index_dtype"]
+        if type(idt) is not str or idt not in [d.name for d in INDEX_DTYPES]:
+            raise ArtifactError(f"tensor {name!r}: index_dtype {idt!r} is not uint8 or uint16")
+        idx = _part(c, parts, "indices", np.dtype(idt).newbyteorder("<"), name)
+        if block is not None:
+            br, bc = block
+            if values.size != idx.size * br * bc:
+                raise ArtifactError(f"tensor {name!r}: {values.size} values for {idx.size} {br}x{bc} blocks")
+            values = values.reshape(idx.size, br, bc)
+        s = SparseArray(enc, shape, dtype, indptr=_part(c, parts, "indptr", np.dtype("<i4"), name),
+                        indices=idx, values=values, block=block)
+    err = _validate_sparse(s)
+    if err:
+        raise ArtifactError(f"tensor {name!r}: corrupt {enc} weights: {err}")
+    return s
+
+
+# Each decoder checks its own fields; raw returns the dense read-only array, the sparse
+# encodings a SparseArray of read-only views (kept encoded in memory).
+_DECODERS: Dict[str, Callable[..., np.ndarray]] = {"raw": _decode_raw, "bitmask": _decode_sparse,
+                                                   "csr": _decode_sparse, "bcsr": _decode_sparse}
 _LE_DTYPES = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}
 
 
