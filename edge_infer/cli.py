@@ -125,6 +125,9 @@ def cmd_run(args) -> int:
                          + ", ".join(f"{i.name} {i.dtype}{list(i.shape)}" for i in rt.inputs) + ")")
     feeds = load_input_files(args.input, [i.name for i in rt.inputs])
     out = rt.run(feeds)
+    if getattr(args, "explain", False):
+        from .backends.picker import format_report
+        print(format_report(rt.backend_report()))
     if args.output:
         np.savez(args.output, **out)
         print(f"saved {len(out)} output(s) to {args.output}")
@@ -180,7 +183,29 @@ def memory_plan(graph, shapes=None) -> dict:
             **plan, "workspace_bytes": int(ex.workspace_bytes)}
 
 
+def partition_plan(path: str, backend: str = "auto", input_shapes=None) -> tuple:
+    """(choice, partition plan) of an artifact for its default input shapes (symbolic dims 1)."""
+    from .backends.picker import partition_for
+    from .runtime import Runtime, specialize
+    rt = Runtime(path, backend=backend)
+    shapes = {**(rt._default_shapes() or {}), **(input_shapes or {})}
+    g = specialize(rt.graph, shapes)
+    return partition_for(g, backend, (rt.meta.get("target") or {}).get("backends") or (), rt.threads)
+
+
 def cmd_inspect(args) -> int:
+    if getattr(args, "partition", False):
+        from .backends.partition import format_plan
+        from .backends.picker import format_report
+        choice, plan = partition_plan(args.artifact, args.backend or "auto")
+        if args.json:
+            print(json.dumps({"choice": choice.report, "plan": plan.summary()}, indent=2, default=str))
+        else:
+            print(format_report(choice.report))
+            print(format_plan(plan))
+        return 0
+    if args.backend:
+        raise UsageError("--backend goes with --partition")
     rep = inspect_artifact(args.artifact)
     if args.json:
         print(json.dumps(rep, indent=2, default=str))
@@ -266,7 +291,60 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
     }
 
 
+def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, input_shapes=None) -> dict:
+    """Time each listed (or every available) backend on the model; store the medians in the
+    picker's timings cache so that later ``backend="auto"`` picks use them."""
+    from .backends import BACKENDS
+    from .backends.picker import _instantiate, candidate_names, model_key, record_timing
+    from .runtime import Runtime, specialize
+    from .verify import random_inputs
+    probe_rt = Runtime(path, backend="cpu", threads=threads)
+    prefer = (probe_rt.meta.get("target") or {}).get("backends") or ()
+    names = candidate_names(prefer) if which == "all" else [n.strip() for n in which.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BACKENDS and n != "native"]
+    if unknown:
+        raise UsageError(f"unknown backend(s) {unknown}; known: {', '.join(sorted(BACKENDS))}")
+    feeds = random_inputs(probe_rt.graph, 0, shapes=input_shapes)
+    key = model_key(specialize(probe_rt.graph, {k: v.shape for k, v in feeds.items()}), probe_rt.threads)
+    results, skipped = [], {}
+    for name in dict.fromkeys("cpu" if n == "native" else n for n in names):
+        _, ok, why = _instantiate(name)
+        if not ok:
+            skipped[name] = why
+            continue
+        try:
+            rep = bench_artifact(path, runs, warmup, name, threads, input_shapes)
+        except EdgeInferError as e:
+            skipped[name] = str(e).splitlines()[0]
+            continue
+        record_timing(key, rep["backend"], rep["median_ms"], runs)
+        results.append({k: rep[k] for k in ("backend", "median_ms", "p90_ms", "min_ms", "peak_rss_mb")})
+    if not results:
+        raise UsageError("no backend could run the model: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    fastest = min(results, key=lambda r: r["median_ms"])
+    choice = Runtime(path, backend="auto", threads=threads).backend_report(
+        {k: v.shape for k, v in feeds.items()})
+    return {"artifact": path, "model_key": key, "results": results, "skipped": skipped,
+            "fastest": fastest["backend"], "choice": choice["choice"], "why": choice["why"]}
+
+
 def cmd_bench(args) -> int:
+    if getattr(args, "backends", None):
+        rep = bench_backends(args.artifact, args.backends, args.runs, args.warmup, args.threads,
+                             parse_shape_args(args.input_shape))
+        if args.json:
+            print(json.dumps(rep, indent=2))
+            return 0
+        best = min(r["median_ms"] for r in rep["results"])
+        print(f"{rep['artifact']}: {len(rep['results'])} backend(s), {args.runs} runs each")
+        print(f"  {'backend':12} {'median ms':>10} {'p90 ms':>9} {'vs fastest':>10}")
+        for r in rep["results"]:
+            print(f"  {r['backend']:12} {r['median_ms']:10.3f} {r['p90_ms']:9.3f} {r['median_ms'] / best:9.2f}x")
+        for name, why in rep["skipped"].items():
+            print(f"  {name:12} skipped: {why}")
+        print(f"  timings stored for later picks (model key {rep['model_key']}); "
+              f"auto now picks {rep['choice']}: {rep['why']}")
+        return 0
     rep = bench_artifact(args.artifact, args.runs, args.warmup, args.backend, args.threads,
                          parse_shape_args(args.input_shape))
     latencies = rep.pop("latencies_ms")
@@ -386,11 +464,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", default="auto")
     r.add_argument("--threads", type=int)
     r.add_argument("--memory-limit", metavar="SIZE", help="e.g. 256MB: refuse plans that need more")
+    r.add_argument("--explain", action="store_true", help="say which backend ran and why")
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="show an artifact's graph, sizes and provenance")
     i.add_argument("artifact")
     i.add_argument("--json", action="store_true")
+    i.add_argument("--partition", action="store_true", help="show how the graph splits across backends")
+    i.add_argument("--backend", help="with --partition: the backend to partition for (default: the picker's)")
     i.set_defaults(fn=cmd_inspect)
 
     b = sub.add_parser("bench", help="latency percentiles and per-op times")
@@ -398,6 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--runs", type=int, default=50)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--backend", default="auto")
+    b.add_argument("--backends", metavar="all|A,B", help="time each backend (all: every available one) and "
+                   "store the timings for later backend=auto picks")
     b.add_argument("--threads", type=int)
     b.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...")
     b.add_argument("--json", action="store_true")

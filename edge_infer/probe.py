@@ -21,7 +21,8 @@ import platform
 import re
 from typing import Any, Dict, List, NamedTuple, Optional
 
-__all__ = ["probe", "match_target", "parse_cpuinfo", "TargetMatch", "format_probe", "SIMD_FLAGS"]
+__all__ = ["probe", "match_target", "parse_cpuinfo", "parse_nvidia_smi", "board_kind", "backend_availability",
+           "TargetMatch", "format_probe", "SIMD_FLAGS"]
 
 #: SIMD features reported (as /proc/cpuinfo spells them); ``dotprod`` is derived from ``asimddp``
 SIMD_FLAGS = ("neon", "asimd", "asimddp", "asimdhp", "sve", "sve2", "i8mm", "bf16", "sse4_2", "avx", "avx2", "fma",
@@ -91,6 +92,16 @@ def _meminfo(root: str) -> Dict[str, Any]:
             "total_mb": round(vals.get("MemTotal", 0) / 2**20), "available_mb": round(vals.get("MemAvailable", 0) / 2**20)}
 
 
+def _psutil_memory() -> Dict[str, Any]:
+    try:
+        import psutil
+        vm = psutil.virtual_memory()
+    except Exception as e:  # noqa: BLE001  (psutil missing or unsupported platform)
+        return {"psutil": f"unavailable because psutil failed ({e})"}
+    return {"total_bytes": int(vm.total), "available_bytes": int(vm.available), "total_mb": round(vm.total / 2**20),
+            "available_mb": round(vm.available / 2**20), "source": "psutil"}
+
+
 def _freq(root: str) -> Dict[str, Any]:
     cur, mx = [], []
     for d in sorted(glob.glob(os.path.join(root, "sys/devices/system/cpu/cpu[0-9]*/cpufreq"))):
@@ -135,7 +146,10 @@ def _opencl() -> Dict[str, Any]:
     for p in plats:
         try:
             devs = [{"name": d.name.strip(), "type": cl.device_type.to_string(d.type),
-                     "compute_units": d.max_compute_units, "global_mem_mb": d.global_mem_size // 2**20}
+                     "vendor": d.vendor.strip(), "version": d.version.strip(),
+                     "compute_units": d.max_compute_units, "max_clock_mhz": d.max_clock_frequency,
+                     "global_mem_mb": d.global_mem_size // 2**20,
+                     "host_unified_memory": bool(getattr(d, "host_unified_memory", False))}
                     for d in p.get_devices()]
         except Exception as e:  # noqa: BLE001
             devs = [{"error": str(e)}]
@@ -145,12 +159,46 @@ def _opencl() -> Dict[str, Any]:
     return {"available": True, "platforms": out}
 
 
+def _nvidia_smi() -> Dict[str, Any]:
+    """GPUs nvidia-smi lists (used when CuPy is missing, to say whether installing it would help)."""
+    import shutil
+    import subprocess
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {"found": False, "reason": "there is no nvidia-smi (no NVIDIA driver)"}
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"found": False, "reason": f"nvidia-smi failed ({e})"}
+    if out.returncode != 0:
+        return {"found": False, "reason": f"nvidia-smi failed ({(out.stderr or out.stdout).strip()[:120]})"}
+    return {"found": True, "devices": parse_nvidia_smi(out.stdout)}
+
+
+def parse_nvidia_smi(text: str) -> List[Dict[str, Any]]:
+    """Rows of ``nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits``."""
+    devs = []
+    for i, line in enumerate(x for x in text.splitlines() if x.strip()):
+        cols = [c.strip() for c in line.split(",")]
+        mem = cols[1] if len(cols) > 1 else ""
+        devs.append({"index": i, "name": cols[0], "memory_mb": int(mem) if mem.isdigit() else None,
+                     "compute_capability": cols[2] if len(cols) > 2 else None})
+    return devs
+
+
 def _cuda() -> Dict[str, Any]:
     try:
         import cupy  # noqa: F401
     except ImportError:
-        return {"available": False, "reason": "unavailable because CuPy is not installed "
-                                              "(pip install \"edge-infer[cuda]\")"}
+        smi = _nvidia_smi()
+        if smi["found"] and smi["devices"]:
+            names = ", ".join(d["name"] for d in smi["devices"])
+            return {"available": False, "devices": smi["devices"],
+                    "reason": f"unavailable because CuPy is not installed, though nvidia-smi lists {names} "
+                              "(pip install \"edge-infer[cuda]\")"}
+        return {"available": False, "reason": "unavailable because CuPy is not installed and "
+                                              f"{smi['reason']}"}
     except Exception as e:  # noqa: BLE001  (CuPy installed but broken: missing CUDA libs)
         return {"available": False, "reason": f"unavailable because CuPy failed to import ({e})"}
     try:
@@ -181,9 +229,11 @@ def _arch_from_cpuinfo(text: str) -> str:
     return "unknown"
 
 
-def probe(root: str = "/", accelerators: bool = True, arch: Optional[str] = None) -> Dict[str, Any]:
+def probe(root: str = "/", accelerators: bool = True, arch: Optional[str] = None,
+          backends: bool = True) -> Dict[str, Any]:
     """Everything known about this machine, as a JSON-able dict. ``root`` other than ``/``
-    reads a fake machine (the architecture then comes from its cpuinfo unless ``arch`` says)."""
+    reads a fake machine (the architecture then comes from its cpuinfo unless ``arch`` says);
+    accelerators and backends are probed only on the real machine."""
     is_host = os.path.abspath(root) == "/"
     info: Dict[str, Any] = {}
     cpuinfo = _read(os.path.join(root, "proc/cpuinfo"))
@@ -202,6 +252,8 @@ def probe(root: str = "/", accelerators: bool = True, arch: Optional[str] = None
     cpu["frequency"] = _freq(root)
     info["cpu"] = cpu
     info["memory"] = _meminfo(root)
+    if is_host:
+        info["memory"].update(_psutil_memory())
     model = _read(os.path.join(root, "proc/device-tree/model"))
     tegra = _read(os.path.join(root, "etc/nv_tegra_release"))
     m = re.search(r"#\s*(R\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", tegra or "")
@@ -211,6 +263,7 @@ def probe(root: str = "/", accelerators: bool = True, arch: Optional[str] = None
         if tegra else None,
         "l4t_revision": m.group(2) if m else None,
     }
+    info["board"]["kind"] = board_kind(model, tegra)
     if model is None:
         info["board"]["device_tree_model_unavailable"] = "unavailable because /proc/device-tree/model does not exist (not a device-tree board)"
     if tegra is None:
@@ -224,7 +277,31 @@ def probe(root: str = "/", accelerators: bool = True, arch: Optional[str] = None
         why = "unavailable because not probed (a fake root)" if not is_host else "unavailable because not probed"
         info["opencl"] = {"available": False, "reason": why}
         info["cuda"] = {"available": False, "reason": why}
+    if backends and is_host:
+        info["backends"] = backend_availability()
     return info
+
+
+def board_kind(model: Optional[str], tegra: Optional[str]) -> Optional[str]:
+    """``"raspberry-pi"``, ``"jetson"`` or None, from the device-tree model and the L4T release file."""
+    if tegra or (model and "jetson" in model.lower()):
+        return "jetson"
+    if model and model.lower().startswith("raspberry pi"):
+        return "raspberry-pi"
+    return None
+
+
+def backend_availability() -> Dict[str, Dict[str, Any]]:
+    """Every registered backend: usable here, and why not (``Backend.available()``)."""
+    from .backends import BACKENDS
+    out = {}
+    for name, factory in BACKENDS.items():
+        try:
+            ok, why = factory().available()
+        except Exception as e:  # noqa: BLE001  (a backend whose dependency is broken)
+            ok, why = False, f"failed to load ({type(e).__name__}: {e})"
+        out[name] = {"available": bool(ok), "reason": "" if ok else str(why)}
+    return out
 
 
 class TargetMatch(NamedTuple):
@@ -311,14 +388,21 @@ def format_probe(info: Dict[str, Any], match: Optional[TargetMatch] = None) -> s
     mem = info.get("memory", {})
     lines.append("memory:   " + (mem.get("unavailable") or f"{mem.get('total_mb')} MB total, {mem.get('available_mb')} MB available"))
     b = info.get("board", {})
-    lines.append("board:    " + (b.get("device_tree_model") or b.get("device_tree_model_unavailable", "unknown")))
+    lines.append("board:    " + (b.get("device_tree_model") or b.get("device_tree_model_unavailable", "unknown"))
+                 + (f" ({b['kind']})" if b.get("kind") else ""))
     lines.append("jetson:   " + (f"L4T {b['nv_tegra_release']} (revision {b.get('l4t_revision')})"
                                  if b.get("nv_tegra_release") else b.get("nv_tegra_release_unavailable", "no")))
     for key, label in (("opencl", "opencl:   "), ("cuda", "cuda:     ")):
         a = info.get(key, {})
         if a.get("available"):
             items = a.get("platforms") or a.get("devices") or []
-            lines.append(label + "; ".join(i.get("platform") or i.get("name", "?") for i in items))
+            if key == "opencl":
+                lines.append(label + "; ".join(f"{i['platform']}: " + ", ".join(
+                    f"{d.get('name', '?')} ({d.get('type', '?')}, {d.get('compute_units', '?')} CU)"
+                    for d in i.get("devices", [])) for i in items))
+            else:
+                lines.append(label + "; ".join(f"{i.get('name', '?')} (sm {i.get('compute_capability')}, "
+                                               f"{i.get('memory_mb')} MB)" for i in items))
         else:
             lines.append(label + a.get("reason", "unknown"))
     th = info.get("thermal")
@@ -327,6 +411,8 @@ def format_probe(info: Dict[str, Any], match: Optional[TargetMatch] = None) -> s
     else:
         lines.append("thermal:  " + ", ".join(f"{z['type']} {z['temp_c']:.1f} C" if z["temp_c"] is not None
                                               else f"{z['type']} ?" for z in th))
+    for name, b in (info.get("backends") or {}).items():
+        lines.append(f"backend:  {name}: " + ("available" if b["available"] else f"unavailable ({b['reason']})"))
     if match is not None:
         lines.append(f"target:   {match.name or 'none'} ({match.reason})")
     return "\n".join(lines)

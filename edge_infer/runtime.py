@@ -98,7 +98,12 @@ class Runtime:
             from .artifact import load_artifact
             self.graph, self.meta = load_artifact(os.fspath(model))
         self._describe_shapes()
-        self.backend: Backend = get_backend(backend)
+        #: the backend asked for; "auto" is chosen per input shapes by ``backends.picker``
+        self.requested_backend = backend
+        if backend != "auto":
+            get_backend(backend)          # an unknown or unavailable backend fails here, at once
+        self._choices: Dict[Tuple, "Choice"] = {}
+        self._choice: Optional["Choice"] = None
         self.threads = threads or int(self.meta.get("target", {}).get("threads", 0) or 0) or (os.cpu_count() or 1)
         #: bytes that activations plus workspace of one plan may use (None: unbounded)
         self.memory_limit = parse_size(memory_limit)
@@ -129,6 +134,43 @@ class Runtime:
     def outputs(self) -> List[TensorInfo]:
         info = [self._out_info.get(n, self.graph.tensors[n]) for n in self.graph.outputs]
         return [TensorInfo(t.name, tuple(t.shape) if t.shape is not None else None, t.dtype) for t in info]
+
+    # backend choice ------------------------------------------------------------
+    def _default_shapes(self) -> Optional[Dict[str, Tuple[int, ...]]]:
+        shapes = {}
+        for n in self.graph.inputs:
+            shape = self.graph.tensors[n].shape
+            if shape is None:
+                return None
+            shapes[n] = tuple(d if isinstance(d, (int, np.integer)) else 1 for d in shape)
+        return shapes
+
+    def _choose(self, shapes: Optional[Dict[str, Tuple[int, ...]]], graph: Optional[Graph] = None) -> "Choice":
+        """The picker's choice for these input shapes (made once per shape, then kept)."""
+        from .backends.picker import pick
+        key = None if shapes is None else tuple(tuple(shapes[n]) for n in self.graph.inputs)
+        choice = self._choices.get(key)
+        if choice is None:
+            g = graph if graph is not None else (self.graph if shapes is None else specialize(self.graph, shapes))
+            prefer = (self.meta.get("target") or {}).get("backends") or ()
+            choice = pick(g, self.requested_backend, prefer, self.threads)
+            self._choices[key] = choice
+        self._choice = choice
+        return choice
+
+    @property
+    def backend(self) -> Backend:
+        """The backend of the latest plan (before any run: the choice for the default input
+        shapes, symbolic dims as 1). A partition is a backend named like ``opencl+cpu``."""
+        if self._choice is None:
+            self._choose(self._default_shapes())
+        return self._choice.backend
+
+    def backend_report(self, shapes: Optional[Dict[str, Tuple[int, ...]]] = None) -> dict:
+        """Why the backend was chosen: candidates, availability, coverage, estimated and measured
+        costs, the choice (for ``shapes``; default: the latest plan's). ``format_report`` prints it."""
+        choice = self._choose(shapes) if shapes is not None else (self._choice or self._choose(self._default_shapes()))
+        return dict(choice.report)
 
     # running -----------------------------------------------------------------
     def _check_feeds(self, feeds) -> Dict[str, np.ndarray]:
@@ -165,7 +207,8 @@ class Runtime:
                 pool = self._plans.get(key)
                 if pool is None:
                     g = specialize(self.graph, shapes)
-                    pool = PlanPool(g, lambda gr: self.backend.prepare(gr, threads=self.threads),
+                    backend = self._choose(shapes, g).backend
+                    pool = PlanPool(g, lambda gr: backend.prepare(gr, threads=self.threads),
                                     self.max_concurrency)
                     ex = pool.acquire()  # build one now: errors surface here
                     pool.release(ex)

@@ -146,3 +146,53 @@ def test_probe_this_machine_and_cli(capsys):
     assert rep["target"]["name"] == m.name and rep["target"]["reason"]
     assert main(["probe"]) == 0
     assert "target:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model,tegra,kind", [
+    ("Raspberry Pi 5 Model B Rev 1.0", None, "raspberry-pi"),
+    ("Raspberry Pi Compute Module 4 Rev 1.0", None, "raspberry-pi"),
+    ("NVIDIA Jetson Nano Developer Kit", "# R32 (release), REVISION: 7.1", "jetson"),
+    (None, "# R36 (release), REVISION: 3.0", "jetson"),            # a Jetson without a device-tree model file
+    ("Pine64 RockPro64", None, None),
+    (None, None, None),
+])
+def test_board_kind_on_fake_machines(tmp_path, model, tegra, kind):
+    info = probe(make_machine(tmp_path, PI4_CPUINFO, model, tegra))
+    assert info["board"]["kind"] == kind
+    assert "backends" not in info                       # backends describe this host, not a fake root
+    if kind:
+        assert f"({kind})" in format_probe(info)
+
+
+def test_parse_nvidia_smi():
+    from edge_infer.probe import parse_nvidia_smi
+    rows = parse_nvidia_smi("NVIDIA H200, 143771, 9.0\nOrin (nvgpu), [N/A], 8.7\n\n")
+    assert rows == [{"index": 0, "name": "NVIDIA H200", "memory_mb": 143771, "compute_capability": "9.0"},
+                    {"index": 1, "name": "Orin (nvgpu)", "memory_mb": None, "compute_capability": "8.7"}]
+
+
+def test_backends_report_availability_and_why(monkeypatch):
+    from edge_infer.backends import BACKENDS
+    from edge_infer.backends.base import Backend
+
+    class Ghost(Backend):
+        name = "ghost"
+
+        def available(self):
+            return False, "no ghost device"
+
+    def broken():
+        raise ImportError("libghost.so missing")
+    monkeypatch.setitem(BACKENDS, "ghost", Ghost)
+    monkeypatch.setitem(BACKENDS, "broken", broken)
+    info = probe()
+    assert info["backends"]["cpu"] == {"available": True, "reason": ""}
+    assert info["backends"]["ghost"] == {"available": False, "reason": "no ghost device"}
+    assert not info["backends"]["broken"]["available"] and "libghost.so" in info["backends"]["broken"]["reason"]
+    text = format_probe(info)
+    assert "backend:  ghost: unavailable (no ghost device)" in text and "backend:  cpu: available" in text
+    assert info["memory"]["source"] == "psutil" and info["memory"]["total_bytes"] > 0
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        assert "CuPy is not installed" in info["cuda"]["reason"] and "nvidia-smi" in info["cuda"]["reason"]

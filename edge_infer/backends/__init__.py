@@ -17,9 +17,12 @@ BACKENDS: Dict[str, Callable[[], Backend]] = {"cpu": _cpu}
 
 
 def get_backend(name: str) -> Backend:
-    """The backend called ``name`` ("auto" picks the best available)."""
+    """The backend called ``name`` ("native": the CPU backend with its native kernels).
+    ``"auto"`` here is the CPU backend: ``Runtime(backend="auto")`` chooses per model
+    with ``backends.picker.pick``, which needs the graph."""
     if name == "auto":
         name = "cpu"
+    name = {"native": "cpu"}.get(name, name)
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}")
     b = BACKENDS[name]()

@@ -1,0 +1,348 @@
+"""Choosing the backend for a model: ``Runtime(path, backend="auto")``.
+
+For one graph with concrete shapes, ``pick``
+
+1. lists the candidates: the target profile's ``"backends"`` first (``"native"`` is the
+   CPU backend with its native kernels: an alias of ``"cpu"``), then every other
+   registered backend; each says whether it is available here and why not;
+2. checks coverage: ``Backend.supports(node, graph)`` on every node that runs. A backend
+   covering everything is an option as is; one covering part of the graph is an option
+   as a partition with the CPU backend (``partition.plan_partition``), if any segment
+   is worth offloading;
+3. scores the options: the time measured by ``edge-infer bench --backends`` on this
+   device for this model and input shapes (``timings.json``) where there is one, else the
+   cost model's estimate (``throughput``: FLOPs and bytes per op against the backend's
+   microbenchmarked throughput, cached in ``throughput.json``);
+4. takes the fastest; where estimates take part, scores within 3% go to the earlier
+   candidate (the profile's order); between measured timings the fastest wins outright.
+
+With one option (the usual CPU-only machine) nothing is measured or estimated.
+
+Cache files live in ``$EDGE_INFER_CACHE_DIR``, else ``$XDG_CACHE_HOME/edge_infer``, else
+``~/.cache/edge_infer``; entries are keyed by a device fingerprint (CPU, board,
+accelerators, edge_infer version), and timings also by a hash of the model's structure
+with its input shapes and the thread count. An unwritable cache only costs re-measuring.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Dict, List, Optional, Sequence
+
+from ..errors import BackendError, UnsupportedOpError
+from ..ir import Graph
+from .base import Backend
+from .partition import DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition
+from .throughput import MICROBENCH_VERSION, graph_seconds, measure_profile, running_nodes
+
+#: profile names that mean another backend
+ALIASES = {"native": "cpu", "numpy": "cpu"}
+FALLBACK = "cpu"
+TIE = 0.03
+
+_lock = threading.Lock()
+_memory_cache: Dict[str, dict] = {}     # file name -> content, when the cache dir is unwritable
+
+
+# -- cache ---------------------------------------------------------------------------------
+
+def cache_dir() -> str:
+    """Where the picker keeps throughput profiles and measured timings."""
+    d = os.environ.get("EDGE_INFER_CACHE_DIR")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "edge_infer")
+    return d
+
+
+def _load(fname: str) -> dict:
+    path = os.path.join(cache_dir(), fname)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return dict(_memory_cache.get(path, {}))
+
+
+def _save(fname: str, data: dict) -> None:
+    path = os.path.join(cache_dir(), fname)
+    _memory_cache[path] = data
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+@lru_cache(maxsize=1)
+def device_fingerprint() -> str:
+    """A short hash naming this device: CPU, board, OpenCL/CUDA devices, edge_infer version."""
+    from .. import __version__
+    from ..probe import probe
+    info = probe(backends=False)
+    cpu, board = info.get("cpu", {}), info.get("board", {})
+    ocl = [(p.get("platform"), [(d.get("name"), d.get("version")) for d in p.get("devices", [])])
+           for p in info.get("opencl", {}).get("platforms", [])]
+    cuda = [(d.get("name"), d.get("compute_capability")) for d in info.get("cuda", {}).get("devices", [])]
+    key = json.dumps([cpu.get("arch"), cpu.get("model"), cpu.get("logical_cpus"), board.get("device_tree_model"),
+                      board.get("nv_tegra_release"), ocl, cuda, __version__], default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def model_key(graph: Graph, threads: int) -> str:
+    """Hash of a specialized graph's structure (ops, attributes, tensor dtypes and shapes:
+    what timing depends on, not the weight values) and the thread count."""
+    h = hashlib.sha256()
+    for n in graph.nodes:
+        h.update(json.dumps([n.op, n.inputs, n.outputs, n.attrs], sort_keys=True, default=str).encode())
+    for name in sorted(graph.tensors):
+        t = graph.tensors[name]
+        shape = t.data.shape if t.is_const else t.shape
+        h.update(f"{name}:{t.dtype}:{shape}:{t.is_const}".encode())
+    h.update(json.dumps([graph.inputs, graph.outputs]).encode())
+    return f"{h.hexdigest()[:20]}-t{int(threads)}"
+
+
+def throughput_profile(backend: Backend, threads: int, refresh: bool = False) -> dict:
+    """The backend's microbenchmarked throughput on this device (cached)."""
+    key = f"{device_fingerprint()}/{backend.name}/t{int(threads)}/v{MICROBENCH_VERSION}"
+    with _lock:
+        data = _load("throughput.json")
+        prof = data.get(key)
+        if prof and not refresh:
+            return prof
+    prof = measure_profile(backend, threads)
+    prof["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with _lock:
+        data = _load("throughput.json")
+        data[key] = prof
+        _save("throughput.json", data)
+    return prof
+
+
+def measured_timings(key: str) -> Dict[str, dict]:
+    """{option name: {"median_ms", "runs", "when"}} measured for this model key on this device."""
+    with _lock:
+        return dict(_load("timings.json").get(device_fingerprint(), {}).get(key, {}))
+
+
+def record_timing(key: str, option: str, median_ms: float, runs: int) -> None:
+    """Store a measured median (``edge-infer bench --backends``) for later picks."""
+    with _lock:
+        data = _load("timings.json")
+        data.setdefault(device_fingerprint(), {}).setdefault(key, {})[option] = {
+            "median_ms": float(median_ms), "runs": int(runs), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        _save("timings.json", data)
+
+
+# -- candidates ------------------------------------------------------------------------------
+
+def candidate_names(preference: Sequence[str] = ()) -> List[str]:
+    """The profile's preferred backends (aliases resolved), then the other registered ones."""
+    from . import BACKENDS
+    names = [ALIASES.get(p, p) for p in preference]
+    return list(dict.fromkeys([n for n in names if n in BACKENDS] + list(BACKENDS)))
+
+
+def _instantiate(name: str):
+    from . import BACKENDS
+    try:
+        b = BACKENDS[name]()
+        ok, why = b.available()
+    except Exception as e:  # noqa: BLE001  (a backend whose dependency is broken is unavailable)
+        return None, False, f"failed to load ({type(e).__name__}: {e})"
+    return b, bool(ok), str(why or "")
+
+
+def coverage(backend: Backend, graph: Graph) -> dict:
+    """{"nodes", "supported", "unsupported": {op: count}} over the nodes that run."""
+    nodes = running_nodes(graph)
+    missing: Dict[str, int] = {}
+    for n in nodes:
+        try:
+            ok = backend.supports(n, graph)
+        except Exception:  # noqa: BLE001
+            ok = False
+        if not ok:
+            missing[n.op] = missing.get(n.op, 0) + 1
+    return {"nodes": len(nodes), "supported": len(nodes) - sum(missing.values()), "unsupported": missing}
+
+
+@dataclass
+class Choice:
+    """What ``pick`` decided: the backend that prepares plans (a partition is one too)."""
+    name: str
+    backend: Backend
+    report: dict = field(default_factory=dict)
+    plan: Optional[PartitionPlan] = None
+
+
+def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), threads: int = 1,
+         profiles: Optional[Dict[str, dict]] = None, use_timings: bool = True,
+         min_ratio: float = DEFAULT_MIN_RATIO, estimate: bool = False) -> Choice:
+    """The backend (or partition) to run ``graph`` (concrete shapes) with; see the module doc.
+
+    ``requested``: "auto" or a backend name (then only it, partitioned with the CPU where it
+    lacks ops). ``profiles``: throughput profiles to use instead of measuring (tests).
+    ``use_timings``: consult measured timings. ``estimate``: estimate even a lone option."""
+    from . import BACKENDS
+    requested = ALIASES.get(requested, requested)
+    if requested != "auto" and requested not in BACKENDS:
+        raise BackendError(f"unknown backend {requested!r}; known: {', '.join(sorted(BACKENDS))}")
+    names = [requested] if requested != "auto" else candidate_names(preference)
+    if FALLBACK not in names and FALLBACK in BACKENDS:
+        names.append(FALLBACK)
+    report = {"requested": requested, "preference": [ALIASES.get(p, p) for p in preference],
+              "candidates": [], "threads": threads}
+    insts: Dict[str, Backend] = {}
+    options = []            # (name, backend, plan or None)
+    for name in names:
+        b, ok, why = _instantiate(name)
+        entry = {"name": name, "available": ok, "reason": why}
+        report["candidates"].append(entry)
+        if not ok:
+            continue
+        insts[name] = b
+        cov = coverage(b, graph)
+        entry["coverage"] = cov
+        if requested != "auto" and name != requested:
+            continue                      # the CPU only as the fallback of a requested backend
+        if not cov["unsupported"]:
+            options.append((name, b, None))
+            entry["option"] = name
+        elif name != FALLBACK and cov["supported"]:
+            entry["option"] = "partition"
+    if requested != "auto":
+        if requested not in insts:
+            raise BackendError(f"backend {requested!r} is not available here: {report['candidates'][0]['reason']}")
+    fb = insts.get(FALLBACK)
+    partial = [(e["name"], insts[e["name"]]) for e in report["candidates"] if e.get("option") == "partition"]
+    if partial and fb is None:
+        raise BackendError("the CPU backend is needed to run the ops other backends lack, and it is unavailable")
+    need_profiles = estimate or partial or len(options) > 1
+    profs: Dict[str, dict] = dict(profiles or {})
+    if need_profiles:
+        for name, b in insts.items():
+            if name not in profs:
+                try:
+                    profs[name] = throughput_profile(b, threads)
+                except Exception as e:  # noqa: BLE001  (the microbenchmark failed: no estimate)
+                    _entry(report, name)["profile_error"] = str(e)
+    for name, b in partial:
+        e = _entry(report, name)
+        try:
+            plan = plan_partition(graph, b, fb, profs, min_ratio, require_gain=requested == "auto")
+        except UnsupportedOpError as err:
+            e["partition_error"] = str(err)
+            continue
+        e["partition"] = plan.summary()
+        if plan.offloaded or requested != "auto":
+            options.append((plan.name, PartitionedBackend(plan, {b.name: b, fb.name: fb}), plan))
+            e["option"] = plan.name
+        else:
+            e["option"] = None
+            e["why_not"] = "no segment worth offloading: " + "; ".join(plan.demoted[-1:])
+    if not options:
+        missing = {op for e in report["candidates"] for op in (e.get("coverage") or {}).get("unsupported", {})}
+        raise UnsupportedOpError(f"no available backend runs this graph (ops {sorted(missing)} are not covered)")
+
+    key = None
+    if use_timings and (len(options) > 1 or estimate):
+        key = model_key(graph, threads)
+        measured = measured_timings(key)
+    else:
+        measured = {}
+    report["device"] = device_fingerprint() if need_profiles or key else None
+    report["model_key"] = key
+    scores = []
+    for k, (name, b, plan) in enumerate(options):
+        entry = _entry(report, name if plan is None else plan.primary)
+        est = None
+        if plan is not None:
+            est = plan.est_s
+        elif name in profs:
+            est = graph_seconds(graph, profs[name], fallback=profs.get(FALLBACK))
+        meas = measured.get(name, {}).get("median_ms")
+        entry["estimated_ms"] = None if est is None else est * 1e3
+        entry["measured_ms"] = meas
+        score = meas if meas is not None else (est * 1e3 if est is not None else None)
+        scores.append((name, b, plan, score, "measured" if meas is not None else "estimated", k))
+    scored = [s for s in scores if s[3] is not None]
+    if len(options) == 1 or not scored:
+        name, b, plan = options[0]
+        why = ("requested" if requested != "auto" else "the only available backend that runs this graph"
+               if len(options) == 1 else "no estimate available: first in preference order")
+        if plan is not None:
+            why += f"; partitioned with {FALLBACK} ({len(plan.segments)} segments) for the ops {plan.primary} lacks"
+        best = next(s for s in scores if s[0] == name)
+    else:
+        fastest = min(s[3] for s in scored)
+        tie = 0.0 if all(s[4] == "measured" for s in scored) else TIE     # measurements decide alone
+        best = min((s for s in scored if s[3] <= fastest * (1 + tie)), key=lambda s: s[5])
+        others = ", ".join(f"{s[0]} {s[3]:.3f} ms ({s[4]})" for s in scored if s is not best)
+        why = f"fastest: {best[0]} {best[3]:.3f} ms ({best[4]})" + (f" vs {others}" if others else "")
+        if best[3] > fastest:
+            why += f"; within {TIE:.0%} of the fastest, so the earlier in preference order"
+        name, b, plan = best[0], best[1], best[2]
+    report["choice"] = name
+    report["why"] = why
+    report["options"] = [{"name": s[0], "score_ms": s[3], "basis": s[4]} for s in scores]
+    return Choice(name, b, report, plan)
+
+
+def _entry(report: dict, name: str) -> dict:
+    return next(e for e in report["candidates"] if e["name"] == name)
+
+
+def format_report(rep: dict) -> str:
+    """The text ``edge-infer run --explain`` prints."""
+    lines = [f"backend: {rep['choice']} (requested {rep['requested']}): {rep['why']}"]
+    if rep.get("preference"):
+        lines.append(f"  target profile prefers: {', '.join(rep['preference'])}")
+    for e in rep["candidates"]:
+        if not e["available"]:
+            lines.append(f"  {e['name']:8} unavailable: {e['reason']}")
+            continue
+        cov = e.get("coverage", {})
+        text = f"  {e['name']:8} covers {cov.get('supported')}/{cov.get('nodes')} nodes"
+        if cov.get("unsupported"):
+            text += " (lacks " + ", ".join(f"{k} x{v}" for k, v in sorted(cov["unsupported"].items())) + ")"
+        if e.get("estimated_ms") is not None:
+            text += f"; estimated {e['estimated_ms']:.3f} ms"
+        if e.get("measured_ms") is not None:
+            text += f"; measured {e['measured_ms']:.3f} ms"
+        if e.get("partition") and e.get("option"):
+            p = e["partition"]
+            text += f"; as partition {p['name']} in {len(p['segments'])} segments"
+        if e.get("why_not"):
+            text += f"; {e['why_not']}"
+        if e.get("partition_error"):
+            text += f"; cannot partition: {e['partition_error']}"
+        lines.append(text)
+    if rep.get("model_key"):
+        lines.append(f"  device {rep.get('device')}, model key {rep['model_key']} (cache {cache_dir()})")
+    return "\n".join(lines)
+
+
+def partition_for(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), threads: int = 1,
+                  min_ratio: float = DEFAULT_MIN_RATIO) -> tuple:
+    """(choice, plan) for ``inspect --partition``: the plan of the chosen backend (or of
+    ``requested``); a backend covering the whole graph gives a one-segment plan."""
+    from . import BACKENDS
+    choice = pick(graph, requested, preference, threads, min_ratio=min_ratio, estimate=True)
+    if choice.plan is not None:
+        return choice, choice.plan
+    b = choice.backend
+    fb = b if b.name == FALLBACK else BACKENDS[FALLBACK]()
+    profs = {n: throughput_profile(x, threads) for n, x in ((b.name, b), (fb.name, fb))}
+    return choice, plan_partition(graph, b, fb, profs, min_ratio, require_gain=False)

@@ -1,0 +1,249 @@
+"""What a backend sustains on this device, and what a node costs there.
+
+A backend's *throughput profile* comes from a small microbenchmark run through the
+public ``Backend.prepare`` / ``Executable.run`` interface (so it measures any backend
+the same way, transfers and dispatch included):
+
+============  ================================================  =====================
+key           graph timed                                        derived
+============  ================================================  =====================
+dense         Conv 3x3, 32->64 ch, 32x32 (37.7 MFLOP)            FLOP/s of dense ops
+grouped       depthwise Conv 3x3, 64 ch, 56x56 (3.6 MFLOP)       FLOP/s of grouped conv
+memory        8 chained Relu on 2 MiB                            bytes/s of other ops
+op_s          32 chained Relu on 16 floats, minus 1              seconds per dispatched op
+run_s         1 Relu on 16 floats, minus one op                  fixed seconds per run
+transfer      1 Relu on 2 MiB, minus its compute and run_s       host<->device bytes/s
+int8_dense    the dense graph quantized to int8                  FLOP/s of int8 dense ops
+int8_memory   Conv + 8 MaxPool 3x3 on 8x128x128, int8        bytes/s of int8 others
+============  ================================================  =====================
+
+A graph the backend does not cover leaves that key out (``estimate`` then uses
+the CPU's value). Profiles are cached per device fingerprint in
+``<cache dir>/throughput.json`` (see ``picker.cache_dir``), so a device pays
+the microbenchmark (well under a second per backend) once.
+
+The estimated time of a node: ``op_s + flops / rate[class]`` for dense and grouped
+ops, ``op_s + bytes / memory`` for the rest (they are bandwidth-bound); FLOPs and
+bytes come from ``passes.report.node_flops`` and the tensors' sizes; window ops (pools,
+reductions) make one pass per window element, so a "memory" op moves at least 8 B per FLOP.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from ..errors import EdgeInferError
+from ..ir import Graph, Node
+from .base import Backend
+
+#: bump when the microbenchmark changes, so cached profiles are re-measured
+MICROBENCH_VERSION = 1
+
+DENSE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"})
+INT8 = ("int8", "uint8")
+
+
+def running_nodes(graph: Graph) -> List[Node]:
+    """Nodes that run (not folded into constants at plan time), in graph order."""
+    return [n for n in graph.nodes
+            if not all(graph.tensors[o].is_const for o in n.outputs if o in graph.tensors and o)]
+
+
+def tensor_nbytes(graph: Graph, name: str) -> int:
+    """Bytes of a tensor with a concrete shape (constants: their data), else 0."""
+    t = graph.tensors.get(name) if name else None
+    if t is None:
+        return 0
+    if t.is_const:
+        return int(t.data.nbytes)
+    if not t.is_static:
+        return 0
+    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+
+
+def node_class(node: Node, graph: Graph) -> str:
+    """Cost class: ``dense``, ``grouped`` or ``memory``, prefixed ``int8_`` for int8 inputs."""
+    x = graph.tensors.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
+    prefix = "int8_" if x is not None and x.dtype in INT8 else ""
+    if node.op in DENSE_OPS:
+        if "Conv" in node.op and int(node.attrs.get("group", 1)) > 1:
+            return prefix + "grouped"
+        return prefix + "dense"
+    return prefix + "memory"
+
+
+def node_work(node: Node, graph: Graph) -> Dict[str, float]:
+    """{"flops", "bytes", "class"} of one node of a shape-inferred graph."""
+    from ..passes.report import node_flops
+    try:
+        flops = node_flops(node, graph)
+    except Exception:  # noqa: BLE001  (an op the counter does not know: count its bytes only)
+        flops = 0
+    moved = sum(tensor_nbytes(graph, i) for i in node.inputs) + sum(tensor_nbytes(graph, o) for o in node.outputs)
+    return {"flops": float(flops), "bytes": float(moved), "class": node_class(node, graph)}
+
+
+def _rate(profile: Dict[str, float], key: str, fallback: Optional[Dict[str, float]]) -> Optional[float]:
+    v = profile.get(key)
+    if not v and fallback is not None:
+        v = fallback.get(key)
+    if not v and key.startswith("int8_"):
+        return _rate(profile, key[5:], fallback)
+    if not v and key == "grouped":
+        return _rate(profile, "dense", fallback)
+    return v or None
+
+
+def node_seconds(work: Dict[str, float], profile: Dict[str, float],
+                 fallback: Optional[Dict[str, float]] = None) -> float:
+    """Estimated seconds of a node (``node_work``) on a backend with this profile."""
+    klass = work["class"]
+    op_s = profile.get("op_s", 0.0)
+    if klass.endswith("dense") or klass.endswith("grouped"):
+        rate = _rate(profile, klass, fallback) or 1e9
+        return op_s + work["flops"] / rate
+    rate = _rate(profile, klass, fallback) or 1e9
+    # window ops (pools, reductions) make a pass per window element: count 8 B per FLOP
+    return op_s + max(work["bytes"], 8 * work["flops"]) / rate
+
+
+# -- the microbenchmark ----------------------------------------------------------------
+
+def _conv_graph(c_in: int, c_out: int, hw: int, group: int) -> Graph:
+    rng = np.random.default_rng(0)
+    g = Graph("microbench_conv")
+    g.add_input("x", "float32", (1, c_in, hw, hw))
+    g.add_const("w", rng.standard_normal((c_out, c_in // group, 3, 3)).astype(np.float32) * 0.1)
+    g.add_const("b", rng.standard_normal(c_out).astype(np.float32))
+    g.add_node("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+               strides=[1, 1], dilations=[1, 1], group=group, auto_pad="NOTSET")
+    g.outputs = ["y"]
+    return g
+
+
+def _relu_chain(n_ops: int, numel: int) -> Graph:
+    g = Graph("microbench_relu")
+    g.add_input("x", "float32", (1, numel))
+    prev = "x"
+    for k in range(n_ops):
+        out = f"r{k}"
+        g.add_node("Relu", [prev], [out], name=f"relu{k}")
+        prev = out
+    g.outputs = [prev]
+    return g
+
+
+def _pool_chain(n_ops: int) -> Graph:
+    """A 1x1 Conv then ``n_ops`` 3x3 MaxPools on 8x128x128 (int8 once quantized: pools stay int8)."""
+    g = _conv_graph(8, 8, 128, 1)
+    prev = "y"
+    for k in range(n_ops):
+        g.add_node("MaxPool", [prev], [f"p{k}"], name=f"pool{k}", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                   strides=[1, 1], dilations=[1, 1], ceil_mode=0, auto_pad="NOTSET", storage_order=0)
+        prev = f"p{k}"
+    g.outputs = [prev]
+    return g
+
+
+def _specialized(g: Graph) -> Graph:
+    from ..runtime import specialize
+    return specialize(g, {n: g.tensors[n].shape for n in g.inputs})
+
+
+def _quantized(g: Graph) -> Optional[Graph]:
+    """``g`` quantized to int8 (random calibration), or None where quantization is unavailable."""
+    try:
+        from ..quantize import quantize_graph
+        from ..quantize.calibration import random_feeds
+        q, _ = quantize_graph(g, random_feeds(g, 4))
+        return q
+    except Exception:  # noqa: BLE001  (a runtime-only install: no int8 profile then)
+        return None
+
+
+def _covered(backend: Backend, g: Graph) -> bool:
+    try:
+        return all(backend.supports(n, g) for n in running_nodes(g))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def time_graph(backend: Backend, graph: Graph, threads: int, reps: int = 7,
+               budget_s: float = 0.25) -> Optional[float]:
+    """Best-of-``reps`` seconds of one run of ``graph`` (shapes concrete) on ``backend``,
+    or None when the backend does not cover it or fails to prepare/run it."""
+    if not _covered(backend, graph):
+        return None
+    try:
+        ex = backend.prepare(graph, threads=threads)
+        feeds = {n: np.random.default_rng(1).standard_normal(graph.tensors[n].shape).astype(graph.tensors[n].dtype)
+                 for n in graph.inputs}
+        ex.run(feeds)
+        best, t_start = float("inf"), time.perf_counter()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            ex.run(feeds)
+            best = min(best, time.perf_counter() - t0)
+            if time.perf_counter() - t_start > budget_s:
+                break
+        return best
+    except (EdgeInferError, RuntimeError, ValueError, MemoryError, OSError):
+        return None
+
+
+def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
+    """Run the microbenchmark (module doc) on ``backend``; returns the profile."""
+    small, big = 16, 2**19                      # floats: 64 B and 2 MiB
+    prof: Dict[str, float] = {"version": MICROBENCH_VERSION}
+    t_small1 = time_graph(backend, _specialized(_relu_chain(1, small)), threads, reps=15)
+    t_small32 = time_graph(backend, _specialized(_relu_chain(32, small)), threads, reps=9)
+    if t_small1 is None or t_small32 is None:
+        raise EdgeInferError(f"backend {backend.name!r} cannot run the microbenchmark (Relu)")
+    op_s = max((t_small32 - t_small1) / 31, 1e-7)
+    prof["op_s"] = op_s
+    prof["run_s"] = max(t_small1 - op_s, 0.0)
+    t_big1 = time_graph(backend, _specialized(_relu_chain(1, big)), threads)
+    t_big8 = time_graph(backend, _specialized(_relu_chain(8, big)), threads)
+    if t_big1 is not None and t_big8 is not None:
+        per_op = max((t_big8 - t_big1) / 7 - op_s, 1e-7)
+        prof["memory"] = 2 * 4 * big / per_op
+        transfer_s = max(t_big1 - per_op - op_s - prof["run_s"], 1e-7)
+        prof["transfer"] = 2 * 4 * big / transfer_s
+    for key, g in (("dense", _conv_graph(32, 64, 32, 1)), ("grouped", _conv_graph(64, 64, 56, 64))):
+        sg = _specialized(g)
+        t = time_graph(backend, sg, threads)
+        if t is not None:
+            flops = node_work(running_nodes(sg)[0], sg)["flops"]
+            io = tensor_nbytes(sg, "x") + tensor_nbytes(sg, "y")
+            compute = max(t - prof["run_s"] - op_s - io / prof.get("transfer", float("inf")), t * 0.2)
+            prof[key] = flops / compute
+    for key, g in (("int8_dense", _conv_graph(32, 64, 32, 1)), ("int8_memory", _pool_chain(8))):
+        q = _quantized(g)
+        if q is None:
+            continue
+        sq = _specialized(q)
+        t = time_graph(backend, sq, threads)
+        if t is None:
+            continue
+        nodes = [n for n in running_nodes(sq) if node_class(n, sq) == key]
+        if not nodes:
+            continue
+        others = sum(node_seconds(node_work(n, sq), prof) for n in running_nodes(sq) if n not in nodes)
+        compute = max(t - prof["run_s"] - others, t * 0.2)
+        works = [node_work(n, sq) for n in nodes]
+        amount = sum(w["flops"] if key == "int8_dense" else max(w["bytes"], 8 * w["flops"]) for w in works)
+        compute -= len(nodes) * op_s
+        prof[key] = amount / max(compute, t * 0.1)
+    return prof
+
+
+def graph_seconds(graph: Graph, profile: Dict[str, float], nodes: Optional[List[Node]] = None,
+                  fallback: Optional[Dict[str, float]] = None) -> float:
+    """Estimated seconds of one run of ``nodes`` (default: all that run) as one executable."""
+    nodes = running_nodes(graph) if nodes is None else nodes
+    return profile.get("run_s", 0.0) + sum(node_seconds(node_work(n, graph), profile, fallback) for n in nodes)
+
+
+ProfileSource = Callable[[str], Optional[Dict[str, float]]]

@@ -1,0 +1,210 @@
+"""The backend picker under forced conditions: a backend missing or unavailable, an op
+unsupported (partition or fall back), estimates from throughput profiles, measured timings
+overriding them, the target profile's preference; Runtime(auto), run --explain,
+bench --backends and inspect --partition. Caches go to a tmp dir (EDGE_INFER_CACHE_DIR)."""
+import json
+
+import numpy as np
+import pytest
+
+from edge_infer.backends import BACKENDS, get_backend
+from edge_infer.backends.base import Backend
+from edge_infer.backends.partition import PartitionedExecutable
+from edge_infer.backends.picker import (cache_dir, candidate_names, format_report, model_key, pick,
+                                        record_timing, throughput_profile)
+from edge_infer.backends.throughput import graph_seconds, measure_profile, running_nodes
+from edge_infer.errors import BackendError
+from edge_infer.runtime import Runtime, specialize
+
+from test_partition import CPU, SubsetBackend, profile, small_graph
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGE_INFER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+class Unavailable(Backend):
+    name = "ghost"
+
+    def available(self):
+        return False, "no ghost device on this machine"
+
+    def supported_ops(self):
+        return ["Conv"]
+
+
+def broken():
+    raise ImportError("libghost.so: cannot open shared object file")
+
+
+@pytest.fixture
+def register(monkeypatch):
+    def add(name, factory):
+        monkeypatch.setitem(BACKENDS, name, factory)
+    return add
+
+
+def all_ops(g):
+    return {n.op for n in running_nodes(g)}
+
+
+def test_unavailable_or_broken_backends_leave_cpu(register):
+    register("ghost", Unavailable)
+    register("broken", broken)
+    g = small_graph()
+    c = pick(g)
+    assert c.name == "cpu" and c.backend.name == "cpu"
+    cands = {e["name"]: e for e in c.report["candidates"]}
+    assert cands["ghost"] == {"name": "ghost", "available": False, "reason": "no ghost device on this machine"}
+    assert not cands["broken"]["available"] and "libghost.so" in cands["broken"]["reason"]
+    text = format_report(c.report)
+    assert "ghost    unavailable: no ghost device" in text and "only available backend" in text
+    with pytest.raises(BackendError, match="not available here: no ghost device"):
+        pick(g, "ghost")
+    with pytest.raises(BackendError, match="unknown backend"):
+        pick(g, "nosuch")
+
+
+def test_estimate_decides_between_full_coverage_backends(register):
+    g = small_graph()
+    register("subset", lambda: SubsetBackend(all_ops(g)))
+    fast = pick(g, profiles={"subset": profile(10), "cpu": profile()})
+    assert fast.name == "subset" and "estimated" in fast.report["why"]
+    slow = pick(g, profiles={"subset": profile(0.1), "cpu": profile()})
+    assert slow.name == "cpu"
+    est = {o["name"]: o["score_ms"] for o in slow.report["options"]}
+    assert est["subset"] > est["cpu"] > 0
+    assert est["cpu"] == pytest.approx(graph_seconds(g, profile()) * 1e3)
+
+
+def test_unsupported_op_partitions_or_falls_back(register):
+    g = small_graph()
+    register("subset", lambda: SubsetBackend(all_ops(g) - {"Relu"}))
+    # fast device, fast link: offload around the Relu, which stays on the CPU
+    c = pick(g, profiles={"subset": profile(50, transfer=1e13), "cpu": profile()})
+    assert c.name == "subset+cpu" and c.plan is not None
+    assert [s.backend for s in c.plan.segments] == ["subset", "cpu", "subset"]
+    ex = c.backend.prepare(g, threads=1)
+    assert isinstance(ex, PartitionedExecutable)
+    x = np.random.default_rng(0).standard_normal((1, 4, 16, 16)).astype(np.float32)
+    ref = CPU.prepare(g, threads=1).run({"x": x})
+    out = ex.run({"x": x})
+    for k in ref:
+        np.testing.assert_array_equal(out[k], ref[k])
+    # a slow link: no segment is worth it, so the CPU runs it all, and the report says why
+    c = pick(g, profiles={"subset": profile(50, transfer=1e7), "cpu": profile()})
+    assert c.name == "cpu"
+    sub = next(e for e in c.report["candidates"] if e["name"] == "subset")
+    assert sub["coverage"]["unsupported"] == {"Relu": 1} and "ratio" in sub["why_not"]
+    assert "lacks Relu x1" in format_report(c.report)
+
+
+def test_requested_backend_with_missing_ops_is_partitioned(register):
+    g = small_graph()
+    register("subset", lambda: SubsetBackend(all_ops(g) - {"MaxPool"}))
+    rt = Runtime(g, backend="subset")
+    x = np.random.default_rng(1).standard_normal((1, 4, 16, 16)).astype(np.float32)
+    out = rt.run({"x": x})
+    ref = Runtime(g, backend="cpu").run({"x": x})
+    for k in ref:
+        np.testing.assert_array_equal(out[k], ref[k])
+    assert rt.backend.name == "subset+cpu"
+    rep = rt.backend_report()
+    assert rep["requested"] == "subset" and rep["choice"] == "subset+cpu" and "partitioned" in rep["why"]
+
+
+def test_measured_timings_override_the_estimate(register, cache):
+    g = small_graph()
+    register("subset", lambda: SubsetBackend(all_ops(g)))
+    profs = {"subset": profile(10), "cpu": profile()}
+    assert pick(g, profiles=profs).name == "subset"
+    key = model_key(g, 1)
+    record_timing(key, "subset", 5.0, 20)
+    record_timing(key, "cpu", 1.0, 20)
+    c = pick(g, profiles=profs)
+    assert c.name == "cpu" and "measured" in c.report["why"]
+    assert {o["name"]: o["basis"] for o in c.report["options"]} == {"cpu": "measured", "subset": "measured"}
+    assert pick(g, profiles=profs, use_timings=False).name == "subset"
+    # another thread count is another key: the estimate decides again
+    assert pick(g, profiles=profs, threads=2).name == "subset"
+    data = json.loads((cache / "timings.json").read_text())
+    (dev,) = data
+    assert data[dev][key]["cpu"]["median_ms"] == 1.0
+
+
+def test_preference_order_breaks_ties_and_native_is_cpu(register):
+    g = small_graph()
+    register("subset", lambda: SubsetBackend(all_ops(g)))
+    assert candidate_names(["native", "opencl_missing"])[0] == "cpu"
+    assert candidate_names(["subset", "native"])[:2] == ["subset", "cpu"]
+    same = {"subset": profile(), "cpu": profile()}
+    assert pick(g, preference=["subset", "native"], profiles=same).name == "subset"
+    assert pick(g, preference=["native", "subset"], profiles=same).name == "cpu"
+    assert get_backend("native").name == "cpu"
+
+
+def test_throughput_profile_is_measured_once_and_cached(cache):
+    prof = throughput_profile(CPU, 1)
+    for k in ("op_s", "run_s", "memory", "transfer", "dense", "grouped"):
+        assert prof[k] > 0, k
+    assert prof["dense"] > prof["grouped"]        # BLAS conv beats the depthwise loop
+    saved = json.loads((cache / "throughput.json").read_text())
+    assert len(saved) == 1 and list(saved.values())[0]["dense"] == prof["dense"]
+    assert throughput_profile(CPU, 1) == prof      # from the cache, not re-measured
+    assert cache_dir() == str(cache)
+
+
+def test_microbenchmark_skips_what_a_backend_lacks():
+    prof = measure_profile(SubsetBackend({"Relu"}), 1)
+    assert prof["op_s"] > 0 and prof["memory"] > 0
+    assert "dense" not in prof and "grouped" not in prof and "int8_dense" not in prof
+
+
+def test_runtime_auto_and_cli(register, tmp_path, capsys, cache):
+    from edge_infer import convert
+    from edge_infer.cli import main
+    from edge_infer.data import digits_model_path
+    path = str(tmp_path / "d.eim")
+    convert(digits_model_path(), path)
+    g = Runtime(path, backend="cpu").graph
+    register("subset", lambda: SubsetBackend(all_ops(specialize(g, {"input": (1, 1, 8, 8)}))))
+    x = np.random.default_rng(0).random((1, 1, 8, 8), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["bench", path, "--backends", "all", "--runs", "5", "--warmup", "1", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert {r["backend"] for r in rep["results"]} == {"cpu", "subset"}
+    assert rep["fastest"] == min(rep["results"], key=lambda r: r["median_ms"])["backend"]
+    assert rep["choice"] == rep["fastest"] and "measured" in rep["why"]
+    rt = Runtime(path)
+    assert rt.backend.name == rep["fastest"]
+    np.testing.assert_array_equal(rt.run(x)["logits"], Runtime(path, backend="cpu").run(x)["logits"])
+    assert main(["run", path, "--input", str(tmp_path / "x.npy"), "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert f"backend: {rep['fastest']} (requested auto)" in out and "measured" in out
+    assert main(["bench", path, "--backends", "nosuch"]) == 2
+    assert "unknown backend" in capsys.readouterr().err
+    assert main(["inspect", path, "--partition", "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "partition cpu" in out and "cut bytes" in out
+    assert main(["inspect", path, "--backend", "cpu"]) == 2
+
+
+def test_inspect_partition_shows_segments(register, tmp_path, capsys):
+    from edge_infer import convert
+    from edge_infer.cli import main
+    from edge_infer.data import digits_model_path
+    path = str(tmp_path / "d.eim")
+    convert(digits_model_path(), path)
+    register("subset", lambda: SubsetBackend({"FusedConv", "Reshape", "Gemm", "FusedGemm"}))
+    assert main(["inspect", path, "--partition", "--backend", "subset", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    segs = rep["plan"]["segments"]
+    assert rep["plan"]["primary"] == "subset" and len(segs) >= 2
+    assert {s["backend"] for s in segs} <= {"subset", "cpu"}
+    for s in segs:
+        assert s["cut_bytes"] > 0 and s["flops"] >= 0 and s["ops"]
+    assert main(["inspect", path, "--partition", "--backend", "subset"]) == 0
+    text = capsys.readouterr().out
+    assert "partition" in text and "MFLOP" in text and "ratio" in text
