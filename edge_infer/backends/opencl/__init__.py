@@ -1,0 +1,124 @@
+"""OpenCL backend (pyopencl): kernels from ``kernels/*.cl``, built once per device and cached
+on disk (build.py); one planned activation buffer per plan, constants resident on the
+device, kernels bound at prepare; a run writes the inputs, enqueues, reads the outputs.
+
+Device: ``$EDGE_INFER_OPENCL_DEVICE`` (an index into the flattened platform/device list,
+or a case-insensitive substring of "platform name device name"), else the first GPU,
+else the first device.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Tuple
+
+from ...errors import BackendError, EdgeInferError
+from ...ir import Graph, Node
+from ..base import Backend
+from .executable import VIEW_OPS, OpenCLExecutable, PrepareContext
+
+_state = {}
+
+
+def list_devices():
+    """Every OpenCL device here as (platform, device); [] when pyopencl or drivers are missing."""
+    import pyopencl as cl
+    out = []
+    for p in cl.get_platforms():
+        try:
+            out.extend((p, d) for d in p.get_devices())
+        except cl.Error:
+            continue
+    return out
+
+
+def choose_device():
+    """The device to use (see the module docstring); raises BackendError when there is none."""
+    try:
+        import pyopencl  # noqa: F401
+    except ImportError as e:
+        raise BackendError(f"pyopencl is not installed ({e}); pip install pyopencl") from None
+    try:
+        devs = list_devices()
+    except Exception as e:                    # no ICD loader / platform: pyopencl raises cl.LogicError
+        raise BackendError(f"no OpenCL platform: {e}") from None
+    if not devs:
+        raise BackendError("no OpenCL device found (no platform or no device)")
+    want = os.environ.get("EDGE_INFER_OPENCL_DEVICE", "").strip()
+    if want:
+        if want.isdigit():
+            if int(want) >= len(devs):
+                raise BackendError(f"EDGE_INFER_OPENCL_DEVICE={want}: only {len(devs)} device(s)")
+            return devs[int(want)][1]
+        for p, d in devs:
+            if want.lower() in f"{p.name} {d.name}".lower():
+                return d
+        raise BackendError(f"EDGE_INFER_OPENCL_DEVICE={want!r} matches no device of: "
+                           + "; ".join(f"{p.name} {d.name}" for p, d in devs))
+    import pyopencl as cl
+    for _, d in devs:
+        if d.type & cl.device_type.GPU:
+            return d
+    return devs[0][1]
+
+
+def _runtime():
+    """(device, context, queue), made once per process for the chosen device."""
+    import pyopencl as cl
+    dev = choose_device()
+    key = dev.int_ptr
+    if key not in _state:
+        ctx = cl.Context([dev])
+        _state[key] = (dev, ctx, cl.CommandQueue(ctx, dev))
+    return _state[key]
+
+
+class OpenCLBackend(Backend):
+    """float32 and int8 kernels on one OpenCL device."""
+
+    name = "opencl"
+
+    def available(self) -> Tuple[bool, str]:
+        try:
+            dev = choose_device()
+        except BackendError as e:
+            return False, str(e)
+        return True, f"{dev.platform.name.strip()}: {dev.name.strip()}"
+
+    def device_name(self) -> str:
+        dev = choose_device()
+        return f"{dev.platform.name.strip()}: {dev.name.strip()}"
+
+    def supported_ops(self) -> Sequence[str]:
+        from .ops import OPS
+        from . import ops_int8  # noqa: F401  (registers QuantizeLinear / DequantizeLinear)
+        return sorted(OPS)
+
+    def supports(self, node: Node, graph: Graph) -> bool:
+        """True when this backend has a kernel for ``node`` as it is in ``graph``: a dry
+        prepare (no device work) when the shapes are concrete, else the op name alone."""
+        from .ops import OPS, find_fusions
+        from . import ops_int8  # noqa: F401
+        fn = OPS.get(node.op)
+        if fn is None:
+            return False
+        names = [n for n in list(node.inputs) + list(node.outputs) if n]
+        if not all(graph.tensors[n].is_static for n in names):
+            return True
+        if node.op in VIEW_OPS:
+            return node.op != "Dropout" or len(node.outputs) < 2 or not node.outputs[1]
+        pc = PrepareContext(graph, None, None, lambda name: (None, 0), dry=True)
+        pc.options, pc.fused = {}, {}
+        try:
+            fn(node, pc)
+        except (EdgeInferError, ValueError, KeyError, TypeError, IndexError):
+            return False
+        return True
+
+    def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> OpenCLExecutable:
+        from .ops import OPS, INPLACE
+        from . import ops_int8  # noqa: F401
+        dev, ctx, queue = _runtime()
+        return OpenCLExecutable(graph, dev, ctx, queue, OPS, INPLACE, options)
+
+
+__all__ = ["OpenCLBackend", "OpenCLExecutable", "choose_device", "list_devices"]

@@ -1,0 +1,77 @@
+/* Tiled GEMM with local-memory tiles: C = epilogue(alpha * A @ B), every operand addressed
+ * by (offset, row stride, column stride, two batch strides), so transposes, NHWC/NCHW
+ * convolution operands and grouped convolutions need no copies.
+ * Batch index b = get_global_id(2) splits into (b / nb2, b % nb2). */
+#define TS 16
+
+
+__kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
+void gemm_f32(__global const float* A, int a_off, int a_rs, int a_cs, int a_s1, int a_s2,
+              __global const float* B, int b_off, int b_rs, int b_cs, int b_s1, int b_s2,
+              __global float* C, int c_off, int c_rs, int c_cs, int c_s1, int c_s2,
+              int M, int N, int K, int nb2, float alpha,
+              __global const float* bias, int bias_off, int bias_rs, int bias_cs, int bias_s2, float beta,
+              __global const float* Z, int z_off, int z_rs, int z_cs, int z_s1, int z_s2,
+              int act, float p0, float p1, int flags) {
+    __local float As[TS][TS];
+    __local float Bs[TS][TS + 1];
+    int lc = get_local_id(0), lr = get_local_id(1);
+    int col = get_group_id(0) * TS + lc, row = get_group_id(1) * TS + lr;
+    int bt = get_global_id(2), b1 = bt / nb2, b2 = bt % nb2;
+    int ab = a_off + b1 * a_s1 + b2 * a_s2;
+    int bb = b_off + b1 * b_s1 + b2 * b_s2;
+    float acc = 0.0f;
+    for (int t = 0; t < K; t += TS) {
+        int ka = t + lc, kb = t + lr;
+        As[lr][lc] = (row < M && ka < K) ? A[ab + row * a_rs + ka * a_cs] : 0.0f;
+        Bs[lr][lc] = (kb < K && col < N) ? B[bb + kb * b_rs + col * b_cs] : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < TS; k++) acc += As[lr][k] * Bs[k][lc];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (row >= M || col >= N) return;
+    float v = alpha == 1.0f ? acc : acc * alpha;
+    if (flags & 1) {
+        float bv = bias[bias_off + b2 * bias_s2 + row * bias_rs + col * bias_cs];
+        v += beta == 1.0f ? bv : bv * beta;
+    }
+    if (flags & 2) v += Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs];
+    C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = act_apply(v, act, p0, p1);
+}
+
+/* int8 GEMM (TFLite FULLY_CONNECTED / CONV_2D core): acc = sum (a - zp_a)(b - zp_b) in int32,
+ * + bias (int64, folded at prepare), requantized per row or column (q, shift indexed by
+ * row * q_rs + col * q_cs), + zp_y, + residual table[z] (int64, 256 entries), clamped. */
+__kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
+void gemm_i8(__global const char* A, int a_off, int a_rs, int a_cs, int a_s1, int a_s2, int zp_a,
+             __global const char* B, int b_off, int b_rs, int b_cs, int b_s1, int b_s2, int zp_b,
+             __global char* C, int c_off, int c_rs, int c_cs, int c_s1, int c_s2,
+             int M, int N, int K, int nb2,
+             __global const long* bias, int bias_rs, int bias_cs, int bias_s2,
+             __global const int* qm, __global const int* qs, int q_rs, int q_cs, int q_s2, int zp_y,
+             __global const char* Z, int z_off, int z_rs, int z_cs, int z_s1, int z_s2,
+             __global const long* ztab, int lo, int hi, int flags) {
+    __local int As[TS][TS];
+    __local int Bs[TS][TS + 1];
+    int lc = get_local_id(0), lr = get_local_id(1);
+    int col = get_group_id(0) * TS + lc, row = get_group_id(1) * TS + lr;
+    int bt = get_global_id(2), b1 = bt / nb2, b2 = bt % nb2;
+    int ab = a_off + b1 * a_s1 + b2 * a_s2;
+    int bb = b_off + b1 * b_s1 + b2 * b_s2;
+    int acc = 0;
+    for (int t = 0; t < K; t += TS) {
+        int ka = t + lc, kb = t + lr;
+        As[lr][lc] = (row < M && ka < K) ? (int)A[ab + row * a_rs + ka * a_cs] - zp_a : 0;
+        Bs[lr][lc] = (kb < K && col < N) ? (int)B[bb + kb * b_rs + col * b_cs] - zp_b : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < TS; k++) acc += As[lr][k] * Bs[k][lc];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (row >= M || col >= N) return;
+    long v = (long)acc;
+    if (flags & 1) v += bias[b2 * bias_s2 + row * bias_rs + col * bias_cs];
+    int qi = b2 * q_s2 + row * q_rs + col * q_cs;
+    v = mbqm(v, (long)qm[qi], qs[qi]) + zp_y;
+    if (flags & 2) v += ztab[(int)Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs] + 128];
+    C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = (char)clamp_i(v, lo, hi);
+}

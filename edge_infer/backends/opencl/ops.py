@@ -1,0 +1,801 @@
+"""OpenCL op registry (ncnn-style, by op name): float32 ops here, int8 in ops_int8.py.
+
+An op's prepare function ``fn(node, pc)`` (pc: executable.PrepareContext) reads shapes and
+constants, uploads packed weights and binds kernel launches with ``pc.launch``; it raises
+``UnsupportedOpError`` for any form it does not cover, which ``OpenCLBackend.supports``
+turns into False (a dry prepare), so an uncovered node runs elsewhere instead of wrongly.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from ...errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ...ir.padding import resolve_pads
+from ...ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from .executable import round_up
+
+OPS: Dict[str, Callable] = {}
+
+#: activation name -> code in kernels/common.cl
+ACT = {"": 0, "Relu": 1, "Clip": 2, "Sigmoid": 3, "Tanh": 4, "HardSigmoid": 5, "LeakyRelu": 6,
+       "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Abs": 11, "Neg": 12, "Sqrt": 13,
+       "Exp": 14, "Log": 15, "Reciprocal": 16, "Floor": 17, "Ceil": 18, "Elu": 19, "Softplus": 20,
+       "Softsign": 21, "Erf": 22, "Identity": 23, "Selu": 24}
+UNARY = [k for k in ACT if k and k not in ("GeluTanh",)]
+BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
+#: element-wise kernels that read x[i] before writing y[i]: safe to run in place
+INPLACE = frozenset(set(UNARY) | set(BINARY) | {"Sum"})
+MAXD = 6
+TS = 16
+
+
+def op(*names: str):
+    def deco(fn):
+        for n in names:
+            OPS[n] = fn
+        return fn
+    return deco
+
+
+def _opt(node: Node, i: int) -> str:
+    return node.inputs[i] if len(node.inputs) > i else ""
+
+
+def is_int8(pc, node: Node) -> bool:
+    return any(nm and pc.dtype(nm) == "int8" for nm in node.inputs[:1] + node.outputs[:1])
+
+
+def need_f32(pc, node: Node, names) -> None:
+    for nm in names:
+        if nm and pc.dtype(nm) != "float32":
+            raise UnsupportedOpError(f"{node.op} {node.name!r}: {nm!r} is {pc.dtype(nm)}, OpenCL float kernels "
+                                     "take float32")
+
+
+def strides_of(shape: Sequence[int]) -> List[int]:
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= int(d)
+    return st[::-1]
+
+
+def broadcast_meta(a_shape, b_shape, y_shape) -> List[int]:
+    """[ndim, dims, a strides, b strides] (0 = broadcast), adjacent dims merged; [0] when both
+    operands already have y's shape."""
+    if tuple(a_shape) == tuple(y_shape) and tuple(b_shape) == tuple(y_shape):
+        return [0]
+    nd = len(y_shape)
+    dims, sa, sb = [], [], []
+    for shape, out in ((a_shape, sa), (b_shape, sb)):
+        full = (1,) * (nd - len(shape)) + tuple(shape)
+        st = strides_of(full)
+        out.extend(0 if full[i] == 1 and y_shape[i] != 1 else st[i] for i in range(nd))
+    dims = list(y_shape)
+    # merge dim i into i-1 where both operands are contiguous across the boundary
+    md, ma, mb = [dims[0]] if nd else [], [sa[0]] if nd else [], [sb[0]] if nd else []
+    for i in range(1, nd):
+        if ma[-1] == sa[i] * dims[i] and mb[-1] == sb[i] * dims[i]:
+            md[-1] *= dims[i]
+            ma[-1], mb[-1] = sa[i], sb[i]
+        else:
+            md.append(dims[i]); ma.append(sa[i]); mb.append(sb[i])
+    if len(md) > MAXD:
+        raise UnsupportedOpError(f"broadcast over {len(md)} dims (at most {MAXD})")
+    return [len(md)] + md + ma + mb
+
+
+def activation(node: Node) -> Tuple[int, float, float]:
+    """(code, p0, p1) of a fused node's ``activation`` attribute."""
+    name = str(node.attrs.get("activation", "") or "")
+    params = [float(p) for p in node.attrs.get("activation_params", []) or []]
+    if name not in ACT or name in ("Identity",):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: epilogue activation {name!r} not supported")
+    return ACT[name], (params + [0.0, 0.0])[0], (params + [0.0, 0.0])[1]
+
+
+def unary_params(node: Node, pc) -> Tuple[int, float, float]:
+    """(code, p0, p1) of a unary activation node (constant Clip bounds)."""
+    a = node.attrs
+    o = node.op
+    if o == "Clip":
+        lo = pc.const(_opt(node, 1)) if _opt(node, 1) else None
+        hi = pc.const(_opt(node, 2)) if _opt(node, 2) else None
+        if (_opt(node, 1) and lo is None) or (_opt(node, 2) and hi is None):
+            raise UnsupportedOpError(f"Clip {node.name!r}: min/max must be constants")
+        lo = -np.inf if lo is None else float(np.asarray(lo).reshape(-1)[0])
+        hi = np.inf if hi is None else float(np.asarray(hi).reshape(-1)[0])
+        return ACT["Clip"], float(np.float32(lo)), float(np.float32(hi))
+    if o == "LeakyRelu":
+        return ACT[o], float(a.get("alpha", 0.01)), 0.0
+    if o == "HardSigmoid":
+        return ACT[o], float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
+    if o == "Elu":
+        return ACT[o], float(a.get("alpha", 1.0)), 0.0
+    if o == "Selu":
+        return ACT[o], float(a.get("alpha", 1.67326319217681884765625)), float(a.get("gamma", 1.05070102214813232421875))
+    if o == "Gelu":
+        return (ACT["GeluTanh"] if a.get("approximate", "none") == "tanh" else ACT["Gelu"]), 0.0, 0.0
+    if o in ACT:
+        return ACT[o], 0.0, 0.0
+    raise UnsupportedOpError(f"{o}: not a unary activation")
+
+
+def find_fusions(graph, nodes) -> dict:
+    """Element-wise binary -> single-consumer activation pairs run as one kernel:
+    {activation node name: node, ("producer", binary name): activation node}."""
+    consumers: Dict[str, List[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                consumers.setdefault(i, []).append(n)
+    outs = set(graph.outputs)
+    fused = {}
+    for n in nodes:
+        if n.op not in ("Add", "Sub", "Mul", "Div") or len(n.inputs) != 2 or len(n.outputs) != 1:
+            continue
+        y = n.outputs[0]
+        users = consumers.get(y, [])
+        if y in outs or len(users) != 1:
+            continue
+        act = users[0]
+        if act.op not in ("Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSwish", "HardSigmoid"):
+            continue
+        if act.inputs[0] != y or any(graph.tensors[nm].dtype != "float32" for nm in list(n.inputs) + [y, act.outputs[0]]):
+            continue
+        if act.op == "Clip" and any(nm and graph.tensors[nm].data is None for nm in act.inputs[1:]):
+            continue
+        fused[act.name] = act
+        fused[("producer", n.name)] = act
+    return fused
+
+
+def launch1d(pc, node, prog, kname, n, args):
+    pc.launch(node, prog, kname, (max(int(n), 1),), args)
+
+
+# -- element-wise ------------------------------------------------------------------------------
+
+@op(*UNARY)
+def unary(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_unary
+        return int8_unary(node, pc)
+    x, y = node.inputs[0], node.outputs[0]
+    need_f32(pc, node, [x, y])
+    if pc.shape(x) != pc.shape(y):
+        raise ShapeError(f"{node.op} {node.name!r}: {pc.shape(x)} -> {pc.shape(y)}")
+    code, p0, p1 = unary_params(node, pc)
+    n = int(np.prod(pc.shape(y)))
+    xb, xo = pc.ref(x)
+    yb, yo = pc.ref(y)
+    launch1d(pc, node, "elementwise", "unary", n, [xb, xo, yb, yo, n, code, p0, p1])
+    pc.note(node, f"unary {node.op}")
+
+
+@op(*BINARY, "Sum")
+def binary(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_binary
+        return int8_binary(node, pc)
+    ins = [i for i in node.inputs if i]
+    if len(ins) != 2:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: {len(ins)} operands (OpenCL takes 2)")
+    a, b = ins
+    y = node.outputs[0]
+    need_f32(pc, node, [a, b, y])
+    ys = pc.shape(y)
+    if np.broadcast_shapes(pc.shape(a), pc.shape(b)) != ys:
+        raise ShapeError(f"{node.op} {node.name!r}: {pc.shape(a)} and {pc.shape(b)} do not give {ys}")
+    meta = broadcast_meta(pc.shape(a), pc.shape(b), ys)
+    act_node = getattr(pc, "fused", {}).get(("producer", node.name))
+    code, p0, p1, yname = 0, 0.0, 0.0, y
+    if act_node is not None:
+        code, p0, p1 = unary_params(act_node, pc)
+        yname = act_node.outputs[0]
+    n = int(np.prod(ys))
+    ab, ao = pc.ref(a)
+    bb, bo = pc.ref(b)
+    yb, yo = pc.ref(yname)
+    opcode = BINARY.get(node.op, 0)
+    launch1d(pc, node, "elementwise", "binary", n, [ab, ao, bb, bo, yb, yo, n, pc.meta(meta), opcode, code, p0, p1])
+    pc.note(node, f"{node.op} ({'broadcast' if meta[0] else 'same shape'})"
+            + (f" + fused {act_node.op}" if act_node is not None else ""))
+
+
+@op("BatchNormalization")
+def batch_norm(node: Node, pc) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    need_f32(pc, node, [x, y])
+    if node.attrs.get("training_mode", 0) or len(node.outputs) > 1 and any(node.outputs[1:]):
+        raise UnsupportedOpError(f"BatchNormalization {node.name!r}: training mode")
+    stats = [pc.const(nm) for nm in node.inputs[1:5]]
+    if any(s is None for s in stats):
+        raise UnsupportedOpError(f"BatchNormalization {node.name!r}: statistics must be constants")
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    gamma, beta, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
+    scale64 = gamma / np.sqrt(var + eps)
+    scale = scale64.astype(np.float32)
+    shift = (beta - mean * scale64).astype(np.float32)
+    xs = pc.shape(x)
+    last = channels_last(node)
+    c = xs[-1] if last else xs[1]
+    inner = 1 if last else int(np.prod(xs[2:]))
+    n = int(np.prod(xs))
+    xb, xo = pc.ref(x)
+    yb, yo = pc.ref(y)
+    launch1d(pc, node, "elementwise", "channel_affine", n,
+             [xb, xo, yb, yo, n, pc.upload(scale), pc.upload(shift), c, inner, 0, 0.0, 0.0])
+    pc.note(node, "per-channel scale/shift (folded statistics)")
+
+
+# -- GEMM --------------------------------------------------------------------------------------
+
+def gemm_launch(node, pc, M, N, K, nb1, nb2, A, B, C, alpha=1.0, bias=None, beta=1.0, Z=None, act=(0, 0.0, 0.0)):
+    """A, B, C, Z: (buffer, off, rs, cs, s1, s2); bias: (buffer, off, rs, cs, s2)."""
+    flags = (1 if bias is not None else 0) | (2 if Z is not None else 0)
+    bias = bias or (None, 0, 0, 0, 0)
+    Z = Z or (None, 0, 0, 0, 0, 0)
+    gsize = (round_up(N, TS), round_up(M, TS), nb1 * nb2)
+    pc.launch(node, "gemm", "gemm_f32", gsize, [*A, *B, *C, M, N, K, nb2, float(alpha), *bias, float(beta), *Z,
+                                                 *act, flags], (TS, TS, 1))
+
+
+def _matrix(pc, name, shape2, trans):
+    """(buffer, off, rs, cs) of a 2-D operand, optionally transposed (a strided view)."""
+    buf, off = pc.ref(name)
+    r, c = shape2
+    return (buf, off, 1, c) if trans else (buf, off, c, 1)
+
+
+@op("Gemm", "FusedGemm")
+def gemm(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_gemm
+        return int8_gemm(node, pc)
+    a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    cname = _opt(node, 2)
+    need_f32(pc, node, [a, b, y, cname])
+    sa, sb, sy = pc.shape(a), pc.shape(b), pc.shape(y)
+    if len(sa) != 2 or len(sb) != 2:
+        raise UnsupportedOpError(f"Gemm {node.name!r}: operands must be 2-D")
+    ta, tb = bool(node.attrs.get("transA", 0)), bool(node.attrs.get("transB", 0))
+    M, K = (sa[1], sa[0]) if ta else sa
+    N = sb[0] if tb else sb[1]
+    if sy != (M, N):
+        raise ShapeError(f"Gemm {node.name!r}: output {sy} != {(M, N)}")
+    alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+    A = (*_matrix(pc, a, sa, ta), 0, 0)
+    bc = pc.const(b)
+    if bc is not None:
+        # pack B once as (K, N) with alpha folded in, as the CPU kernel does
+        bp = bc.T if tb else bc
+        bp = np.ascontiguousarray(bp * np.float32(alpha) if alpha != 1.0 else bp, np.float32)
+        B, alpha = (pc.upload(bp), 0, N, 1, 0, 0), 1.0
+    else:
+        B = (*_matrix(pc, b, sb, tb), 0, 0)
+    yb, yo = pc.ref(y)
+    bias = None
+    if cname and beta != 0.0:
+        cs = pc.shape(cname)
+        if len(cs) > 2 or np.broadcast_shapes(cs, (M, N)) != (M, N):
+            raise ShapeError(f"Gemm {node.name!r}: C {cs} does not broadcast to {(M, N)}")
+        full = (1,) * (2 - len(cs)) + tuple(cs)
+        cb, co = pc.ref(cname)
+        bias = (cb, co, full[1] if full[0] > 1 else 0, 1 if full[1] > 1 else 0, 0)
+    act = activation(node) if node.op == "FusedGemm" else (0, 0.0, 0.0)
+    gemm_launch(node, pc, M, N, K, 1, 1, A, B, (yb, yo, N, 1, 0, 0), alpha, bias, beta, act=act)
+    pc.note(node, f"tiled GEMM {M}x{K} @ {K}x{N}" + (" + C" if bias else "") + (f" + {node.attrs.get('activation')}" if act[0] else ""))
+
+
+@op("MatMul", "FusedMatMul")
+def matmul(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_matmul
+        return int8_matmul(node, pc)
+    a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    bias_name = _opt(node, 2) if node.op == "FusedMatMul" else ""
+    need_f32(pc, node, [a, b, y, bias_name])
+    sa, sb, sy = pc.shape(a), pc.shape(b), pc.shape(y)
+    if len(sa) < 2 or len(sb) < 2:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: 1-D operands are not supported")
+    M, K = sa[-2:]
+    N = sb[-1]
+    ba, bb_ = sa[:-2], sb[:-2]
+    batch = tuple(sy[:-2])
+    nbat = int(np.prod(batch))
+    pa, pb = int(np.prod(ba)), int(np.prod(bb_))
+    # batch handling: flattened when each operand's batch is all of y's batch or a single matrix
+    if pa not in (1, nbat) or pb not in (1, nbat) or (pa == nbat and tuple((1,) * (len(batch) - len(ba)) + tuple(ba)) != batch and pa > 1) \
+            or (pb == nbat and pb > 1 and tuple((1,) * (len(batch) - len(bb_)) + tuple(bb_)) != batch):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: batch broadcast {sa} @ {sb}")
+    abuf, ao = pc.ref(a)
+    bbuf, bo = pc.ref(b)
+    yb, yo = pc.ref(y)
+    if pb == 1 and pa == nbat:              # (..., M, K) @ (K, N): one GEMM over flattened rows
+        Mt, nb2 = M * nbat, 1
+        A = (abuf, ao, K, 1, 0, 0)
+        B = (bbuf, bo, N, 1, 0, 0)
+        C = (yb, yo, N, 1, 0, 0)
+    else:
+        Mt, nb2 = M, nbat
+        A = (abuf, ao, K, 1, 0, M * K if pa > 1 else 0)
+        B = (bbuf, bo, N, 1, 0, K * N if pb > 1 else 0)
+        C = (yb, yo, N, 1, 0, M * N)
+    bias = None
+    if bias_name:
+        bs = pc.shape(bias_name)
+        if int(np.prod(bs)) != N or (bs and bs[-1] != N):
+            raise UnsupportedOpError(f"FusedMatMul {node.name!r}: bias {bs} is not per output column")
+        bbf, bfo = pc.ref(bias_name)
+        bias = (bbf, bfo, 0, 1, 0)
+    act = activation(node) if node.op == "FusedMatMul" else (0, 0.0, 0.0)
+    gemm_launch(node, pc, Mt, N, K, 1, nb2, A, B, C, 1.0, bias, act=act)
+    pc.note(node, f"tiled GEMM {sa} @ {sb}")
+
+
+# -- convolution -------------------------------------------------------------------------------
+
+def conv_geometry(node: Node, pc):
+    """Checked 1-D/2-D conv geometry: dict with N, C, H, W, M, OH, OW, KH, KW, strides, pads,
+    dilations, group, cg, mg, last."""
+    x, wn, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    xs, ws, ys = pc.shape(x), pc.shape(wn), pc.shape(y)
+    last = channels_last(node)
+    nsp = len(xs) - 2
+    if nsp not in (1, 2):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: {nsp}-D convolution (OpenCL: 1-D and 2-D)")
+    n, c, insp = split_layout(xs, last)
+    m, cg = ws[:2]
+    group = int(node.attrs.get("group", 1))
+    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or ws[2:])]
+    if list(ws[2:]) != kernel or c != cg * group or m % group:
+        raise ShapeError(f"{node.op} {node.name!r}: X {xs}, W {ws}, group {group} disagree")
+    wa = window_attrs(node, nsp, kernel)
+    pads, osp = resolve_pads(insp, kernel, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"])
+    if tuple(ys) != join_layout(n, m, osp, last):
+        raise ShapeError(f"{node.op} {node.name!r}: planned output {ys} != {join_layout(n, m, osp, last)}")
+    if min(pads) < 0:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: negative pads")
+    if nsp == 1:
+        insp, osp, kernel = (1, insp[0]), (1, osp[0]), [1, kernel[0]]
+        st, dil, pads = [1, wa["strides"][0]], [1, wa["dilations"][0]], [0, pads[0], 0, pads[1]]
+    else:
+        st, dil = wa["strides"], wa["dilations"]
+    return dict(N=n, C=c, H=insp[0], W=insp[1], M=m, OH=osp[0], OW=osp[1], KH=kernel[0], KW=kernel[1],
+                SH=st[0], SW=st[1], PH=pads[0], PW=pads[1], PHE=pads[2], PWE=pads[3], DH=dil[0], DW=dil[1],
+                G=group, CG=cg, MG=m // group, last=last)
+
+
+def geo_list(g) -> List[int]:
+    return [g["N"], g["C"], g["H"], g["W"], g["M"], g["OH"], g["OW"], g["KH"], g["KW"], g["SH"], g["SW"],
+            g["PH"], g["PW"], g["DH"], g["DW"], g["G"], g["CG"], g["MG"], int(g["last"])]
+
+
+def conv_algorithm(g, option: str = "auto") -> str:
+    """'pointwise' (the input is the column matrix), 'direct' or 'im2col'."""
+    point = g["KH"] == g["KW"] == 1 and g["SH"] == g["SW"] == 1 and not (g["PH"] or g["PW"] or g["PHE"] or g["PWE"])
+    if option == "direct":
+        return "direct"
+    if point:
+        return "pointwise"
+    if option in ("gemm", "im2col"):
+        return "im2col"
+    if g["CG"] == 1 or g["CG"] * g["KH"] * g["KW"] < 16:
+        return "direct"
+    return "im2col"
+
+
+def gemm_operands(g, xref, yref, wbuf, cols):
+    """(M, N, K, nb1, nb2, A, B, C) of a pointwise or im2col conv as strided GEMM views.
+    ``cols``: None (pointwise: x is the column matrix) or the column scratch; ``wbuf``: weights
+    packed (G, MG, K) for NCHW, (G, K, MG) for NHWC."""
+    N_, G, CG, MG, M = g["N"], g["G"], g["CG"], g["MG"], g["M"]
+    P = g["OH"] * g["OW"]
+    xb, xo = xref
+    yb, yo = yref
+    if cols is None:
+        K = CG
+        if g["last"]:   # rows: N*P positions of x (N*P, C); per group a column block
+            A = (xb, xo, g["C"], 1, 0, CG)
+            B = (wbuf, 0, MG, 1, 0, K * MG)
+            C = (yb, yo, M, 1, 0, MG)
+            return N_ * P, MG, K, 1, G, A, B, C
+        A = (wbuf, 0, K, 1, 0, MG * K)
+        B = (xb, xo, P, 1, g["C"] * P, CG * P)
+        C = (yb, yo, P, 1, M * P, MG * P)
+        return MG, P, K, N_, G, A, B, C
+    K = CG * g["KH"] * g["KW"]
+    if g["last"]:
+        A = (cols, 0, K, 1, G * P * K, P * K)
+        B = (wbuf, 0, MG, 1, 0, K * MG)
+        C = (yb, yo, M, 1, P * M, MG)
+        return P, MG, K, N_, G, A, B, C
+    A = (wbuf, 0, K, 1, 0, MG * K)
+    B = (cols, 0, P, 1, G * K * P, K * P)
+    C = (yb, yo, P, 1, M * P, MG * P)
+    return MG, P, K, N_, G, A, B, C
+
+
+def pack_conv_weights(w: np.ndarray, g, algo: str) -> np.ndarray:
+    """OIHW weights as the GEMM reads them: NCHW (G, MG, CG*KH*KW) (rows = OIHW order),
+    NHWC (G, K, MG) with k = (kh, kw, ci) matching the NHWC column matrix."""
+    G, MG, CG = g["G"], g["MG"], g["CG"]
+    w4 = w.reshape(G, MG, CG, g["KH"] * g["KW"])
+    if not g["last"]:
+        return np.ascontiguousarray(w4.reshape(G, MG, -1))
+    return np.ascontiguousarray(w4.transpose(0, 3, 2, 1).reshape(G, -1, MG))
+
+
+@op("Conv", "FusedConv")
+def conv(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_conv
+        return int8_conv(node, pc)
+    x, wn, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    bname = _opt(node, 2)
+    zname = _opt(node, 3) if node.op == "FusedConv" else ""
+    need_f32(pc, node, [x, wn, y, bname, zname])
+    g = conv_geometry(node, pc)
+    w = pc.const(wn)
+    if w is None:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: weights must be constant")
+    if zname and pc.shape(zname) != pc.shape(y):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: residual {pc.shape(zname)} is not y's shape")
+    if bname and int(np.prod(pc.shape(bname))) != g["M"]:
+        raise ShapeError(f"{node.op} {node.name!r}: bias is not per output channel")
+    act = activation(node) if node.op == "FusedConv" else (0, 0.0, 0.0)
+    algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto") if hasattr(pc, "options") else "auto")
+    xref, yref = pc.ref(x), pc.ref(y)
+    bias = pc.upload(np.asarray(pc.const(bname), np.float32).reshape(-1)) if bname and pc.const(bname) is not None \
+        else (pc.ref(bname)[0] if bname else None)
+    if bname and pc.const(bname) is None:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: bias must be constant")
+    zref = pc.ref(zname) if zname else (None, 0)
+    kdesc = f"{g['KH']}x{g['KW']}" if g["KH"] > 1 else f"{g['KW']}"
+    tail = (" + residual" if zname else "") + (f" + {node.attrs.get('activation')}" if act[0] else "")
+    lay = "NHWC" if g["last"] else "NCHW"
+    if algo == "direct":
+        total = int(np.prod(pc.shape(y)))
+        flags = (1 if bias is not None else 0) | (2 if zname else 0)
+        launch1d(pc, node, "conv", "conv_direct_f32", total,
+                 [*xref, pc.upload(np.asarray(w, np.float32)), bias, *zref, *yref, pc.meta(geo_list(g)), total,
+                  *act, flags])
+        groups = f", {g['G']} groups" if g["G"] > 1 else ""
+        pc.note(node, f"{lay} direct conv {kdesc}{' depthwise' if g['CG'] == 1 and g['G'] > 1 else groups}{tail}")
+        return
+    wp = pc.upload(pack_conv_weights(np.asarray(w, np.float32), g, algo))
+    cols = None
+    if algo == "im2col":
+        P = g["OH"] * g["OW"]
+        K = g["CG"] * g["KH"] * g["KW"]
+        n_cols = g["N"] * g["G"] * P * K
+        cols = pc.scratch("cols_f32", n_cols * 4)
+        launch1d(pc, node, "conv", "im2col_f32", n_cols, [*xref, cols, 0, pc.meta(geo_list(g))])
+    M, N, K, nb1, nb2, A, B, C = gemm_operands(g, xref, yref, wp, cols)
+    if bias is not None:
+        bias_v = (bias, 0, 0, 1, g["MG"]) if g["last"] else (bias, 0, 1, 0, g["MG"])
+    else:
+        bias_v = None
+    Z = (zref[0], zref[1], C[2], C[3], C[4], C[5]) if zname else None
+    gemm_launch(node, pc, M, N, K, nb1, nb2, A, B, C, 1.0, bias_v, 1.0, Z, act)
+    groups = f" ({g['G']} groups)" if g["G"] > 1 else ""
+    pc.note(node, f"{lay} {'pointwise 1x1 GEMM' if algo == 'pointwise' else 'im2col ' + kdesc + ' + tiled GEMM'}"
+                  f"{groups}{tail}")
+
+
+# -- pools ---------------------------------------------------------------------------------------
+
+def pool_geometry(node: Node, pc):
+    x, y = node.inputs[0], node.outputs[0]
+    xs, ys = pc.shape(x), pc.shape(y)
+    nsp = len(xs) - 2
+    if nsp not in (1, 2):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: {nsp}-D pool (OpenCL: 1-D and 2-D)")
+    ks = [int(k) for k in (node.attrs.get("kernel_shape") or [])]
+    if len(ks) != nsp:
+        raise ShapeError(f"{node.op} {node.name!r}: kernel_shape {ks}")
+    last = channels_last(node)
+    n, c, insp = split_layout(xs, last)
+    wa = window_attrs(node, nsp, ks)
+    pads, osp = resolve_pads(insp, ks, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"], wa["ceil_mode"])
+    if tuple(ys) != join_layout(n, c, osp, last):
+        raise ShapeError(f"{node.op} {node.name!r}: planned output {ys} != {join_layout(n, c, osp, last)}")
+    st, dil = wa["strides"], wa["dilations"]
+    if nsp == 1:
+        insp, osp, ks, st, dil, pads = (1, insp[0]), (1, osp[0]), [1, ks[0]], [1, st[0]], [1, dil[0]], [0, pads[0], 0, pads[1]]
+    return [n, c, insp[0], insp[1], osp[0], osp[1], ks[0], ks[1], st[0], st[1], pads[0], pads[1], dil[0], dil[1],
+            int(last), pads[2], pads[3]]
+
+
+@op("MaxPool")
+def max_pool(node: Node, pc) -> None:
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise UnsupportedOpError(f"MaxPool {node.name!r}: the Indices output is not supported")
+    x, y = node.inputs[0], node.outputs[0]
+    dt = pc.dtype(x)
+    if dt not in ("float32", "int8") or pc.dtype(y) != dt:
+        raise UnsupportedOpError(f"MaxPool {node.name!r}: dtype {dt}")
+    geo = pool_geometry(node, pc)
+    total = int(np.prod(pc.shape(y)))
+    launch1d(pc, node, "pool", "maxpool_i8" if dt == "int8" else "maxpool_f32", total,
+             [*pc.ref(x), *pc.ref(y), pc.meta(geo), total])
+    pc.note(node, f"{'NHWC ' if geo[14] else ''}max pool {geo[6]}x{geo[7]} ({dt})")
+
+
+@op("AveragePool")
+def average_pool(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_average_pool
+        return int8_average_pool(node, pc)
+    x, y = node.inputs[0], node.outputs[0]
+    need_f32(pc, node, [x, y])
+    geo = pool_geometry(node, pc)
+    total = int(np.prod(pc.shape(y)))
+    inc = int(bool(node.attrs.get("count_include_pad", 0)))
+    launch1d(pc, node, "pool", "avgpool_f32", total, [*pc.ref(x), *pc.ref(y), pc.meta(geo), total, inc])
+    pc.note(node, f"{'NHWC ' if geo[14] else ''}average pool {geo[6]}x{geo[7]}")
+
+
+@op("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_global_pool
+        return int8_global_pool(node, pc)
+    x, y = node.inputs[0], node.outputs[0]
+    need_f32(pc, node, [x, y])
+    last = channels_last(node)
+    n, c, sp = split_layout(pc.shape(x), last)
+    p = int(np.prod(sp))
+    launch1d(pc, node, "pool", "global_pool_f32", n * c,
+             [*pc.ref(x), *pc.ref(y), c, p, int(last), int(node.op == "GlobalMaxPool")])
+    pc.note(node, f"{'NHWC ' if last else ''}{'max' if node.op == 'GlobalMaxPool' else 'mean'} over {p} positions")
+
+
+# -- normalisation, softmax ------------------------------------------------------------------------
+
+@op("LRN")
+def lrn(node: Node, pc) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    need_f32(pc, node, [x, y])
+    xs = pc.shape(x)
+    size = int(node.attrs["size"])
+    alpha = float(node.attrs.get("alpha", 1e-4))
+    beta = float(node.attrs.get("beta", 0.75))
+    bias = float(node.attrs.get("bias", 1.0))
+    last = channels_last(node)
+    c = xs[-1] if last else xs[1]
+    inner = 1 if last else int(np.prod(xs[2:]))
+    n = int(np.prod(xs))
+    launch1d(pc, node, "nn", "lrn_f32", n, [*pc.ref(x), *pc.ref(y), n, c, inner, size, (size - 1) // 2,
+                                            float(np.float32(alpha / size)), bias, beta])
+    pc.note(node, f"{'NHWC ' if last else ''}LRN over {size} channels")
+
+
+@op("Softmax", "LogSoftmax")
+def softmax(node: Node, pc) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    need_f32(pc, node, [x, y])
+    xs = pc.shape(x)
+    ax = int(node.attrs.get("axis", -1))
+    if not -len(xs) <= ax < len(xs):
+        raise ShapeError(f"{node.op} {node.name!r}: axis {ax}")
+    ax %= len(xs)
+    L = xs[ax]
+    inner = int(np.prod(xs[ax + 1:]))
+    rows = int(np.prod(xs)) // max(L, 1)
+    launch1d(pc, node, "nn", "softmax_f32", rows, [*pc.ref(x), *pc.ref(y), L, inner, rows, int(node.op == "LogSoftmax")])
+    pc.note(node, f"{node.op} over axis {ax} ({L} values)")
+
+
+# -- data movement ---------------------------------------------------------------------------------
+
+def copy_launch(node, pc, src: str, dst: str, shape, src_strides, dst_strides, src_off=0, dst_off=0) -> None:
+    """Strided N-D copy of ``shape`` elements from tensor src to tensor dst."""
+    item = np.dtype(pc.dtype(src)).itemsize
+    if item not in (1, 2, 4, 8) or np.dtype(pc.dtype(dst)).itemsize != item:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: element size {item}")
+    # drop size-1 dims, merge dims contiguous in both
+    dims = [(int(d), int(s), int(t)) for d, s, t in zip(shape, src_strides, dst_strides) if int(d) != 1]
+    merged = []
+    for d, s, t in dims:
+        if merged and merged[-1][1] == s * d and merged[-1][2] == t * d:
+            merged[-1] = (merged[-1][0] * d, s, t)
+        else:
+            merged.append((d, s, t))
+    if len(merged) > MAXD:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: copy over {len(merged)} dims (at most {MAXD})")
+    n = int(np.prod(shape))
+    if n == 0:
+        return
+    meta = [len(merged)] + [m[0] for m in merged] + [m[1] for m in merged] + [m[2] for m in merged]
+    sb, so = pc.ref(src)
+    db, do = pc.ref(dst)
+    launch1d(pc, node, "tensor", f"copy_nd_{item}", n, [sb, so + src_off, db, do + dst_off, n, pc.meta(meta)])
+
+
+@op("Transpose")
+def transpose(node: Node, pc) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    xs = pc.shape(x)
+    perm = [int(p) for p in (node.attrs.get("perm") or list(range(len(xs)))[::-1])]
+    st = strides_of(xs)
+    ys = tuple(xs[p] for p in perm)
+    if ys != pc.shape(y):
+        raise ShapeError(f"Transpose {node.name!r}: {ys} != {pc.shape(y)}")
+    copy_launch(node, pc, x, y, ys, [st[p] for p in perm], strides_of(ys))
+    pc.note(node, f"strided copy, perm {perm}")
+
+
+@op("Concat")
+def concat(node: Node, pc) -> None:
+    if is_int8(pc, node):
+        from .ops_int8 import int8_concat
+        return int8_concat(node, pc)
+    y = node.outputs[0]
+    ys = pc.shape(y)
+    axis = int(node.attrs.get("axis", 0)) % len(ys)
+    yst = strides_of(ys)
+    at = 0
+    for name in node.inputs:
+        if not name:
+            continue
+        if pc.dtype(name) != pc.dtype(y):
+            raise UnsupportedOpError(f"Concat {node.name!r}: mixed dtypes")
+        s = pc.shape(name)
+        copy_launch(node, pc, name, y, s, strides_of(s), yst, dst_off=at * yst[axis])
+        at += s[axis]
+    if at != ys[axis]:
+        raise ShapeError(f"Concat {node.name!r}: inputs give {at} along axis {axis}, output {ys[axis]}")
+    pc.note(node, f"{len([i for i in node.inputs if i])} strided copies along axis {axis}")
+
+
+@op(*sorted(["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"]))
+def view(node: Node, pc) -> None:
+    """A view whose input could not be aliased (a constant): one copy."""
+    x, y = node.inputs[0], node.outputs[0]
+    if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
+        raise UnsupportedOpError(f"Dropout {node.name!r}: mask output")
+    if int(np.prod(pc.shape(x))) != int(np.prod(pc.shape(y))) or pc.dtype(x) != pc.dtype(y):
+        raise ShapeError(f"{node.op} {node.name!r}: {pc.shape(x)} -> {pc.shape(y)}")
+    n = int(np.prod(pc.shape(y)))
+    copy_launch(node, pc, x, y, (n,), (1,), (1,))
+    pc.note(node, "copy")
+
+
+@op("Slice")
+def slice_(node: Node, pc) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    xs = pc.shape(x)
+    vals = [pc.const(_opt(node, i)) if _opt(node, i) else None for i in range(1, 5)]
+    if vals[0] is None or vals[1] is None or any(_opt(node, i) and vals[i - 1] is None for i in range(1, 5)):
+        raise UnsupportedOpError(f"Slice {node.name!r}: starts/ends/axes/steps must be constants")
+    starts, ends = [int(v) for v in vals[0].reshape(-1)], [int(v) for v in vals[1].reshape(-1)]
+    axes = [int(a) % len(xs) for a in vals[2].reshape(-1)] if vals[2] is not None else list(range(len(starts)))
+    steps = [int(s) for s in vals[3].reshape(-1)] if vals[3] is not None else [1] * len(starts)
+    st = strides_of(xs)
+    shape, sst, off = list(xs), list(st), 0
+    for s, e, a, k in zip(starts, ends, axes, steps):
+        r = range(xs[a])[slice(s, e, k)]
+        shape[a] = len(r)
+        sst[a] = st[a] * k
+        off += (r.start if len(r) else 0) * st[a]
+    if tuple(shape) != pc.shape(y):
+        raise ShapeError(f"Slice {node.name!r}: {shape} != {pc.shape(y)}")
+    copy_launch(node, pc, x, y, shape, sst, strides_of(shape), src_off=off)
+    pc.note(node, "strided copy")
+
+
+@op("Split")
+def split(node: Node, pc) -> None:
+    x = node.inputs[0]
+    xs = pc.shape(x)
+    axis = int(node.attrs.get("axis", 0)) % len(xs)
+    st = strides_of(xs)
+    at = 0
+    for o in node.outputs:
+        if not o:
+            continue
+        s = pc.shape(o)
+        copy_launch(node, pc, x, o, s, st, strides_of(s), src_off=at * st[axis])
+        at += s[axis]
+    if at != xs[axis]:
+        raise ShapeError(f"Split {node.name!r}: outputs cover {at} of {xs[axis]}")
+    pc.note(node, f"{len(node.outputs)} strided copies")
+
+
+@op("Expand")
+def expand(node: Node, pc) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    xs, ys = pc.shape(x), pc.shape(y)
+    full = (1,) * (len(ys) - len(xs)) + tuple(xs)
+    st = strides_of(full)
+    copy_launch(node, pc, x, y, ys, [0 if full[i] == 1 and ys[i] != 1 else st[i] for i in range(len(ys))],
+                strides_of(ys))
+    pc.note(node, "broadcasting copy")
+
+
+@op("Resize", "Upsample")
+def resize(node: Node, pc) -> None:
+    from ..cpu.kernels import nn as cpu_nn            # the host-side index/weight math is shared
+    from ...ir.shape_rules_nn import resize_plan
+    x, y = node.inputs[0], node.outputs[0]
+    xs, ys = pc.shape(x), pc.shape(y)
+    r = len(xs)
+    if node.op == "Upsample":
+        mode = {"bilinear": "linear", "trilinear": "linear"}.get(str(node.attrs.get("mode", "nearest")),
+                                                                str(node.attrs.get("mode", "nearest")))
+        attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "simple"}
+    else:
+        attrs = node.attrs
+    mode = attrs.get("mode", "nearest")
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if ctm == "tf_crop_and_resize" or bool(attrs.get("antialias", 0)) and mode != "nearest":
+        raise UnsupportedOpError(f"Resize {node.name!r}: {ctm}{' antialias' if attrs.get('antialias') else ''}")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise UnsupportedOpError(f"Resize {node.name!r}: mode {mode}")
+    scale = [ys[a] / xs[a] for a in range(r)]
+    if node.op == "Resize":
+        sc = pc.const(_opt(node, 2)) if _opt(node, 2) else None
+        sz = pc.const(_opt(node, 3)) if _opt(node, 3) else None
+        if sc is not None and sc.size == 0:
+            sc = None
+        if sz is not None and sz.size == 0:
+            sz = None
+        if sc is not None or sz is not None:
+            scale, _ = resize_plan(xs, attrs, sc, sz)
+    elif _opt(node, 1) and pc.const(_opt(node, 1)) is not None:
+        scale = [float(s) for s in pc.const(_opt(node, 1)).reshape(-1)]
+    dt = pc.dtype(x)
+    axes = [a for a in range(r) if not (abs(scale[a] - 1.0) < 1e-12 and ys[a] == xs[a])]
+    item = np.dtype(dt).itemsize
+    if not axes:
+        copy_launch(node, pc, x, y, ys, strides_of(xs), strides_of(ys))
+        pc.note(node, "identity resize (copy)")
+        return
+    if mode == "nearest":
+        if item not in (1, 4):
+            raise UnsupportedOpError(f"Resize {node.name!r}: dtype {dt}")
+        a0 = axes[0]
+        lead = int(np.prod(xs[:a0]))
+        flat = np.zeros(ys[a0:], np.int64)
+        stride = 1
+        for a in range(r - 1, a0 - 1, -1):
+            shape = [1] * (r - a0)
+            shape[a - a0] = ys[a]
+            if a in axes:
+                xo, _ = cpu_nn._source_coords(ctm, ys[a], xs[a], scale[a], None)
+                ia = cpu_nn._nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
+            else:
+                ia = np.arange(xs[a])
+            flat = flat + (ia * stride).reshape(shape)
+            stride *= xs[a]
+        out_row, in_row = int(flat.size), int(np.prod(xs[a0:]))
+        n = lead * out_row
+        launch1d(pc, node, "tensor", f"gather_rows_{item}", n,
+                 [*pc.ref(x), *pc.ref(y), n, pc.upload(flat.reshape(-1).astype(np.int32)), out_row, in_row])
+        pc.note(node, f"nearest resize: one gather over axes {axes}")
+        return
+    need_f32(pc, node, [x, y])
+    cur, cur_shape = pc.ref(x), list(xs)
+    for k, a in enumerate(axes):
+        xo, _ = cpu_nn._source_coords(ctm, ys[a], xs[a], scale[a], None)
+        idx, w = cpu_nn._taps(xo, mode, scale[a], xs[a], False, float(attrs.get("cubic_coeff_a", -0.75)),
+                              bool(attrs.get("exclude_outside", 0)))
+        nxt_shape = list(cur_shape)
+        nxt_shape[a] = ys[a]
+        if k == len(axes) - 1:
+            dst = pc.ref(y)
+        else:
+            dst = (pc.scratch(f"resize_{node.name}_{k}", int(np.prod(nxt_shape)) * 4), 0)
+        inner = int(np.prod(cur_shape[a + 1:]))
+        n = int(np.prod(nxt_shape))
+        T = idx.shape[1]
+        launch1d(pc, node, "nn", "resize_axis_f32", n,
+                 [*cur, *dst, n, pc.upload(idx.astype(np.int32)), pc.upload(w.astype(np.float32)),
+                  pc.upload(np.zeros(ys[a], np.int8)), T, xs[a], ys[a], inner, 0.0])
+        cur, cur_shape = dst, nxt_shape
+    pc.note(node, f"{mode} resize ({ctm}), separable over axes {axes}")
