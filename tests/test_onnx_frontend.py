@@ -486,10 +486,10 @@ def test_load_model_dispatch(tmp_path):
     other.write_bytes(_good_model_bytes())
     assert load_model(other).inputs == ["x"]
     (tmp_path / "m.tflite").write_bytes(b"\x1c\x00\x00\x00TFL3rest")
-    with pytest.raises(ConversionError, match="TFLite import is not supported yet"):
+    with pytest.raises(ConversionError, match="TFLite flatbuffer"):      # dispatched, then refused
         load_model(str(tmp_path / "m.tflite"))
     (tmp_path / "m.model").write_bytes(b"\x1c\x00\x00\x00TFL3rest")
-    with pytest.raises(ConversionError, match="TFLite import is not supported yet"):
+    with pytest.raises(ConversionError, match="TFLite flatbuffer"):
         load_model(str(tmp_path / "m.model"))
 
 

@@ -1,0 +1,995 @@
+"""IR graph (or .eim artifact) -> TFLite flatbuffer that LiteRT / tflite-runtime run.
+
+>>> from edge_infer.export_tflite import export_tflite                     # doctest: +SKIP
+>>> data = export_tflite("model.eim", "model.tflite")                      # also returns the bytes
+
+Steps: the graph is specialised to static shapes (symbolic dims -> 1: TFLite's shapes
+are static), spatial ops still in NCHW are put in NHWC by the layout pass (Transposes at
+the layout boundaries only, so graph inputs and outputs keep their layout), then every
+node becomes one or a few builtin ops (docs/tflite.md has the table). int8 graphs carry
+TFLite's own scheme (edge_infer/quantize), so scales and zero points are copied: weights
+per output channel (``quantized_dimension`` follows the weight transposition), int32
+biases, QUANTIZE / DEQUANTIZE at the fp32 boundaries. Where TFLite's int8 kernels demand
+parameters the IR does not have (LOGISTIC's fixed 1/256 output, CONCATENATION inputs at the
+output's parameters, the intermediate of a conv + residual add) a QUANTIZE requantizes.
+
+Sparse weights (``edge_infer.sparse.SparseArray``) are written in TFLite's sparsity
+format for float FULLY_CONNECTED (which LiteRT runs sparse); elsewhere dense.
+
+``unsupported_reason(node, graph)`` says why a node cannot be exported (None when it can),
+for the LiteRT backend's ``supports``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .errors import EdgeInferError
+from .ir import Graph, Node
+from .ir.padding import resolve_pads
+from .tflite_format import (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, DENSE, SAME, SPARSE_CSR,
+                            VALID, ModelWriter)
+
+__all__ = ["export_tflite", "graph_to_tflite", "unsupported_reason", "ExportError", "EXPORTED_OPS"]
+
+
+class ExportError(EdgeInferError):
+    """The graph cannot be written as a TFLite model."""
+
+
+_ELEMENTWISE = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Max": "MAXIMUM",
+                "Min": "MINIMUM", "Pow": "POW"}
+_UNARY = {"Relu": "RELU", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH",
+          "Exp": "EXP", "Log": "LOG", "Sqrt": "SQRT", "Abs": "ABS", "Neg": "NEG", "Floor": "FLOOR",
+          "Ceil": "CEIL", "Sin": "SIN", "Cos": "COS", "Round": "ROUND", "Elu": "ELU"}
+_REDUCE = {"ReduceMean": "MEAN", "ReduceMax": "REDUCE_MAX", "ReduceMin": "REDUCE_MIN",
+           "ReduceSum": "SUM", "ReduceProd": "REDUCE_PROD"}
+#: activations written as a TFLite fused activation
+_FUSABLE = {("Relu", ()): ACT_RELU, ("Clip", (0.0, 6.0)): ACT_RELU6, ("Clip", (-1.0, 1.0)): ACT_RELU_N1_TO_1}
+EXPORTED_OPS = tuple(sorted(set(_ELEMENTWISE) | set(_UNARY) | set(_REDUCE) | {
+    "Conv", "FusedConv", "ConvTranspose", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat", "Reshape", "Flatten", "Squeeze",
+    "Unsqueeze", "Transpose", "Pad", "Slice", "Split", "Gather", "Resize", "Softmax", "LogSoftmax",
+    "Clip", "LeakyRelu", "PRelu", "Gelu", "SiLU", "HardSigmoid", "Reciprocal", "Identity", "Dropout",
+    "Cast", "QuantizeLinear", "DequantizeLinear", "BatchNormalization", "ArgMax"}))
+_FIXED_OUT = {"Sigmoid": (1.0 / 256, -128), "Tanh": (1.0 / 128, 0), "Softmax": (1.0 / 256, -128)}
+
+
+def _q8(t) -> bool:
+    return t is not None and t.dtype == "int8" and t.quant is not None
+
+
+def _same_params(qa: dict, qb: dict) -> bool:
+    return (np.float32(qa["scale"][0]) == np.float32(qb["scale"][0])
+            and int(qa["zero_point"][0]) == int(qb["zero_point"][0]))
+
+
+def _tensor_dense(t) -> Optional[np.ndarray]:
+    if t.data is None:
+        return None
+    return np.asarray(t.data)
+
+
+class _Exporter:
+    def __init__(self, graph: Graph):
+        self.g = graph
+        self.w = ModelWriter("edge_infer")
+        self.ids: Dict[str, int] = {}
+        self.alias: Dict[str, str] = {}
+        self.k = 0
+
+    # -- tensors ---------------------------------------------------------------------------
+    def tq(self, quant: Optional[dict], axis: Optional[int] = None) -> Optional[dict]:
+        if quant is None:
+            return None
+        s = [float(v) for v in quant["scale"]]
+        z = [int(v) for v in (quant.get("zero_point") or [0] * len(s))]
+        if len(z) == 1 and len(s) > 1:
+            z = z * len(s)
+        ax = axis if axis is not None else quant.get("axis")
+        return {"scale": s, "zero_point": z, "axis": int(ax or 0) if len(s) > 1 else 0}
+
+    def tid(self, name: str) -> int:
+        """TFLite index of IR tensor ``name`` (a constant is written as it is)."""
+        name = self.alias.get(name, name)
+        if name in self.ids:
+            return self.ids[name]
+        t = self.g.tensors[name]
+        data = _tensor_dense(t)
+        dt = t.dtype if data is None else data.dtype.name
+        if dt == "float64":
+            dt, data = "float32", None if data is None else data.astype(np.float32)
+        if dt == "int64" and data is not None and t.quant is None:
+            if data.size == 0 or (np.abs(data).max() < 2 ** 31):
+                dt, data = "int32", data.astype(np.int32)
+        shape = tuple(t.shape) if t.shape is not None else (data.shape if data is not None else ())
+        if data is not None:
+            shape = data.shape
+        self.ids[name] = self.w.tensor(name, dt, shape, data, self.tq(t.quant))
+        return self.ids[name]
+
+    def const(self, base: str, value, dtype: Optional[str] = None, quant: Optional[dict] = None,
+              sparsity: Optional[dict] = None, raw: Optional[bytes] = None, shape=None) -> int:
+        arr = np.asarray(value, dtype=dtype) if raw is None else None
+        self.k += 1
+        return self.w.tensor(f"{base}_{self.k}", dtype or arr.dtype.name,
+                             shape if shape is not None else arr.shape, arr, quant, sparsity, raw)
+
+    def temp(self, base: str, like: str, shape=None, quant="same", dtype: Optional[str] = None) -> int:
+        t = self.g.tensors[self.alias.get(like, like)]
+        self.k += 1
+        q = t.quant if quant == "same" else quant
+        return self.w.tensor(f"{base}_{self.k}", dtype or t.dtype, tuple(shape if shape is not None else t.shape),
+                             None, self.tq(q))
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        t = self.g.tensors[self.alias.get(name, name)]
+        if t.shape is None:
+            raise ExportError(f"tensor {name!r} has no known shape")
+        return tuple(int(d) for d in t.shape)
+
+    def cval(self, name: str) -> Optional[np.ndarray]:
+        if not name:
+            return None
+        t = self.g.tensors[self.alias.get(name, name)]
+        return _tensor_dense(t)
+
+    def ints(self, values, base="shape") -> int:
+        return self.const(base, np.asarray(values, np.int64).astype(np.int32), "int32")
+
+    # -- activations ---------------------------------------------------------------------------
+    def fused_act(self, node: Node) -> Tuple[int, Optional[Tuple[str, list]]]:
+        """(TFLite fused activation, rest) of a fused node's epilogue: the rest is an
+        activation written as its own op after the node (None when it is fused)."""
+        act = str(node.attrs.get("activation", "") or "")
+        params = tuple(float(p) for p in (node.attrs.get("activation_params") or []))
+        if not act:
+            return ACT_NONE, None
+        key = (act, params if act == "Clip" else ())
+        if key in _FUSABLE:
+            return _FUSABLE[key], None
+        return ACT_NONE, (act, list(params))
+
+    def activation_op(self, act: str, params: list, x: int, y: int, yname: str) -> None:
+        """Activation ``act`` from TFLite tensor x to y (an epilogue that is not fused)."""
+        yt = self.g.tensors[yname]
+        if act == "Relu":
+            self.w.op("RELU", [x], [y])
+        elif act == "Clip":
+            self.clip(x, y, params[0] if params else None, params[1] if len(params) > 1 else None, yt)
+        elif act in ("Sigmoid", "Tanh", "HardSwish"):
+            self.unary_fixed(act, x, y, yname)
+        elif act == "LeakyRelu":
+            self.w.op("LEAKY_RELU", [x], [y], {"alpha": float(params[0])})
+        elif act in ("Gelu", "GeluTanh"):
+            self.w.op("GELU", [x], [y], {"approximate": act == "GeluTanh"})
+        elif act == "SiLU":
+            s = self.temp("silu_sigmoid", yname, quant={"scale": [1 / 256], "zero_point": [-128]}
+                          if _q8(yt) else None)
+            self.w.op("LOGISTIC", [x], [s])
+            self.w.op("MUL", [x, s], [y], {"fused_activation_function": ACT_NONE})
+        elif act == "HardSigmoid":
+            if _q8(yt):
+                raise ExportError("int8 HardSigmoid has no TFLite form")
+            a, b = (params + [0.2, 0.5])[:2] if len(params) < 2 else params[:2]
+            m = self.temp("hsig_mul", yname)
+            self.w.op("MUL", [x, self.const("alpha", np.float32(a))], [m], {"fused_activation_function": ACT_NONE})
+            p = self.temp("hsig_add", yname)
+            self.w.op("ADD", [m, self.const("beta", np.float32(b))], [p], {"fused_activation_function": ACT_NONE})
+            self.w.op("RELU_0_TO_1", [p], [y])
+        else:
+            raise ExportError(f"activation {act!r} has no TFLite form")
+
+    def clip(self, x: int, y: int, lo, hi, yt) -> None:
+        lo = None if lo is None or not np.isfinite(lo) else float(lo)
+        hi = None if hi is None or not np.isfinite(hi) else float(hi)
+        named = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1", (0.0, None): "RELU"}
+        if (lo, hi) in named:
+            self.w.op(named[(lo, hi)], [x], [y])
+            return
+        cur = x
+        for bound, opname in ((lo, "MAXIMUM"), (hi, "MINIMUM")):
+            if bound is None:
+                continue
+            last = bound is hi or hi is None
+            dst = y if last else self.w.tensor(f"clip_{self.k}", yt.dtype, self.w.tensors[y]["shape"],
+                                                None, self.w.tensors[y]["quant"])
+            if _q8(yt):
+                s, z = float(yt.quant["scale"][0]), int(yt.quant["zero_point"][0])
+                c = self.const("clip_bound", np.int8(np.clip(np.round(bound / s) + z, -128, 127)), "int8",
+                               self.tq(yt.quant))
+            else:
+                c = self.const("clip_bound", np.float32(bound))
+            self.w.op(opname, [cur, c], [dst])
+            cur = dst
+
+    def unary_fixed(self, op: str, x: int, y: int, yname: str) -> None:
+        """LOGISTIC / TANH / HARD_SWISH, meeting int8 LOGISTIC / TANH's fixed output parameters."""
+        name = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH"}[op]
+        yt = self.g.tensors[yname]
+        if _q8(yt) and op in _FIXED_OUT:
+            s, z = _FIXED_OUT[op]
+            if not _same_params(yt.quant, {"scale": [s], "zero_point": [z]}):
+                mid = self.temp(name.lower(), yname, quant={"scale": [s], "zero_point": [z]})
+                self.w.op(name, [x], [mid])
+                self.w.op("QUANTIZE", [mid], [y])
+                return
+        self.w.op(name, [x], [y])
+
+    # -- geometry --------------------------------------------------------------------------------
+    def window(self, node: Node, in_sp: Sequence[int], kernel: Sequence[int]):
+        """(TFLite padding, explicit pads or None) for a 2-D window op: SAME or VALID when they
+        give the IR's pads, else VALID after an explicit pad."""
+        a = node.attrs
+        strides = [int(s) for s in (a.get("strides") or [1, 1])]
+        dil = [int(d) for d in (a.get("dilations") or [1, 1])]
+        pads, out = resolve_pads(list(in_sp), list(kernel), strides, dil, list(a.get("pads") or [0] * 4),
+                                 str(a.get("auto_pad", "NOTSET") or "NOTSET"), bool(a.get("ceil_mode", 0)))
+        same, out_same = resolve_pads(list(in_sp), list(kernel), strides, dil, [0] * 4, "SAME_UPPER")
+        if list(pads) == list(same) and list(out) == list(out_same):
+            return SAME, None, strides, dil
+        if not any(pads):
+            return VALID, None, strides, dil
+        return VALID, pads, strides, dil
+
+    def pad_explicit(self, x: int, xname: str, pads: Sequence[int], value, base: str) -> int:
+        """PADV2 of NHWC tensor x by spatial ``pads`` [t, l, b, r] with ``value`` (raw, x's dtype)."""
+        xs = self.shape(xname)
+        xt = self.g.tensors[self.alias.get(xname, xname)]
+        paddings = np.array([[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]], np.int32)
+        shape = (xs[0], xs[1] + pads[0] + pads[2], xs[2] + pads[1] + pads[3], xs[3])
+        out = self.temp(base + "_padded", xname, shape=shape)
+        v = self.const("pad_value", np.asarray(value, xt.dtype).reshape(()), xt.dtype, self.tq(xt.quant))
+        self.w.op("PADV2", [x, self.const("paddings", paddings, "int32"), v], [out])
+        return out
+
+    # -- per op ------------------------------------------------------------------------------------
+    def emit(self, node: Node) -> None:
+        op = node.op
+        fn = getattr(self, "op_" + op, None)
+        if op in _ELEMENTWISE:
+            self.elementwise(node)
+        elif op in _UNARY:
+            self.unary(node)
+        elif op in _REDUCE:
+            self.reduce(node)
+        elif fn is not None:
+            fn(node)
+        else:
+            raise ExportError(f"node {node.name!r}: op {op} has no TFLite export")
+
+    def out_ids(self, node: Node) -> List[int]:
+        return [self.tid(o) if o else -1 for o in node.outputs]
+
+    def op_Conv(self, node: Node) -> None:
+        self.conv(node)
+
+    op_FusedConv = op_Conv
+
+    def conv(self, node: Node) -> None:
+        g = self.g
+        if (node.attrs.get("data_layout") or "NCHW") != "NHWC":
+            raise ExportError(f"node {node.name!r}: only NHWC convolutions export (run the layout pass)")
+        xname, wname = node.inputs[0], node.inputs[1]
+        bname = node.inputs[2] if len(node.inputs) > 2 else ""
+        zname = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
+        W = self.cval(wname)
+        if W is None or W.ndim != 4:
+            raise ExportError(f"node {node.name!r}: TFLite convolutions need constant 2-D weights")
+        xs = self.shape(xname)
+        c_in = xs[3]
+        group = int(node.attrs.get("group", 1))
+        m = W.shape[0]
+        kernel = [int(k) for k in W.shape[2:]]
+        padding, pads, strides, dil = self.window(node, xs[1:3], kernel)
+        wt = g.tensors[wname]
+        x = self.tid(xname)
+        yname = node.outputs[0]
+        yt = g.tensors[yname]
+        if pads is not None:
+            zp = int(g.tensors[xname].quant["zero_point"][0]) if _q8(g.tensors[xname]) else 0
+            x = self.pad_explicit(x, xname, pads, zp, node.name)
+            xs = tuple(self.w.tensors[x]["shape"])
+        act, rest = self.fused_act(node)
+        if zname:
+            act_conv, after_add = ACT_NONE, act
+        else:
+            act_conv, after_add = act, None
+        y = self.tid(yname)
+        conv_out = y
+        if zname or rest:
+            conv_out = self.temp(node.name + "_conv", yname)
+        bias = self.bias(bname, m, node, wt, g.tensors[xname])
+        opts = {"padding": padding, "stride_w": strides[1], "stride_h": strides[0],
+                "dilation_w_factor": dil[1], "dilation_h_factor": dil[0], "fused_activation_function": act_conv}
+        if group == 1:
+            wq = self.tq(wt.quant, 0)
+            wid = self.const(wname, np.ascontiguousarray(W.transpose(0, 2, 3, 1)), W.dtype.name, wq)
+            self.w.op("CONV_2D", [x, wid, bias], [conv_out], opts, version=3 if _q8(yt) else 1)
+        elif group == c_in and m % c_in == 0 and W.shape[1] == 1:
+            wq = self.tq(wt.quant, 3)
+            wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), W.dtype.name, wq)
+            self.w.op("DEPTHWISE_CONV_2D", [x, wid, bias], [conv_out], dict(opts, depth_multiplier=m // c_in),
+                      version=3 if _q8(yt) else 1)
+        else:
+            self.grouped_conv(node, x, xs, W, wt, bias, group, opts, conv_out, yname)
+        if zname:
+            add_out = self.temp(node.name + "_residual", yname) if rest else y
+            self.w.op("ADD", [conv_out, self.tid(zname)], [add_out], {"fused_activation_function": after_add})
+            conv_out = add_out
+        if rest:
+            self.activation_op(rest[0], rest[1], conv_out, y, yname)
+
+    def grouped_conv(self, node, x, xs, W, wt, bias, group, opts, out, yname) -> None:
+        """A grouped conv as SPLIT -> CONV_2D per group -> CONCATENATION (TFLite's CONV_2D has
+        no portable group support)."""
+        cg = W.shape[1]
+        mg = W.shape[0] // group
+        parts_in = [self.temp(f"{node.name}_g{i}", node.inputs[0], shape=(*xs[:3], cg)) for i in range(group)]
+        self.w.op("SPLIT", [self.ints([3], "axis"), x], parts_in, {"num_splits": group})
+        bias_v = self.w.tensors[bias] if bias >= 0 else None
+        bdata = None
+        if bias_v is not None:
+            bdata = np.frombuffer(self.w.buffers[bias_v["buffer"]], np.float32 if bias_v["type"] == 0 else np.int32)
+        ot = self.w.tensors[out]
+        outs = []
+        for i in range(group):
+            sl = slice(i * mg, (i + 1) * mg)
+            q = None
+            if wt.quant is not None:
+                s = np.asarray(wt.quant["scale"], np.float32)
+                s = s[sl] if s.size > 1 else s
+                q = {"scale": s.tolist(), "zero_point": [0] * s.size, "axis": 0}
+            wid = self.const("w_group", np.ascontiguousarray(W[sl].transpose(0, 2, 3, 1)), W.dtype.name, q)
+            bid = -1
+            if bdata is not None:
+                bq = bias_v["quant"]
+                if bq is not None and len(bq["scale"]) > 1:
+                    bq = {"scale": bq["scale"][sl], "zero_point": bq["zero_point"][sl], "axis": 0}
+                bid = self.const("b_group", bdata[sl].copy(), bdata.dtype.name, bq)
+            o = self.w.tensor(f"{node.name}_gout{i}", self.g.tensors[yname].dtype, (*ot["shape"][:3], mg), None,
+                              ot["quant"])
+            self.w.op("CONV_2D", [parts_in[i], wid, bid], [o], opts)
+            outs.append(o)
+        self.w.op("CONCATENATION", outs, [out], {"axis": 3, "fused_activation_function": ACT_NONE})
+
+    def bias(self, bname: str, m: int, node: Node, wt, xt) -> int:
+        """The bias tensor of a conv / FC: the IR's, or zeros (LiteRT wants one)."""
+        if bname:
+            b = self.cval(bname)
+            bt = self.g.tensors[bname]
+            if b is None:
+                raise ExportError(f"node {node.name!r}: the bias must be a constant")
+            return self.const(bname, b.reshape(-1), b.dtype.name if b.dtype != np.float64 else "float32",
+                              self.tq(bt.quant, 0))
+        if _q8(xt) and wt.quant is not None:
+            sw = np.asarray(wt.quant["scale"], np.float64)
+            s = (np.float64(xt.quant["scale"][0]) * sw).astype(np.float32)
+            s = np.broadcast_to(s, (m,)) if s.size == 1 else s
+            return self.const("bias", np.zeros(m, np.int32), "int32",
+                              {"scale": s.tolist(), "zero_point": [0] * m, "axis": 0})
+        return self.const("bias", np.zeros(m, np.float32))
+
+    def fc(self, node: Node, a: str, W: np.ndarray, wquant: Optional[dict], bname_or_arr, act: int,
+           rest, keep_dims: bool, sparse=None) -> None:
+        """FULLY_CONNECTED y = a @ W.T + bias with W [N, K] (IR weights already transposed)."""
+        yname = node.outputs[0]
+        y = self.tid(yname)
+        out = self.temp(node.name + "_fc", yname) if rest else y
+        n = W.shape[0]
+        xt = self.g.tensors[a]
+        if isinstance(bname_or_arr, str):
+            bid = self.bias(bname_or_arr, n, node, _Q(wquant), xt)
+        else:
+            bid = self.const("bias", np.asarray(bname_or_arr, np.float32).reshape(-1))
+        if sparse is not None:
+            wid = self.sparse_weights(W, node)
+        else:
+            wid = self.const(node.name + "_weights", np.ascontiguousarray(W), W.dtype.name, self.tq(wquant, 0))
+        self.w.op("FULLY_CONNECTED", [self.tid(a), wid, bid], [out],
+                  {"fused_activation_function": act, "keep_num_dims": bool(keep_dims)},
+                  version=5 if _q8(xt) else 1)
+        if rest:
+            self.activation_op(rest[0], rest[1], out, y, yname)
+
+    def sparse_weights(self, W: np.ndarray, node: Node) -> int:
+        """[N, K] float weights in TFLite's sparsity format: rows dense, columns CSR."""
+        rows, cols = np.nonzero(W)
+        counts = np.bincount(rows, minlength=W.shape[0])
+        segments = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        values = W[rows, cols].astype(np.float32)
+        sp = {"traversal_order": [0, 1], "block_map": [],
+              "dim_metadata": [{"format": DENSE, "dense_size": W.shape[0]},
+                               {"format": SPARSE_CSR, "segments": segments,
+                                "indices": cols.astype(np.uint16 if W.shape[1] < 65536 else np.int32)}]}
+        return self.const(node.name + "_weights", None, "float32", sparsity=sp, raw=values.tobytes(),
+                          shape=W.shape)
+
+    def op_Gemm(self, node: Node) -> None:
+        a = node.attrs
+        A, B = node.inputs[0], node.inputs[1]
+        C = node.inputs[2] if len(node.inputs) > 2 else ""
+        if int(a.get("transA", 0)):
+            raise ExportError(f"node {node.name!r}: Gemm with transA has no FULLY_CONNECTED form")
+        bt = self.g.tensors[B]
+        Bv = self.cval(B)
+        if Bv is None or Bv.ndim != 2:
+            raise ExportError(f"node {node.name!r}: Gemm needs constant 2-D B")
+        sparse = self._sparse(bt)
+        W = Bv if int(a.get("transB", 0)) else Bv.T
+        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        q8 = _q8(bt)
+        if alpha != 1.0:
+            if q8:
+                raise ExportError(f"node {node.name!r}: int8 Gemm with alpha != 1")
+            W = (W * alpha).astype(np.float32)
+        act, rest = self.fused_act(node) if node.op == "FusedGemm" else (ACT_NONE, None)
+        bias: Union[str, np.ndarray] = ""
+        if C:
+            Cv = self.cval(C)
+            ok_shape = Cv is not None and Cv.size == W.shape[0] and (Cv.ndim == 1 or Cv.shape[-1] == W.shape[0])
+            if not ok_shape:
+                raise ExportError(f"node {node.name!r}: Gemm C must be a constant [N] bias")
+            if q8:
+                if beta != 1.0:
+                    raise ExportError(f"node {node.name!r}: int8 Gemm with beta != 1")
+                bias = C
+            else:
+                bias = (Cv.reshape(-1) * beta).astype(np.float32)
+        wq = dict(bt.quant, axis=0) if bt.quant is not None else None
+        self.fc(node, A, np.ascontiguousarray(W), wq, bias, act, rest, keep_dims=False,
+                sparse=sparse if not q8 and alpha == 1.0 else None)
+
+    op_FusedGemm = op_Gemm
+
+    @staticmethod
+    def _sparse(t):
+        try:
+            from .sparse.encodings import SparseArray
+        except ImportError:
+            return None
+        return t.data if isinstance(t.data, SparseArray) else None
+
+    def op_MatMul(self, node: Node) -> None:
+        A, B = node.inputs[0], node.inputs[1]
+        Bv = self.cval(B)
+        bt = self.g.tensors[B]
+        act, rest = self.fused_act(node) if node.op == "FusedMatMul" else (ACT_NONE, None)
+        extra = node.inputs[2] if node.op == "FusedMatMul" and len(node.inputs) > 2 else ""
+        if Bv is not None and Bv.ndim == 2:
+            bias: Union[str, np.ndarray] = ""
+            ev = self.cval(extra) if extra else None
+            if extra and (ev is None or ev.size != Bv.shape[1] or _q8(self.g.tensors[A])):
+                raise ExportError(f"node {node.name!r}: FusedMatMul bias must be a constant [N] (float)")
+            if extra:
+                bias = ev.reshape(-1).astype(np.float32)
+            wq = dict(bt.quant, axis=0) if bt.quant is not None else None
+            self.fc(node, A, np.ascontiguousarray(Bv.T), wq, bias, act, rest,
+                    keep_dims=len(self.shape(A)) > 2)
+            return
+        if _q8(self.g.tensors[A]) or extra or act or rest:
+            raise ExportError(f"node {node.name!r}: MatMul of two computed tensors exports in float only")
+        self.w.op("BATCH_MATMUL", [self.tid(A), self.tid(B)], self.out_ids(node), {"adj_x": False, "adj_y": False})
+
+    op_FusedMatMul = op_MatMul
+
+    def op_ConvTranspose(self, node: Node) -> None:
+        a = node.attrs
+        xname, wname = node.inputs[0], node.inputs[1]
+        bname = node.inputs[2] if len(node.inputs) > 2 else ""
+        W = self.cval(wname)
+        xs = self.shape(xname)
+        ys = self.shape(node.outputs[0])
+        if W is None or W.ndim != 4 or len(xs) != 4 or int(a.get("group", 1)) != 1 \
+                or any(int(d) != 1 for d in (a.get("dilations") or [1, 1])) or _q8(self.g.tensors[xname]):
+            raise ExportError(f"node {node.name!r}: only float 2-D ConvTranspose (group 1, no dilation) exports")
+        strides = [int(s) for s in (a.get("strides") or [1, 1])]
+        from .ir.shape_rules_nn import conv_transpose_geometry
+        pads, out = conv_transpose_geometry(list(xs[2:]), list(W.shape[2:]), a)
+        padding = None
+        for p_type in (SAME, VALID):
+            ok = True
+            for i in range(2):
+                full = strides[i] * (xs[2 + i] - 1) + W.shape[2 + i]
+                want = max(0, full - out[i]) // 2 if p_type == SAME else 0
+                ok &= pads[i] == want
+            if ok:
+                padding = p_type
+                break
+        if padding is None:
+            raise ExportError(f"node {node.name!r}: ConvTranspose pads {pads} are neither SAME nor VALID")
+        x = self.tid(xname)
+        xn = self.temp("ct_in", xname, shape=(xs[0], xs[2], xs[3], xs[1]))
+        self.w.op("TRANSPOSE", [x, self.ints([0, 2, 3, 1], "perm")], [xn])
+        yn = self.temp("ct_out", node.outputs[0], shape=(ys[0], ys[2], ys[3], ys[1]))
+        wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), "float32")     # (O, H, W, I)
+        ins = [self.ints([ys[0], ys[2], ys[3], ys[1]], "output_shape"), wid, xn]
+        if bname:
+            ins.append(self.const(bname, self.cval(bname).reshape(-1).astype(np.float32)))
+        self.w.op("TRANSPOSE_CONV", ins, [yn], {"padding": padding, "stride_w": strides[1], "stride_h": strides[0]},
+                  version=3 if bname else 1)
+        self.w.op("TRANSPOSE", [yn, self.ints([0, 3, 1, 2], "perm")], self.out_ids(node))
+
+    def pool(self, node: Node, name: str) -> None:
+        if (node.attrs.get("data_layout") or "NCHW") != "NHWC" or len(self.shape(node.inputs[0])) != 4:
+            raise ExportError(f"node {node.name!r}: only 2-D NHWC pools export")
+        if len(node.outputs) > 1 and node.outputs[1]:
+            raise ExportError(f"node {node.name!r}: MaxPool indices have no TFLite form")
+        xname = node.inputs[0]
+        xs = self.shape(xname)
+        k = [int(v) for v in node.attrs["kernel_shape"]]
+        padding, pads, strides, dil = self.window(node, xs[1:3], k)
+        if any(d != 1 for d in dil):
+            raise ExportError(f"node {node.name!r}: dilated pools have no TFLite form")
+        x = self.tid(xname)
+        xt = self.g.tensors[xname]
+        if pads is not None:
+            if name == "MAX_POOL_2D":
+                low = -128 if _q8(xt) else np.finfo(np.float32).min
+                x = self.pad_explicit(x, xname, pads, low, node.name)
+            elif int(node.attrs.get("count_include_pad", 0)):
+                x = self.pad_explicit(x, xname, pads, int(xt.quant["zero_point"][0]) if _q8(xt) else 0, node.name)
+            else:
+                raise ExportError(f"node {node.name!r}: AveragePool pads {pads} exclude padding but are not SAME")
+        elif padding == SAME and name == "AVERAGE_POOL_2D" and int(node.attrs.get("count_include_pad", 0)) \
+                and any(resolve_pads(list(xs[1:3]), k, strides, [1, 1], [0] * 4, "SAME_UPPER")[0]):
+            x = self.pad_explicit(x, xname, resolve_pads(list(xs[1:3]), k, strides, [1, 1], [0] * 4,
+                                                        "SAME_UPPER")[0],
+                                  int(xt.quant["zero_point"][0]) if _q8(xt) else 0, node.name)
+            padding = VALID
+        yname = node.outputs[0]
+        y = self.tid(yname)
+        yt = self.g.tensors[yname]
+        opts = {"padding": padding, "stride_w": strides[1], "stride_h": strides[0], "filter_width": k[1],
+                "filter_height": k[0], "fused_activation_function": ACT_NONE}
+        if _q8(xt) and not _same_params(xt.quant, yt.quant):
+            mid = self.temp(node.name + "_pool", yname, quant=xt.quant)
+            self.w.op(name, [x], [mid], opts)
+            self.w.op("QUANTIZE", [mid], [y])
+            return
+        self.w.op(name, [x], [y], opts)
+
+    def op_MaxPool(self, node: Node) -> None:
+        self.pool(node, "MAX_POOL_2D")
+
+    def op_AveragePool(self, node: Node) -> None:
+        self.pool(node, "AVERAGE_POOL_2D")
+
+    def global_pool(self, node: Node, name: str) -> None:
+        xs = self.shape(node.inputs[0])
+        last = (node.attrs.get("data_layout") or "NCHW") == "NHWC"
+        axes = list(range(1, len(xs) - 1)) if last else list(range(2, len(xs)))
+        self.w.op(name, [self.tid(node.inputs[0]), self.ints(axes, "axes")], self.out_ids(node), {"keep_dims": True})
+
+    def op_GlobalAveragePool(self, node: Node) -> None:
+        self.global_pool(node, "MEAN")
+
+    def op_GlobalMaxPool(self, node: Node) -> None:
+        self.global_pool(node, "REDUCE_MAX")
+
+    def reduce(self, node: Node) -> None:
+        xs = self.shape(node.inputs[0])
+        axes = self.cval(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else node.attrs.get("axes")
+        if axes is None or len(np.asarray(axes).reshape(-1)) == 0:
+            axes = list(range(len(xs)))
+        axes = sorted({int(v) % len(xs) for v in np.asarray(axes).reshape(-1)})
+        self.w.op(_REDUCE[node.op], [self.tid(node.inputs[0]), self.ints(axes, "axes")], self.out_ids(node),
+                  {"keep_dims": bool(node.attrs.get("keepdims", 1))})
+
+    def elementwise(self, node: Node) -> None:
+        name = _ELEMENTWISE[node.op]
+        ins = [self.tid(i) for i in node.inputs]
+        opts = {"fused_activation_function": ACT_NONE} if name in ("ADD", "SUB", "MUL", "DIV") else None
+        if name == "POW" and _q8(self.g.tensors[node.outputs[0]]):
+            raise ExportError(f"node {node.name!r}: int8 Pow has no TFLite form")
+        self.w.op(name, ins, self.out_ids(node), opts)
+
+    def unary(self, node: Node) -> None:
+        if node.op in ("Sigmoid", "Tanh", "HardSwish"):
+            self.unary_fixed(node.op, self.tid(node.inputs[0]), self.tid(node.outputs[0]), node.outputs[0])
+            return
+        if node.op == "Elu" and float(node.attrs.get("alpha", 1.0)) != 1.0:
+            raise ExportError(f"node {node.name!r}: TFLite ELU has alpha 1")
+        self.w.op(_UNARY[node.op], [self.tid(node.inputs[0])], self.out_ids(node))
+
+    def op_Clip(self, node: Node) -> None:
+        lo = self.cval(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        hi = self.cval(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        for nm, v in ((1, lo), (2, hi)):
+            if len(node.inputs) > nm and node.inputs[nm] and v is None:
+                raise ExportError(f"node {node.name!r}: Clip bounds must be constants")
+            if v is not None and self.g.tensors[node.inputs[nm]].quant is not None:
+                raise ExportError(f"node {node.name!r}: quantized Clip bounds are not supported")
+        xt, yt = self.g.tensors[node.inputs[0]], self.g.tensors[node.outputs[0]]
+        x, y = self.tid(node.inputs[0]), self.tid(node.outputs[0])
+        if _q8(xt) and not _same_params(xt.quant, yt.quant):
+            mid = self.temp(node.name + "_rq", node.outputs[0])
+            self.w.op("QUANTIZE", [x], [mid])
+            x = mid
+        self.clip(x, y, None if lo is None else float(lo.reshape(-1)[0]),
+                  None if hi is None else float(hi.reshape(-1)[0]), yt)
+
+    def op_Relu(self, node: Node) -> None:
+        xt, yt = self.g.tensors[node.inputs[0]], self.g.tensors[node.outputs[0]]
+        x = self.tid(node.inputs[0])
+        if _q8(xt) and not _same_params(xt.quant, yt.quant):
+            mid = self.temp(node.name + "_rq", node.outputs[0])
+            self.w.op("QUANTIZE", [x], [mid])
+            x = mid
+        self.w.op("RELU", [x], self.out_ids(node))
+
+    def op_LeakyRelu(self, node: Node) -> None:
+        self.w.op("LEAKY_RELU", [self.tid(node.inputs[0])], self.out_ids(node),
+                  {"alpha": float(node.attrs.get("alpha", 0.01))})
+
+    def op_PRelu(self, node: Node) -> None:
+        self.w.op("PRELU", [self.tid(node.inputs[0]), self.tid(node.inputs[1])], self.out_ids(node))
+
+    def op_Gelu(self, node: Node) -> None:
+        self.w.op("GELU", [self.tid(node.inputs[0])], self.out_ids(node),
+                  {"approximate": node.attrs.get("approximate", "none") == "tanh"})
+
+    def op_SiLU(self, node: Node) -> None:
+        self.activation_op("SiLU", [], self.tid(node.inputs[0]), self.tid(node.outputs[0]), node.outputs[0])
+
+    def op_HardSigmoid(self, node: Node) -> None:
+        self.activation_op("HardSigmoid", [float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5))],
+                           self.tid(node.inputs[0]), self.tid(node.outputs[0]), node.outputs[0])
+
+    def op_Reciprocal(self, node: Node) -> None:
+        if _q8(self.g.tensors[node.outputs[0]]):
+            raise ExportError(f"node {node.name!r}: int8 Reciprocal has no TFLite form")
+        self.w.op("DIV", [self.const("one", np.float32(1.0)), self.tid(node.inputs[0])], self.out_ids(node),
+                  {"fused_activation_function": ACT_NONE})
+
+    def softmax(self, node: Node, name: str) -> None:
+        xs = self.shape(node.inputs[0])
+        axis = int(node.attrs.get("axis", -1)) % len(xs)
+        x, yname = self.tid(node.inputs[0]), node.outputs[0]
+        y = self.tid(yname)
+        opts = {"beta": 1.0} if name == "SOFTMAX" else None
+        if axis == len(xs) - 1:
+            self.w.op(name, [x], [y], opts)
+            return
+        perm = list(range(len(xs)))
+        perm[axis], perm[-1] = perm[-1], perm[axis]
+        ts = tuple(xs[p] for p in perm)
+        a = self.temp("softmax_in", node.inputs[0], shape=ts)
+        b = self.temp("softmax_out", yname, shape=ts)
+        self.w.op("TRANSPOSE", [x, self.ints(perm, "perm")], [a])
+        self.w.op(name, [a], [b], opts)
+        self.w.op("TRANSPOSE", [b, self.ints(perm, "perm")], [y])
+
+    def op_Softmax(self, node: Node) -> None:
+        self.softmax(node, "SOFTMAX")
+
+    def op_LogSoftmax(self, node: Node) -> None:
+        self.softmax(node, "LOG_SOFTMAX")
+
+    def op_Concat(self, node: Node) -> None:
+        yname = node.outputs[0]
+        yt = self.g.tensors[yname]
+        rank = len(self.shape(yname))
+        ins = []
+        for i in node.inputs:
+            t = self.g.tensors[i]
+            x = self.tid(i)
+            if _q8(yt) and _q8(t) and not _same_params(t.quant, yt.quant):
+                mid = self.temp(i + "_rq", i, quant=yt.quant)           # TFLite int8 concat: equal params
+                self.w.op("QUANTIZE", [x], [mid])
+                x = mid
+            ins.append(x)
+        self.w.op("CONCATENATION", ins, [self.tid(yname)],
+                  {"axis": int(node.attrs.get("axis", 0)) % rank, "fused_activation_function": ACT_NONE})
+
+    def reshape(self, node: Node) -> None:
+        ys = self.shape(node.outputs[0])
+        self.w.op("RESHAPE", [self.tid(node.inputs[0]), self.ints(ys)], self.out_ids(node), {"new_shape": list(ys)})
+
+    op_Reshape = op_Flatten = op_Squeeze = op_Unsqueeze = reshape
+
+    def op_Identity(self, node: Node) -> None:
+        src, dst = node.inputs[0], node.outputs[0]
+        if dst in self.g.outputs or src in self.g.inputs and dst in self.g.outputs:
+            self.reshape(node)
+        else:
+            self.alias[dst] = self.alias.get(src, src)
+
+    def op_Dropout(self, node: Node) -> None:
+        if len(node.outputs) > 1 and node.outputs[1]:
+            raise ExportError(f"node {node.name!r}: Dropout mask output has no TFLite form")
+        self.op_Identity(node)
+
+    def op_Transpose(self, node: Node) -> None:
+        xs = self.shape(node.inputs[0])
+        perm = node.attrs.get("perm") or list(range(len(xs)))[::-1]
+        self.w.op("TRANSPOSE", [self.tid(node.inputs[0]), self.ints(perm, "perm")], self.out_ids(node))
+
+    def op_Pad(self, node: Node) -> None:
+        xs = self.shape(node.inputs[0])
+        r = len(xs)
+        pads = self.cval(node.inputs[1])
+        if pads is None:
+            raise ExportError(f"node {node.name!r}: Pad pads must be a constant")
+        pads = [int(p) for p in pads.reshape(-1)]
+        axes_name = node.inputs[3] if len(node.inputs) > 3 else ""
+        axes = [int(a) % r for a in self.cval(axes_name).reshape(-1)] if axes_name else list(range(r))
+        full = [[0, 0] for _ in range(r)]
+        for j, a in enumerate(axes):
+            full[a] = [pads[j], pads[j + len(axes)]]
+        if min(min(p) for p in full) < 0:
+            raise ExportError(f"node {node.name!r}: negative pads have no TFLite PAD form")
+        paddings = self.const("paddings", np.array(full, np.int32), "int32")
+        mode = node.attrs.get("mode", "constant")
+        x = self.tid(node.inputs[0])
+        if mode == "reflect":
+            self.w.op("MIRROR_PAD", [x, paddings], self.out_ids(node), {"mode": 0})
+            return
+        if mode != "constant":
+            raise ExportError(f"node {node.name!r}: Pad mode {mode!r} has no TFLite form")
+        cname = node.inputs[2] if len(node.inputs) > 2 else ""
+        xt = self.g.tensors[node.inputs[0]]
+        value = self.cval(cname) if cname else np.zeros((), xt.dtype)
+        if value is None:
+            raise ExportError(f"node {node.name!r}: Pad value must be a constant")
+        value = np.asarray(value, xt.dtype).reshape(())
+        if _q8(xt) and int(value) == int(xt.quant["zero_point"][0]) or not _q8(xt) and float(value) == 0.0:
+            self.w.op("PAD", [x, paddings], self.out_ids(node))
+        else:
+            v = self.const("pad_value", value, xt.dtype, self.tq(xt.quant))
+            self.w.op("PADV2", [x, paddings, v], self.out_ids(node))
+
+    def op_Slice(self, node: Node) -> None:
+        xs = self.shape(node.inputs[0])
+        r = len(xs)
+        vals = [self.cval(n) if len(node.inputs) > k and node.inputs[k] else None
+                for k, n in enumerate(list(node.inputs[1:5]) + [""] * (4 - len(node.inputs[1:5])), start=1)]
+        starts, ends, axes, steps = vals
+        if starts is None or ends is None:
+            raise ExportError(f"node {node.name!r}: Slice starts/ends must be constants")
+        axes = list(range(len(starts))) if axes is None else [int(a) % r for a in axes.reshape(-1)]
+        steps = [1] * len(axes) if steps is None else [int(s) for s in steps.reshape(-1)]
+        begin, end, stride = [0] * r, list(xs), [1] * r
+        end_mask = 0
+        for j, a in enumerate(axes):
+            s = steps[j]
+            st = int(max(min(int(starts.reshape(-1)[j]), 2 ** 62), -2 ** 62))
+            en = int(max(min(int(ends.reshape(-1)[j]), 2 ** 62), -2 ** 62))
+            b, e, s = slice(st, en, s).indices(xs[a])
+            begin[a], end[a], stride[a] = b, e, s
+            if s < 0 and e < 0:
+                end_mask |= 1 << a
+                end[a] = 0
+        self.w.op("STRIDED_SLICE", [self.tid(node.inputs[0]), self.ints(begin, "begin"), self.ints(end, "end"),
+                                    self.ints(stride, "strides")], self.out_ids(node),
+                  {"begin_mask": 0, "end_mask": end_mask, "ellipsis_mask": 0, "new_axis_mask": 0,
+                   "shrink_axis_mask": 0, "offset": False})
+
+    def op_Split(self, node: Node) -> None:
+        xs = self.shape(node.inputs[0])
+        axis = int(node.attrs.get("axis", 0)) % len(xs)
+        sizes = [self.shape(o)[axis] for o in node.outputs]
+        outs = [self.tid(o) if o else self.temp("unused", node.inputs[0], shape=tuple(
+            xs[:axis]) + (sizes[k],) + tuple(xs[axis + 1:])) for k, o in enumerate(node.outputs)]
+        self.w.op("SPLIT_V", [self.tid(node.inputs[0]), self.ints(sizes, "sizes"), self.ints([axis], "axis")],
+                  outs, {"num_splits": len(outs)})
+
+    def op_Gather(self, node: Node) -> None:
+        r = len(self.shape(node.inputs[0]))
+        idx = self.cval(node.inputs[1])
+        iid = self.ints(idx, "indices") if idx is not None else self.tid(node.inputs[1])
+        if idx is not None and idx.ndim == 0:
+            iid = self.const("indices", np.asarray(idx, np.int32).reshape(()), "int32")
+        self.w.op("GATHER", [self.tid(node.inputs[0]), iid], self.out_ids(node),
+                  {"axis": int(node.attrs.get("axis", 0)) % r, "batch_dims": 0})
+
+    def op_Resize(self, node: Node) -> None:
+        a = node.attrs
+        xs, ys = self.shape(node.inputs[0]), self.shape(node.outputs[0])
+        if len(xs) != 4:
+            raise ExportError(f"node {node.name!r}: only 4-D Resize exports")
+        changed = [i for i in range(4) if xs[i] != ys[i]]
+        if set(changed) <= {1, 2}:
+            nhwc = True
+        elif set(changed) <= {2, 3}:
+            nhwc = False
+        else:
+            raise ExportError(f"node {node.name!r}: Resize of axes {changed} has no TFLite form")
+        mode = a.get("mode", "nearest")
+        ctm = a.get("coordinate_transformation_mode", "half_pixel")
+        nearest = a.get("nearest_mode", "round_prefer_floor")
+        if mode == "linear":
+            table = {"align_corners": (True, False), "half_pixel": (False, True), "asymmetric": (False, False),
+                     "pytorch_half_pixel": (False, True)}
+            if ctm == "pytorch_half_pixel" and min(ys[1:3] if nhwc else ys[2:]) == 1:
+                raise ExportError(f"node {node.name!r}: pytorch_half_pixel to size 1 differs from TFLite")
+            name, opt = "RESIZE_BILINEAR", "bilinear"
+        elif mode == "nearest":
+            table = {("asymmetric", "floor"): (False, False), ("align_corners", "round_prefer_ceil"): (True, False),
+                     ("tf_half_pixel_for_nn", "floor"): (False, True)}
+            ctm = (ctm, nearest)
+            name, opt = "RESIZE_NEAREST_NEIGHBOR", "nearest"
+        else:
+            raise ExportError(f"node {node.name!r}: Resize mode {mode!r} has no TFLite form")
+        if ctm not in table:
+            raise ExportError(f"node {node.name!r}: Resize {mode} with {ctm} has no TFLite form")
+        align, half = table[ctm]
+        x, y = self.tid(node.inputs[0]), self.tid(node.outputs[0])
+        size = self.ints(ys[1:3] if nhwc else ys[2:], "size")
+        opts = {"align_corners": align, "half_pixel_centers": half}
+        if nhwc:
+            self.w.op(name, [x, size], [y], opts)
+            return
+        xt = self.temp("resize_in", node.inputs[0], shape=(xs[0], xs[2], xs[3], xs[1]))
+        yt = self.temp("resize_out", node.outputs[0], shape=(ys[0], ys[2], ys[3], ys[1]))
+        self.w.op("TRANSPOSE", [x, self.ints([0, 2, 3, 1], "perm")], [xt])
+        self.w.op(name, [xt, size], [yt], opts)
+        self.w.op("TRANSPOSE", [yt, self.ints([0, 3, 1, 2], "perm")], [y])
+
+    def op_Cast(self, node: Node) -> None:
+        self.w.op("CAST", [self.tid(node.inputs[0])], self.out_ids(node))
+
+    def op_ArgMax(self, node: Node) -> None:
+        xs = self.shape(node.inputs[0])
+        axis = int(node.attrs.get("axis", 0)) % len(xs)
+        if int(node.attrs.get("select_last_index", 0)):
+            raise ExportError(f"node {node.name!r}: ArgMax select_last_index has no TFLite form")
+        ys = self.shape(node.outputs[0])
+        y = self.tid(node.outputs[0])
+        if int(node.attrs.get("keepdims", 1)):
+            mid = self.temp("argmax", node.outputs[0], shape=tuple(d for i, d in enumerate(xs) if i != axis))
+            self.w.op("ARG_MAX", [self.tid(node.inputs[0]), self.ints([axis], "axis")], [mid], {"output_type": 4})
+            self.w.op("RESHAPE", [mid, self.ints(ys)], [y], {"new_shape": list(ys)})
+        else:
+            self.w.op("ARG_MAX", [self.tid(node.inputs[0]), self.ints([axis], "axis")], [y], {"output_type": 4})
+
+    def op_QuantizeLinear(self, node: Node) -> None:
+        yt = self.g.tensors[node.outputs[0]]
+        if yt.quant is None:
+            s = self.cval(node.inputs[1])
+            z = self.cval(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros_like(s, np.int8)
+            if s is None or z is None or s.size != 1:
+                raise ExportError(f"node {node.name!r}: QuantizeLinear needs constant per-tensor parameters")
+            yt.quant = {"scale": [float(s.reshape(-1)[0])], "zero_point": [int(z.reshape(-1)[0])], "axis": None}
+        self.w.op("QUANTIZE", [self.tid(node.inputs[0])], self.out_ids(node))
+
+    def op_DequantizeLinear(self, node: Node) -> None:
+        xt = self.g.tensors[node.inputs[0]]
+        if xt.is_const:
+            s = np.asarray(self.cval(node.inputs[1]), np.float32)
+            z = self.cval(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros(s.shape)
+            x = np.asarray(self.cval(node.inputs[0])).astype(np.float32)
+            if s.size > 1:
+                shp = [1] * x.ndim
+                shp[int(node.attrs.get("axis", 1)) % x.ndim] = s.size
+                s, z = s.reshape(shp), np.asarray(z).reshape(shp)
+            val = ((x - np.asarray(z, np.float32)) * s).astype(np.float32)
+            self.ids[node.outputs[0]] = self.const(node.outputs[0], val)
+            return
+        if xt.quant is None:
+            s = self.cval(node.inputs[1])
+            z = self.cval(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros_like(s, np.int8)
+            if s is None or z is None or s.size != 1:
+                raise ExportError(f"node {node.name!r}: DequantizeLinear needs constant per-tensor parameters")
+            xt.quant = {"scale": [float(s.reshape(-1)[0])], "zero_point": [int(z.reshape(-1)[0])], "axis": None}
+        self.w.op("DEQUANTIZE", [self.tid(node.inputs[0])], self.out_ids(node))
+
+    def op_BatchNormalization(self, node: Node) -> None:
+        vals = [self.cval(i) for i in node.inputs[1:5]]
+        if any(v is None for v in vals) or _q8(self.g.tensors[node.inputs[0]]):
+            raise ExportError(f"node {node.name!r}: BatchNormalization needs constant float parameters")
+        s, b, mean, var = (np.asarray(v, np.float64) for v in vals)
+        k = s / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+        xs = self.shape(node.inputs[0])
+        last = (node.attrs.get("data_layout") or "NCHW") == "NHWC"
+        shp = (-1,) if last else (-1,) + (1,) * (len(xs) - 2)
+        mid = self.temp("bn", node.outputs[0])
+        self.w.op("MUL", [self.tid(node.inputs[0]), self.const("bn_scale", k.reshape(shp).astype(np.float32))],
+                  [mid], {"fused_activation_function": ACT_NONE})
+        self.w.op("ADD", [mid, self.const("bn_shift", (b - mean * k).reshape(shp).astype(np.float32))],
+                  self.out_ids(node)[:1], {"fused_activation_function": ACT_NONE})
+
+    # -- whole graph ---------------------------------------------------------------------------
+    def run(self) -> bytes:
+        g = self.g
+        for name in g.inputs:
+            self.tid(name)
+        for node in g.nodes:
+            self.emit(node)
+        outs = []
+        for o in g.outputs:
+            outs.append(self.tid(o))
+        return self.w.finish([self.ids[i] for i in g.inputs], outs, g.name or "main")
+
+
+class _Q:
+    """A minimal tensor-like holder of weight quantization for ``_Exporter.bias``."""
+
+    def __init__(self, quant):
+        self.quant = quant
+        self.dtype = "int8" if quant is not None else "float32"
+
+
+def prepare_graph(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> Graph:
+    """A copy of ``graph`` with static shapes (symbolic dims -> 1 unless given) and every
+    convertible spatial op in NHWC: the form the exporter maps op by op."""
+    from .passes.convert_layout import convert_layout
+    from .runtime import specialize
+    shapes = {}
+    for name in graph.inputs:
+        t = graph.tensors[name]
+        given = (input_shapes or {}).get(name)
+        shapes[name] = tuple(given) if given is not None else tuple(
+            d if isinstance(d, (int, np.integer)) else 1 for d in (t.shape or ()))
+    g = specialize(graph, shapes)
+    if any(n.op in ("Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                    "BatchNormalization") and (n.attrs.get("data_layout") or "NCHW") != "NHWC" for n in g.nodes):
+        g.metadata["preferred_layout"] = "NHWC"
+        convert_layout(g)
+    g.toposort()
+    return g
+
+
+def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
+                    prepared: bool = False) -> bytes:
+    """The bytes of a .tflite model computing ``graph`` (see the module doc)."""
+    g = graph if prepared else prepare_graph(graph, input_shapes)
+    try:
+        return _Exporter(g).run()
+    except EdgeInferError:
+        raise
+    except (KeyError, ValueError, IndexError, TypeError) as e:
+        raise ExportError(f"TFLite export failed: {type(e).__name__}: {e}") from None
+
+
+def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_path: Union[str, os.PathLike, None] = None,
+                  input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> bytes:
+    """Export a Graph, an .eim artifact or an .onnx / .tflite model as a TFLite flatbuffer.
+
+    Returns the bytes; also writes them to ``out_path`` when given. Models (.onnx) are
+    imported and optimized as ``convert`` does (no verification) before export."""
+    src = graph_or_artifact_path
+    if isinstance(src, Graph):
+        graph = src
+    else:
+        path = os.fspath(src)
+        if path.lower().endswith((".onnx", ".tflite")):
+            from .frontends import load_model
+            from .passes import optimize
+            graph = load_model(path, input_shapes=input_shapes)
+            graph.validate()
+            graph.metadata["preferred_layout"] = "NHWC"
+            optimize(graph, 3)
+        else:
+            from .artifact import load_artifact
+            graph = load_artifact(path)[0]
+    data = graph_to_tflite(graph, input_shapes)
+    if out_path is not None:
+        tmp = os.fspath(out_path) + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.fspath(out_path))
+    return data
+
+
+def unsupported_reason(node: Node, graph: Graph) -> Optional[str]:
+    """Why ``node`` (in a graph with static shapes) cannot be exported to TFLite; None if it can."""
+    if node.op not in EXPORTED_OPS:
+        return f"{node.op} has no TFLite export"
+    g = Graph(graph.name)
+    g.tensors = graph.tensors
+    g.inputs = [i for i in node.inputs if i and not graph.tensors[i].is_const]
+    g.outputs = [o for o in node.outputs if o]
+    g.nodes = [node]
+    ex = _Exporter(g)
+    try:
+        for i in g.inputs:
+            ex.tid(i)
+        ex.emit(node)
+    except EdgeInferError as e:
+        return str(e)
+    except (KeyError, ValueError, IndexError, TypeError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
