@@ -11,6 +11,7 @@ dense         Conv 3x3, 32->64 ch, 32x32 (37.7 MFLOP)            FLOP/s of dense
 grouped       depthwise Conv 3x3, 64 ch, 56x56 (3.6 MFLOP)       FLOP/s of grouped conv
 memory        8 chained Relu on 2 MiB                            bytes/s of other ops
 op_s          32 chained Relu on 16 floats, minus 1              seconds per dispatched op
+dense_op_s    8 chained 3x3 Convs on 1x8x4x4, minus 1            seconds per dense op
 run_s         1 Relu on 16 floats, minus one op                  fixed seconds per run
 transfer      1 Relu on 2 MiB, minus its compute and run_s       host<->device bytes/s
 int8_dense    the dense graph quantized to int8                  FLOP/s of int8 dense ops
@@ -22,7 +23,7 @@ the CPU's value). Profiles are cached per device fingerprint in
 ``<cache dir>/throughput.json`` (see ``picker.cache_dir``), so a device pays
 the microbenchmark (well under a second per backend) once.
 
-The estimated time of a node: ``op_s + flops / rate[class]`` for dense and grouped
+The estimated time of a node: ``dense_op_s + flops / rate[class]`` for dense and grouped
 ops, ``op_s + bytes / memory`` for the rest (they are bandwidth-bound); FLOPs and
 bytes come from ``passes.report.node_flops`` and the tensors' sizes; window ops (pools,
 reductions) make one pass per window element, so a "memory" op moves at least 8 B per FLOP.
@@ -39,7 +40,7 @@ from ..ir import Graph, Node
 from .base import Backend
 
 #: bump when the microbenchmark changes, so cached profiles are re-measured
-MICROBENCH_VERSION = 1
+MICROBENCH_VERSION = 2
 
 DENSE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"})
 INT8 = ("int8", "uint8")
@@ -103,7 +104,7 @@ def node_seconds(work: Dict[str, float], profile: Dict[str, float],
     op_s = profile.get("op_s", 0.0)
     if klass.endswith("dense") or klass.endswith("grouped"):
         rate = _rate(profile, klass, fallback) or 1e9
-        return op_s + work["flops"] / rate
+        return profile.get("dense_op_s", op_s) + work["flops"] / rate
     rate = _rate(profile, klass, fallback) or 1e9
     # window ops (pools, reductions) make a pass per window element: count 8 B per FLOP
     return op_s + max(work["bytes"], 8 * work["flops"]) / rate
@@ -131,6 +132,21 @@ def _relu_chain(n_ops: int, numel: int) -> Graph:
         out = f"r{k}"
         g.add_node("Relu", [prev], [out], name=f"relu{k}")
         prev = out
+    g.outputs = [prev]
+    return g
+
+
+def _conv_chain(n_ops: int) -> Graph:
+    """``n_ops`` chained 3x3 Convs on 1x8x4x4: per-op cost of a dense op where the math is nothing."""
+    rng = np.random.default_rng(0)
+    g = Graph("microbench_conv_chain")
+    g.add_input("x", "float32", (1, 8, 4, 4))
+    g.add_const("w", rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.1)
+    prev = "x"
+    for k in range(n_ops):
+        g.add_node("Conv", [prev, "w"], [f"c{k}"], name=f"conv{k}", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                   strides=[1, 1], dilations=[1, 1], group=1, auto_pad="NOTSET")
+        prev = f"c{k}"
     g.outputs = [prev]
     return g
 
@@ -211,13 +227,18 @@ def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
         prof["memory"] = 2 * 4 * big / per_op
         transfer_s = max(t_big1 - per_op - op_s - prof["run_s"], 1e-7)
         prof["transfer"] = 2 * 4 * big / transfer_s
+    t_conv1 = time_graph(backend, _specialized(_conv_chain(1)), threads, reps=9)
+    t_conv8 = time_graph(backend, _specialized(_conv_chain(8)), threads, reps=9)
+    if t_conv1 is not None and t_conv8 is not None:
+        prof["dense_op_s"] = max((t_conv8 - t_conv1) / 7, op_s)
     for key, g in (("dense", _conv_graph(32, 64, 32, 1)), ("grouped", _conv_graph(64, 64, 56, 64))):
         sg = _specialized(g)
         t = time_graph(backend, sg, threads)
         if t is not None:
             flops = node_work(running_nodes(sg)[0], sg)["flops"]
             io = tensor_nbytes(sg, "x") + tensor_nbytes(sg, "y")
-            compute = max(t - prof["run_s"] - op_s - io / prof.get("transfer", float("inf")), t * 0.2)
+            compute = max(t - prof["run_s"] - prof.get("dense_op_s", op_s) - io / prof.get("transfer", float("inf")),
+                          t * 0.2)
             prof[key] = flops / compute
     for key, g in (("int8_dense", _conv_graph(32, 64, 32, 1)), ("int8_memory", _pool_chain(8))):
         q = _quantized(g)

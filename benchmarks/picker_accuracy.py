@@ -1,0 +1,166 @@
+"""How often does ``backend="auto"`` pick the fastest backend?
+
+For every (model, device) case runnable here: the light zoo of ``tests/onnx_models.py``
+(seeded random weights, converted at opt level 3) and the bundled digits CNN in fp32 and
+int8, on this machine with every available backend, the script
+
+1. asks the picker for its choice from the cost model alone: a fresh cache directory, so
+   no measured timings, only the microbenchmarked throughput profiles;
+2. times every available backend on the model (each as ``Runtime(path, backend=name)``; a
+   backend that covers part of the graph runs as its partition with the CPU), and the
+   picker's choice itself when it is a partition;
+3. counts a case correct when the choice is the measured fastest (strict), and reports
+   also the cases within 5% of the fastest and the regret (chosen / fastest latency).
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/picker_accuracy.py
+    ... --models digits,digits_int8,squeezenet --threads 2 --budget 1.5 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+
+LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+         "squeezenet", "vgg19", "zfnet512")
+DEFAULT_MODELS = ("digits", "digits_int8") + LIGHT
+
+
+def artifact(name: str, out_dir: str) -> str:
+    """The .eim of a case (converted once into ``out_dir``)."""
+    from edge_infer import convert
+    from edge_infer.data import digits_model_path, load_digits_samples
+    path = os.path.join(out_dir, f"{name}.eim")
+    if os.path.exists(path):
+        return path
+    if name == "digits":
+        convert(digits_model_path(), path)
+    elif name == "digits_int8":
+        x, _ = load_digits_samples()
+        calib = os.path.join(out_dir, "digits_calib.npy")
+        np.save(calib, x[:64])
+        convert(digits_model_path(), path, quantize="int8", calib=calib)
+    else:
+        from onnx_models import randomized_light_model_path
+        convert(randomized_light_model_path(name), path)
+    return path
+
+
+def time_runtime(rt, feeds, budget_s: float, max_runs: int = 30, min_runs: int = 3) -> float:
+    """Median ms of ``rt.run(feeds)``: runs until ``budget_s`` or ``max_runs`` (at least ``min_runs``)."""
+    rt.run(feeds)
+    lat, t_end = [], time.perf_counter() + budget_s
+    while len(lat) < max_runs and (len(lat) < min_runs or time.perf_counter() < t_end):
+        t0 = time.perf_counter()
+        rt.run(feeds)
+        lat.append(time.perf_counter() - t0)
+    return float(np.median(lat)) * 1e3
+
+
+def run_case(path: str, names, threads: int, budget_s: float) -> dict:
+    from edge_infer.backends.picker import pick
+    from edge_infer.runtime import Runtime, specialize
+    from edge_infer.verify import random_inputs
+    base = Runtime(path, backend="cpu", threads=threads)
+    feeds = random_inputs(base.graph, 0)
+    shapes = {k: v.shape for k, v in feeds.items()}
+    g = specialize(base.graph, shapes)
+    prefer = (base.meta.get("target") or {}).get("backends") or ()
+    t0 = time.perf_counter()
+    choice = pick(g, "auto", prefer, threads, use_timings=False, estimate=True)
+    pick_ms = (time.perf_counter() - t0) * 1e3
+    est = {o["name"]: o["score_ms"] for o in choice.report["options"]}
+    measured = {}
+    for name in names:
+        try:
+            rt = Runtime(path, backend=name, threads=threads)
+            rt.plan(shapes)
+            label = rt.backend.name
+            if label not in measured:
+                measured[label] = time_runtime(rt, feeds, budget_s)
+        except Exception as e:  # noqa: BLE001  (a backend failing on a model is a result too)
+            measured[f"{name} (failed)"] = None
+            print(f"    {name}: failed: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
+    if choice.name not in measured:
+        rt = Runtime(g, backend="cpu", threads=threads)
+        rt._choices[tuple(tuple(shapes[n]) for n in g.inputs)] = choice     # run exactly this choice
+        rt._choice = choice
+        measured[choice.name] = time_runtime(rt, feeds, budget_s)
+    ok = {k: v for k, v in measured.items() if v is not None}
+    fastest = min(ok, key=ok.get)
+    return {"choice": choice.name, "why": choice.report["why"], "estimated_ms": est, "measured_ms": measured,
+            "fastest": fastest, "correct": choice.name == fastest,
+            "within_5pct": ok.get(choice.name, np.inf) <= ok[fastest] * 1.05,
+            "regret": ok.get(choice.name, np.inf) / ok[fastest], "pick_ms": pick_ms}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per backend per model")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args(argv)
+    from edge_infer.backends.picker import _instantiate, candidate_names, device_fingerprint
+    from onnx_models import cache_dir
+    os.environ["EDGE_INFER_CACHE_DIR"] = tempfile.mkdtemp(prefix="picker_accuracy_")   # no timings
+    names, skipped = [], {}
+    for n in candidate_names():
+        _, ok, why = _instantiate(n)
+        (names.append(n) if ok else skipped.__setitem__(n, why))
+    try:
+        from threadpoolctl import threadpool_info
+        blas = "; ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')}, "
+                         f"{i.get('num_threads')} thr)" for i in threadpool_info() if i.get("user_api") == "blas")
+    except ImportError:
+        blas = "unknown (no threadpoolctl)"
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; device "
+          f"{device_fingerprint()}; BLAS: {blas}; load average {os.getloadavg()[0]:.2f}")
+    print(f"backends available: {', '.join(names)}; unavailable: "
+          + (", ".join(f"{k} ({v})" for k, v in skipped.items()) or "none"))
+    print(f"threads {args.threads}, {args.budget:g} s of runs per backend per model, batch 1\n")
+    out_dir = cache_dir("picker_eim")
+    cases = {}
+    for m in [x.strip() for x in args.models.split(",") if x.strip()]:
+        path = artifact(m, out_dir)
+        cases[m] = run_case(path, names, args.threads, args.budget)
+        c = cases[m]
+        print(f"  {m}: picked {c['choice']}, fastest {c['fastest']} "
+              + " ".join(f"{k}={v:.2f}ms" for k, v in c["measured_ms"].items() if v is not None), file=sys.stderr)
+    labels = sorted({k for c in cases.values() for k in list(c["measured_ms"]) + list(c["estimated_ms"])})
+    head = " | ".join(f"{k} est / meas ms" for k in labels)
+    print(f"| model | {head} | fastest | picked | correct | regret |")
+    print("|---|" + "---:|" * len(labels) + "---|---|---|---:|")
+    for m, c in cases.items():
+        cells = []
+        for k in labels:
+            e, v = c["estimated_ms"].get(k), c["measured_ms"].get(k)
+            cells.append(f"{'-' if e is None else f'{e:.2f}'} / {'-' if v is None else f'{v:.2f}'}")
+        print(f"| {m} | " + " | ".join(cells) + f" | {c['fastest']} | {c['choice']} | "
+              f"{'yes' if c['correct'] else 'no'} | {c['regret']:.2f}x |")
+    n = len(cases)
+    strict = sum(c["correct"] for c in cases.values())
+    near = sum(c["within_5pct"] for c in cases.values())
+    multi = [m for m, c in cases.items() if len([v for v in c["measured_ms"].values() if v is not None]) > 1]
+    print(f"\npicker chose the fastest in {strict}/{n} cases ({strict / max(n, 1):.0%}); within 5% of the "
+          f"fastest in {near}/{n}; cases with more than one runnable option: {len(multi)}; "
+          f"mean regret {np.mean([c['regret'] for c in cases.values()]):.3f}x; "
+          f"pick time (cost model) median {np.median([c['pick_ms'] for c in cases.values()]):.1f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cases": cases, "backends": names, "skipped": skipped}, f, indent=2, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
