@@ -5,3 +5,7 @@ from . import int8_conv, int8_elementwise, int8_gemm, int8_pool, int8_qdq  # noq
 from .int8_common import install_int8_dispatch  # noqa: E402
 
 install_int8_dispatch()
+# sparse last: its dispatch wraps the dtype dispatchers (a sparse weight picks its kernel first)
+from .sparse import install_sparse_dispatch  # noqa: E402
+
+install_sparse_dispatch()
