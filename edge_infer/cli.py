@@ -109,6 +109,13 @@ def cmd_export(args) -> int:
     from .artifact import load_artifact
     from .quantize.export_onnx import export_qdq
     graph, _ = load_artifact(args.artifact)
+    if args.format == "tflite":
+        from .export_tflite import export_tflite
+        data = export_tflite(graph, args.output)
+        int8 = sum(1 for t in graph.tensors.values() if t.dtype == "int8")
+        print(f"exported {args.artifact} -> {args.output} (TFLite flatbuffer): {len(data)} bytes, "
+              f"{int8} int8 tensors")
+        return 0
     _, counts = export_qdq(graph, args.output)
     int8 = sum(1 for t in graph.tensors.values() if t.dtype == "int8")
     print(f"exported {args.artifact} -> {args.output} (ONNX opset 21, {args.format}): {counts['nodes']} nodes, "
@@ -451,10 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--report", metavar="FILE.json", help="write the quantization accuracy report")
     c.set_defaults(fn=cmd_convert)
 
-    e = sub.add_parser("export", help="export an artifact (e.g. int8) as ONNX QDQ")
+    e = sub.add_parser("export", help="export an artifact (fp32 or int8) as ONNX QDQ or TFLite")
     e.add_argument("artifact")
-    e.add_argument("--format", default="onnx-qdq", choices=("onnx-qdq",), help="output format")
-    e.add_argument("-o", "--output", required=True, metavar="FILE.onnx")
+    e.add_argument("--format", default="onnx-qdq", choices=("onnx-qdq", "tflite"), help="output format")
+    e.add_argument("-o", "--output", required=True, metavar="FILE.onnx|FILE.tflite")
     e.set_defaults(fn=cmd_export)
 
     r = sub.add_parser("run", help="run an artifact on .npy inputs")

@@ -15,6 +15,7 @@ def _cpu() -> Backend:
 #: name -> factory; later backends (native, opencl, cuda, litert) add themselves here
 BACKENDS: Dict[str, Callable[[], Backend]] = {"cpu": _cpu}
 BACKENDS["opencl"] = lambda: __import__(__name__ + ".opencl", fromlist=["OpenCLBackend"]).OpenCLBackend()
+BACKENDS["litert"] = lambda: __import__(__name__ + ".litert", fromlist=["LiteRTBackend"]).LiteRTBackend()
 
 
 def get_backend(name: str) -> Backend:
