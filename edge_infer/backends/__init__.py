@@ -16,6 +16,7 @@ def _cpu() -> Backend:
 BACKENDS: Dict[str, Callable[[], Backend]] = {"cpu": _cpu}
 BACKENDS["opencl"] = lambda: __import__(__name__ + ".opencl", fromlist=["OpenCLBackend"]).OpenCLBackend()
 BACKENDS["litert"] = lambda: __import__(__name__ + ".litert", fromlist=["LiteRTBackend"]).LiteRTBackend()
+BACKENDS["cuda"] = lambda: __import__(__name__ + ".cuda", fromlist=["CudaBackend"]).CudaBackend()
 
 
 def get_backend(name: str) -> Backend:

@@ -1,0 +1,274 @@
+"""Run the CUDA backend's kernels on the CPU: the .cu sources compiled as host C++.
+
+This is how the kernels are checked on machines without a GPU (every test here): the very
+same kernel source, with ``kernels/host_shim.h`` standing in for the CUDA built-ins, is built
+with the host C++ compiler into a shared library; ``emu_launch`` runs the grid block by block.
+Kernels without ``__syncthreads`` run their threads one after another; those with it run each
+block's threads as real threads meeting at a barrier, and a barrier that not every thread of
+the block reaches is reported as an error (on a GPU it would hang or corrupt memory).
+
+``EmulatedDevice`` implements the device interface of ``device.py`` with numpy arrays as
+device memory and numpy's matmul in place of cuBLAS, so whole models run through the
+backend's prepare/run code, launch for launch. What it cannot show: timing, warp-level
+behaviour, memory coalescing, and races between blocks (blocks run one at a time).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ...errors import BackendError
+from .signatures import KERNEL_DIR, check_args, cu_sources, kernels
+
+_RUNTIME = r"""
+#include <thread>
+#include <vector>
+#include <mutex>
+#include <condition_variable>
+#include <chrono>
+thread_local EmuDim3 threadIdx, blockIdx;
+EmuDim3 blockDim, gridDim;
+static std::mutex mu;
+static std::condition_variable cv;
+static int bar_count = 1, bar_waiting = 0, bar_alive = 0;
+static long bar_gen = 0;
+static bool bar_broken = false;
+
+void __syncthreads() {
+    if (bar_count <= 1) return;
+    std::unique_lock<std::mutex> lk(mu);
+    long gen = bar_gen;
+    if (++bar_waiting == bar_count) { bar_waiting = 0; ++bar_gen; cv.notify_all(); return; }
+    if (!cv.wait_for(lk, std::chrono::seconds(30), [&] { return bar_gen != gen || bar_broken; })) {
+        bar_broken = true;
+        cv.notify_all();
+    }
+}
+
+extern "C" int emu_launch(void (*fn)(void**), void** args, unsigned gx, unsigned gy, unsigned gz,
+                          unsigned bx, unsigned by, unsigned bz, int threaded) {
+    gridDim = {gx, gy, gz};
+    blockDim = {bx, by, bz};
+    unsigned nt = bx * by * bz;
+    for (unsigned z = 0; z < gz; ++z)
+        for (unsigned y = 0; y < gy; ++y)
+            for (unsigned x = 0; x < gx; ++x) {
+                EmuDim3 b = {x, y, z};
+                if (!threaded) {
+                    bar_count = 1;
+                    blockIdx = b;
+                    for (unsigned t = 0; t < nt; ++t) {
+                        threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+                        fn(args);
+                    }
+                    continue;
+                }
+                bar_count = (int)nt; bar_waiting = 0; bar_alive = (int)nt; bar_broken = false;
+                std::vector<std::thread> ts;
+                ts.reserve(nt);
+                for (unsigned t = 0; t < nt; ++t)
+                    ts.emplace_back([=] {
+                        blockIdx = b;
+                        threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+                        fn(args);
+                        std::lock_guard<std::mutex> lk(mu);
+                        --bar_alive;
+                        if (bar_waiting > 0 && bar_waiting == bar_alive) { bar_broken = true; cv.notify_all(); }
+                    });
+                for (auto& t : ts) t.join();
+                if (bar_broken) return -1;
+            }
+    return 0;
+}
+"""
+
+_SCALAR_C = {"int": ctypes.c_int32, "i64": ctypes.c_int64, "float": ctypes.c_float}
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _source_text() -> str:
+    parts = ['#include "host_shim.h"']
+    parts += [f'#include "{os.path.basename(p)}"' for p in cu_sources()]
+    parts.append(_RUNTIME)
+    for k in kernels().values():
+        casts = ", ".join(f"*({p.ctype}**)a[{i}]" if p.pointer else f"*({p.ctype}*)a[{i}]"
+                          for i, p in enumerate(k.params))
+        parts.append(f'extern "C" void emu__{k.name}(void** a) {{ {k.name}({casts}); }}')
+    return "\n".join(parts) + "\n"
+
+
+def compiler() -> Optional[str]:
+    """The host C++ compiler used for the emulator (``$CXX``, g++ or clang++), or None."""
+    for c in (os.environ.get("CXX"), "g++", "clang++", "c++"):
+        if c and shutil.which(c):
+            return shutil.which(c)
+    return None
+
+
+def build_library() -> str:
+    """Compile (once, cached by content hash) and return the path of the emulator library."""
+    cxx = compiler()
+    if cxx is None:
+        raise BackendError("the CUDA kernel emulator needs a host C++ compiler (g++ or clang++)")
+    text = _source_text()
+    h = hashlib.sha256(text.encode())
+    for p in cu_sources() + [os.path.join(KERNEL_DIR, f) for f in ("common.cuh", "host_shim.h")]:
+        h.update(open(p, "rb").read())
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "edge_infer", "cuda_emulator")
+    os.makedirs(cache, exist_ok=True)
+    lib = os.path.join(cache, f"kernels_{h.hexdigest()[:16]}.so")
+    if os.path.exists(lib):
+        return lib
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "emu.cpp")
+        with open(src, "w") as f:
+            f.write(text)
+        out = os.path.join(tmp, "emu.so")
+        cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-w", "-I", KERNEL_DIR, src, "-o", out]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise BackendError("emulator build failed:\n" + r.stderr[-4000:])
+        os.replace(out, lib)
+    return lib
+
+
+def library():
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            lib = ctypes.CDLL(build_library())
+            lib.emu_launch.restype = ctypes.c_int
+            lib.emu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_int]
+            _lib = lib
+    return _lib
+
+
+class EmulatedKernel:
+    """A kernel of the emulator library, called as CuPy's RawKernel is: ``k(grid, block, args)``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.info = kernels()[name]
+        lib = library()
+        self.fn = ctypes.cast(getattr(lib, "emu__" + name), ctypes.c_void_p)
+        self.launch = lib.emu_launch
+
+    def bind(self, grid: Sequence[int], block: Sequence[int], args: Sequence):
+        """The launch as a closure over prebuilt ctypes arguments (the arrays must stay alive)."""
+        check_args(self.name, args)
+        vals = []
+        for p, a in zip(self.info.params, args):
+            if p.pointer:
+                vals.append(ctypes.c_void_p(a.ctypes.data))
+            else:
+                vals.append(_SCALAR_C[p.ctype](a.item()))
+        argv = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.addressof(v) for v in vals])
+        g = tuple(int(v) for v in grid) + (1,) * (3 - len(grid))
+        b = tuple(int(v) for v in block) + (1,) * (3 - len(block))
+        threaded = int(self.info.syncs)
+        keep = (vals, argv, args)
+        fn, launch, name = self.fn, self.launch, self.name
+
+        def run():
+            if launch(fn, argv, *g, *b, threaded) != 0:
+                raise BackendError(f"emulated kernel {name}: a __syncthreads barrier was not reached by "
+                                   "every thread of a block")
+            return keep
+        return run
+
+    def __call__(self, grid, block, args):
+        self.bind(grid, block, args)()
+
+
+class _Stream:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+
+class _Event:
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class EmulatedDevice:
+    """The device interface over host memory and the emulated kernels (see device.CupyDevice)."""
+
+    name = "emulator"
+
+    def __init__(self, integrated: bool = False):
+        #: pretend to be a Jetson-class device (mapped inputs/outputs) or a discrete GPU
+        self.integrated = integrated
+        self._kernels = {}
+
+    def describe(self) -> str:
+        return f"CPU emulator of the CUDA kernels ({'integrated' if self.integrated else 'discrete'} mode)"
+
+    def empty(self, nbytes: int) -> np.ndarray:
+        raw = np.zeros(int(nbytes) + 256, np.uint8)
+        start = (-raw.ctypes.data) % 256
+        return raw[start:start + int(nbytes)]
+
+    def view(self, base: np.ndarray, offset: int, shape, dtype) -> np.ndarray:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        return base[offset:offset + n].view(dt).reshape(tuple(int(s) for s in shape))
+
+    def upload(self, arr: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(arr).copy()
+
+    def kernel(self, name: str) -> EmulatedKernel:
+        k = self._kernels.get(name)
+        if k is None:
+            k = self._kernels[name] = EmulatedKernel(name)
+        return k
+
+    def bind(self, name: str, grid, block, args):
+        return self.kernel(name).bind(grid, block, args)
+
+    def matmul(self, a, b, out):
+        return lambda: np.matmul(a, b, out=out)
+
+    def mapped_host(self, nbytes: int):
+        """(host uint8 view, device uint8 array) of one block of mapped, pinned host memory."""
+        buf = self.empty(nbytes)
+        return buf, buf
+
+    def pinned_host(self, nbytes: int) -> np.ndarray:
+        return self.empty(nbytes)
+
+    def stream(self):
+        return _Stream()
+
+    def event(self):
+        return _Event()
+
+    def h2d_async(self, dst, src, stream):
+        np.copyto(dst, src)
+
+    def d2h_async(self, dst, src, stream):
+        np.copyto(dst, src)
+
+    def synchronize(self):
+        pass
