@@ -10,10 +10,7 @@ import numpy as np
 from .backends import Backend, Executable, get_backend
 from .errors import EdgeInferError, InputError
 from .ir import Graph, infer_shapes
-
-
-class MemoryBudgetError(EdgeInferError, MemoryError):
-    """A plan does not fit the Runtime's memory limit."""
+from .memory.budget import MemoryBudgetError, default_memory_limit, mib, parse_size  # noqa: F401
 
 
 class TensorInfo(NamedTuple):
@@ -49,25 +46,6 @@ def _bind_symbols(declared: Tuple, actual: Tuple, symbols: Dict[str, int], name:
 
 
 _blas_limiter = None
-
-_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
-          "G": 2**30, "GB": 2**30, "GIB": 2**30}
-
-
-def parse_size(size: Union[int, str, None]) -> Optional[int]:
-    """``"256MB"`` / ``"1.5G"`` / ``268435456`` -> bytes (binary units); None stays None."""
-    if size is None or isinstance(size, int):
-        return size
-    text = str(size).strip().upper().replace(" ", "")
-    num = text.rstrip("KMGIB")
-    unit = text[len(num):]
-    try:
-        if unit not in _UNITS:
-            raise ValueError
-        return int(float(num) * _UNITS[unit])
-    except ValueError:
-        raise InputError(f"memory limit {size!r}: expected bytes or a size like '256MB'") from None
-
 
 def _limit_blas_threads(n: int) -> None:
     """Cap the BLAS thread pool at ``n`` (process-wide: BLAS has one pool).
@@ -105,8 +83,15 @@ class Runtime:
         self._choices: Dict[Tuple, "Choice"] = {}
         self._choice: Optional["Choice"] = None
         self.threads = threads or int(self.meta.get("target", {}).get("threads", 0) or 0) or (os.cpu_count() or 1)
-        #: bytes that activations plus workspace of one plan may use (None: unbounded)
-        self.memory_limit = parse_size(memory_limit)
+        #: bytes that activations plus workspaces may use (None: unbounded): the bound of one
+        #: plan (kernels tile to fit), and of all plans a dynamically shaped model keeps
+        if memory_limit is not None:
+            self.memory_limit, self.memory_limit_source = parse_size(memory_limit), "argument"
+        else:
+            self.memory_limit, self.memory_limit_source = default_memory_limit(self.meta)
+        #: dynamically shaped models (a symbolic input dim) plan arenas in the process's buddy pool
+        self.dynamic = any(not isinstance(d, (int, np.integer)) for n in self.graph.inputs
+                           for d in (self.graph.tensors[n].shape or ("?",)))
         _limit_blas_threads(self.threads)
         #: input shapes -> pool of executables; at most ``max_shapes`` shapes kept
         self._plans: Dict[Tuple, "PlanPool"] = {}
@@ -208,27 +193,73 @@ class Runtime:
                 if pool is None:
                     g = specialize(self.graph, shapes)
                     backend = self._choose(shapes, g).backend
-                    pool = PlanPool(g, lambda gr: backend.prepare(gr, threads=self.threads),
+                    pool = PlanPool(g, lambda gr: backend.prepare(gr, threads=self.threads, **self._prepare_options()),
                                     self.max_concurrency)
                     ex = pool.acquire()  # build one now: errors surface here
                     pool.release(ex)
-                    self._check_memory(ex, shapes)
+                    self._check_memory(ex, shapes, pool)
+                    self._evict_over_budget()
                     if len(self._plans) >= self.max_shapes:
                         self._plans.pop(next(iter(self._plans)))
                     self._plans[key] = pool
         return pool
 
-    def _check_memory(self, ex: Executable, shapes) -> None:
-        # Refuse before the first run, saying the least memory this plan needs.
+    def _prepare_options(self) -> dict:
+        opts = {"memory_limit": self.memory_limit}
+        if self.dynamic:
+            from .memory.pool import DYNAMIC_POOL
+            opts["arena_alloc"] = DYNAMIC_POOL.arena
+        return opts
+
+    def _check_memory(self, ex: Executable, shapes, pool: "PlanPool" = None) -> None:
+        # Refuse before the first run, saying the least memory this plan needs (backends
+        # that plan under the limit themselves, as the CPU one, refuse earlier); then cap
+        # the concurrent runs of this shape at what the limit holds.
         plan = getattr(ex, "arena_plan", None)
         if self.memory_limit is None or plan is None:
             return
         need = plan.size + int(getattr(ex, "workspace_bytes", 0))
         if need > self.memory_limit:
             raise MemoryBudgetError(
-                f"model needs at least {need / 2**20:.1f} MiB for activations and workspace "
-                f"(arena {plan.size / 2**20:.1f} MiB) with input shapes {dict(shapes)}; "
-                f"memory limit is {self.memory_limit / 2**20:.1f} MiB")
+                f"model needs at least {mib(need)} for activations and workspace "
+                f"(arena {mib(plan.size)}) with input shapes {dict(shapes)}; "
+                f"memory limit is {mib(self.memory_limit)}")
+        if pool is not None:
+            pool.need = need
+            pool.max_size = max(1, min(pool.max_size, self.memory_limit // max(need, 1)))
+
+    def _evict_over_budget(self) -> None:
+        # A dynamically shaped model keeps a plan per shape: drop the oldest while all of them
+        # together hold more than the memory limit (their arenas go back to the buddy pool).
+        if not self.dynamic or self.memory_limit is None:
+            return
+        held = lambda: sum(getattr(p, "need", 0) * max(p.size, 1) for p in self._plans.values())  # noqa: E731
+        newest = next(reversed(self._plans), None) if self._plans else None
+        while len(self._plans) > 1 and held() > self.memory_limit:
+            oldest = next(iter(self._plans))
+            if oldest == newest:
+                break
+            self._plans.pop(oldest)
+            if getattr(self, "_checked", None):
+                self._checked = {}
+
+    def memory_stats(self) -> dict:
+        """What this Runtime holds and may hold: the memory limit and where it came from, per
+        cached input shape the arena and workspace bytes and executables, and the process's
+        dynamic pool (buddy allocator: used, free, largest free block, fragmentation)."""
+        from .memory.pool import DYNAMIC_POOL
+        plans = []
+        for key, pool in list(self._plans.items()):
+            ex = pool._idle[-1] if pool._idle else None
+            plan = getattr(ex, "arena_plan", None)
+            plans.append({"input_shapes": [list(s) for s in key], "executables": pool.size,
+                          "arena_bytes": plan.size if plan is not None else None,
+                          "workspace_bytes": int(getattr(ex, "workspace_bytes", 0)) if ex is not None else None,
+                          "from_dynamic_pool": bool(plan is not None and plan.release is not None)})
+        held = sum(((p["arena_bytes"] or 0) + (p["workspace_bytes"] or 0)) * p["executables"] for p in plans)
+        return {"memory_limit": self.memory_limit, "memory_limit_source": self.memory_limit_source,
+                "dynamic": self.dynamic, "plans": plans, "held_bytes": held,
+                "dynamic_pool": DYNAMIC_POOL.stats()}
 
     def plan(self, shapes: Dict[str, Tuple[int, ...]]) -> Executable:
         """A prepared plan for these input shapes (built and cached on first use)."""

@@ -10,7 +10,7 @@ op (in-place), when the kernel is known to be safe for it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -38,6 +38,8 @@ class ArenaPlan:
     aliases: Dict[str, str] = field(default_factory=dict)
     naive: int = 0
     lower_bound: int = 0
+    #: gives the arena's memory back (set when it came from the dynamic pool)
+    release: Optional[Callable[[], None]] = None
 
     def summary(self) -> dict:
         return {"arena_bytes": self.size, "naive_bytes": self.naive, "lower_bound_bytes": self.lower_bound,

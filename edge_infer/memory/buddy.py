@@ -98,6 +98,15 @@ class BuddyAllocator:
     def free_bytes(self) -> int:
         return self.capacity - self.used_bytes
 
+    def smallest_free_at_least(self, size: int):
+        """Size of the smallest free block of at least ``size`` bytes (None: none fits)."""
+        s = max(self.min_block, _pow2_at_least(size))
+        while s <= self.capacity:
+            if self._free[s]:
+                return s
+            s <<= 1
+        return None
+
     @property
     def largest_free_block(self) -> int:
         return max((s for s, offs in self._free.items() if offs), default=0)

@@ -1,7 +1,9 @@
 """The numpy CPU backend: binds kernels to preallocated buffers and runs them."""
 from __future__ import annotations
 
+import math
 import time
+import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -10,6 +12,7 @@ from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node, Tensor
 from ..base import Backend, Executable
 from ...memory.arena import ArenaPlan, arena_views, plan_arena
+from ...memory.budget import placeholder, refusal
 from .registry import KERNELS
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
@@ -18,12 +21,28 @@ from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 class PrepareContext:
     """What a kernel's prepare step may see and ask for."""
 
-    def __init__(self, graph: Graph, buffers: Dict[str, np.ndarray], threads: int = 1):
+    def __init__(self, graph: Graph, buffers: Dict[str, np.ndarray], threads: int = 1,
+                 budget: Optional[int] = None, tile_cap: float = math.inf):
         self.graph = graph
         self.buffers = buffers
         self.threads = threads
         self.workspace_bytes = 0
         self.notes: Dict[str, str] = {}
+        #: bytes all workspaces of the plan may take (the memory limit less the arena); None: unbounded
+        self.budget = budget
+        #: most bytes one tileable scratch may take (set by the executor when it retries smaller)
+        self.tile_cap = tile_cap
+        #: bytes of tileable scratch (im2col columns) allocated so far
+        self.tiled_bytes = 0
+        #: a workspace went over the budget: this plan is only counted, never run
+        self.over_budget = False
+
+    @property
+    def workspace_budget(self) -> float:
+        """Bytes a kernel may still take for a tileable scratch (math.inf: unbounded). A kernel
+        whose preferred workspace is larger picks a smaller tile or another algorithm."""
+        left = math.inf if self.budget is None else max(0, self.budget - self.workspace_bytes)
+        return min(left, self.tile_cap)
 
     def tensor(self, name: str) -> Tensor:
         return self.graph.tensors[name]
@@ -44,11 +63,18 @@ class PrepareContext:
         t = self.graph.tensors[name]
         return t.data if t.is_const else None
 
-    def workspace(self, shape, dtype="float32") -> np.ndarray:
-        """Scratch memory owned by the plan, allocated now, reused every run."""
-        buf = np.empty(shape, dtype)
-        self.workspace_bytes += buf.nbytes
-        return buf
+    def workspace(self, shape, dtype="float32", tileable: bool = False) -> np.ndarray:
+        """Scratch memory owned by the plan, allocated now, reused every run. ``tileable``:
+        its size came from ``workspace_budget`` (smaller tiles would shrink it). Over the
+        budget, a placeholder is returned and the plan is only measured."""
+        dt = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        self.workspace_bytes += nbytes
+        self.tiled_bytes += nbytes if tileable else 0
+        if self.budget is not None and self.workspace_bytes > self.budget:
+            self.over_budget = True
+            return placeholder(shape, dt)
+        return np.empty(shape, dt)
 
     def note(self, node: Node, text: str) -> None:
         """Record the algorithm a kernel chose for ``node`` (shown by inspect)."""
@@ -62,8 +88,13 @@ def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
-def allocate_buffers(graph: Graph, nodes: List[Node]) -> Tuple[Dict[str, np.ndarray], ArenaPlan]:
-    """Views into one planned activation arena for every non-constant tensor."""
+def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = None, arena_alloc=None
+                     ) -> Tuple[Dict[str, np.ndarray], ArenaPlan]:
+    """Views into one planned activation arena for every non-constant tensor.
+    ``limit``: refuse (before allocating) an arena larger than this many bytes.
+    ``arena_alloc(nbytes) -> (uint8 array, release)``: where the arena comes from (default:
+    its own aligned allocation; dynamically shaped models use the process's buddy pool,
+    ``memory.pool``); ``release`` is kept as ``plan.release``."""
     names = []
     for name in list(graph.inputs) + [o for n in nodes for o in n.outputs if o]:
         t = graph.tensors[name]
@@ -73,7 +104,12 @@ def allocate_buffers(graph: Graph, nodes: List[Node]) -> Tuple[Dict[str, np.ndar
             raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
         names.append(name)
     plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE)
-    arena = aligned_empty(max(plan.size, 1))
+    if limit is not None and plan.size > limit:
+        raise refusal(plan.size, limit, plan.size, exact=False)  # nothing to tile: the arena alone
+    if arena_alloc is None:
+        arena = aligned_empty(max(plan.size, 1))
+    else:
+        arena, plan.release = arena_alloc(max(plan.size, 1))
     return arena_views(graph, plan, arena), plan
 
 
@@ -101,14 +137,50 @@ def _with_nodes(graph: Graph, nodes: List[Node]) -> Graph:
     return g
 
 
+def prepare_within(graph: Graph, nodes: List[Node], buffers, threads: int, budget: Optional[int],
+                   arena_bytes: int = 0) -> Tuple[PrepareContext, List[Callable[[], None]]]:
+    """Prepare every node so that all workspaces fit ``budget`` bytes.
+
+    First with no cap on tiles; if that goes over, again with the tileable scratch capped
+    at what the fixed workspaces leave; then with the smallest tiles. Over the budget a
+    workspace is only counted (a placeholder), so no attempt allocates past the limit, and
+    the last attempt's count is the least the plan needs."""
+    cap = math.inf
+    for attempt in range(3):
+        ctx = PrepareContext(graph, buffers, threads, budget, cap)
+        try:
+            steps = [prepare_node(n, ctx) for n in nodes]
+        except Exception:
+            if not ctx.over_budget:
+                raise
+            steps = None                 # a kernel could not be laid out on placeholders
+        if not ctx.over_budget:
+            return ctx, steps
+        if cap == 0 or not ctx.tiled_bytes:
+            break                        # the smallest tiles, or nothing to tile: this is the least
+        fixed = ctx.workspace_bytes - ctx.tiled_bytes
+        cap = max(0, budget - fixed) if attempt == 0 else 0
+    raise refusal(arena_bytes + ctx.workspace_bytes, arena_bytes + budget, arena_bytes, exact=steps is not None)
+
+
 class CpuExecutable(Executable):
-    def __init__(self, graph: Graph, threads: int = 1):
+    def __init__(self, graph: Graph, threads: int = 1, memory_limit: Optional[int] = None, arena_alloc=None):
         self.graph = graph
         self.nodes = [n for n in graph.nodes if not all(graph.tensors[o].is_const for o in n.outputs if o)]
         run_graph = graph if len(self.nodes) == len(graph.nodes) else _with_nodes(graph, self.nodes)
-        self.buffers, self.arena_plan = allocate_buffers(run_graph, self.nodes)
-        ctx = PrepareContext(graph, self.buffers, threads)
-        self.steps: List[Callable[[], None]] = [prepare_node(n, ctx) for n in self.nodes]
+        self.buffers, self.arena_plan = allocate_buffers(run_graph, self.nodes, memory_limit, arena_alloc)
+        if self.arena_plan.release is not None:     # a pool's block: back to the pool with this plan
+            weakref.finalize(self, self.arena_plan.release)
+        budget = None if memory_limit is None else memory_limit - self.arena_plan.size
+        try:
+            ctx, self.steps = prepare_within(graph, self.nodes, self.buffers, threads, budget,
+                                             self.arena_plan.size)
+        except BaseException:
+            if self.arena_plan.release is not None:
+                self.arena_plan.release()
+            raise
+        #: bytes for arena plus workspaces this plan was prepared under (None: unbounded)
+        self.memory_limit = memory_limit
         self.notes = ctx.notes
         self.workspace_bytes = ctx.workspace_bytes
         self._in = [(name, self.buffers[name]) for name in graph.inputs if name in self.buffers]
@@ -144,4 +216,6 @@ class CpuBackend(Backend):
         return sorted(KERNELS)
 
     def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> CpuExecutable:
-        return CpuExecutable(graph, threads or 1)
+        """``memory_limit``: bytes for arena plus workspaces (kernels tile to fit; a plan that
+        cannot fit raises MemoryBudgetError); ``arena_alloc``: see ``allocate_buffers``."""
+        return CpuExecutable(graph, threads or 1, options.get("memory_limit"), options.get("arena_alloc"))

@@ -129,7 +129,10 @@ def scratch(ctx, role: str, shape, dtype) -> np.ndarray:
     key = (role, dt.str)
     buf = store.get(key)
     if buf is None:
-        buf = store[key] = ctx.workspace((max(need, _max_elems(ctx, role)),), dt)
+        most = _max_elems(ctx, role)
+        if role == "cols":       # im2col columns: capped by the budget (convs then run in bands)
+            most = min(most, getattr(ctx, "workspace_budget", math.inf) // dt.itemsize)
+        buf = store[key] = ctx.workspace((int(max(need, most)),), dt, tileable=role == "cols")
     if buf.size < need:
         return ctx.workspace(shape, dt)
     return buf[:need].reshape(shape)

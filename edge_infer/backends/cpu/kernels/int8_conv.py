@@ -31,7 +31,7 @@ from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.padding import resolve_pads
 from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
-from .conv import padded_input, tap_views, view_as
+from .conv import band_note, band_rows, bands, padded_input, tap_views, view_as
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
                           qparams, quantize_multiplier, quantize_multipliers, requantize, scratch)
 
@@ -216,10 +216,18 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         return depthwise
 
     # im2col; the column rows are (channel, tap) in NCHW and (tap, channel) in NHWC,
-    # matching the packed weights
+    # matching the packed weights. In bands of output rows (first spatial dim) when the
+    # whole column matrix is over the workspace budget: the sums are exact, so banded
+    # and whole results are equal bit for bit.
     kc = cg * ksize
     mg = m // group
+    rest = p // osp[0]
+    row_bytes = group * kc * rest * 4
+    held = ctx.__dict__.get("_int8_scratch", {}).get(("cols", np.dtype(np.float32).str))
+    rows = band_rows(ctx, row_bytes, osp[0], 0 if held is None else held.nbytes)
+    flat = scratch(ctx, "cols", (group * kc * rows * rest,), np.float32)
     copyto = np.copyto
+    jobs = []            # (window band, its column view, GEMM into the accumulator band)
     if not last:
         s_n, s_c = xp.strides[:2]
         sp_st = xp.strides[2:]
@@ -227,12 +235,16 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         win_strides = ((s_c * cg, s_c) + tuple(sp_st[i] * dil[i] for i in range(nsp))
                        + tuple(sp_st[i] * strides[i] for i in range(nsp)))
         wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
-        cols = scratch(ctx, "cols", (group, kc, p), np.float32)
-        cols_v = view_as(cols, win_shape)
         w3 = np.ascontiguousarray(wf.reshape(group, mg, kc))
-        accs = [view_as(acc[b], (group, mg, p)) for b in range(n)]
-        gemms = [ChunkedGemm(w3, cols, accs[b], ctx, bias=bias.reshape(group, mg, 1)) for b in range(n)]
-        jobs = list(zip(wins, gemms))
+        for b in range(n):
+            acc_b = view_as(acc[b], (group, mg, p))
+            for r0, r1 in bands(osp[0], rows):
+                nb = (r1 - r0) * rest
+                cols = view_as(flat[:group * kc * nb], (group, kc, nb))
+                jobs.append((wins[b][(slice(None),) * (nsp + 2) + (slice(r0, r1),)],
+                             view_as(cols, (group, cg, *kernel, r1 - r0, *osp[1:])),
+                             ChunkedGemm(w3, cols, acc_b[:, :, r0 * rest:r1 * rest], ctx,
+                                         bias=bias.reshape(group, mg, 1))))
     else:
         sp_st = xp.strides[1:1 + nsp]
         s_c = xp.strides[-1]
@@ -240,37 +252,39 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         win_strides = ((s_c * cg,) + tuple(sp_st[i] * strides[i] for i in range(nsp))
                        + tuple(sp_st[i] * dil[i] for i in range(nsp)) + (s_c,))
         wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
-        cols = scratch(ctx, "cols", (group, p, kc), np.float32)
-        cols_v = view_as(cols, win_shape)
         # W (g, Mg, Cg, *k) -> (g, *k, Cg, Mg) -> (g, kc, Mg)
         wv = wf.reshape(group, mg, cg, ksize).transpose(0, 3, 2, 1)
         w3 = np.ascontiguousarray(wv).reshape(group, kc, mg)
-        if group == 1:
-            gemms = [ChunkedGemm(cols[0], w3[0], acc[b], ctx, bias=bias) for b in range(n)]
-        else:
-            res = scratch(ctx, "grouped_i64", (group, p, mg), np.int64)
-            gemms = []
-            for b in range(n):
-                g = ChunkedGemm(cols, w3, res, ctx, bias=bias.reshape(group, 1, mg))
-                dst = acc[b].reshape(p, group, mg).transpose(1, 0, 2)
+        res = scratch(ctx, "grouped_i64", (group, rows * rest, mg), np.int64) if group > 1 else None
+        for b in range(n):
+            for r0, r1 in bands(osp[0], rows):
+                nb = (r1 - r0) * rest
+                cols = view_as(flat[:group * kc * nb], (group, nb, kc))
+                cols_v = view_as(cols, (group, r1 - r0, *osp[1:], *kernel, cg))
+                win = wins[b][:, r0:r1]
+                if group == 1:
+                    jobs.append((win, cols_v, ChunkedGemm(cols[0], w3[0], acc[b][r0 * rest:r1 * rest], ctx,
+                                                          bias=bias)))
+                    continue
+                g = ChunkedGemm(cols, w3, res[:, :nb], ctx, bias=bias.reshape(group, 1, mg))
+                dst = acc[b].reshape(p, group, mg)[r0 * rest:r1 * rest].transpose(1, 0, 2)
 
-                def grouped(g=g, dst=dst):
+                def grouped(g=g, dst=dst, r=res[:, :nb]):
                     g()
-                    copyto(dst, res)
+                    copyto(dst, r)
                 grouped.chunks = g.chunks
-                gemms.append(grouped)
-        jobs = list(zip(wins, gemms))
-    chunks = gemms[0].chunks if gemms else 1
+                jobs.append((win, cols_v, grouped))
+    chunks = jobs[0][2].chunks if jobs else 1
 
     def im2col():
         pad_step()
-        for win, gemm in jobs:
+        for win, cols_v, gemm in jobs:
             copyto(cols_v, win)
             gemm()
         output_stage()
     ctx.note(node, f"{tag}{'grouped ' if group > 1 else ''}im2col {kdesc} + GEMM ({m}x{kc} @ {kc}x{p}"
                    f"{f', {group} groups' if group > 1 else ''}), float32 BLAS exact in {chunks} "
-                   f"K-chunk(s){epi}")
+                   f"K-chunk(s){epi}" + band_note(osp[0], rows, row_bytes))
     return im2col
 
 
