@@ -31,6 +31,8 @@ from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.padding import resolve_pads
 from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from .. import native
+from ..native import kernels as native_kernels
 from .conv import band_note, band_rows, bands, padded_input, tap_views, view_as
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
                           qparams, quantize_multiplier, quantize_multipliers, requantize, scratch)
@@ -59,13 +61,9 @@ def folded_bias(ctx, node: Node, w_int: np.ndarray, zp_x: int, m: int) -> np.nda
     return b - int(zp_x) * w_int.reshape(m, -1).astype(np.int64).sum(axis=1)
 
 
-def residual_stage(ctx, node: Node, z_name: str, s_y: float, shape) -> Callable:
-    """A function adding MBQM(z - zp_z, s_z / s_y) onto an int64 accumulator (None without Z).
-
-    The term depends on the int8 value of z alone, so it is a 256-entry table computed with
-    the integer requantization at prepare: one gather per run instead of a requantization."""
-    if not z_name:
-        return None
+def residual_table(ctx, node: Node, z_name: str, s_y: float):
+    """(z, table): the residual's array and MBQM(v - zp_z, s_z / s_y) for every int8 value v,
+    an int64 table indexed by v's uint8 bit pattern."""
     z = ctx.value(z_name)
     if z.dtype != np.int8:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: residual {z_name!r} must be int8, got {z.dtype}")
@@ -74,6 +72,17 @@ def residual_stage(ctx, node: Node, z_name: str, s_y: float, shape) -> Callable:
     values = np.arange(-128, 128, dtype=np.int64)
     table = np.empty(256, np.int64)
     table[values.astype(np.int8).view(np.uint8)] = requantize(values - zp_z, qz, shz)
+    return z, table
+
+
+def residual_stage(ctx, node: Node, z_name: str, s_y: float, shape) -> Callable:
+    """A function adding MBQM(z - zp_z, s_z / s_y) onto an int64 accumulator (None without Z).
+
+    The term depends on the int8 value of z alone, so it is a 256-entry table computed with
+    the integer requantization at prepare: one gather per run instead of a requantization."""
+    if not z_name:
+        return None
+    z, table = residual_table(ctx, node, z_name, s_y)
     zt = scratch(ctx, "residual_i64", shape, np.int64)
     zu = z.view(np.uint8).reshape(shape)
     take, add = np.take, np.add
@@ -126,6 +135,9 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
 
     q, sh = conv_requant_params(s_x, s_w, s_y)
     bias = folded_bias(ctx, node, w, zp_x, m)
+    step = _native_conv(ctx, node, locals())
+    if step is not None:
+        return step
     # accumulator layout: NCHW (N, M, P), per-channel params (M, 1); NHWC (N, P, M), params (M,)
     acc_shape = (n, p, m) if last else (n, m, p)
     cshape = (m,) if last else (m, 1)
@@ -286,6 +298,38 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
                    f"{f', {group} groups' if group > 1 else ''}), float32 BLAS exact in {chunks} "
                    f"K-chunk(s){epi}" + band_note(osp[0], rows, row_bytes))
     return im2col
+
+
+def _native_conv(ctx, node: Node, v: dict):
+    """The native kernel (src/int8_gemm.c: packed weights, int32 accumulation, fused epilogue)
+    for a group-1 1-D/2-D conv, or None (no library, or a shape it does not take)."""
+    if native.lib is None or v["group"] != 1 or v["nsp"] not in (1, 2):
+        return None
+    kernel, strides, dil, pads, osp, insp = v["kernel"], v["strides"], v["dil"], v["pads"], v["osp"], v["insp"]
+    if v["nsp"] == 1:                       # a 1-D conv as a 2-D one of height 1
+        kernel, strides, dil, osp, insp = [1] + kernel, [1] + strides, [1] + dil, [1] + list(osp), [1] + list(insp)
+        pads = [0, pads[0], 0, pads[1]]
+    w, m, c = v["w"], v["m"], v["c"]
+    w_mk = w.reshape(m, c, -1).transpose(0, 2, 1).reshape(m, -1)          # K: (tap, channel)
+    z_name = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
+    z = ztab = None
+    if z_name:
+        z, ztab = residual_table(ctx, node, z_name, v["s_y"])
+    last = v["last"]
+    geometry = (v["n"], c, insp[0], insp[1], m, osp[0], osp[1], kernel[0], kernel[1], strides[0], strides[1],
+                dil[0], dil[1], pads[0], pads[1])
+    step = native_kernels.int8_conv_step(ctx, x=v["x"], y=v["y"], w_mk=w_mk, bias=v["bias"], q=v["q"],
+                                         shift=v["sh"], zp_x=v["zp_x"], zp_y=v["zp_y"], lo=v["lo"], hi=v["hi"],
+                                         geometry=geometry, in_nchw=not last, out_nchw=not last, z=z, ztab=ztab)
+    if step is None:
+        return None
+    algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" else \
+        "im2col " + "x".join(map(str, v["kernel"]))
+    act = v["act"]
+    ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({native_kernels.kind_name()}, packed "
+                   f"weights, int32 accumulation); requantize per channel (MBQM){', + residual' if z_name else ''}"
+                   f"{', clamp ' + act if act else ''}; {native_kernels.threads_of(ctx)} thread(s)")
+    return step
 
 
 def _algorithm(group: int, c: int, cg: int, ksize: int, strides, pads) -> str:

@@ -20,6 +20,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
+from .. import native
+from ..native import kernels as native_kernels
 from .conv import view_as
 from .int8_common import (ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor, qparams,
                           quantize_multipliers, scratch)
@@ -82,6 +84,10 @@ def _int8_matmul(node: Node, ctx, a: np.ndarray, a_name: str, b: np.ndarray, b_n
     ms = [float(np.float32(s_a)) * float(sb) / float(np.float32(s_y)) for sb in s_b]
     q, sh = quantize_multipliers(ms)
     bias = _bias(ctx, node, bias_name, n)
+    if b_const:
+        step = _native_matmul(ctx, node, a, b_view(b), y, bias, zp_a, q, sh, zp_y, lo, hi, a_view, act)
+        if step is not None:
+            return step
 
     af = scratch(ctx, "in_f32", a.shape, np.float32)
     a2 = a_view(af)
@@ -131,6 +137,35 @@ def _int8_matmul(node: Node, ctx, a: np.ndarray, a_name: str, b: np.ndarray, b_n
                    f"requantize {'per column' if len(set(q.tolist())) > 1 else 'per tensor'} (MBQM)"
                    + (f", clamp {act}" if act else "") + ("" if b_const else ", computed B"))
     return run
+
+
+def _native_matmul(ctx, node: Node, a: np.ndarray, b_kn: np.ndarray, y: np.ndarray, bias, zp_a: int, q, sh,
+                   zp_y: int, lo: int, hi: int, a_view, act: str):
+    """A @ B with a constant 2-D B as the native int8 GEMM (src/int8_gemm.c: a 1x1 conv over the
+    rows of A), or None. A's rows are contiguous, or strided (Gemm's transA: read as NCHW)."""
+    if native.lib is None or b_kn.ndim != 2 or not a.flags.c_contiguous:
+        return None
+    k, n = b_kn.shape
+    a2 = a_view(a)
+    if a2.ndim != 2:
+        if a.shape[-1] != k or a.ndim < 2:
+            return None
+        rows, trans = a.size // k, False
+    else:
+        trans = not a2.flags.c_contiguous
+        rows = a2.shape[0]
+    if rows * n != y.size or a2.shape[-1] != k:
+        return None
+    const = bias - zp_a * b_kn.astype(np.int64).sum(axis=0)
+    geometry = (1, k, rows, 1, n, rows, 1, 1, 1, 1, 1, 1, 1, 0, 0)
+    step = native_kernels.int8_conv_step(ctx, x=a, y=y, w_mk=np.ascontiguousarray(b_kn.T), bias=const, q=q,
+                                         shift=sh, zp_x=0, zp_y=zp_y, lo=lo, hi=hi, geometry=geometry,
+                                         in_nchw=trans, out_nchw=False)
+    if step is not None:
+        ctx.note(node, f"int8 native GEMM ({rows}x{k} @ {k}x{n}{', A transposed' if trans else ''}; "
+                       f"{native_kernels.kind_name()}, packed B, int32 accumulation); requantize per column "
+                       f"(MBQM){', clamp ' + act if act else ''}")
+    return step
 
 
 @int8_kernel("Gemm", "FusedGemm")

@@ -1,0 +1,231 @@
+/* Element-wise epilogues: the int8 requantization epilogue (ei_int8.h) in scalar, AVX2 and
+ * NEON, and int8 Add (TFLite ADD: each input's rescaled term from a 256-entry table, the sum
+ * requantized). */
+#include "ei_int8.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+int ei_rq_simd(void) {
+#if defined(__x86_64__)
+    return ei_has(EI_AVX2);
+#elif defined(__aarch64__)
+    return ei_has(EI_NEON);
+#else
+    return 0;
+#endif
+}
+
+static void rq_scalar(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
+                      const int8_t *z) {
+    for (int i = 0; i < n; i++) {
+        int ch = ch0 + i;
+        int32_t a = (int32_t)((uint32_t)acc[i] + (uint32_t)(rq->bias ? rq->bias[ch] : 0));
+        int32_t zt = rq->ztab ? rq->ztab[(uint8_t)z[i * ys]] : 0;
+        y[i * ys] = ei_rq_one(a, rq->mult[ch], rq->shift[ch], rq->zp_y, zt, rq->lo, rq->hi);
+    }
+}
+
+#if defined(__x86_64__)
+/* 8 channels: MBQM exactly as ei_mbqm, in 32/64-bit lanes */
+__attribute__((target("avx2,fma")))
+static inline __m256i mbqm8(__m256i x, __m256i q, __m256i shift) {
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    const __m256i nudge = _mm256_set1_epi64x(1LL << 30);
+    __m256i left = _mm256_max_epi32(shift, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift), zero);
+    x = _mm256_sllv_epi32(x, left);
+    __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, q), nudge);
+    __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(q, 32)), nudge);
+    /* bits 31..62 of each product: low half of pe >> 31, high half of po << 1 */
+    __m256i h = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xAA);
+    __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+    __m256i rem = _mm256_and_si256(h, mask);
+    __m256i thr = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_cmpgt_epi32(zero, h));
+    return _mm256_sub_epi32(_mm256_srav_epi32(h, right), _mm256_cmpgt_epi32(rem, thr));
+}
+
+__attribute__((target("avx2,fma")))
+static void rq_avx2(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
+                    const int8_t *z) {
+    const __m256i lim = _mm256_set1_epi32(EI_RQ_LIMIT), nlim = _mm256_set1_epi32(-EI_RQ_LIMIT);
+    const __m256i zp = _mm256_set1_epi32(rq->zp_y), lo = _mm256_set1_epi32(rq->lo), hi = _mm256_set1_epi32(rq->hi);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        int ch = ch0 + i;
+        __m256i a = _mm256_loadu_si256((const __m256i *)(acc + i));
+        if (rq->bias) a = _mm256_add_epi32(a, _mm256_loadu_si256((const __m256i *)(rq->bias + ch)));
+        __m256i v = mbqm8(a, _mm256_loadu_si256((const __m256i *)(rq->mult + ch)),
+                          _mm256_loadu_si256((const __m256i *)(rq->shift + ch)));
+        v = _mm256_add_epi32(_mm256_max_epi32(_mm256_min_epi32(v, lim), nlim), zp);
+        if (rq->ztab) {
+            __m256i idx;
+            if (ys == 1) {
+                idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(z + i)));
+            } else {
+                int32_t t[8];
+                for (int j = 0; j < 8; j++) t[j] = (uint8_t)z[(i + j) * ys];
+                idx = _mm256_loadu_si256((const __m256i *)t);
+            }
+            v = _mm256_add_epi32(v, _mm256_i32gather_epi32(rq->ztab, idx, 4));
+        }
+        v = _mm256_max_epi32(_mm256_min_epi32(v, hi), lo);
+        __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        __m128i p8 = _mm_packs_epi16(p16, p16);
+        if (ys == 1) {
+            _mm_storel_epi64((__m128i *)(y + i), p8);
+        } else {
+            int8_t t[16];
+            _mm_storeu_si128((__m128i *)t, p8);
+            for (int j = 0; j < 8; j++) y[(i + j) * ys] = t[j];
+        }
+    }
+    if (i < n) rq_scalar(rq, acc + i, ch0 + i, n - i, y + i * ys, ys, z ? z + i * ys : NULL);
+}
+#endif
+
+#if defined(__aarch64__)
+static inline int32x4_t mbqm4(int32x4_t x, int32x4_t q, int32x4_t shift) {
+    const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
+    int32x4_t left = vmaxq_s32(shift, zero), right = vmaxq_s32(vnegq_s32(shift), zero);
+    x = vshlq_s32(x, left);
+    int32x4_t h = vqrdmulhq_s32(x, q);        /* SaturatingRoundingDoublingHighMul */
+    int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
+    int32x4_t rem = vandq_s32(h, mask);
+    int32x4_t thr = vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(mask), 1)),
+                              vreinterpretq_s32_u32(vcltq_s32(h, zero)));
+    int32x4_t r = vshlq_s32(h, vnegq_s32(right));
+    return vsubq_s32(r, vreinterpretq_s32_u32(vcgtq_s32(rem, thr)));
+}
+
+static void rq_neon(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
+                    const int8_t *z) {
+    const int32x4_t lim = vdupq_n_s32(EI_RQ_LIMIT), nlim = vdupq_n_s32(-EI_RQ_LIMIT);
+    const int32x4_t zp = vdupq_n_s32(rq->zp_y), lo = vdupq_n_s32(rq->lo), hi = vdupq_n_s32(rq->hi);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        int ch = ch0 + i;
+        int32x4_t v[2];
+        for (int h = 0; h < 2; h++) {
+            int32x4_t a = vld1q_s32(acc + i + 4 * h);
+            if (rq->bias) a = vaddq_s32(a, vld1q_s32(rq->bias + ch + 4 * h));
+            int32x4_t r = mbqm4(a, vld1q_s32(rq->mult + ch + 4 * h), vld1q_s32(rq->shift + ch + 4 * h));
+            r = vaddq_s32(vmaxq_s32(vminq_s32(r, lim), nlim), zp);
+            if (rq->ztab) {
+                int32_t t[4];
+                for (int j = 0; j < 4; j++) t[j] = rq->ztab[(uint8_t)z[(i + 4 * h + j) * ys]];
+                r = vaddq_s32(r, vld1q_s32(t));
+            }
+            v[h] = vmaxq_s32(vminq_s32(r, hi), lo);
+        }
+        int8x8_t p8 = vqmovn_s16(vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1])));
+        if (ys == 1) {
+            vst1_s8(y + i, p8);
+        } else {
+            int8_t t[8];
+            vst1_s8(t, p8);
+            for (int j = 0; j < 8; j++) y[(i + j) * ys] = t[j];
+        }
+    }
+    if (i < n) rq_scalar(rq, acc + i, ch0 + i, n - i, y + i * ys, ys, z ? z + i * ys : NULL);
+}
+#endif
+
+void ei_rq_run(int simd, const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
+               const int8_t *z) {
+#if defined(__x86_64__)
+    if (simd) { rq_avx2(rq, acc, ch0, n, y, ys, z); return; }
+#elif defined(__aarch64__)
+    if (simd) { rq_neon(rq, acc, ch0, n, y, ys, z); return; }
+#endif
+    (void)simd;
+    rq_scalar(rq, acc, ch0, n, y, ys, z);
+}
+
+/* ---- int8 Add / Sub (same-shape operands) ----
+ * t1, t2: MBQM((x_i - zp_i) << 20, M_i) per int8 value (index (uint8_t)x), built at prepare;
+ * y = clamp(zp_y + MBQM(t1[a] + t2[b], qy, shy), -128, 127). |t| < 2^28, so the int32 sum is
+ * exact, as the numpy kernel's int64 one. */
+typedef struct {
+    const int8_t *a, *b;
+    int8_t *y;
+    const int32_t *t1, *t2;
+    int64_t n;
+    int32_t qy, shy, zp_y, lo, hi;
+    int32_t threads;
+} ei_int8_add_args;
+
+typedef struct { const ei_int8_add_args *a; int simd; } add_ctx;
+
+static void add_range(void *vctx, int64_t b0, int64_t b1) {
+    const add_ctx *c = (const add_ctx *)vctx;
+    const ei_int8_add_args *a = c->a;
+    enum { BLK = 256 };
+    int32_t acc[BLK], sh[BLK], q[BLK];
+    for (int i = 0; i < BLK; i++) { sh[i] = a->shy; q[i] = a->qy; }
+    ei_rq rq = { NULL, q, sh, NULL, a->zp_y, a->lo, a->hi };
+    for (int64_t s = b0 * BLK; s < b1 * BLK && s < a->n; s += BLK) {
+        int len = (int)EI_MIN((int64_t)BLK, a->n - s);
+        const int8_t *pa = a->a + s, *pb = a->b + s;
+        for (int i = 0; i < len; i++) acc[i] = a->t1[(uint8_t)pa[i]] + a->t2[(uint8_t)pb[i]];
+        ei_rq_run(c->simd, &rq, acc, 0, len, a->y + s, 1, NULL);
+    }
+}
+
+EI_API void ei_int8_add(const ei_int8_add_args *a) {
+    add_ctx c = { a, ei_rq_simd() };
+    int64_t blocks = (a->n + 255) / 256;
+    ei_parallel_for(blocks, 64, add_range, &c, a->threads);
+}
+
+/* ---- self-test: SIMD epilogue vs scalar on seeded random data ---- */
+static uint64_t st_state;
+static uint32_t st_rand(void) {
+    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(st_state >> 33);
+}
+
+EI_API int ei_selftest_epilogue(void) {
+    int fails = 0;
+    if (!ei_rq_simd()) return 0;
+    st_state = 12345;
+    enum { N = 77 };
+    int32_t acc[N], bias[N], mult[N], shift[N], ztab[256];
+    int8_t z[N * 3], y0[N * 3], y1[N * 3];
+    for (int i = 0; i < 256; i++) ztab[i] = (int32_t)(st_rand() % 2000) - 1000;
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t r = st_rand();
+            acc[i] = (trial % 7 == 0) ? (int32_t)st_rand() : (int32_t)(r % 400000) - 200000;
+            bias[i] = (int32_t)(st_rand() % 20000) - 10000;
+            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
+            shift[i] = (int32_t)(st_rand() % 24) - 20;
+            if (trial % 5 == 0) shift[i] = (int32_t)(st_rand() % 34) - 31;   /* 0..31 right, 2 left */
+        }
+        for (int i = 0; i < N * 3; i++) z[i] = (int8_t)st_rand();
+        ei_rq rq = { (trial & 1) ? bias : NULL, mult, shift, (trial & 2) ? ztab : NULL,
+                     (int32_t)(st_rand() % 256) - 128, -128 + (int32_t)(trial % 3) * 20, 127 };
+        int ys = 1 + trial % 3, n = 1 + (int)(st_rand() % N);
+        memset(y0, 0, sizeof y0); memset(y1, 0, sizeof y1);
+        ei_rq_run(0, &rq, acc, 0, n, y0, ys, z);
+        ei_rq_run(1, &rq, acc, 0, n, y1, ys, z);
+        if (memcmp(y0, y1, sizeof y0) != 0) fails++;
+    }
+    /* int8 Add: every pair of values, against the scalar epilogue */
+    int32_t t1[256], t2[256];
+    for (int i = 0; i < 256; i++) { t1[i] = (int32_t)(st_rand() % (1 << 27)) - (1 << 26); t2[i] = (int32_t)(st_rand() % (1 << 27)) - (1 << 26); }
+    static int8_t a[65536 + 3], b[65536 + 3], ya[65536 + 3], yb[65536 + 3];
+    for (int i = 0; i < 65536 + 3; i++) { a[i] = (int8_t)(i & 255); b[i] = (int8_t)((i >> 8) + i); }
+    ei_int8_add_args args = { a, b, ya, t1, t2, 65536 + 3, 1300000000, -9, -3, -128, 127, 1 };
+    int old = ei_set_isa_mask(0);
+    ei_int8_add(&args);
+    ei_set_isa_mask(old);
+    args.y = yb;
+    ei_int8_add(&args);
+    if (memcmp(ya, yb, sizeof ya) != 0) fails++;
+    return fails;
+}

@@ -1,0 +1,446 @@
+/* int8 GEMM / convolution with packed weights, int32 accumulation and the fused
+ * requantization epilogue (ei_int8.h). Bit-exact with kernels/int8_conv.py and int8_gemm.py.
+ *
+ * out[r, m] = sum_k A[r, k] * W[m, k], r over output pixels (or GEMM rows), m over output
+ * channels, k over (tap, input channel). A's rows are the input itself (NHWC 1x1 convs, GEMM)
+ * or an im2col of one row block into per-thread scratch (padding reads zp_x: the zero-point
+ * term is folded into the bias at prepare, as in the numpy kernels).
+ *
+ * Packing ("kinds"): W is packed once at prepare into panels of NR channels,
+ * [k-group][channel][KR], and each block of A into micro-panels of MR rows, [k-group][row][KR]:
+ *   scalar     MR 4, NR 4,  KR 1, int8
+ *   AVX2       MR 6, NR 16, KR 2, int16   _mm256_madd_epi16: (a0 w0 + a1 w1) per channel, exact
+ *   NEON       MR 8, NR 8,  KR 1, int16   vmlal_laneq_s16 (Cortex-A72, no dot product)
+ *   NEON sdot  MR 8, NR 8,  KR 4, int8    vdotq_laneq_s32
+ * The kind is chosen at prepare (ei_int8_gemm_kind) and recorded in the args, so the packed
+ * weights and the micro-kernel always agree. Work is split over (row block, channel range)
+ * tasks on the thread pool; each thread slot has its own scratch.
+ */
+#include "ei_int8.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+enum { KIND_SCALAR = 0, KIND_AVX2 = 1, KIND_NEON = 2, KIND_DOT = 3, N_KINDS = 4 };
+
+typedef struct { int mr, nr, kr, es; } kind_t;
+static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1} };
+
+typedef struct {
+    const int8_t *x;
+    int8_t *y;
+    const int8_t *z;            /* residual, y's layout, or NULL */
+    const void *wpack;          /* ei_int8_pack_weights output */
+    const int32_t *bias;        /* folded bias per output channel */
+    const int32_t *mult, *shift;
+    const int32_t *ztab;        /* residual table or NULL */
+    void *scratch;              /* threads * ei_int8_conv_scratch() bytes */
+    int32_t zp_x, zp_y, lo, hi;
+    int32_t kind;
+    int32_t in_nchw, out_nchw;
+    int32_t n, c, h, w;         /* input */
+    int32_t m, oh, ow;          /* output */
+    int32_t kh, kw, sh, sw, dh, dw, pt, pl;
+    int32_t threads;
+} ei_int8_conv_args;
+
+EI_API int ei_int8_gemm_kind(void) {
+#if defined(__x86_64__)
+    if (ei_has(EI_AVX2)) return KIND_AVX2;
+#elif defined(__aarch64__)
+    if (ei_has(EI_DOTPROD)) return KIND_DOT;
+    if (ei_has(EI_NEON)) return KIND_NEON;
+#endif
+    return KIND_SCALAR;
+}
+
+static int kind_ok(int kind) {
+    if (kind < 0 || kind >= N_KINDS) return 0;
+#if defined(__x86_64__)
+    return kind == KIND_SCALAR || kind == KIND_AVX2;
+#elif defined(__aarch64__)
+    return kind != KIND_AVX2;
+#else
+    return kind == KIND_SCALAR;
+#endif
+}
+
+static int64_t panel_bytes(const kind_t *k, int K) {
+    int kg = (K + k->kr - 1) / k->kr;
+    return (int64_t)kg * k->nr * k->kr * k->es;
+}
+
+EI_API int64_t ei_int8_pack_size(int kind, int M, int K) {
+    if (!kind_ok(kind)) return -1;
+    const kind_t *k = &KINDS[kind];
+    return (int64_t)((M + k->nr - 1) / k->nr) * panel_bytes(k, K);
+}
+
+/* w: (M, K) int8 row-major */
+EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *out) {
+    const kind_t *k = &KINDS[kind];
+    int kg = (K + k->kr - 1) / k->kr, np = (M + k->nr - 1) / k->nr;
+    int8_t *o8 = (int8_t *)out;
+    int16_t *o16 = (int16_t *)out;
+    int64_t idx = 0;
+    for (int j = 0; j < np; j++)
+        for (int g = 0; g < kg; g++)
+            for (int n = 0; n < k->nr; n++)
+                for (int kk = 0; kk < k->kr; kk++, idx++) {
+                    int ch = j * k->nr + n, kx = g * k->kr + kk;
+                    int8_t v = (ch < M && kx < K) ? w[(int64_t)ch * K + kx] : 0;
+                    if (k->es == 1) o8[idx] = v; else o16[idx] = v;
+                }
+}
+
+/* A micro-panel of MR rows (rows[r] NULL: a zero padding row) */
+static void pack_a(const kind_t *k, const int8_t *const *rows, int K, void *out) {
+    int kg = (K + k->kr - 1) / k->kr, mr = k->mr, kr = k->kr;
+    if (k->es == 1) {
+        int8_t *o = (int8_t *)out;
+        for (int r = 0; r < mr; r++) {
+            const int8_t *s = rows[r];
+            for (int g = 0; g < kg; g++)
+                for (int kk = 0; kk < kr; kk++) {
+                    int kx = g * kr + kk;
+                    o[((int64_t)g * mr + r) * kr + kk] = (s && kx < K) ? s[kx] : 0;
+                }
+        }
+        return;
+    }
+    int16_t *o = (int16_t *)out;
+    for (int r = 0; r < mr; r++) {
+        const int8_t *s = rows[r];
+        if (!s) {
+            for (int g = 0; g < kg; g++)
+                for (int kk = 0; kk < kr; kk++) o[((int64_t)g * mr + r) * kr + kk] = 0;
+            continue;
+        }
+        if (kr == 2) {
+            int full = K / 2;
+            for (int g = 0; g < full; g++) {
+                o[((int64_t)g * mr + r) * 2] = s[2 * g];
+                o[((int64_t)g * mr + r) * 2 + 1] = s[2 * g + 1];
+            }
+            if (K & 1) { o[((int64_t)full * mr + r) * 2] = s[K - 1]; o[((int64_t)full * mr + r) * 2 + 1] = 0; }
+        } else {
+            for (int g = 0; g < kg; g++) o[(int64_t)g * mr + r] = s[g];
+        }
+    }
+}
+
+/* ---- micro-kernels: c[r * ldc + n] = sum over kg groups, MR x NR int32 ---- */
+
+static void mk_scalar(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+    const int8_t *a = (const int8_t *)ap, *b = (const int8_t *)bp;
+    int32_t acc[4][4] = {{0}};
+    for (int g = 0; g < kg; g++, a += 4, b += 4)
+        for (int r = 0; r < 4; r++)
+            for (int n = 0; n < 4; n++) acc[r][n] += (int32_t)a[r] * b[n];
+    for (int r = 0; r < 4; r++)
+        for (int n = 0; n < 4; n++) c[r * ldc + n] = acc[r][n];
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma")))
+static void mk_avx2(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+    const int32_t *a = (const int32_t *)ap;       /* (a[2g], a[2g+1]) int16 pairs per row */
+    const __m256i *b = (const __m256i *)bp;
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+            c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int g = 0; g < kg; g++, a += 6, b += 2) {
+        __m256i b0 = _mm256_loadu_si256(b), b1 = _mm256_loadu_si256(b + 1), x;
+        x = _mm256_set1_epi32(a[0]);
+        c00 = _mm256_add_epi32(c00, _mm256_madd_epi16(x, b0)); c01 = _mm256_add_epi32(c01, _mm256_madd_epi16(x, b1));
+        x = _mm256_set1_epi32(a[1]);
+        c10 = _mm256_add_epi32(c10, _mm256_madd_epi16(x, b0)); c11 = _mm256_add_epi32(c11, _mm256_madd_epi16(x, b1));
+        x = _mm256_set1_epi32(a[2]);
+        c20 = _mm256_add_epi32(c20, _mm256_madd_epi16(x, b0)); c21 = _mm256_add_epi32(c21, _mm256_madd_epi16(x, b1));
+        x = _mm256_set1_epi32(a[3]);
+        c30 = _mm256_add_epi32(c30, _mm256_madd_epi16(x, b0)); c31 = _mm256_add_epi32(c31, _mm256_madd_epi16(x, b1));
+        x = _mm256_set1_epi32(a[4]);
+        c40 = _mm256_add_epi32(c40, _mm256_madd_epi16(x, b0)); c41 = _mm256_add_epi32(c41, _mm256_madd_epi16(x, b1));
+        x = _mm256_set1_epi32(a[5]);
+        c50 = _mm256_add_epi32(c50, _mm256_madd_epi16(x, b0)); c51 = _mm256_add_epi32(c51, _mm256_madd_epi16(x, b1));
+    }
+#define ST(r, v0, v1) _mm256_storeu_si256((__m256i *)(c + (r) * ldc), v0); \
+                      _mm256_storeu_si256((__m256i *)(c + (r) * ldc + 8), v1)
+    ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31); ST(4, c40, c41); ST(5, c50, c51);
+#undef ST
+}
+#endif
+
+#if defined(__aarch64__)
+static void mk_neon(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+    const int16_t *a = (const int16_t *)ap, *b = (const int16_t *)bp;
+    int32x4_t acc[8][2];
+    for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = vdupq_n_s32(0);
+    for (int g = 0; g < kg; g++, a += 8, b += 8) {
+        int16x8_t wv = vld1q_s16(b), xv = vld1q_s16(a);
+        int16x4_t wl = vget_low_s16(wv);
+#define ML(r) acc[r][0] = vmlal_laneq_s16(acc[r][0], wl, xv, r); acc[r][1] = vmlal_high_laneq_s16(acc[r][1], wv, xv, r)
+        ML(0); ML(1); ML(2); ML(3); ML(4); ML(5); ML(6); ML(7);
+#undef ML
+    }
+    for (int r = 0; r < 8; r++) { vst1q_s32(c + r * ldc, acc[r][0]); vst1q_s32(c + r * ldc + 4, acc[r][1]); }
+}
+
+__attribute__((target("arch=armv8.2-a+dotprod")))
+static void mk_dot(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+    const int8_t *a = (const int8_t *)ap, *b = (const int8_t *)bp;
+    int32x4_t acc[8][2];
+    for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = vdupq_n_s32(0);
+    for (int g = 0; g < kg; g++, a += 32, b += 32) {
+        int8x16_t w0 = vld1q_s8(b), w1 = vld1q_s8(b + 16), x0 = vld1q_s8(a), x1 = vld1q_s8(a + 16);
+#define DT(r, xv, l) acc[r][0] = vdotq_laneq_s32(acc[r][0], w0, xv, l); acc[r][1] = vdotq_laneq_s32(acc[r][1], w1, xv, l)
+        DT(0, x0, 0); DT(1, x0, 1); DT(2, x0, 2); DT(3, x0, 3);
+        DT(4, x1, 0); DT(5, x1, 1); DT(6, x1, 2); DT(7, x1, 3);
+#undef DT
+    }
+    for (int r = 0; r < 8; r++) { vst1q_s32(c + r * ldc, acc[r][0]); vst1q_s32(c + r * ldc + 4, acc[r][1]); }
+}
+#endif
+
+typedef void (*mk_fn)(const void *, const void *, int, int32_t *, int);
+
+static mk_fn kernel_of(int kind) {
+    switch (kind) {
+#if defined(__x86_64__)
+    case KIND_AVX2: return mk_avx2;
+#endif
+#if defined(__aarch64__)
+    case KIND_NEON: return mk_neon;
+    case KIND_DOT: return mk_dot;
+#endif
+    default: return mk_scalar;
+    }
+}
+
+/* ---- plan: blocking and per-thread scratch ---- */
+
+typedef struct {
+    kind_t k;
+    int K, kg, R, P, mb, nrb, npan, ncb, ntasks, direct;
+    int64_t off_rows, off_apack, off_acc, per_thread;
+} plan_t;
+
+static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
+
+static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
+    p->k = KINDS[a->kind];
+    const kind_t *k = &p->k;
+    p->K = a->kh * a->kw * a->c;
+    p->kg = (p->K + k->kr - 1) / k->kr;
+    p->P = a->oh * a->ow;
+    p->R = a->n * p->P;
+    p->direct = !a->in_nchw && a->kh == 1 && a->kw == 1 && a->pt == 0 && a->pl == 0 &&
+                (int64_t)(a->oh - 1) * a->sh < a->h && (int64_t)(a->ow - 1) * a->sw < a->w;
+    int64_t arow = (int64_t)p->kg * k->kr * k->es;          /* packed bytes per row of A */
+    int64_t mb = (96 * 1024) / (arow > 0 ? arow : 1);
+    mb = mb / k->mr * k->mr;
+    if (mb < k->mr) mb = k->mr;
+    if (mb > 16 * k->mr) mb = 16 * k->mr;
+    int64_t rpad = (p->R + k->mr - 1) / k->mr * k->mr;
+    if (mb > rpad) mb = rpad;
+    p->mb = (int)mb;
+    p->nrb = (p->R + p->mb - 1) / p->mb;
+    p->npan = (a->m + k->nr - 1) / k->nr;
+    int t = a->threads < 1 ? 1 : a->threads;
+    p->ncb = 1;
+    if (p->nrb < t) p->ncb = EI_MIN(p->npan, (t + p->nrb - 1) / p->nrb);
+    p->ntasks = p->nrb * p->ncb;
+    p->off_rows = 0;
+    p->off_apack = align64(p->direct ? 0 : (int64_t)p->mb * p->K);
+    p->off_acc = p->off_apack + align64((int64_t)p->mb * arow);
+    p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4);
+}
+
+EI_API int64_t ei_int8_conv_scratch(const ei_int8_conv_args *a) {
+    if (!kind_ok(a->kind)) return -1;
+    plan_t p;
+    make_plan(a, &p);
+    return p.per_thread;
+}
+
+/* row r of A as a pointer into x (direct) or im2col'ed into buf */
+static const int8_t *a_row(const ei_int8_conv_args *a, const plan_t *p, int64_t r, int8_t *buf) {
+    int64_t b = r / p->P, pix = r % p->P;
+    int oy = (int)(pix / a->ow), ox = (int)(pix % a->ow);
+    if (p->direct)
+        return a->x + (((b * a->h) + (int64_t)oy * a->sh) * a->w + (int64_t)ox * a->sw) * a->c;
+    int8_t *d = buf;
+    for (int ky = 0; ky < a->kh; ky++) {
+        int iy = oy * a->sh - a->pt + ky * a->dh;
+        for (int kx = 0; kx < a->kw; kx++, d += a->c) {
+            int ix = ox * a->sw - a->pl + kx * a->dw;
+            if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) {
+                memset(d, a->zp_x, (size_t)a->c);
+            } else if (!a->in_nchw) {
+                memcpy(d, a->x + ((b * a->h + iy) * a->w + ix) * a->c, (size_t)a->c);
+            } else {
+                const int8_t *s = a->x + (b * a->c * a->h + iy) * a->w + ix;
+                int64_t plane = (int64_t)a->h * a->w;
+                for (int ch = 0; ch < a->c; ch++) d[ch] = s[ch * plane];
+            }
+        }
+    }
+    return buf;
+}
+
+typedef struct { const ei_int8_conv_args *a; plan_t p; mk_fn mk; int simd; int nslots; } conv_ctx;
+
+static void run_task(const conv_ctx *cx, int t, char *scratch) {
+    const ei_int8_conv_args *a = cx->a;
+    const plan_t *p = &cx->p;
+    const kind_t *k = &p->k;
+    int rb = t / p->ncb, cb = t % p->ncb;
+    int64_t r0 = (int64_t)rb * p->mb;
+    int nrows = (int)EI_MIN((int64_t)p->mb, p->R - r0);
+    int8_t *rowbuf = (int8_t *)(scratch + p->off_rows);
+    char *apack = scratch + p->off_apack;
+    int32_t *acc = (int32_t *)(scratch + p->off_acc);
+    int64_t mp_bytes = (int64_t)p->kg * k->mr * k->kr * k->es;
+    int nmp = (nrows + k->mr - 1) / k->mr;
+    const int8_t *rows[16];
+    for (int mp = 0; mp < nmp; mp++) {
+        for (int r = 0; r < k->mr; r++) {
+            int i = mp * k->mr + r;
+            rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)i * p->K) : NULL;
+        }
+        pack_a(k, rows, p->K, apack + mp * mp_bytes);
+    }
+    ei_rq rq = { a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
+    int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
+    int64_t pb = panel_bytes(k, p->K);
+    for (int j = j0; j < j1; j++) {
+        const char *bp = (const char *)a->wpack + j * pb;
+        for (int mp = 0; mp < nmp; mp++) cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr);
+        int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
+        for (int i = 0; i < nrows; i++) {
+            int64_t r = r0 + i, off, ys;
+            if (a->out_nchw) { int64_t b = r / p->P; off = (b * a->m + ch0) * p->P + r % p->P; ys = p->P; }
+            else { off = r * a->m + ch0; ys = 1; }
+            ei_rq_run(cx->simd, &rq, acc + i * k->nr, ch0, nch, a->y + off, ys, a->z ? a->z + off : NULL);
+        }
+    }
+}
+
+static void conv_slots(void *vctx, int64_t s0, int64_t s1) {
+    const conv_ctx *cx = (const conv_ctx *)vctx;
+    for (int64_t s = s0; s < s1; s++) {
+        char *scratch = (char *)cx->a->scratch + s * cx->p.per_thread;
+        int t0 = (int)((int64_t)cx->p.ntasks * s / cx->nslots), t1 = (int)((int64_t)cx->p.ntasks * (s + 1) / cx->nslots);
+        for (int t = t0; t < t1; t++) run_task(cx, t, scratch);
+    }
+}
+
+EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
+    conv_ctx cx;
+    cx.a = a;
+    make_plan(a, &cx.p);
+    if (cx.p.R <= 0 || a->m <= 0) return;
+    cx.mk = kernel_of(a->kind);
+    cx.simd = ei_rq_simd();
+    int t = a->threads < 1 ? 1 : a->threads;
+    cx.nslots = EI_MIN(t, cx.p.ntasks);
+    ei_parallel_for(cx.nslots, 1, conv_slots, &cx, cx.nslots);
+}
+
+/* ---- self-test: every available kind vs a direct int64 reference ---- */
+static uint64_t st_state;
+static uint32_t st_rand(void) {
+    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(st_state >> 33);
+}
+
+static void ref_conv(const ei_int8_conv_args *a, const int8_t *wt, int8_t *y) {
+    int K = a->kh * a->kw * a->c, P = a->oh * a->ow;
+    for (int b = 0; b < a->n; b++)
+        for (int oy = 0; oy < a->oh; oy++)
+            for (int ox = 0; ox < a->ow; ox++)
+                for (int m = 0; m < a->m; m++) {
+                    int64_t s = 0;
+                    for (int ky = 0; ky < a->kh; ky++)
+                        for (int kx = 0; kx < a->kw; kx++)
+                            for (int ch = 0; ch < a->c; ch++) {
+                                int iy = oy * a->sh - a->pt + ky * a->dh, ix = ox * a->sw - a->pl + kx * a->dw;
+                                int v = a->zp_x;
+                                if (iy >= 0 && iy < a->h && ix >= 0 && ix < a->w)
+                                    v = a->in_nchw ? a->x[((b * a->c + ch) * a->h + iy) * a->w + ix]
+                                                   : a->x[((b * a->h + iy) * a->w + ix) * a->c + ch];
+                                s += (int64_t)v * wt[(int64_t)m * K + (ky * a->kw + kx) * a->c + ch];
+                            }
+                    int64_t off = a->out_nchw ? ((int64_t)b * a->m + m) * P + oy * a->ow + ox
+                                              : ((int64_t)(b * P + oy * a->ow + ox)) * a->m + m;
+                    int32_t zt = a->ztab ? a->ztab[(uint8_t)a->z[off]] : 0;
+                    y[off] = ei_rq_one((int32_t)s + a->bias[m], a->mult[m], a->shift[m], a->zp_y, zt, a->lo, a->hi);
+                }
+}
+
+EI_API int ei_selftest_int8_gemm(void) {
+    int fails = 0;
+    st_state = 777;
+    for (int trial = 0; trial < 40; trial++) {
+        ei_int8_conv_args a;
+        memset(&a, 0, sizeof a);
+        int big = trial % 10 == 9;
+        a.n = 1 + (int)(st_rand() % 2);
+        a.c = big ? 1100 + (int)(st_rand() % 40) : 1 + (int)(st_rand() % 37);
+        a.h = 1 + (int)(st_rand() % 9); a.w = 1 + (int)(st_rand() % 9);
+        a.kh = 1 + (int)(st_rand() % 3); a.kw = 1 + (int)(st_rand() % 3);
+        if (big || trial % 4 == 0) a.kh = a.kw = 1;
+        a.sh = 1 + (int)(st_rand() % 2); a.sw = 1 + (int)(st_rand() % 2);
+        a.dh = a.dw = 1 + (trial % 7 == 3);
+        a.pt = (int)(st_rand() % 2); a.pl = (int)(st_rand() % 2);
+        if (trial % 4 == 0) a.pt = a.pl = 0;
+        int eh = a.h + 2 * a.pt - a.dh * (a.kh - 1), ew = a.w + 2 * a.pl - a.dw * (a.kw - 1);
+        if (eh < 1 || ew < 1) { a.kh = a.kw = 1; a.dh = a.dw = 1; eh = a.h + 2 * a.pt; ew = a.w + 2 * a.pl; }
+        a.oh = (eh - 1) / a.sh + 1; a.ow = (ew - 1) / a.sw + 1;
+        a.m = 1 + (int)(st_rand() % 40);
+        a.in_nchw = trial % 3 == 1; a.out_nchw = trial % 3 == 1;
+        a.zp_x = (int32_t)(st_rand() % 256) - 128; a.zp_y = (int32_t)(st_rand() % 256) - 128;
+        a.lo = -128 + (trial % 2) * 50; a.hi = 127;
+        a.threads = 1 + trial % 3;
+        int K = a.kh * a.kw * a.c;
+        int64_t xs = (int64_t)a.n * a.c * a.h * a.w, ysz = (int64_t)a.n * a.m * a.oh * a.ow;
+        int8_t *x = malloc(xs), *wt = malloc((size_t)a.m * K), *z = malloc(ysz), *y0 = malloc(ysz), *y1 = malloc(ysz);
+        int32_t *bias = malloc(4 * a.m), *mult = malloc(4 * a.m), *shift = malloc(4 * a.m), ztab[256];
+        for (int64_t i = 0; i < xs; i++) x[i] = (int8_t)st_rand();
+        for (int64_t i = 0; i < (int64_t)a.m * K; i++) wt[i] = (int8_t)st_rand();
+        for (int64_t i = 0; i < ysz; i++) z[i] = (int8_t)st_rand();
+        for (int i = 0; i < 256; i++) ztab[i] = (int32_t)(st_rand() % 400) - 200;
+        for (int i = 0; i < a.m; i++) {
+            bias[i] = (int32_t)(st_rand() % 100000) - 50000;
+            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
+            shift[i] = -(int32_t)(6 + st_rand() % 12) + (trial == 5);
+        }
+        a.x = x; a.bias = bias; a.mult = mult; a.shift = shift;
+        if (trial % 2) { a.z = z; a.ztab = ztab; }
+        ref_conv(&a, wt, y0);
+        for (int kind = 0; kind < N_KINDS; kind++) {
+            if (!kind_ok(kind)) continue;
+#if defined(__x86_64__)
+            if (kind == KIND_AVX2 && !ei_has(EI_AVX2)) continue;
+#elif defined(__aarch64__)
+            if (kind == KIND_DOT && !ei_has(EI_DOTPROD)) continue;
+#endif
+            a.kind = kind;
+            int64_t ps = ei_int8_pack_size(kind, a.m, K), ss = ei_int8_conv_scratch(&a);
+            void *pk = malloc((size_t)ps), *scr = malloc((size_t)(ss * a.threads));
+            ei_int8_pack_weights(kind, wt, a.m, K, pk);
+            a.wpack = pk; a.scratch = scr; a.y = y1;
+            memset(y1, 0, (size_t)ysz);
+            ei_int8_conv(&a);
+            if (memcmp(y0, y1, (size_t)ysz) != 0) fails++;
+            free(pk); free(scr);
+        }
+        free(x); free(wt); free(z); free(y0); free(y1); free(bias); free(mult); free(shift);
+    }
+    return fails;
+}

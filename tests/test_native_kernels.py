@@ -1,0 +1,251 @@
+"""Native int8 / depthwise kernels (edge_infer/backends/cpu/native/src) against the numpy kernels.
+
+Each case runs the same one-node graph three ways: the numpy kernel (``native.lib`` patched
+to None before prepare), the native kernel with every ISA feature of this CPU (AVX2 here;
+NEON on an ARM host) and the native kernel with the ISA mask cleared (the portable scalar
+path). int8 results must be bit-identical, fp32 within 1e-5 relative. The numpy int8 kernels
+are themselves checked bit for bit against tests/int8_reference.py (test_quantize.py).
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, HealthCheck
+from hypothesis import strategies as st
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from edge_infer.backends.cpu import native  # noqa: E402
+from edge_infer.backends.cpu.executor import CpuExecutable  # noqa: E402
+from edge_infer.ir import Graph  # noqa: E402
+from edge_infer.runtime import specialize  # noqa: E402
+
+pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def qd(scale, zp, axis=None):
+    return {"scale": [float(np.float32(v)) for v in np.atleast_1d(scale)],
+            "zero_point": [int(v) for v in np.atleast_1d(zp)], "axis": axis}
+
+
+def one_node(op, inputs, out_q, attrs, consts, out_dtype="int8"):
+    """(graph, feeds): ``inputs`` [(name, array, quant)], names in ``consts`` are constants."""
+    g = Graph("t")
+    feeds, names = {}, []
+    for name, arr, q in inputs:
+        names.append(name)
+        if not name:
+            continue
+        if name in consts:
+            g.add_tensor(name, arr.dtype.name, arr.shape, arr, q)
+        else:
+            g.add_input(name, arr.dtype.name, arr.shape).quant = q
+            feeds[name] = arr
+    g.add_node(op, names, ["y"], **attrs)
+    g.tensors["y"].dtype = out_dtype
+    g.tensors["y"].quant = out_q
+    g.outputs = ["y"]
+    return g, feeds
+
+
+def run_three_ways(g, feeds, threads=2):
+    """{mode: (output, note)} for mode in numpy / native / scalar."""
+    g = specialize(g, {k: v.shape for k, v in feeds.items()})
+    out = {}
+    for mode in ("numpy", "native", "scalar"):
+        with pytest.MonkeyPatch.context() as m:
+            if mode == "numpy":
+                m.setattr(native, "lib", None)
+            old = native.set_isa_mask(0) if mode == "scalar" else None
+            try:
+                ex = CpuExecutable(g, threads)
+            finally:
+                if old is not None:
+                    native.set_isa_mask(old)
+        y = ex.run(feeds)["y"]
+        out[mode] = (y, ex.notes.get(g.nodes[0].name, ""))
+    return out
+
+
+def assert_native_matches(res, want_native=True, exact=True):
+    ref, ref_note = res["numpy"]
+    assert "native" not in ref_note
+    for mode in ("native", "scalar"):
+        y, note = res[mode]
+        if want_native:
+            assert "native" in note, (mode, note)
+        if exact:
+            assert y.dtype == ref.dtype and np.array_equal(y, ref), (mode, note)
+        else:
+            tol = 1e-5 * max(1.0, float(np.abs(ref).max()))
+            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=tol, err_msg=f"{mode}: {note}")
+    if want_native:
+        assert "scalar" in res["scalar"][1]
+
+
+# -- int8 conv / GEMM ------------------------------------------------------------------------------
+
+def int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residual, big_bias=False):
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+    wt = rng.integers(-127, 128, (m, c, k, k)).astype(np.int8)
+    b = rng.integers(-(1 << 20) if big_bias else -20000, (1 << 20) if big_bias else 20000, m).astype(np.int32)
+    xq = (float(np.float32(rng.uniform(0.01, 0.1))), int(rng.integers(-128, 128)))
+    yq = (float(np.float32(rng.uniform(0.05, 2.0))), int(rng.integers(-128, 128)))
+    ws = rng.uniform(0.0005, 0.02, m).astype(np.float32)
+    oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    nhwc = layout == "NHWC"
+    t = (lambda v: np.ascontiguousarray(v.transpose(0, 2, 3, 1))) if nhwc else (lambda v: v)
+    ins = [("x", t(x), qd(*xq)), ("w", wt, qd(ws, [0] * m, 0)), ("b", b, qd(xq[0] * ws, [0] * m, 0))]
+    if residual:
+        z = rng.integers(-128, 128, (n, m, oh, ow)).astype(np.int8)
+        ins.append(("z", t(z), qd(float(np.float32(rng.uniform(0.01, 0.3))), int(rng.integers(-128, 128)))))
+    attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, dilations=[dil, dil], group=1,
+                 activation=act, activation_params=[0.0, 6.0] if act == "Clip" else [], data_layout=layout)
+    return one_node("FusedConv", ins, qd(*yq), attrs, {"w", "b"})
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 31), n=st.integers(1, 2), c=st.integers(1, 37), m=st.integers(1, 41),
+       h=st.integers(1, 11), w=st.integers(1, 11), k=st.sampled_from([1, 1, 2, 3, 5]), stride=st.integers(1, 2),
+       pad=st.integers(0, 2), dil=st.integers(1, 2), layout=st.sampled_from(["NHWC", "NCHW"]),
+       act=st.sampled_from(["", "Relu", "Clip"]), residual=st.booleans())
+def test_int8_conv_random_shapes(seed, n, c, m, h, w, k, stride, pad, dil, layout, act, residual):
+    if h + 2 * pad < dil * (k - 1) + 1 or w + 2 * pad < dil * (k - 1) + 1:
+        pad = pad + dil * (k - 1)
+    rng = np.random.default_rng(seed)
+    g, feeds = int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residual)
+    assert_native_matches(run_three_ways(g, feeds, threads=1 + seed % 3))
+
+
+@pytest.mark.parametrize("c,k,layout", [(1100, 1, "NHWC"), (130, 3, "NHWC"), (1030, 1, "NCHW"), (1, 1, "NHWC"),
+                                        (3, 3, "NHWC")])
+def test_int8_conv_large_k_and_k1(c, k, layout):
+    """K = 1100, 1170, 1030 (past the numpy kernels' 1024 K-chunk), K = 1, first-layer K = 27."""
+    rng = np.random.default_rng(c + k)
+    g, feeds = int8_conv_case(rng, 1, c, 19, 6, 5, k, 1, k // 2, 1, layout, "Relu", True, big_bias=True)
+    assert_native_matches(run_three_ways(g, feeds))
+
+
+def test_int8_conv_1x1_image_and_strided_pointwise():
+    rng = np.random.default_rng(3)
+    for h, w, k, stride, pad in [(1, 1, 1, 1, 0), (1, 1, 3, 1, 1), (7, 9, 1, 2, 0)]:
+        g, feeds = int8_conv_case(rng, 2, 17, 33, h, w, k, stride, pad, 1, "NHWC", "", False)
+        assert_native_matches(run_three_ways(g, feeds))
+
+
+def test_int8_conv_falls_back_when_int32_could_overflow():
+    """|bias| near 2^31: the numpy kernel's int64 accumulator serves (the native one is int32)."""
+    rng = np.random.default_rng(4)
+    g, feeds = int8_conv_case(rng, 1, 8, 4, 3, 3, 1, 1, 0, 1, "NHWC", "", False)
+    g.tensors["b"].data = np.full(4, (1 << 31) - 1000, np.int32)
+    res = run_three_ways(g, feeds)
+    assert_native_matches(res, want_native=False)
+    assert "native" not in res["native"][1]
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 31), rows=st.integers(1, 40), k=st.sampled_from([1, 3, 16, 64, 200, 1500]),
+       n=st.integers(1, 70), op=st.sampled_from(["Gemm", "GemmTA", "FusedMatMul", "MatMul3D"]),
+       act=st.sampled_from(["", "Relu"]))
+def test_int8_gemm_random_shapes(seed, rows, k, n, op, act):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, (rows, k)).astype(np.int8)
+    bm = rng.integers(-127, 128, (k, n)).astype(np.int8)
+    bias = rng.integers(-30000, 30000, n).astype(np.int32)
+    aq = (float(np.float32(rng.uniform(0.01, 0.1))), int(rng.integers(-128, 128)))
+    yq = (float(np.float32(rng.uniform(0.05, 3.0))), int(rng.integers(-128, 128)))
+    bs = rng.uniform(0.0005, 0.02, n).astype(np.float32)
+    cq = qd(aq[0] * bs, [0] * n, 0)
+    fused = dict(activation=act, activation_params=[])
+    if op in ("Gemm", "GemmTA"):
+        ta = op == "GemmTA"
+        ins = [("a", np.ascontiguousarray(a.T) if ta else a, qd(*aq)),
+               ("b", np.ascontiguousarray(bm.T), qd(bs, [0] * n, 0)), ("c", bias, cq)]
+        g, feeds = one_node("FusedGemm", ins, qd(*yq), dict(transA=int(ta), transB=1, alpha=1.0, beta=1.0, **fused),
+                            {"b", "c"})
+    elif op == "FusedMatMul":
+        g, feeds = one_node("FusedMatMul", [("a", a, qd(*aq)), ("b", bm, qd(bs, [0] * n, 1)), ("c", bias, cq)],
+                            qd(*yq), fused, {"b", "c"})
+    else:
+        a3 = rng.integers(-128, 128, (2, rows, k)).astype(np.int8)
+        g, feeds = one_node("MatMul", [("a", a3, qd(*aq)), ("b", bm, qd(bs, [0] * n, 1))], qd(*yq), {}, {"b"})
+    assert_native_matches(run_three_ways(g, feeds, threads=1 + seed % 2))
+
+
+# -- whole int8 models -------------------------------------------------------------------------------
+
+_RUN_WITHOUT_NATIVE = """
+import sys, numpy as np
+from edge_infer.backends.cpu import native
+assert native.lib is None, native.why_not
+from edge_infer.artifact import load_artifact
+from edge_infer.runtime import Runtime
+feeds = dict(np.load(sys.argv[2]))
+g = load_artifact(sys.argv[1])[0]
+g.outputs = list(g.outputs) + [n.inputs[0] for n in g.nodes if n.op == "DequantizeLinear"]
+out = Runtime(g, backend="cpu", threads=2).run(feeds)
+np.savez(sys.argv[3], **out)
+"""
+
+
+def _compare_with_numpy_subprocess(eim: str, feeds, tmp_path, min_native: int):
+    """Run the artifact here (native kernels) and in a subprocess with EDGE_INFER_NO_NATIVE=1
+    (every native kernel off, the numpy kernels only). The int8 tensors the graph dequantizes
+    must be bit-identical; float outputs agree to 1e-5 (native fp32 math such as exp in
+    Softmax may differ from numpy's by an ulp)."""
+    import subprocess
+    from edge_infer.artifact import load_artifact
+    from edge_infer.runtime import Runtime
+    g = load_artifact(eim)[0]
+    g.outputs = list(g.outputs) + [n.inputs[0] for n in g.nodes if n.op == "DequantizeLinear"]
+    rt = Runtime(g, backend="cpu", threads=2)
+    ex = rt.plan({k: v.shape for k, v in feeds.items()})
+    ours = ex.run(feeds)
+    n_native = sum("native" in v for v in ex.notes.values())
+    assert n_native >= min_native, ex.notes
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    env = dict(os.environ, EDGE_INFER_NO_NATIVE="1")
+    r = subprocess.run([sys.executable, "-c", _RUN_WITHOUT_NATIVE, eim, str(tmp_path / "feeds.npz"),
+                        str(tmp_path / "ref.npz")], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = dict(np.load(tmp_path / "ref.npz"))
+    assert set(ref) == set(ours)
+    assert sum(v.dtype == np.int8 for v in ref.values()) >= 1
+    for k in ref:
+        assert ours[k].dtype == ref[k].dtype, k
+        if ref[k].dtype == np.int8:
+            assert np.array_equal(ours[k], ref[k]), k
+        else:
+            np.testing.assert_allclose(ours[k], ref[k], rtol=1e-5, atol=1e-7, err_msg=k)
+
+
+def test_digits_int8_model_bit_exact_with_and_without_native(tmp_path):
+    from edge_infer.convert import convert
+    from edge_infer.data import digits_model_path, load_digits_samples
+    x, _ = load_digits_samples()
+    np.save(tmp_path / "cal.npy", x[:64])
+    eim = str(tmp_path / "digits_int8.eim")
+    convert(digits_model_path(), eim, quantize="int8", calib=str(tmp_path / "cal.npy"), verify_samples=1)
+    _compare_with_numpy_subprocess(eim, {"input": x[:200]}, tmp_path, min_native=3)
+
+
+def test_int8_zoo_model_bit_exact_with_and_without_native(tmp_path):
+    """light_squeezenet (seeded weights) converted to int8 at opt level 3 (NHWC), 2 threads."""
+    onnx_models = pytest.importorskip("onnx_models")
+    from edge_infer.artifact import load_artifact
+    from edge_infer.convert import convert
+    try:
+        src = onnx_models.randomized_light_model_path("squeezenet", seed=0)
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    eim = str(tmp_path / "sq.eim")
+    convert(src, eim, quantize="int8", calib="random", calib_samples=2, verify_samples=1)
+    q = load_artifact(eim)[0]
+    name = q.inputs[0]
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.standard_normal(tuple(q.tensors[name].shape)).astype(np.float32)}
+    _compare_with_numpy_subprocess(eim, feeds, tmp_path, min_native=20)
