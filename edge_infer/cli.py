@@ -65,7 +65,7 @@ def cmd_convert(args) -> int:
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
                   allow_drift=args.allow_drift, target=args.target, layout=args.layout,
-                  **quantize_options(args))
+                  memory_limit=args.memory_limit, **quantize_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
@@ -148,11 +148,15 @@ def cmd_run(args) -> int:
     return 0
 
 
-def inspect_artifact(path: str) -> dict:
-    """Everything ``inspect`` shows, as a dict."""
+def inspect_artifact(path: str, memory_limit=None) -> dict:
+    """Everything ``inspect`` shows, as a dict (the memory plan under ``memory_limit``,
+    default: the artifact's recorded limit or its target's budget)."""
     from collections import Counter
     from .artifact import load_artifact
+    from .memory.budget import default_memory_limit, parse_size
     graph, meta = load_artifact(path)
+    if memory_limit is None and (meta.get("memory_limit") or (meta.get("target") or {}).get("memory_budget_mb")):
+        memory_limit = default_memory_limit(meta)[0]
     ops = Counter(n.op for n in graph.nodes)
     consts = [t for t in graph.tensors.values() if t.is_const]
 
@@ -161,7 +165,7 @@ def inspect_artifact(path: str) -> dict:
         return {"name": n, "dtype": t.dtype, "shape": list(t.shape) if t.shape is not None else None}
     return {
         "path": path, "file_bytes": os.path.getsize(path), "graph": graph.name,
-        "memory": memory_plan(graph),
+        "memory": memory_plan(graph, memory_limit=parse_size(memory_limit)),
         "inputs": [info(n) for n in graph.inputs], "outputs": [info(n) for n in graph.outputs],
         "nodes": len(graph.nodes), "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
         "constants": len(consts), "parameters": int(sum(t.data.size for t in consts)),
@@ -173,21 +177,23 @@ def inspect_artifact(path: str) -> dict:
     }
 
 
-def memory_plan(graph, shapes=None) -> dict:
+def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     """Weights, planned activation arena (vs naive sum and lower bound) and workspace,
-    for the given input shapes (symbolic dims taken as 1)."""
+    for the given input shapes (symbolic dims taken as 1), planned under ``memory_limit``
+    (None: unbounded); ``tiled``: the nodes that run in bands to fit it."""
     from .runtime import Runtime
     from .verify import random_inputs
     weights = int(sum(t.data.nbytes for t in graph.tensors.values() if t.is_const))
     try:
-        rt = Runtime(graph, backend="cpu")
+        rt = Runtime(graph, backend="cpu", memory_limit=memory_limit)
         feeds = random_inputs(graph, 0, shapes)
         ex = rt.plan({k: v.shape for k, v in feeds.items()})
     except EdgeInferError as e:
         return {"weights_bytes": weights, "error": str(e)}
     plan = ex.arena_plan.summary()
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
-            **plan, "workspace_bytes": int(ex.workspace_bytes)}
+            **plan, "workspace_bytes": int(ex.workspace_bytes), "memory_limit": memory_limit,
+            "tiled": {n: t for n, t in getattr(ex, "notes", {}).items() if " bands of " in t}}
 
 
 def partition_plan(path: str, backend: str = "auto", input_shapes=None) -> tuple:
@@ -213,7 +219,7 @@ def cmd_inspect(args) -> int:
         return 0
     if args.backend:
         raise UsageError("--backend goes with --partition")
-    rep = inspect_artifact(args.artifact)
+    rep = inspect_artifact(args.artifact, args.memory_limit)
     if args.json:
         print(json.dumps(rep, indent=2, default=str))
         return 0
@@ -238,7 +244,10 @@ def cmd_inspect(args) -> int:
     else:
         print(f"  memory (inputs {m['input_shapes']}): weights {m['weights_bytes']:,} B (mmap), "
               f"arena {m['arena_bytes']:,} B (naive {m['naive_bytes']:,}, lower bound {m['lower_bound_bytes']:,}, "
-              f"{m['in_place']} in place), workspace {m['workspace_bytes']:,} B")
+              f"{m['in_place']} in place), workspace {m['workspace_bytes']:,} B"
+              + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
+        for name, note in m.get("tiled", {}).items():
+            print(f"    tiled to fit: {name}: {note}")
     print("  largest tensors:")
     for t in rep["tensors"][:8]:
         print(f"    {t['name']:40} {t['dtype']:8} {str(t['shape']):22} {t['bytes']:>12,} B")
@@ -258,12 +267,12 @@ def peak_rss_mb() -> float:
 
 
 def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "auto",
-                   threads: Optional[int] = None, input_shapes=None) -> dict:
-    """Time a model: latency percentiles and a per-op time table."""
+                   threads: Optional[int] = None, input_shapes=None, memory_limit=None) -> dict:
+    """Time a model: latency percentiles and a per-op time table (under ``memory_limit``)."""
     import time
     from .runtime import Runtime
     from .verify import random_inputs
-    rt = Runtime(path, backend=backend, threads=threads)
+    rt = Runtime(path, backend=backend, threads=threads, memory_limit=memory_limit)
     feeds = random_inputs(rt.graph, 0, shapes=input_shapes)
     for _ in range(max(warmup, 1)):
         rt.run(feeds)
@@ -291,6 +300,8 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
         "p99_ms": float(np.percentile(lat_ms, 99)), "min_ms": float(lat_ms.min()),
         "latencies_ms": lat_ms.tolist(),
         "peak_rss_mb": peak_rss_mb(),
+        "memory_limit": rt.memory_limit, "memory_limit_source": rt.memory_limit_source,
+        "plan_bytes": rt.memory_stats()["held_bytes"],
         "ops": [{"op": op, "count": c, "ms": s * 1e3, "share": s / total}
                 for op, (c, s) in sorted(by_op.items(), key=lambda kv: -kv[1][1])],
         "nodes": [{"name": n, "op": op, "ms": s * 1e3}
@@ -353,7 +364,7 @@ def cmd_bench(args) -> int:
               f"auto now picks {rep['choice']}: {rep['why']}")
         return 0
     rep = bench_artifact(args.artifact, args.runs, args.warmup, args.backend, args.threads,
-                         parse_shape_args(args.input_shape))
+                         parse_shape_args(args.input_shape), memory_limit=args.memory_limit)
     latencies = rep.pop("latencies_ms")
     if getattr(args, "plot", None):
         from .monitor.plot import plot_bench
@@ -368,6 +379,9 @@ def cmd_bench(args) -> int:
     print(f"{rep['artifact']}: backend {rep['backend']}, {rep['threads']} thread(s), {rep['runs']} runs")
     print(f"  latency median {rep['median_ms']:.3f} ms, p90 {rep['p90_ms']:.3f} ms, "
           f"p99 {rep['p99_ms']:.3f} ms; peak RSS {rep['peak_rss_mb']:.1f} MB")
+    if rep.get("memory_limit"):
+        print(f"  plans hold {rep['plan_bytes']:,} B (arena + workspace) under a memory limit of "
+              f"{rep['memory_limit']:,} B ({rep['memory_limit_source']})")
     print(f"  {'op':24} {'count':>5} {'ms':>9} {'share':>6}")
     for e in rep["ops"]:
         print(f"  {e['op']:24} {e['count']:5d} {e['ms']:9.3f} {e['share']:6.1%}")
@@ -456,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-accuracy-drop", type=float, metavar="X", help="keep the most damaging layers "
                    "float32 until the top-1 drop vs fp32 on held-out samples is <= X (a fraction)")
     c.add_argument("--report", metavar="FILE.json", help="write the quantization accuracy report")
+    c.add_argument("--memory-limit", metavar="SIZE", help="record a memory budget (e.g. 256MB) for "
+                   "activations + workspaces that runtimes use by default")
     c.set_defaults(fn=cmd_convert)
 
     e = sub.add_parser("export", help="export an artifact (fp32 or int8) as ONNX QDQ or TFLite")
@@ -470,12 +486,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output", metavar="OUT.npz")
     r.add_argument("--backend", default="auto")
     r.add_argument("--threads", type=int)
-    r.add_argument("--memory-limit", metavar="SIZE", help="e.g. 256MB: refuse plans that need more")
+    r.add_argument("--memory-limit", metavar="SIZE", help="e.g. 256MB: bound activations + workspaces "
+                   "(kernels tile to fit; a model that cannot fit is refused, naming the least it needs); "
+                   "default: the artifact's, its target's, else the available memory")
     r.add_argument("--explain", action="store_true", help="say which backend ran and why")
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="show an artifact's graph, sizes and provenance")
     i.add_argument("artifact")
+    i.add_argument("--memory-limit", metavar="SIZE", help="show the memory plan under this limit")
     i.add_argument("--json", action="store_true")
     i.add_argument("--partition", action="store_true", help="show how the graph splits across backends")
     i.add_argument("--backend", help="with --partition: the backend to partition for (default: the picker's)")
@@ -490,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "store the timings for later backend=auto picks")
     b.add_argument("--threads", type=int)
     b.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...")
+    b.add_argument("--memory-limit", metavar="SIZE", help="bound activations + workspaces, as for run")
     b.add_argument("--json", action="store_true")
     b.add_argument("--plot", metavar="FILE.png", help="latency histogram and per-op times (needs matplotlib)")
     b.set_defaults(fn=cmd_bench)

@@ -100,7 +100,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             calib=None, calib_samples: Optional[int] = None, calib_recipe=None,
             calib_method: str = "minmax", keep_float: Sequence[str] = (),
             max_accuracy_drop: Optional[float] = None, report: Union[str, os.PathLike, None] = None,
-            **options) -> dict:
+            memory_limit: Union[int, str, None] = None, **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
     ``quantize="int8"``: after the fp32 graph is optimized and verified, quantize it
@@ -116,6 +116,9 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     backend's, see passes/convert_layout.py and docs/layout.md). Inputs and outputs
     keep their layout either way.
 
+    ``memory_limit`` (bytes or "256MB"): recorded in the artifact (``meta["memory_limit"]``)
+    as the default budget of runtimes for activations plus workspaces.
+
     Returns a report dict: source and artifact sizes, node counts, what each
     pass did and the verified relative error of the optimized graph.
     """
@@ -129,6 +132,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     dst = os.fspath(dst)
     if options:
         raise ConversionError(f"unknown conversion option(s): {', '.join(sorted(options))}")
+    from .memory.budget import parse_size
+    memory_limit = parse_size(memory_limit)
     if quantize is not None:
         from .quantize import check_convert_options
         check_convert_options(quantize, calib, calib_method, max_accuracy_drop)
@@ -165,6 +170,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         "optimization": opt_report,
         "target": profile or {},
     }
+    if memory_limit is not None:
+        meta["memory_limit"] = memory_limit
     if qreport is not None:
         meta["provenance"]["options"]["quantization"] = {
             "quantize": quantize,
