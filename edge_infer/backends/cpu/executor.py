@@ -16,6 +16,7 @@ from ...memory.budget import placeholder, refusal
 from .registry import KERNELS
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
+from . import native
 
 
 class PrepareContext:
@@ -131,6 +132,31 @@ def fold_node(node: Node, graph: Graph) -> None:
         graph.tensors[o].data = arr
 
 
+def group_native(steps: List[Callable[[], None]]) -> List[Callable[[], None]]:
+    """``steps`` with every run of two or more consecutive native steps (closures carrying
+    ``.native_step``) replaced by one closure that runs them in one C call, GIL released:
+    the compiled execution loop. Order and effects are those of the original list."""
+    if native.lib is None:
+        return list(steps)
+    out: List[Callable[[], None]] = []
+    run: List[Callable[[], None]] = []
+
+    def flush():
+        if len(run) > 1:
+            out.append(native.run_steps_call(run))
+        else:
+            out.extend(run)
+        run.clear()
+    for step in steps:
+        if getattr(step, "native_step", None) is not None:
+            run.append(step)
+        else:
+            flush()
+            out.append(step)
+    flush()
+    return out
+
+
 def _with_nodes(graph: Graph, nodes: List[Node]) -> Graph:
     g = Graph(graph.name)
     g.tensors, g.nodes, g.inputs, g.outputs = graph.tensors, nodes, graph.inputs, graph.outputs
@@ -181,6 +207,8 @@ class CpuExecutable(Executable):
             raise
         #: bytes for arena plus workspaces this plan was prepared under (None: unbounded)
         self.memory_limit = memory_limit
+        #: what ``run`` executes: ``steps`` with native runs batched (``run_profiled`` keeps ``steps``)
+        self.run_steps = group_native(self.steps)
         self.notes = ctx.notes
         self.workspace_bytes = ctx.workspace_bytes
         self._in = [(name, self.buffers[name]) for name in graph.inputs if name in self.buffers]
@@ -191,8 +219,9 @@ class CpuExecutable(Executable):
             np.copyto(buf, feeds[name], casting="same_kind")
 
     def run(self, feeds):
-        self._feed(feeds)
-        for step in self.steps:
+        for name, buf in self._in:
+            np.copyto(buf, feeds[name], casting="same_kind")
+        for step in self.run_steps:
             step()
         return {name: np.array(buf) for name, buf in self._out}
 

@@ -18,6 +18,7 @@ from functools import partial
 import numpy as np
 
 from ....ir.shape_rules_tensor import operand_dtype
+from ..native import ops as native_ops
 from ..registry import kernel
 
 
@@ -47,6 +48,26 @@ def _io(node, ctx):
     return ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
 
 
+def native_unary(node, ctx, op=None, p0=0.0, p1=0.0):
+    """The native fp32 step for a unary op (src/elementwise.c), or None where not covered."""
+    x, y = _io(node, ctx)
+    return native_ops.unary_step(op or node.op, x, y, ctx.threads, p0, p1)
+
+
+def contiguous_const(ctx, name, arr):
+    """A constant operand as a C-contiguous array (made once), for the native kernels."""
+    if arr is not None and ctx.const(name) is not None and not arr.flags.c_contiguous:
+        return np.ascontiguousarray(arr)
+    return arr
+
+
+def native_binary(node, ctx, op, names=None):
+    """The native fp32 step for a broadcasting binary op, or None where not covered."""
+    names = list(node.inputs if names is None else names)
+    a, b = (contiguous_const(ctx, n, v) for n, v in zip(names, operands(node, ctx, names)))
+    return native_ops.binary_step(op, a, b, ctx.value(node.outputs[0]), ctx.threads)
+
+
 # -- unary ----------------------------------------------------------------------------
 
 UNARY_UFUNCS = {
@@ -65,6 +86,9 @@ _NOISY_UNARY = {"Sqrt", "Exp", "Log", "Reciprocal", "Tan", "Asin", "Acos", "Sinh
 
 @kernel(*UNARY_UFUNCS)
 def unary(node, ctx):
+    fast = native_unary(node, ctx)
+    if fast is not None:
+        return fast
     x, y = _io(node, ctx)
     step = partial(UNARY_UFUNCS[node.op], x, out=y)
     return quiet(step) if node.op in _NOISY_UNARY else step
@@ -73,6 +97,9 @@ def unary(node, ctx):
 @kernel("Identity")
 def identity(node, ctx):
     x, y = _io(node, ctx)
+    fast = native_ops.copy_step([(y, x)])
+    if fast is not None:
+        return fast
     return partial(np.copyto, y, x)
 
 
@@ -90,6 +117,9 @@ def isinf(node, ctx):
 
 @kernel("Relu")
 def relu(node, ctx):
+    fast = native_unary(node, ctx)
+    if fast is not None:
+        return fast
     x, y = _io(node, ctx)
     return partial(np.maximum, x, np.zeros((), x.dtype), out=y)
 
@@ -98,6 +128,9 @@ def relu(node, ctx):
 def leaky_relu(node, ctx):
     x, y = _io(node, ctx)
     alpha = node.attrs.get("alpha", 0.01)
+    fast = native_unary(node, ctx, p0=alpha)
+    if fast is not None:
+        return fast
     # x if x >= 0 else alpha*x  ==  max(x, alpha*x) for alpha <= 1, min(...) above 1
     pick = np.maximum if alpha <= 1 else np.minimum
 
@@ -109,6 +142,9 @@ def leaky_relu(node, ctx):
 
 @kernel("PRelu")
 def prelu(node, ctx):
+    fast = native_binary(node, ctx, "PRelu")
+    if fast is not None:
+        return fast
     x, slope = operands(node, ctx)
     y = ctx.value(node.outputs[0])
     neg = ctx.workspace(y.shape, y.dtype)
@@ -153,6 +189,9 @@ def shrink(node, ctx):
 
 @kernel("Sigmoid")
 def sigmoid(node, ctx):
+    fast = native_unary(node, ctx)
+    if fast is not None:
+        return fast
     x, y = _io(node, ctx)
 
     def run():
@@ -171,6 +210,9 @@ def hard_sigmoid(node, ctx):
         alpha, beta = 1 / 6, 0.5
     else:
         alpha, beta = node.attrs.get("alpha", 0.2), node.attrs.get("beta", 0.5)
+    fast = native_unary(node, ctx, p0=alpha, p1=beta)
+    if fast is not None:
+        return fast
     swish = node.op == "HardSwish"
     zero, one = np.zeros((), x.dtype), np.ones((), x.dtype)
 
@@ -336,7 +378,11 @@ def erf_kernel(node, ctx):
 @kernel("Gelu")
 def gelu(node, ctx):
     x, y = _io(node, ctx)
-    if node.attrs.get("approximate", "none") == "tanh":
+    tanh_form = node.attrs.get("approximate", "none") == "tanh"
+    fast = native_unary(node, ctx, "GeluTanh" if tanh_form else "Gelu")
+    if fast is not None:
+        return fast
+    if tanh_form:
         c = math.sqrt(2 / math.pi)
 
         def run():
@@ -371,6 +417,11 @@ def clip(node, ctx):
     x, lo, hi = operands(node, ctx, names[:3])
     y = ctx.value(node.outputs[0])
     # max then min: when min > max every value becomes max, as ONNX specifies
+    if all(v is None or (ctx.const(n) is not None and v.size == 1) for n, v in zip(names[1:3], (lo, hi))):
+        fast = native_unary(node, ctx, "Clip", -np.inf if lo is None else float(lo.reshape(-1)[0]),
+                            np.inf if hi is None else float(hi.reshape(-1)[0]))
+        if fast is not None:
+            return fast
     if lo is None and hi is None:
         return partial(np.copyto, y, x)
     if lo is None:
@@ -398,6 +449,9 @@ _NOISY_BINARY = {"Add", "Sub", "Mul"}     # float overflow to inf, inf - inf
 
 @kernel(*BINARY_UFUNCS)
 def binary(node, ctx):
+    fast = native_binary(node, ctx, node.op)
+    if fast is not None:
+        return fast
     a, b = operands(node, ctx)
     y = ctx.value(node.outputs[0])
     step = partial(BINARY_UFUNCS[node.op], a, b, out=y)
@@ -406,6 +460,9 @@ def binary(node, ctx):
 
 @kernel("Div")
 def div(node, ctx):
+    fast = native_binary(node, ctx, "Div")
+    if fast is not None:
+        return fast
     a, b = operands(node, ctx)
     y = ctx.value(node.outputs[0])
     if y.dtype.kind != "i":
@@ -465,6 +522,11 @@ _VARIADIC = {"Sum": np.add, "Mean": np.add, "Max": np.maximum, "Min": np.minimum
 
 @kernel(*_VARIADIC)
 def variadic(node, ctx):
+    names = [n for n in node.inputs if n]
+    if len(names) == 2 and node.op in ("Sum", "Max", "Min"):
+        fast = native_binary(node, ctx, "Add" if node.op == "Sum" else node.op, names)
+        if fast is not None:
+            return fast
     ins = [v for v in operands(node, ctx) if v is not None]
     y = ctx.value(node.outputs[0])
     f = _VARIADIC[node.op]

@@ -27,7 +27,7 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ..registry import KERNELS, kernel
-from .elementwise import make_erf, quiet
+from .elementwise import make_erf, native_unary, quiet
 
 EPILOGUE_ATTRS = ("activation", "activation_params")
 
@@ -221,6 +221,9 @@ def fused_matmul(node: Node, ctx) -> Callable[[], None]:
 @kernel("SiLU")
 def silu(node: Node, ctx) -> Callable[[], None]:
     """y = x * sigmoid(x), as the Sigmoid and Mul kernels would compute it."""
+    fast = native_unary(node, ctx)
+    if fast is not None:
+        return fast
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
     s = ctx.workspace(y.shape, y.dtype)
 

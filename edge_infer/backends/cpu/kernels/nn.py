@@ -14,6 +14,7 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.shape_rules_nn import channels_last, resize_plan
+from ..native import ops as native_ops
 from ..registry import kernel
 from .conv import view_as
 
@@ -256,6 +257,10 @@ def _axis(node: Node, rank: int, default: int = -1) -> int:
 def softmax(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
     ax = _axis(node, x.ndim)
+    fast = native_ops.softmax_step(x, y, ax, ctx.threads)
+    if fast is not None:
+        ctx.note(node, f"native stable softmax over axis {ax}")
+        return fast
     red = list(x.shape)
     red[ax] = 1
     m = ctx.workspace(red, y.dtype)

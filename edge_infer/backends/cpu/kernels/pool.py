@@ -22,6 +22,7 @@ from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.padding import resolve_pads
 from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from ..native import ops as native_ops
 from ..registry import kernel
 from .conv import padded_input, tap_views, view_as
 
@@ -107,8 +108,13 @@ def max_pool(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"MaxPool {node.name!r}: the Indices output needs data_layout NCHW")
     if y.size == 0:
         return lambda: None
-    xp, pad_step = padded_input(ctx, x, pads, extra, fill=_lowest(x.dtype), last=last)
     kdesc = "x".join(map(str, ks))
+    if not want_idx and len(ks) == 2:
+        fast = native_ops.pool2d_step(x, y, "max", ks, strides, dil, pads, last, threads=ctx.threads)
+        if fast is not None:
+            ctx.note(node, f"native {'NHWC ' if last else ''}max pool {kdesc}")
+            return fast
+    xp, pad_step = padded_input(ctx, x, pads, extra, fill=_lowest(x.dtype), last=last)
     if not want_idx:
         reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.maximum, last)
 
@@ -178,7 +184,6 @@ def average_pool(node: Node, ctx) -> Callable[[], None]:
     last = channels_last(node)
     insp = split_layout(x.shape, last)[2]
     include_pad = bool(node.attrs.get("count_include_pad", 0))
-    xp, pad_step = padded_input(ctx, x, pads, extra, fill=0, last=last)
     # divisor per output position, separable over spatial dims: taps inside the input
     # (count_include_pad=0) or inside input + explicit pads (=1); ceil_mode overhang never counts
     inv = np.ones(osp, np.float64)
@@ -191,12 +196,18 @@ def average_pool(node: Node, ctx) -> Callable[[], None]:
         inv = inv * cnt.reshape(shape)
     if (inv == 0).any():
         raise ShapeError(f"AveragePool {node.name!r}: a window lies entirely in padding")
+    kdesc = "x".join(map(str, ks))
+    if nsp == 2:
+        fast = native_ops.pool2d_step(x, y, "avg", ks, strides, dil, pads, last, include_pad, ctx.threads)
+        if fast is not None:
+            ctx.note(node, f"native {'NHWC ' if last else ''}average pool {kdesc}")
+            return fast
+    xp, pad_step = padded_input(ctx, x, pads, extra, fill=0, last=last)
     inv = (1.0 / inv).astype(y.dtype)
     if last:
         inv = inv[..., None]                  # broadcast over the trailing channel axis
     scale = inv.flat[0] if (inv == inv.flat[0]).all() else inv
     mul = np.multiply
-    kdesc = "x".join(map(str, ks))
     reduce = separable_reduce(ctx, xp, y, ks, strides, dil, osp, np.add, last)
 
     def avgpool():
@@ -216,6 +227,9 @@ def _global(node: Node, ctx, reduce) -> Callable[[], None]:
     p = int(np.prod(sp))
     if x.size == 0:
         return lambda: None
+    fast = native_ops.global_pool_step(x, y, "max" if reduce is np.max else "avg", last, ctx.threads)
+    if fast is not None:
+        return fast
     y2 = view_as(y, (n, c))
     if last:
         # (N, P, C): the reduction adds whole contiguous channel rows

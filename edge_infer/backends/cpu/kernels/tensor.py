@@ -18,8 +18,25 @@ from ....errors import UnsupportedOpError
 from ....ir.shape_inference import SHAPE_RULES
 from ....ir.shape_rules_tensor import (pad_amounts, shape_range, slice_bounds, slice_params,
                                        transpose_perm)
+from ..native import ops as native_ops
 from ..registry import kernel
 from .elementwise import operands, quiet
+
+
+def copy_steps(pairs):
+    """One step doing ``np.copyto(dst, src)`` for each pair in order: the native strided
+    copy (batched with its native neighbours) where it covers the arrays, else numpy."""
+    pairs = list(pairs)
+    fast = native_ops.copy_step(pairs)
+    if fast is not None:
+        return fast
+    if len(pairs) == 1:
+        return partial(np.copyto, *pairs[0])
+
+    def run():
+        for dst, src in pairs:
+            np.copyto(dst, src)
+    return run
 
 
 def _ins(node, ctx):
@@ -57,17 +74,17 @@ def reshape(node, ctx):
     if src is None and ctx.const(node.inputs[0]) is not None:
         src = x.reshape(y.shape)
     if src is not None:
-        return partial(np.copyto, y, src)
+        return copy_steps([(y, src)])
     dst = reshaped(y, x.shape)
     if dst is not None:
-        return partial(np.copyto, dst, x)
+        return copy_steps([(dst, x)])
     return lambda: np.copyto(y, x.reshape(y.shape))
 
 
 @kernel("Transpose")
 def transpose(node, ctx):
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    return partial(np.copyto, y, x.transpose(transpose_perm(node, x.ndim)))
+    return copy_steps([(y, x.transpose(transpose_perm(node, x.ndim)))])
 
 
 @kernel("Concat")
@@ -83,11 +100,7 @@ def concat(node, ctx):
         idx = (slice(None),) * axis + (slice(at, at + n),)
         pairs.append((y[idx], v))
         at += n
-
-    def run():
-        for dst, src in pairs:
-            np.copyto(dst, src)
-    return run
+    return copy_steps(pairs)
 
 
 @kernel("Split")
@@ -104,11 +117,7 @@ def split(node, ctx):
             idx = (slice(None),) * axis + (slice(at, at + n),)
             pairs.append((ctx.value(o), x[idx]))
         at += n
-
-    def run():
-        for dst, src in pairs:
-            np.copyto(dst, src)
-    return run
+    return copy_steps(pairs)
 
 
 @kernel("Slice")
@@ -120,13 +129,13 @@ def slice_(node, ctx):
         start, stop, _ = slice_bounds(x.shape[k], s, e, st)
         # ONNX's clamped stop of -1 means "through index 0" going backwards
         idx[k] = slice(start, stop if stop >= 0 else None, st)
-    return partial(np.copyto, y, x[tuple(idx)])
+    return copy_steps([(y, x[tuple(idx)])])
 
 
 @kernel("Expand")
 def expand(node, ctx):
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    return partial(np.copyto, y, x)          # copyto broadcasts x to y's shape
+    return copy_steps([(y, x)])          # copyto broadcasts x to y's shape
 
 
 @kernel("Tile")
@@ -301,7 +310,7 @@ def depth_space(node, ctx):
         b, c, h, w = x.shape
         src = x.reshape(b, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
         dst = y.reshape(b, bs, bs, c, h // bs, w // bs)
-    return partial(np.copyto, dst, src)
+    return copy_steps([(dst, src)])
 
 
 @kernel("ArgMax", "ArgMin")

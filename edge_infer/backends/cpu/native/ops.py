@@ -1,0 +1,212 @@
+"""Prepare-time builders of native fp32 element-wise, softmax, pooling and copy steps
+(src/elementwise.c, src/pool.c).
+
+Each builder returns a ``native_step`` closure (batched by the executor into one C call
+with its neighbours) when the native library is loaded and the case is covered, else None,
+and the caller keeps its numpy closure. Arrays are the plan's buffers or constants: their
+addresses go into a ctypes struct once; nothing is allocated per run. Structs mirror
+src/elementwise.h.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import lib, native_step
+
+MAX_RANK = 6
+_I64x = ctypes.c_int64 * MAX_RANK
+
+#: unary op codes (EI_U_* of elementwise.h); also the activations of a binary epilogue
+UNARY = {"": 0, "Identity": 0, "Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "Tanh": 5,
+         "HardSigmoid": 6, "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Exp": 11,
+         "Neg": 12, "Abs": 13, "Sqrt": 14, "Reciprocal": 15, "Floor": 16, "Ceil": 17, "Round": 18}
+#: binary op codes (EI_B_*)
+BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "PRelu": 6}
+
+
+class UnaryArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("op", ctypes.c_int32), ("threads", ctypes.c_int32),
+                ("p0", ctypes.c_float), ("p1", ctypes.c_float)]
+
+
+class BinaryArgs(ctypes.Structure):
+    _fields_ = [("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("op", ctypes.c_int32), ("act", ctypes.c_int32),
+                ("p0", ctypes.c_float), ("p1", ctypes.c_float),
+                ("rank", ctypes.c_int32), ("threads", ctypes.c_int32),
+                ("shape", _I64x), ("sa", _I64x), ("sb", _I64x)]
+
+
+class SoftmaxArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("rows", ctypes.c_int64),
+                ("cols", ctypes.c_int64), ("threads", ctypes.c_int32), ("pad_", ctypes.c_int32)]
+
+
+class CopyDesc(ctypes.Structure):
+    _fields_ = [("src", ctypes.c_void_p), ("dst", ctypes.c_void_p),
+                ("rank", ctypes.c_int32), ("elsize", ctypes.c_int32),
+                ("shape", _I64x), ("ss", _I64x), ("ds", _I64x)]
+
+
+class CopyArgs(ctypes.Structure):
+    _fields_ = [("descs", ctypes.c_void_p), ("count", ctypes.c_int64)]
+
+
+class Pool2dArgs(ctypes.Structure):
+    _fields_ = ([("x", ctypes.c_void_p), ("y", ctypes.c_void_p)] +
+                [(f, ctypes.c_int64) for f in ("n", "c", "h", "w", "oh", "ow")] +
+                [(f, ctypes.c_int32) for f in ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "pb", "pr",
+                                               "op", "count_include_pad", "nhwc", "threads")])
+
+
+class GlobalPoolArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("c", ctypes.c_int64), ("p", ctypes.c_int64), ("op", ctypes.c_int32),
+                ("nhwc", ctypes.c_int32), ("threads", ctypes.c_int32), ("pad_", ctypes.c_int32)]
+
+
+def _f32(arr) -> bool:
+    """A float32 C-contiguous aligned ndarray (what the fp32 kernels read and write)."""
+    return (isinstance(arr, np.ndarray) and arr.dtype == np.float32 and arr.flags.c_contiguous
+            and arr.flags.aligned)
+
+
+def _threads(threads) -> int:
+    return max(1, min(int(threads or 1), 64))
+
+
+def unary_step(op: str, x: np.ndarray, y: np.ndarray, threads: int = 1, p0: float = 0.0,
+               p1: float = 0.0) -> Optional[Callable[[], None]]:
+    """``y = op(x)`` (same shape, float32); LeakyRelu p0=alpha, Clip p0=lo p1=hi,
+    HardSigmoid/HardSwish p0=alpha p1=beta. y may be x."""
+    if lib is None or op not in UNARY or not (_f32(x) and _f32(y)) or x.shape != y.shape:
+        return None
+    args = UnaryArgs(x.ctypes.data, y.ctypes.data, y.size, UNARY[op], _threads(threads), p0, p1)
+    return native_step("ei_unary_f32", args, x, y)
+
+
+def _collapse(shape: Sequence[int], *strides: Sequence[int]) -> Tuple[List[int], List[List[int]]]:
+    """Drop size-1 dims and merge neighbours that are contiguous in every stride list."""
+    dims = [(d, [s[k] for s in strides]) for k, d in enumerate(shape) if d != 1]
+    out: List[Tuple[int, List[int]]] = []
+    for d, st in dims:
+        if out and all(ps == s * d for ps, s in zip(out[-1][1], st)):
+            out[-1] = (out[-1][0] * d, st)
+        else:
+            out.append((d, st))
+    return [d for d, _ in out], [[st[k] for _, st in out] for k in range(len(strides))]
+
+
+def _bcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> List[int]:
+    """Element strides of a contiguous array of ``shape`` read broadcast to ``out_shape``."""
+    full = [1] * (len(out_shape) - len(shape)) + list(shape)
+    strides, acc = [0] * len(full), 1
+    for k in range(len(full) - 1, -1, -1):
+        strides[k] = acc if full[k] != 1 else 0
+        acc *= full[k]
+    return strides
+
+
+def binary_step(op: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, threads: int = 1,
+                act: str = "", p0: float = 0.0, p1: float = 0.0) -> Optional[Callable[[], None]]:
+    """``y = act(a op b)`` with numpy broadcasting (float32, rank <= 6 after merging dims);
+    ``act``/``p0``/``p1`` as in ``unary_step``. y may be a or b."""
+    if lib is None or op not in BINARY or act not in UNARY:
+        return None
+    if not (_f32(a) and _f32(b) and _f32(y)):
+        return None
+    try:
+        if np.broadcast_shapes(a.shape, b.shape) != y.shape:
+            return None
+    except ValueError:
+        return None
+    shape, (sa, sb) = _collapse(y.shape, _bcast_strides(a.shape, y.shape), _bcast_strides(b.shape, y.shape))
+    if len(shape) > MAX_RANK:
+        return None
+    if not shape:
+        shape, sa, sb = [1], [0], [0]
+    r = len(shape)
+    pad = [0] * (MAX_RANK - r)
+    args = BinaryArgs(a.ctypes.data, b.ctypes.data, y.ctypes.data, BINARY[op], UNARY[act], p0, p1,
+                      r, _threads(threads), _I64x(*shape, *pad), _I64x(*sa, *pad), _I64x(*sb, *pad))
+    return native_step("ei_binary_f32", args, a, b, y)
+
+
+def softmax_step(x: np.ndarray, y: np.ndarray, axis: int, threads: int = 1) -> Optional[Callable[[], None]]:
+    """Softmax of float32 ``x`` over ``axis`` when every dim after it is 1 (the last axis)."""
+    if lib is None or not (_f32(x) and _f32(y)) or x.shape != y.shape or x.size == 0:
+        return None
+    if any(d != 1 for d in x.shape[axis + 1:]):
+        return None
+    cols = x.shape[axis]
+    args = SoftmaxArgs(x.ctypes.data, y.ctypes.data, x.size // cols, cols, _threads(threads), 0)
+    return native_step("ei_softmax_f32", args, x, y)
+
+
+def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callable[[], None]]:
+    """``np.copyto(dst, src)`` for each pair, in order, as one native step: any numpy views
+    (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging."""
+    if lib is None:
+        return None
+    descs = []
+    keep = []
+    for dst, src in pairs:
+        if not (isinstance(dst, np.ndarray) and isinstance(src, np.ndarray)):
+            return None
+        if dst.dtype != src.dtype or dst.dtype.hasobject or not dst.flags.writeable:
+            return None
+        if not (dst.flags.aligned and src.flags.aligned):
+            return None
+        try:
+            src = np.broadcast_to(src, dst.shape)
+        except ValueError:
+            return None
+        keep += [dst, src]
+        if dst.size == 0:
+            continue
+        shape, (ss, ds) = _collapse(dst.shape, src.strides, dst.strides)
+        if len(shape) > MAX_RANK:
+            return None
+        r = len(shape)
+        pad = [0] * (MAX_RANK - r)
+        descs.append(CopyDesc(src.ctypes.data, dst.ctypes.data, r, dst.itemsize,
+                              _I64x(*shape, *pad), _I64x(*ss, *pad), _I64x(*ds, *pad)))
+    table = (CopyDesc * max(1, len(descs)))(*descs)
+    args = CopyArgs(ctypes.addressof(table), len(descs))
+    return native_step("ei_copy", args, table, keep)
+
+
+def pool2d_step(x: np.ndarray, y: np.ndarray, op: str, kernel: Sequence[int], strides: Sequence[int],
+                dilations: Sequence[int], pads: Sequence[int], nhwc: bool, count_include_pad: bool = False,
+                threads: int = 1) -> Optional[Callable[[], None]]:
+    """2-D MaxPool ("max") / AveragePool ("avg") of float32 (N,C,H,W) or (N,H,W,C) ``x``;
+    ``pads`` ONNX order (top, left, bottom, right), resolved; ``y`` planned by the caller."""
+    if lib is None or x.ndim != 4 or not (_f32(x) and _f32(y)) or y.size == 0:
+        return None
+    if nhwc:
+        (n, h, w, c), (oh, ow) = x.shape, y.shape[1:3]
+    else:
+        (n, c, h, w), (oh, ow) = x.shape, y.shape[2:4]
+    kh, kw = kernel
+    # a window entirely in padding averages nothing: leave that case to the numpy kernel's error
+    args = Pool2dArgs(x.ctypes.data, y.ctypes.data, n, c, h, w, oh, ow, kh, kw, strides[0], strides[1],
+                      dilations[0], dilations[1], pads[0], pads[1], pads[2], pads[3],
+                      0 if op == "max" else 1, int(bool(count_include_pad)), int(bool(nhwc)),
+                      _threads(threads))
+    return native_step("ei_pool2d_f32", args, x, y)
+
+
+def global_pool_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threads: int = 1
+                     ) -> Optional[Callable[[], None]]:
+    """GlobalAveragePool ("avg") / GlobalMaxPool ("max") of float32 x, (N, C, *sp) or (N, *sp, C)."""
+    if lib is None or x.ndim < 3 or not (_f32(x) and _f32(y)) or x.size == 0:
+        return None
+    n, c = x.shape[0], x.shape[-1] if nhwc else x.shape[1]
+    p = x.size // (n * c)
+    args = GlobalPoolArgs(x.ctypes.data, y.ctypes.data, n, c, p, 0 if op == "max" else 1, int(bool(nhwc)),
+                          _threads(threads), 0)
+    return native_step("ei_global_pool_f32", args, x, y)
