@@ -65,7 +65,7 @@ def cmd_convert(args) -> int:
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
                   allow_drift=args.allow_drift, target=args.target, layout=args.layout,
-                  memory_limit=args.memory_limit, **quantize_options(args))
+                  memory_limit=args.memory_limit, **quantize_options(args), **sparse_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
@@ -79,19 +79,52 @@ def cmd_convert(args) -> int:
         print(format_summary(rep["quantization"]))
         if args.report:
             print(f"  report: {args.report}")
+    if rep.get("sparsity"):
+        from .sparse import format_summary as sparse_summary
+        print(sparse_summary(rep["sparsity"]))
     return 0
+
+
+def sparse_options(args) -> dict:
+    """convert()'s sparsity keywords from --sparsity / --sparse-pattern / --sparse-layer."""
+    layers = {}
+    for spec in args.sparse_layer or ():
+        name, sep, val = spec.rpartition("=")
+        try:
+            layers[name] = float(val)
+        except ValueError:
+            name = ""
+        if not sep or not name:
+            raise UsageError(f"--sparse-layer {spec!r}: expected NAME=SPARSITY (e.g. conv3=0.9)")
+    if args.sparsity is None and not layers:
+        if args.sparse_pattern or args.sparse_global:
+            raise UsageError("--sparse-pattern / --sparse-global need --sparsity or --sparse-layer")
+        return {"sparse_encode": not args.no_sparse}
+    for what, v in [("--sparsity", args.sparsity)] + [(f"--sparse-layer {k}", v) for k, v in layers.items()]:
+        if v is not None and not 0.0 <= v < 1.0:
+            raise UsageError(f"{what}: a fraction in [0, 1), got {v}")
+    return {"sparsity": args.sparsity, "sparse_pattern": args.sparse_pattern or "unstructured",
+            "sparse_layers": layers, "sparse_scope": "global" if args.sparse_global else "layer",
+            "sparse_max_accuracy_drop": args.max_accuracy_drop, "sparse_encode": not args.no_sparse}
 
 
 def quantize_options(args) -> dict:
     """convert()'s quantization keywords from the --quantize/--calib* flags."""
     if not args.quantize:
-        extra = [f for f, v in (("--calib", args.calib), ("--calib-samples", args.calib_samples),
-                                ("--calib-recipe", args.calib_recipe), ("--keep-float", args.keep_float),
-                                ("--max-accuracy-drop", args.max_accuracy_drop), ("--report", args.report))
+        pruning = args.sparsity is not None or bool(args.sparse_layer)
+        extra = [f for f, v in (("--calib", None if pruning else args.calib),
+                                ("--calib-samples", None if pruning else args.calib_samples),
+                                ("--calib-recipe", None if pruning else args.calib_recipe),
+                                ("--keep-float", args.keep_float),
+                                ("--max-accuracy-drop", None if pruning else args.max_accuracy_drop),
+                                ("--report", args.report))
                  if v is not None]
         if extra:
-            raise UsageError(f"{', '.join(extra)} need(s) --quantize int8")
-        return {}
+            raise UsageError(f"{', '.join(extra)} need(s) --quantize int8" + ("" if pruning else " (or --sparsity)"))
+        if pruning and args.calib and args.calib != "random" and not os.path.exists(args.calib):
+            raise UsageError(f"calibration data not found: {args.calib}")
+        return {"calib": args.calib, "calib_samples": args.calib_samples, "calib_recipe": args.calib_recipe} \
+            if pruning and args.calib else {}
     if not args.calib:
         raise UsageError("--quantize int8 needs calibration data: --calib PATH (a folder of images, a video, "
                          ".npy/.npz), or --calib random to calibrate on seeded random inputs")
@@ -170,11 +203,18 @@ def inspect_artifact(path: str, memory_limit=None) -> dict:
         "nodes": len(graph.nodes), "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
         "constants": len(consts), "parameters": int(sum(t.data.size for t in consts)),
         "weight_bytes": int(sum(t.data.nbytes for t in consts)),
-        "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.data.shape), "bytes": int(t.data.nbytes)}
+        "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.data.shape), "bytes": int(t.data.nbytes),
+                     "encoding": getattr(t.data, "encoding", "raw")}
                     for t in sorted(consts, key=lambda t: -t.data.nbytes)],
+        "sparsity": _sparse_compression(graph),
         "provenance": meta.get("provenance", {}), "optimization": meta.get("optimization", {}),
         "target": meta.get("target", {}).get("name"),
     }
+
+
+def _sparse_compression(graph) -> dict:
+    from .sparse import compression
+    return compression(graph)
 
 
 def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
@@ -248,6 +288,9 @@ def cmd_inspect(args) -> int:
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
         for name, note in m.get("tiled", {}).items():
             print(f"    tiled to fit: {name}: {note}")
+    if rep.get("sparsity", {}).get("encoded_tensors"):
+        from .sparse.report import format_compression
+        print(format_compression(rep["sparsity"], limit=8))
     print("  largest tensors:")
     for t in rep["tensors"][:8]:
         print(f"    {t['name']:40} {t['dtype']:8} {str(t['shape']):22} {t['bytes']:>12,} B")
@@ -472,6 +515,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--report", metavar="FILE.json", help="write the quantization accuracy report")
     c.add_argument("--memory-limit", metavar="SIZE", help="record a memory budget (e.g. 256MB) for "
                    "activations + workspaces that runtimes use by default")
+    c.add_argument("--sparsity", type=float, metavar="X", help="magnitude-prune compute layers to this fraction "
+                   "of zeros (not the first conv, depthwise convs, the classifier); with --max-accuracy-drop a "
+                   "sensitivity analysis on --calib samples picks per-layer sparsity")
+    c.add_argument("--sparse-pattern", choices=("unstructured", "block1x4", "block4x1", "2:4"),
+                   help="pruning pattern (default unstructured)")
+    c.add_argument("--sparse-layer", action="append", metavar="NAME=X", help="per-layer sparsity (repeatable)")
+    c.add_argument("--sparse-global", action="store_true", help="one magnitude threshold across layers")
+    c.add_argument("--no-sparse", action="store_true", help="never store weights sparse-encoded")
     c.set_defaults(fn=cmd_convert)
 
     e = sub.add_parser("export", help="export an artifact (fp32 or int8) as ONNX QDQ or TFLite")

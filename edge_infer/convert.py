@@ -100,6 +100,9 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             calib=None, calib_samples: Optional[int] = None, calib_recipe=None,
             calib_method: str = "minmax", keep_float: Sequence[str] = (),
             max_accuracy_drop: Optional[float] = None, report: Union[str, os.PathLike, None] = None,
+            sparsity: Optional[float] = None, sparse_pattern: str = "unstructured",
+            sparse_layers: Optional[Dict[str, float]] = None, sparse_scope: str = "layer",
+            sparse_max_accuracy_drop: Optional[float] = None, sparse_encode: bool = True,
             memory_limit: Union[int, str, None] = None, **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
@@ -119,6 +122,16 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     ``memory_limit`` (bytes or "256MB"): recorded in the artifact (``meta["memory_limit"]``)
     as the default budget of runtimes for activations plus workspaces.
 
+    Sparsity (edge_infer/sparse, after the fp32 optimization, before quantization):
+    ``sparsity`` magnitude-prunes every compute layer but the first conv, depthwise convs and
+    the classifier to that fraction (``sparse_scope`` "layer" or "global" threshold) in
+    ``sparse_pattern`` (unstructured, block1x4, block4x1, 2:4); ``sparse_layers`` {node name:
+    sparsity} overrides per layer (protected ones included); ``sparse_max_accuracy_drop`` picks
+    per-layer sparsity by a sensitivity analysis on the calibration samples (``calib``, else
+    seeded random inputs). Last, every weight with >= 50% zeros (pruned, or arriving sparse)
+    is stored encoded when that is smaller (``sparse_encode=False``: never), verified against
+    its dense form; ``result["sparsity"]`` reports compression and accuracy.
+
     Returns a report dict: source and artifact sizes, node counts, what each
     pass did and the verified relative error of the optimized graph.
     """
@@ -137,6 +150,10 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     if quantize is not None:
         from .quantize import check_convert_options
         check_convert_options(quantize, calib, calib_method, max_accuracy_drop)
+    pruning = sparsity is not None or bool(sparse_layers)
+    if pruning or sparse_max_accuracy_drop is not None:
+        from .sparse import check_options
+        check_options(sparsity, sparse_pattern, sparse_layers, sparse_max_accuracy_drop)
     graph = load_model(src, input_shapes=dict(input_shapes) if input_shapes else None)
     graph.validate()
     profile = None
@@ -148,6 +165,12 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     graph.metadata["preferred_layout"] = resolve_layout(layout, profile)
     optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,
                                               allow_drift=allow_drift, samples=verify_samples)
+    sreport = {}
+    if pruning:                  # zeros in dense arrays: quantization and its calibration see them
+        from .sparse import prune_model
+        optimized, sreport["pruning"] = prune_model(
+            optimized, sparsity, sparse_pattern, sparse_layers, sparse_scope, sparse_max_accuracy_drop,
+            calib=None if calib == "random" else calib, calib_samples=calib_samples, calib_recipe=calib_recipe)
     qreport = None
     if quantize is not None:     # after the fp32 optimization and its verification
         from .quantize import quantize_model
@@ -181,9 +204,22 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             "calib_method": calib_method, "keep_float": list(keep_float),
             "max_accuracy_drop": max_accuracy_drop}
         meta["quantization"] = {k: v for k, v in qreport.items() if k != "layers"}   # full: report=
+    if sparse_encode:            # last: the weights stay encoded in the artifact and in memory
+        from .sparse import encode_model
+        optimized, enc = encode_model(optimized, sparse_pattern if pruning else None)
+        sreport.update(enc)
+        if enc["encoded"] or pruning:
+            meta["sparsity"] = {k: v for k, v in sreport.items() if k != "pruning"}
+            if pruning:
+                meta["sparsity"]["pruning"] = {k: v for k, v in sreport["pruning"].items() if k != "budget"}
+                meta["provenance"]["options"]["sparsity"] = {
+                    "sparsity": sparsity, "pattern": sparse_pattern, "layers": dict(sparse_layers or {}),
+                    "scope": sparse_scope, "max_accuracy_drop": sparse_max_accuracy_drop}
     nbytes = save_artifact(dst, optimized, meta)
     result = {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
               "artifact_bytes": nbytes, **opt_report}
     if qreport is not None:
         result["quantization"] = qreport
+    if sreport.get("encoded") or pruning:
+        result["sparsity"] = sreport
     return result

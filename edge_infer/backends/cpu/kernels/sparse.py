@@ -24,6 +24,7 @@ otherwise that one weight is densified for the dense kernel (said in ctx.note).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -68,8 +69,22 @@ def crossover(ctx, int8: bool, native: bool) -> float:
     return 1.0
 
 
+_FORCED: List[str] = []
+
+
+@contextlib.contextmanager
+def forced(mode: str):
+    """Within the block, plans choose as ``EDGE_INFER_SPARSE=mode`` would (convert's check of
+    the sparse kernels: "always")."""
+    _FORCED.append(mode)
+    try:
+        yield
+    finally:
+        _FORCED.pop()
+
+
 def use_sparse(ctx, s: SparseArray, int8: bool, native: bool) -> Tuple[bool, str]:
-    mode = os.environ.get("EDGE_INFER_SPARSE", "auto")
+    mode = _FORCED[-1] if _FORCED else os.environ.get("EDGE_INFER_SPARSE", "auto")
     sparsity = 1.0 - s.density
     if mode == "always":
         return True, f"sparsity {sparsity:.2f} (EDGE_INFER_SPARSE=always)"

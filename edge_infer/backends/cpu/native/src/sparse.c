@@ -73,7 +73,7 @@ static inline uint64_t sp_bits56(const uint8_t *mask, int64_t nbits, int64_t pos
 #undef SP_ATTR
 #endif
 
-typedef void (*sp_tile_fn)(const ei_sparse_mm_args *, const void *, void *);
+typedef void (*sp_tile_fn)(const ei_sparse_mm_args *, const void *, int64_t, void *);
 
 static sp_tile_fn sp_pick(void) {
 #if defined(__x86_64__)
@@ -108,8 +108,14 @@ static void sp_range(void *ctx, int64_t begin, int64_t end) {
     void *xt = buf, *yt = buf + (size_t)K * SP_T * 4;
     for (int64_t t = begin; t < end; t++) {
         int64_t p0 = t * SP_T, n = EI_MIN(SP_T, a->p - p0);
-        /* gather the input tile (zero-padded past the last pixel) */
-        if (a->int8) {
+        /* gather the input tile (zero-padded past the last pixel); a full fp32 tile of
+         * pixel-contiguous rows (NCHW) is read in place */
+        const void *xsrc = xt;
+        int64_t xs = SP_T;
+        if (!a->int8 && a->x_sp == 1 && n == SP_T) {
+            xsrc = (const float *)a->x + p0;
+            xs = a->x_sk;
+        } else if (a->int8) {
             const int8_t *x = (const int8_t *)a->x;
             int32_t *d = (int32_t *)xt;
             for (int64_t k = 0; k < K; k++) {
@@ -134,7 +140,7 @@ static void sp_range(void *ctx, int64_t begin, int64_t end) {
                 }
             }
         }
-        job->tile(a, xt, yt);
+        job->tile(a, xsrc, xs, yt);
         /* store with the bias */
         if (a->int8) {
             const int32_t *s = (const int32_t *)yt;

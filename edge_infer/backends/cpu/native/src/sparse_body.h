@@ -1,31 +1,34 @@
 /* The sparse product of sparse.c, compiled once per ISA: sparse.c includes this file with
- * SP_NAME(f) (function-name suffix) and SP_ATTR (target attribute) defined. Plain C over
- * fixed-width pixel tiles (SP_T); the per-ISA target attribute lets the compiler vectorize
- * the pixel loops (AVX2: 4 x 8 lanes, NEON: 8 x 4 lanes), the accumulators staying in
- * registers. The entry iteration reads the encodings directly (see sparse.c). */
+ * SP_NAME(f) (function-name suffix) and SP_ATTR (target attribute) defined.
+ *
+ * A tile is SP_T = 32 pixels, held as four 8-lane vectors (GCC/clang vector extensions:
+ * ymm registers under AVX2, pairs of q registers under NEON, plain lanes elsewhere). Normal
+ * mode keeps one output row's accumulators in registers while it walks the row's entries
+ * (XNNPACK's sparse scheme); transposed mode scatters into the output tile in memory. */
 
-/* acc[0..T) += v * x[0..T) */
-SP_ATTR static inline void SP_NAME(axpy_f)(float *restrict acc, float v, const float *restrict x) {
-    for (int j = 0; j < SP_T; j++) acc[j] += v * x[j];
-}
-SP_ATTR static inline void SP_NAME(axpy_i)(int32_t *restrict acc, int32_t v, const int32_t *restrict x) {
-    for (int j = 0; j < SP_T; j++) acc[j] += v * x[j];
-}
+typedef float sp_v8f __attribute__((vector_size(32)));
+typedef float sp_v8fu __attribute__((vector_size(32), aligned(4)));
+typedef int32_t sp_v8i __attribute__((vector_size(32)));
+typedef int32_t sp_v8iu __attribute__((vector_size(32), aligned(4)));
 
-/* one tile of SP_T pixels: xt is the input tile (K rows of stride SP_T), yt the output tile
- * (R rows of stride SP_T); float or int32 by a->int8. Output tile starts at zero. */
-SP_ATTR static void SP_NAME(tile)(const ei_sparse_mm_args *a, const void *xt, void *yt) {
+/* xt: the input tile, row `in` at xt + in * xs (xs elements); yt: the output tile, R rows of
+ * SP_T; float or int32 by a->int8. */
+SP_ATTR static void SP_NAME(tile)(const ei_sparse_mm_args *a, const void *xt, int64_t xs, void *yt) {
     const int br = a->br, bc = a->bc, int8 = a->int8, tr = a->transposed;
     const int R = tr ? a->cols : a->rows;
-    if (int8) memset(yt, 0, (size_t)R * SP_T * sizeof(int32_t));
-    else memset(yt, 0, (size_t)R * SP_T * sizeof(float));
-    float *yf = (float *)yt; int32_t *yi = (int32_t *)yt;
     const float *xf = (const float *)xt; const int32_t *xi = (const int32_t *)xt;
     const float *vf = (const float *)a->values; const int8_t *vi = (const int8_t *)a->values;
+    float *yf = (float *)yt; int32_t *yi = (int32_t *)yt;
+    if (tr) memset(yt, 0, (size_t)R * SP_T * 4);
+#define SP_ACC_F(dst, v, in) do { const sp_v8fu *xp_ = (const sp_v8fu *)(xf + (in) * xs); float v_ = (v); \
+        dst[0] += v_ * xp_[0]; dst[1] += v_ * xp_[1]; dst[2] += v_ * xp_[2]; dst[3] += v_ * xp_[3]; } while (0)
+#define SP_ACC_I(dst, v, in) do { const sp_v8iu *xp_ = (const sp_v8iu *)(xi + (in) * xs); int32_t v_ = (v); \
+        dst[0] += v_ * xp_[0]; dst[1] += v_ * xp_[1]; dst[2] += v_ * xp_[2]; dst[3] += v_ * xp_[3]; } while (0)
     if (a->encoding == EI_SP_BITMASK) {
         const int64_t cols = a->cols, nbits = (int64_t)a->rows * a->cols;
         for (int64_t r = 0; r < a->rows; r++) {
             int64_t e = a->row_offsets[r];
+            sp_v8f af[4] = {{0}}; sp_v8i ai[4] = {{0}};
             for (int64_t c0 = 0; c0 < cols; c0 += 56) {
                 uint64_t bits = sp_bits56(a->mask, nbits, r * cols + c0);
                 int64_t left = cols - c0;
@@ -33,11 +36,17 @@ SP_ATTR static void SP_NAME(tile)(const ei_sparse_mm_args *a, const void *xt, vo
                 while (bits) {
                     int64_t c = c0 + __builtin_ctzll(bits);
                     bits &= bits - 1;
-                    int64_t out = tr ? c : r, in = tr ? r : c;
-                    if (int8) SP_NAME(axpy_i)(yi + out * SP_T, vi[e], xi + in * SP_T);
-                    else SP_NAME(axpy_f)(yf + out * SP_T, vf[e], xf + in * SP_T);
+                    if (tr) {
+                        if (int8) SP_ACC_I(((sp_v8iu *)(yi + c * SP_T)), vi[e], r);
+                        else SP_ACC_F(((sp_v8fu *)(yf + c * SP_T)), vf[e], r);
+                    } else if (int8) SP_ACC_I(ai, vi[e], c);
+                    else SP_ACC_F(af, vf[e], c);
                     e++;
                 }
+            }
+            if (!tr) {
+                if (int8) memcpy(yi + r * SP_T, ai, sizeof ai);
+                else memcpy(yf + r * SP_T, af, sizeof af);
             }
         }
         return;
@@ -46,22 +55,36 @@ SP_ATTR static void SP_NAME(tile)(const ei_sparse_mm_args *a, const void *xt, vo
     const uint8_t *i8 = (const uint8_t *)a->indices; const uint16_t *i16 = (const uint16_t *)a->indices;
     const int rb_count = a->rows / br, bs = br * bc;
     for (int rb = 0; rb < rb_count; rb++) {
+        sp_v8f af[4][4] = {{{0}}}; sp_v8i ai[4][4] = {{{0}}};   /* [row in block][lane group] */
         int64_t c = 0;
         for (int64_t e = ip[rb]; e < ip[rb + 1]; e++) {
             c += a->index_bytes == 1 ? i8[e] : i16[e];
             for (int i = 0; i < br; i++) {
+                int64_t r = (int64_t)rb * br + i;
                 for (int t = 0; t < bc; t++) {
-                    int64_t r = (int64_t)rb * br + i, col = c * bc + t;
-                    int64_t out = tr ? col : r, in = tr ? r : col;
+                    int64_t col = c * bc + t;
                     if (int8) {
                         int32_t v = vi[e * bs + i * bc + t];
-                        if (v) SP_NAME(axpy_i)(yi + out * SP_T, v, xi + in * SP_T);
+                        if (!v) continue;
+                        if (tr) SP_ACC_I(((sp_v8iu *)(yi + col * SP_T)), v, r);
+                        else SP_ACC_I(ai[i], v, col);
                     } else {
                         float v = vf[e * bs + i * bc + t];
-                        if (v != 0.0f) SP_NAME(axpy_f)(yf + out * SP_T, v, xf + in * SP_T);
+                        if (v == 0.0f) continue;
+                        if (tr) SP_ACC_F(((sp_v8fu *)(yf + col * SP_T)), v, r);
+                        else SP_ACC_F(af[i], v, col);
                     }
                 }
             }
         }
+        if (!tr) {
+            for (int i = 0; i < br; i++) {
+                int64_t r = (int64_t)rb * br + i;
+                if (int8) memcpy(yi + r * SP_T, ai[i], sizeof ai[i]);
+                else memcpy(yf + r * SP_T, af[i], sizeof af[i]);
+            }
+        }
     }
+#undef SP_ACC_F
+#undef SP_ACC_I
 }
