@@ -239,9 +239,10 @@ def gemm_launch(node, pc, M, N, K, nb1, nb2, A, B, C, alpha=1.0, bias=None, beta
     flags = (1 if bias is not None else 0) | (2 if Z is not None else 0)
     bias = bias or (None, 0, 0, 0, 0)
     Z = Z or (None, 0, 0, 0, 0, 0)
-    gsize = (round_up(N, TS), round_up(M, TS), nb1 * nb2)
+    # work groups of 8 x 8 items, each a 32 x 32 block of C (kernels/gemm.cl)
+    gsize = (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2)
     pc.launch(node, "gemm", "gemm_f32", gsize, [*A, *B, *C, M, N, K, nb2, float(alpha), *bias, float(beta), *Z,
-                                                 *act, flags], (TS, TS, 1))
+                                                 *act, flags], (8, 8, 1))
 
 
 def _matrix(pc, name, shape2, trans):

@@ -1,11 +1,22 @@
-/* Tiled GEMM with local-memory tiles: C = epilogue(alpha * A @ B), every operand addressed
+/* Tiled GEMMs with local-memory tiles: C = epilogue(alpha * A @ B), every operand addressed
  * by (offset, row stride, column stride, two batch strides), so transposes, NHWC/NCHW
  * convolution operands and grouped convolutions need no copies.
  * Batch index b = get_global_id(2) splits into (b / nb2, b % nb2). */
 #define TS 16
 
 
-__kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
+/* float32: a work group computes a TM x TN block of C from TK-deep tiles of A and B staged
+ * in local memory; each work item keeps RM x RN accumulators in registers, its rows and
+ * columns interleaved by the group's 8 x 8 shape (neighbouring work items touch neighbouring
+ * columns: coalesced on GPUs, vectorised across work items by PoCL). */
+#define TM 32
+#define TN 32
+#define TK 16
+#define RM 4
+#define RN 4
+#define WG 8
+
+__kernel __attribute__((reqd_work_group_size(WG, WG, 1)))
 void gemm_f32(__global const float* A, int a_off, int a_rs, int a_cs, int a_s1, int a_s2,
               __global const float* B, int b_off, int b_rs, int b_cs, int b_s1, int b_s2,
               __global float* C, int c_off, int c_rs, int c_cs, int c_s1, int c_s2,
@@ -13,30 +24,53 @@ void gemm_f32(__global const float* A, int a_off, int a_rs, int a_cs, int a_s1, 
               __global const float* bias, int bias_off, int bias_rs, int bias_cs, int bias_s2, float beta,
               __global const float* Z, int z_off, int z_rs, int z_cs, int z_s1, int z_s2,
               int act, float p0, float p1, int flags) {
-    __local float As[TS][TS];
-    __local float Bs[TS][TS + 1];
+    __local float As[TK][TM + 1];
+    __local float Bs[TK][TN + 1];
     int lc = get_local_id(0), lr = get_local_id(1);
-    int col = get_group_id(0) * TS + lc, row = get_group_id(1) * TS + lr;
+    int lid = lr * WG + lc;
+    int row0 = get_group_id(1) * TM, col0 = get_group_id(0) * TN;
     int bt = get_global_id(2), b1 = bt / nb2, b2 = bt % nb2;
     int ab = a_off + b1 * a_s1 + b2 * a_s2;
     int bb = b_off + b1 * b_s1 + b2 * b_s2;
-    float acc = 0.0f;
-    for (int t = 0; t < K; t += TS) {
-        int ka = t + lc, kb = t + lr;
-        As[lr][lc] = (row < M && ka < K) ? A[ab + row * a_rs + ka * a_cs] : 0.0f;
-        Bs[lr][lc] = (kb < K && col < N) ? B[bb + kb * b_rs + col * b_cs] : 0.0f;
+    float acc[RM][RN];
+    for (int r = 0; r < RM; r++)
+        for (int c = 0; c < RN; c++) acc[r][c] = 0.0f;
+    for (int t = 0; t < K; t += TK) {
+        for (int e = lid; e < TM * TK; e += WG * WG) {      /* A tile: TM rows x TK */
+            int r = e / TK, k = e % TK;
+            int gr = row0 + r, gk = t + k;
+            As[k][r] = (gr < M && gk < K) ? A[ab + gr * a_rs + gk * a_cs] : 0.0f;
+        }
+        for (int e = lid; e < TK * TN; e += WG * WG) {      /* B tile: TK x TN columns */
+            int k = e / TN, c = e % TN;
+            int gk = t + k, gc = col0 + c;
+            Bs[k][c] = (gk < K && gc < N) ? B[bb + gk * b_rs + gc * b_cs] : 0.0f;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < TS; k++) acc += As[lr][k] * Bs[k][lc];
+        for (int k = 0; k < TK; k++) {
+            float a[RM], b[RN];
+            for (int r = 0; r < RM; r++) a[r] = As[k][lr + r * WG];
+            for (int c = 0; c < RN; c++) b[c] = Bs[k][lc + c * WG];
+            for (int r = 0; r < RM; r++)
+                for (int c = 0; c < RN; c++) acc[r][c] += a[r] * b[c];
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (row >= M || col >= N) return;
-    float v = alpha == 1.0f ? acc : acc * alpha;
-    if (flags & 1) {
-        float bv = bias[bias_off + b2 * bias_s2 + row * bias_rs + col * bias_cs];
-        v += beta == 1.0f ? bv : bv * beta;
+    for (int r = 0; r < RM; r++) {
+        int row = row0 + lr + r * WG;
+        if (row >= M) continue;
+        for (int c = 0; c < RN; c++) {
+            int col = col0 + lc + c * WG;
+            if (col >= N) continue;
+            float v = alpha == 1.0f ? acc[r][c] : acc[r][c] * alpha;
+            if (flags & 1) {
+                float bv = bias[bias_off + b2 * bias_s2 + row * bias_rs + col * bias_cs];
+                v += beta == 1.0f ? bv : bv * beta;
+            }
+            if (flags & 2) v += Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs];
+            C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = act_apply(v, act, p0, p1);
+        }
     }
-    if (flags & 2) v += Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs];
-    C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = act_apply(v, act, p0, p1);
 }
 
 /* int8 GEMM (TFLite FULLY_CONNECTED / CONV_2D core): acc = sum (a - zp_a)(b - zp_b) in int32,
