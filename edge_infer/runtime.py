@@ -199,12 +199,31 @@ class Runtime:
                                     self.max_concurrency)
                     ex = pool.acquire()  # build one now: errors surface here
                     pool.release(ex)
+                    if (getattr(ex, "arena_plan", None) is None and self.requested_backend == "auto"
+                            and self.memory_limit_source == "argument" and backend.name != "cpu"):
+                        # a memory limit the caller set is checked on plans that size their memory
+                        # up front: keep to the CPU backend rather than run unchecked
+                        pool, ex = self._cpu_for_memory_limit(shapes, g)
                     self._check_memory(ex, shapes, pool)
                     self._evict_over_budget()
                     if len(self._plans) >= self.max_shapes:
                         self._plans.pop(next(iter(self._plans)))
                     self._plans[key] = pool
         return pool
+
+    def _cpu_for_memory_limit(self, shapes, g: Graph):
+        from .backends.picker import pick
+        first = self._choices[tuple(tuple(shapes[n]) for n in self.graph.inputs)]
+        choice = pick(g, "cpu", threads=self.threads)
+        choice.report["why"] = (f"{first.name} was fastest but does not size its memory up front, and a "
+                                f"memory limit was given: {first.report.get('why', '')}")
+        choice.report["candidates"] = first.report.get("candidates", [])
+        self._choices[tuple(tuple(shapes[n]) for n in self.graph.inputs)] = self._choice = choice
+        pool = PlanPool(g, lambda gr: choice.backend.prepare(gr, threads=self.threads, **self._prepare_options()),
+                        self.max_concurrency)
+        ex = pool.acquire()
+        pool.release(ex)
+        return pool, ex
 
     def _prepare_options(self) -> dict:
         opts = {"memory_limit": self.memory_limit}

@@ -232,10 +232,10 @@ class PartitionedExecutable(Executable):
     """Segments prepared by their backends, run in order; tensors pass across the cuts."""
 
     def __init__(self, graph: Graph, segments: List[Segment], backends: Dict[str, Backend],
-                 threads: Optional[int] = None):
+                 threads: Optional[int] = None, **options):
         self.graph = graph
         self.segments = segments
-        self.parts = [(s, backends[s.backend].prepare(subgraph(graph, s, k), threads=threads))
+        self.parts = [(s, backends[s.backend].prepare(subgraph(graph, s, k), threads=threads, **options))
                       for k, s in enumerate(segments)]
         self.nodes = [n for s in segments for n in s.nodes]
         self.workspace_bytes = sum(int(getattr(ex, "workspace_bytes", 0)) for _, ex in self.parts)
@@ -282,7 +282,7 @@ class PartitionedBackend(Backend):
 
     def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> PartitionedExecutable:
         segs = split(graph, schedule(graph, self.plan.assignment), self.plan.assignment)
-        return PartitionedExecutable(graph, segs, self.backends, threads)
+        return PartitionedExecutable(graph, segs, self.backends, threads, **options)
 
 
 def format_plan(plan: PartitionPlan) -> str:
