@@ -4,7 +4,7 @@ This is how the kernels are checked on machines without a GPU (every test here):
 same kernel source, with ``kernels/host_shim.h`` standing in for the CUDA built-ins, is built
 with the host C++ compiler into a shared library; ``emu_launch`` runs the grid block by block.
 Kernels without ``__syncthreads`` run their threads one after another; those with it run each
-block's threads as real threads meeting at a barrier, and a barrier that not every thread of
+block's threads as real threads meeting at barriers, and a barrier that not every thread of
 the block reaches is reported as an error (on a GPU it would hang or corrupt memory).
 
 ``EmulatedDevice`` implements the device interface of ``device.py`` with numpy arrays as
@@ -33,24 +33,36 @@ _RUNTIME = r"""
 #include <vector>
 #include <mutex>
 #include <condition_variable>
-#include <chrono>
 thread_local EmuDim3 threadIdx, blockIdx;
 EmuDim3 blockDim, gridDim;
 static std::mutex mu;
 static std::condition_variable cv;
-static int bar_count = 1, bar_waiting = 0, bar_alive = 0;
+static int bar_count = 1, bar_waiting = 0, bar_kinds = 0;
 static long bar_gen = 0;
 static bool bar_broken = false;
 
-void __syncthreads() {
-    if (bar_count <= 1) return;
+// Every thread of the block arrives with a kind: 0 = __syncthreads, 1 = end of the block. When
+// all have arrived they go on together; a mix of kinds means some threads skipped a barrier
+// the others wait at (a hang or a race on a GPU): recorded as an error.
+static bool arrive(int kind) {
     std::unique_lock<std::mutex> lk(mu);
     long gen = bar_gen;
-    if (++bar_waiting == bar_count) { bar_waiting = 0; ++bar_gen; cv.notify_all(); return; }
-    if (!cv.wait_for(lk, std::chrono::seconds(30), [&] { return bar_gen != gen || bar_broken; })) {
-        bar_broken = true;
+    ++bar_waiting;
+    bar_kinds += kind;
+    if (bar_waiting == bar_count) {
+        if (bar_kinds != 0 && bar_kinds != bar_count) bar_broken = true;
+        bar_waiting = 0;
+        bar_kinds = 0;
+        ++bar_gen;
         cv.notify_all();
+        return bar_broken;
     }
+    cv.wait(lk, [&] { return bar_gen != gen; });
+    return bar_broken;
+}
+
+void __syncthreads() {
+    if (bar_count > 1) arrive(0);
 }
 
 extern "C" int emu_launch(void (*fn)(void**), void** args, unsigned gx, unsigned gy, unsigned gz,
@@ -58,35 +70,37 @@ extern "C" int emu_launch(void (*fn)(void**), void** args, unsigned gx, unsigned
     gridDim = {gx, gy, gz};
     blockDim = {bx, by, bz};
     unsigned nt = bx * by * bz;
-    for (unsigned z = 0; z < gz; ++z)
-        for (unsigned y = 0; y < gy; ++y)
-            for (unsigned x = 0; x < gx; ++x) {
-                EmuDim3 b = {x, y, z};
-                if (!threaded) {
-                    bar_count = 1;
-                    blockIdx = b;
+    if (!threaded || nt == 1) {
+        bar_count = 1;
+        for (unsigned z = 0; z < gz; ++z)
+            for (unsigned y = 0; y < gy; ++y)
+                for (unsigned x = 0; x < gx; ++x) {
+                    blockIdx = {x, y, z};
                     for (unsigned t = 0; t < nt; ++t) {
                         threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
                         fn(args);
                     }
-                    continue;
                 }
-                bar_count = (int)nt; bar_waiting = 0; bar_alive = (int)nt; bar_broken = false;
-                std::vector<std::thread> ts;
-                ts.reserve(nt);
-                for (unsigned t = 0; t < nt; ++t)
-                    ts.emplace_back([=] {
-                        blockIdx = b;
-                        threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+        return 0;
+    }
+    // one host thread per CUDA thread of a block, reused block after block (blocks run one at a
+    // time, so `static` shared memory is the running block's)
+    bar_count = (int)nt; bar_waiting = 0; bar_kinds = 0; bar_broken = false;
+    std::vector<std::thread> ts;
+    ts.reserve(nt);
+    for (unsigned t = 0; t < nt; ++t)
+        ts.emplace_back([=] {
+            threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+            for (unsigned z = 0; z < gz; ++z)
+                for (unsigned y = 0; y < gy; ++y)
+                    for (unsigned x = 0; x < gx; ++x) {
+                        blockIdx = {x, y, z};
                         fn(args);
-                        std::lock_guard<std::mutex> lk(mu);
-                        --bar_alive;
-                        if (bar_waiting > 0 && bar_waiting == bar_alive) { bar_broken = true; cv.notify_all(); }
-                    });
-                for (auto& t : ts) t.join();
-                if (bar_broken) return -1;
-            }
-    return 0;
+                        if (arrive(1)) return;
+                    }
+        });
+    for (auto& t : ts) t.join();
+    return bar_broken ? -1 : 0;
 }
 """
 

@@ -128,16 +128,17 @@ def copy_step(ctx, x, x_view: Callable, y, y_view: Callable = None):
 @launcher("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 @launcher("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", int8=True)
 def reshape(node: Node, ctx):
-    if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
-        raise UnsupportedOpError(f"Dropout {node.name!r}: the mask output is not supported on CUDA")
+    steps = []
     if node.op == "Dropout":
-        for k in (1, 2):
-            nm = _opt(node, k)
-            if k == 2 and nm and (ctx.const(nm) is None or bool(np.asarray(ctx.const(nm)).reshape(-1)[0])):
-                raise UnsupportedOpError(f"Dropout {node.name!r}: training mode is not supported on CUDA")
+        if len(node.outputs) > 1 and node.outputs[1]:             # inference: the mask is all True
+            mask = ctx.buf(node.outputs[1])
+            steps = copy_step(ctx, ctx.upload(np.ones(1, np.uint8)), lambda v: v.reshape(()), mask)
+        flag = _opt(node, 2)
+        if flag and (ctx.const(flag) is None or bool(np.asarray(ctx.const(flag)).reshape(-1)[0])):
+            raise UnsupportedOpError(f"Dropout {node.name!r}: training mode is not supported on CUDA")
     x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
     ctx.note(node, "copy")
-    return copy_step(ctx, x, lambda v: v.reshape(y.shape), y)
+    return steps + copy_step(ctx, x, lambda v: v.reshape(y.shape), y)
 
 
 @launcher("Transpose")
@@ -324,8 +325,10 @@ def softmax(node: Node, ctx):
     rows = outer * inner
     if rows == 0 or shape[ax] == 0:
         return []
-    ctx.note(node, f"block per row ({rows} rows of {shape[ax]})")
-    return [ctx.launch("softmax_f32", (min(rows, MAX_BLOCKS),), (BLOCK,),
+    # a power-of-two block (the kernel's tree reduction) of 32..256 threads, sized to the row
+    block = min(BLOCK, max(32, 1 << (int(shape[ax]) - 1).bit_length()))
+    ctx.note(node, f"block of {block} per row ({rows} rows of {shape[ax]})")
+    return [ctx.launch("softmax_f32", (min(rows, MAX_BLOCKS),), (block,),
                        (x, y, i64(rows), i64(shape[ax]), i64(inner), i32(int(node.op == "LogSoftmax"))))]
 
 

@@ -201,3 +201,13 @@ extern "C" __global__ void dequantize_f32(const u8* x, float* y, const float* sc
         y[i] = (v - zp[k]) * scale[k];
     }
 }
+
+// y = MBQM(x, q[c], shift[c]) with c = (i / inner) % channels (channels 1: per tensor): int32
+// requantization on its own, for checking the fixed point against the CPU bit for bit.
+extern "C" __global__ void requantize_s32(const int* x, int* y, const int* q, const int* shift, i64 n, i64 inner,
+                                          int channels) {
+    GRID_STRIDE(i, n) {
+        int c = channels == 1 ? 0 : (int)((i / inner) % channels);
+        y[i] = mbqm(x[i], q[c], shift[c]);
+    }
+}
