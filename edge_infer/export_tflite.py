@@ -13,8 +13,10 @@ biases, QUANTIZE / DEQUANTIZE at the fp32 boundaries. Where TFLite's int8 kernel
 parameters the IR does not have (LOGISTIC's fixed 1/256 output, CONCATENATION inputs at the
 output's parameters, the intermediate of a conv + residual add) a QUANTIZE requantizes.
 
-Sparse weights (``edge_infer.sparse.SparseArray``) are written in TFLite's sparsity
-format for float FULLY_CONNECTED (which LiteRT runs sparse); elsewhere dense.
+Sparse weights (``edge_infer.sparse.SparseArray``) are written dense by default; with
+``sparse=True`` float FULLY_CONNECTED weights use TFLite's sparsity format (rows dense,
+columns CSR, int32 arrays as LiteRT's sparse kernel reads them), which LiteRT's builtin
+kernels run but its default XNNPACK delegate misreads (measured with ai-edge-litert here).
 
 ``unsupported_reason(node, graph)`` says why a node cannot be exported (None when it can),
 for the LiteRT backend's ``supports``.
@@ -73,8 +75,10 @@ def _tensor_dense(t) -> Optional[np.ndarray]:
 
 
 class _Exporter:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, sparse: bool = False):
         self.g = graph
+        #: write SparseArray weights of float FULLY_CONNECTED in TFLite's sparsity format
+        self.sparse = sparse
         self.w = ModelWriter("edge_infer")
         self.ids: Dict[str, int] = {}
         self.alias: Dict[str, str] = {}
@@ -384,7 +388,7 @@ class _Exporter:
             bid = self.bias(bname_or_arr, n, node, _Q(wquant), xt)
         else:
             bid = self.const("bias", np.asarray(bname_or_arr, np.float32).reshape(-1))
-        if sparse is not None:
+        if sparse is not None and self.sparse:
             wid = self.sparse_weights(W, node)
         else:
             wid = self.const(node.name + "_weights", np.ascontiguousarray(W), W.dtype.name, self.tq(wquant, 0))
@@ -403,7 +407,7 @@ class _Exporter:
         sp = {"traversal_order": [0, 1], "block_map": [],
               "dim_metadata": [{"format": DENSE, "dense_size": W.shape[0]},
                                {"format": SPARSE_CSR, "segments": segments,
-                                "indices": cols.astype(np.uint16 if W.shape[1] < 65536 else np.int32)}]}
+                                "indices": cols.astype(np.int32)}]}      # LiteRT's sparse FC reads int32 arrays
         return self.const(node.name + "_weights", None, "float32", sparsity=sp, raw=values.tobytes(),
                           shape=W.shape)
 
@@ -531,8 +535,24 @@ class _Exporter:
                 x = self.pad_explicit(x, xname, pads, low, node.name)
             elif int(node.attrs.get("count_include_pad", 0)):
                 x = self.pad_explicit(x, xname, pads, int(xt.quant["zero_point"][0]) if _q8(xt) else 0, node.name)
+            elif _q8(xt):
+                raise ExportError(f"node {node.name!r}: int8 AveragePool pads {pads} exclude padding but are not SAME")
             else:
-                raise ExportError(f"node {node.name!r}: AveragePool pads {pads} exclude padding but are not SAME")
+                # float: average over the zero-padded input, then rescale each output by
+                # window size / taps inside the input
+                x = self.pad_explicit(x, xname, pads, 0.0, node.name)
+                ys = self.shape(node.outputs[0])
+                ones = np.pad(np.ones(xs[1:3]), ((pads[0], pads[2]), (pads[1], pads[3])))
+                count = np.array([[ones[i * strides[0]:i * strides[0] + k[0], j * strides[1]:j * strides[1] + k[1]].sum()
+                                   for j in range(ys[2])] for i in range(ys[1])])
+                mid = self.temp(node.name + "_incl", node.outputs[0])
+                self.w.op(name, [x], [mid], {"padding": VALID, "stride_w": strides[1], "stride_h": strides[0],
+                                             "filter_width": k[1], "filter_height": k[0],
+                                             "fused_activation_function": ACT_NONE})
+                corr = (k[0] * k[1] / np.maximum(count, 1)).astype(np.float32).reshape(1, ys[1], ys[2], 1)
+                self.w.op("MUL", [mid, self.const("count_correction", corr)], self.out_ids(node),
+                          {"fused_activation_function": ACT_NONE})
+                return
         elif padding == SAME and name == "AVERAGE_POOL_2D" and int(node.attrs.get("count_include_pad", 0)) \
                 and any(resolve_pads(list(xs[1:3]), k, strides, [1, 1], [0] * 4, "SAME_UPPER")[0]):
             x = self.pad_explicit(x, xname, resolve_pads(list(xs[1:3]), k, strides, [1, 1], [0] * 4,
@@ -564,6 +584,16 @@ class _Exporter:
         self.w.op(name, [self.tid(node.inputs[0]), self.ints(axes, "axes")], self.out_ids(node), {"keep_dims": True})
 
     def op_GlobalAveragePool(self, node: Node) -> None:
+        xt, yt = self.g.tensors[node.inputs[0]], self.g.tensors[node.outputs[0]]
+        xs = self.shape(node.inputs[0])
+        if _q8(xt) and _same_params(xt.quant, yt.quant) and len(xs) == 4 \
+                and (node.attrs.get("data_layout") or "NCHW") == "NHWC":
+            # the IR's int8 mean at equal parameters rounds as AVERAGE_POOL_2D does (TFLite's
+            # MEAN requantizes with a multiplier even then): a whole-map pool, bit for bit
+            self.w.op("AVERAGE_POOL_2D", [self.tid(node.inputs[0])], self.out_ids(node),
+                      {"padding": VALID, "stride_w": 1, "stride_h": 1, "filter_width": xs[2],
+                       "filter_height": xs[1], "fused_activation_function": ACT_NONE})
+            return
         self.global_pool(node, "MEAN")
 
     def op_GlobalMaxPool(self, node: Node) -> None:
@@ -933,11 +963,14 @@ def prepare_graph(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]]
 
 
 def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
-                    prepared: bool = False) -> bytes:
-    """The bytes of a .tflite model computing ``graph`` (see the module doc)."""
+                    prepared: bool = False, sparse: bool = False) -> bytes:
+    """The bytes of a .tflite model computing ``graph`` (see the module doc). ``sparse``:
+    sparse float FULLY_CONNECTED weights in TFLite's sparsity format (LiteRT's builtin kernels
+    run them sparse; its XNNPACK delegate, on by default, misreads them as dense: run such a
+    file with ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``), else dense."""
     g = graph if prepared else prepare_graph(graph, input_shapes)
     try:
-        return _Exporter(g).run()
+        return _Exporter(g, sparse).run()
     except EdgeInferError:
         raise
     except (KeyError, ValueError, IndexError, TypeError) as e:
@@ -945,7 +978,7 @@ def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]
 
 
 def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_path: Union[str, os.PathLike, None] = None,
-                  input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> bytes:
+                  input_shapes: Optional[Dict[str, Sequence[int]]] = None, sparse: bool = False) -> bytes:
     """Export a Graph, an .eim artifact or an .onnx / .tflite model as a TFLite flatbuffer.
 
     Returns the bytes; also writes them to ``out_path`` when given. Models (.onnx) are
@@ -965,7 +998,7 @@ def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_pa
         else:
             from .artifact import load_artifact
             graph = load_artifact(path)[0]
-    data = graph_to_tflite(graph, input_shapes)
+    data = graph_to_tflite(graph, input_shapes, sparse=sparse)
     if out_path is not None:
         tmp = os.fspath(out_path) + ".tmp"
         with open(tmp, "wb") as f:

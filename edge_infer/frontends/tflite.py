@@ -218,6 +218,8 @@ class _Importer:
         self.dequant_cache: Dict[str, str] = {}
         self.declared: Dict[str, int] = {}         # IR name -> tflite index, for the shape check
         self._resize_nearest = False
+        #: tflite tensors computed at import (DEQUANTIZE / DENSIFY of constants), TFLite dtype
+        self.folded: Dict[int, np.ndarray] = {}
 
     # -- file structure --------------------------------------------------------------------
     def read(self) -> Graph:
@@ -315,6 +317,8 @@ class _Importer:
         return s, np.broadcast_to(z, s.shape).copy(), int(q.QuantizedDimension())
 
     def is_const(self, i: int) -> bool:
+        if i in self.folded:
+            return True
         b = int(self.tensors[i].Buffer())
         if b == 0 or i in self.names:
             return False
@@ -338,6 +342,8 @@ class _Importer:
 
     def array(self, i: int) -> np.ndarray:
         """The stored value of constant tensor ``i`` in its TFLite dtype (sparse decoded)."""
+        if i in self.folded:
+            return self.folded[i]
         t, shape, ttype = self.tinfo(i)
         dtype = TFL_TYPES.get(ttype)
         if dtype is None:
@@ -878,17 +884,35 @@ class _Importer:
         xs = self.shape_of(ins[0])
         axes = sorted({a % len(xs) for a in self.const_ints(ins[1], f"{name} axes")}) if xs else []
         keep = bool(_opt(_options(op, "ReducerOptions"), "KeepDims", False))
-        y = self.output(outs[0])
         if name == "MEAN" and len(xs) == 4 and axes == [1, 2]:
-            # a global average pool: the int8 kernel is TFLite MEAN's requantizing mean
-            if keep:
-                self.emit("GlobalAveragePool", [x], y, data_layout="NHWC")
+            # a global average pool. The IR's int8 mean is TFLite MEAN's (zp_y + MBQM(sum,
+            # s_x / (n s_y))) when the output parameters differ from the input's, and
+            # AVERAGE_POOL_2D's rounded division when they are equal, where TFLite's MEAN still
+            # requantizes. Then the mean goes to a tensor whose zero point is one step off
+            # (the requantizing path) and an exact +-1 table (Clip between the two parameter
+            # sets) moves it back: TFLite's result, except that the one extreme value on the
+            # far side of the shift saturates one step early.
+            y = self.output(outs[0])
+            qx, qy = self.g.tensors[x].quant, self.g.tensors[y].quant
+            src = x
+            if qx is not None and qy is not None and np.float32(qx["scale"][0]) == np.float32(qy["scale"][0]) \
+                    and qx["zero_point"][0] == qy["zero_point"][0]:
+                zp = int(qy["zero_point"][0])
+                shifted = self.temp(y, "_mean", quant=dict(qy, zero_point=[zp + 1 if zp <= 0 else zp - 1]))
+                self.node("GlobalAveragePool", [x], [shifted], data_layout="NHWC")
+                src, gap = shifted, False
             else:
-                mid = self.temp(y, "_keep")
-                self.emit("GlobalAveragePool", [x], mid, data_layout="NHWC")
-                self.node("Reshape", [mid, self.const("mean_shape", np.array([xs[0], xs[3]], np.int64))], [y],
+                gap = True
+            target = y if keep else self.temp(y, "_keep")
+            if gap:
+                self.emit("GlobalAveragePool", [src], target, data_layout="NHWC")
+            else:
+                self.node("Clip", [src], [target])
+            if not keep:
+                self.node("Reshape", [target, self.const("mean_shape", np.array([xs[0], xs[3]], np.int64))], [y],
                           allowzero=0)
             return
+        y = self.output(outs[0])
         self.emit(_REDUCE[name], [x, self.const(f"{name.lower()}_axes", np.array(axes, np.int64))], y,
                   keepdims=int(keep), noop_with_empty_axes=0)
 
@@ -901,8 +925,8 @@ class _Importer:
         axis = int(_opt(o, "Axis", 0))
         if not -rank <= axis < max(rank, 1):
             raise _Malformed(f"CONCATENATION axis {axis} for rank {rank}")
-        self.emit("Concat", xs, self.output(outs[0]), int(_opt(o, "FusedActivationFunction", 0)),
-                  axis=axis % max(rank, 1))
+        # the options carry a fused activation, but LiteRT's kernels never apply it: neither do we
+        self.emit("Concat", xs, self.output(outs[0]), axis=axis % max(rank, 1))
 
     def reshape_to(self, x_i: int, y_i: int) -> None:
         x = self.value(x_i)
@@ -1027,8 +1051,9 @@ class _Importer:
         if self.is_const(ins[0]):
             # fp16 / int8 weights: dequantized once, here
             w, q, _ = self.weights(ins[0])
-            value = w if q is None else self.g.tensors[self.float_of(self.const("w", w, q))].data
-            self.names[outs[0]] = self.const(self.tname(outs[0]), np.asarray(value, np.float32))
+            if q is not None:
+                w = self.g.tensors[self.float_of(self.const("dequantize", w, q))].data
+            self.folded[outs[0]] = self.check_folded(outs[0], np.asarray(w, np.float32))
             return
         x = self.value(ins[0])
         y = self.output(outs[0])
@@ -1049,8 +1074,14 @@ class _Importer:
 
     def op_densify(self, op, ins, outs) -> None:
         self.need(ins, 1, "DENSIFY")
-        arr, q = self.const_value(ins[0])
-        self.names[outs[0]] = self.const(self.tname(outs[0]), arr, q)
+        self.folded[outs[0]] = self.check_folded(outs[0], self.array(ins[0]))
+
+    def check_folded(self, i: int, value: np.ndarray) -> np.ndarray:
+        if i in self.names or i in self.folded:
+            raise _Malformed(f"tensor {i} is written twice")
+        if tuple(value.shape) != self.shape_of(i):
+            raise _Malformed(f"tensor {i}: declared shape {self.shape_of(i)}, computed {value.shape}")
+        return value
 
     def op_cast(self, op, ins, outs) -> None:
         self.need(ins, 1, "CAST")

@@ -1,0 +1,536 @@
+"""TFLite interop: import (.tflite -> IR) and export (IR -> .tflite), with LiteRT as the oracle.
+
+Files come from two places: our exporter (then imported back), and ``ModelWriter`` used the
+way other converters write files (uint8 models, per-tensor weights, fused activations,
+sparse tensors, float16 weights), for layouts our exporter never writes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tflite")
+pytest.importorskip("flatbuffers")
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+from edge_infer.errors import ConversionError, EdgeInferError, UnsupportedOpError  # noqa: E402
+from edge_infer.export_tflite import export_tflite, graph_to_tflite  # noqa: E402
+from edge_infer.frontends import load_model  # noqa: E402
+from edge_infer.frontends.tflite import decode_sparse, load_tflite  # noqa: E402
+from edge_infer.runtime import Runtime  # noqa: E402
+from edge_infer.tflite_format import (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, DENSE, SAME,  # noqa: E402
+                                      SPARSE_CSR, VALID, ModelWriter)
+
+REF = litert.OpResolverType.BUILTIN_REF
+NO_DELEGATE = litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+
+
+def run_litert(data: bytes, feeds, resolver=None):
+    kw = {} if resolver is None else {"experimental_op_resolver_type": resolver}
+    it = litert.Interpreter(model_content=data, num_threads=1, **kw)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), feeds):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def run_ours(data: bytes, feeds):
+    g = load_tflite(data)
+    out = Runtime(g, backend="cpu", threads=1).run(dict(zip(g.inputs, feeds)))
+    return [out[o] for o in g.outputs], g
+
+
+def rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def conv_opts(padding=SAME, stride=1, act=ACT_NONE, dil=1, **kw):
+    return dict({"padding": padding, "stride_w": stride, "stride_h": stride, "fused_activation_function": act,
+                 "dilation_w_factor": dil, "dilation_h_factor": dil}, **kw)
+
+
+# -- float models written as other converters write them ------------------------------------------
+
+def _float_case(name: str, rng):
+    """(model bytes, feeds) of a small float model exercising builtin op ``name``."""
+    w = ModelWriter("test")
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)        # noqa: E731
+    x = w.tensor("x", "float32", (1, 6, 6, 4))
+    feeds = [f32(1, 6, 6, 4)]
+    if name == "CONV_2D":
+        y = w.tensor("y", "float32", (1, 3, 3, 5))
+        w.op("CONV_2D", [x, w.tensor("w", "float32", (5, 3, 3, 4), f32(5, 3, 3, 4)),
+                         w.tensor("b", "float32", (5,), f32(5))], [y], conv_opts(SAME, 2, ACT_RELU6))
+    elif name == "CONV_2D_dilated_valid":
+        y = w.tensor("y", "float32", (1, 2, 2, 3))
+        w.op("CONV_2D", [x, w.tensor("w", "float32", (3, 3, 3, 4), f32(3, 3, 3, 4)),
+                         w.tensor("b", "float32", (3,), f32(3))], [y], conv_opts(VALID, 1, ACT_RELU_N1_TO_1, 2))
+    elif name == "DEPTHWISE_CONV_2D":
+        y = w.tensor("y", "float32", (1, 6, 6, 8))
+        w.op("DEPTHWISE_CONV_2D", [x, w.tensor("w", "float32", (1, 3, 3, 8), f32(1, 3, 3, 8)),
+                                   w.tensor("b", "float32", (8,), f32(8))], [y],
+             conv_opts(SAME, 1, ACT_RELU, depth_multiplier=2))
+    elif name == "TRANSPOSE_CONV":
+        y = w.tensor("y", "float32", (1, 12, 12, 3))
+        w.op("TRANSPOSE_CONV", [w.tensor("os", "int32", (4,), np.array([1, 12, 12, 3])),
+                                w.tensor("w", "float32", (3, 3, 3, 4), f32(3, 3, 3, 4)), x,
+                                w.tensor("b", "float32", (3,), f32(3))], [y],
+             {"padding": SAME, "stride_w": 2, "stride_h": 2}, version=3)
+    elif name == "FULLY_CONNECTED":
+        y = w.tensor("y", "float32", (1, 7))
+        w.op("FULLY_CONNECTED", [x, w.tensor("w", "float32", (7, 144), f32(7, 144)),
+                                 w.tensor("b", "float32", (7,), f32(7))], [y], {"fused_activation_function": ACT_RELU})
+    elif name in ("ADD", "MUL", "SUB"):
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        c = w.tensor("c", "float32", (4,), f32(4))
+        w.op(name, [x, c], [y], {"fused_activation_function": ACT_RELU6 if name == "ADD" else ACT_NONE})
+    elif name == "CONCATENATION":
+        x2 = w.tensor("x2", "float32", (1, 6, 6, 2))
+        feeds.append(f32(1, 6, 6, 2))
+        y = w.tensor("y", "float32", (1, 6, 6, 6))
+        w.op(name, [x, x2], [y], {"axis": -1, "fused_activation_function": ACT_RELU})
+        return w.finish([x, x2], [y]), feeds
+    elif name == "RESHAPE":
+        y = w.tensor("y", "float32", (1, 36, 4))
+        w.op(name, [x, w.tensor("s", "int32", (3,), np.array([1, -1, 4]))], [y], {"new_shape": [1, -1, 4]})
+    elif name == "PAD":
+        y = w.tensor("y", "float32", (1, 7, 9, 4))
+        w.op(name, [x, w.tensor("p", "int32", (4, 2), np.array([[0, 0], [1, 0], [2, 1], [0, 0]]))], [y])
+    elif name in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+        y = w.tensor("y", "float32", (1, 3, 3, 4))
+        w.op(name, [x], [y], {"padding": SAME, "stride_w": 2, "stride_h": 2, "filter_width": 3, "filter_height": 3,
+                              "fused_activation_function": ACT_NONE})
+    elif name == "MEAN":
+        y = w.tensor("y", "float32", (1, 4))
+        w.op(name, [x, w.tensor("a", "int32", (2,), np.array([1, 2]))], [y], {"keep_dims": False})
+    elif name == "MEAN_channels":
+        y = w.tensor("y", "float32", (1, 6, 6, 1))
+        w.op("MEAN", [x, w.tensor("a", "int32", (1,), np.array([3]))], [y], {"keep_dims": True})
+    elif name in ("RESIZE_BILINEAR", "RESIZE_BILINEAR_align", "RESIZE_NEAREST_NEIGHBOR",
+                  "RESIZE_NEAREST_NEIGHBOR_half"):
+        y = w.tensor("y", "float32", (1, 9, 13, 4))
+        op = name.replace("_align", "").replace("_half", "")
+        opts = {"align_corners": name.endswith("align"),
+                "half_pixel_centers": name == "RESIZE_BILINEAR" or name.endswith("half")}
+        w.op(op, [x, w.tensor("s", "int32", (2,), np.array([9, 13]))], [y], opts)
+    elif name in ("LOGISTIC", "RELU", "RELU6", "HARD_SWISH", "TANH", "RELU_N1_TO_1"):
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        w.op(name, [x], [y])
+    elif name == "PRELU":
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        w.op(name, [x, w.tensor("a", "float32", (1, 1, 4), np.abs(f32(1, 1, 4)))], [y])
+    elif name == "SOFTMAX":
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        w.op(name, [x], [y], {"beta": 0.7})
+    elif name == "STRIDED_SLICE":
+        y = w.tensor("y", "float32", (1, 3, 4))
+        w.op(name, [x, w.tensor("b", "int32", (4,), np.array([0, 5, 1, 0])),
+                    w.tensor("e", "int32", (4,), np.array([1, -7, 2, 4])),
+                    w.tensor("s", "int32", (4,), np.array([1, -2, 1, 1]))], [y],
+             {"begin_mask": 0, "end_mask": 2, "shrink_axis_mask": 4, "ellipsis_mask": 0, "new_axis_mask": 0})
+    elif name == "TRANSPOSE":
+        y = w.tensor("y", "float32", (1, 4, 6, 6))
+        w.op(name, [x, w.tensor("p", "int32", (4,), np.array([0, 3, 1, 2]))], [y])
+    elif name == "LEAKY_RELU":
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        w.op(name, [x], [y], {"alpha": 0.3})
+    elif name == "SPLIT":
+        y1, y2 = w.tensor("y1", "float32", (1, 6, 6, 2)), w.tensor("y2", "float32", (1, 6, 6, 2))
+        w.op(name, [w.tensor("a", "int32", (), np.array(3)), x], [y1, y2], {"num_splits": 2})
+        return w.finish([x], [y1, y2]), feeds
+    else:
+        raise KeyError(name)
+    return w.finish([x], [y]), feeds
+
+
+FLOAT_CASES = ["CONV_2D", "CONV_2D_dilated_valid", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED",
+               "ADD", "MUL", "SUB", "CONCATENATION", "RESHAPE", "PAD", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN",
+               "MEAN_channels", "RESIZE_BILINEAR", "RESIZE_BILINEAR_align", "RESIZE_NEAREST_NEIGHBOR",
+               "RESIZE_NEAREST_NEIGHBOR_half", "LOGISTIC", "RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH",
+               "TANH", "PRELU", "SOFTMAX", "STRIDED_SLICE", "TRANSPOSE", "LEAKY_RELU", "SPLIT"]
+
+
+@pytest.mark.parametrize("name", FLOAT_CASES)
+def test_import_float_op_matches_litert(name):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    data, feeds = _float_case(name, rng)
+    ref = run_litert(data, feeds)
+    ours, g = run_ours(data, feeds)
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape
+        assert rel(a, b) < 1e-5, name
+    if name.startswith(("CONV", "DEPTHWISE", "MAX_POOL", "AVERAGE_POOL")):
+        assert any(n.attrs.get("data_layout") == "NHWC" for n in g.nodes)      # TFLite's NHWC kept
+
+
+def test_float16_weights_are_dequantized():
+    rng = np.random.default_rng(1)
+    w = ModelWriter("fp16")
+    x = w.tensor("x", "float32", (1, 5, 5, 3))
+    w16 = w.tensor("w16", "float16", (4, 3, 3, 3), rng.standard_normal((4, 3, 3, 3)).astype(np.float16))
+    b16 = w.tensor("b16", "float16", (4,), rng.standard_normal(4).astype(np.float16))
+    wf, bf = w.tensor("wf", "float32", (4, 3, 3, 3)), w.tensor("bf", "float32", (4,))
+    w.op("DEQUANTIZE", [w16], [wf])
+    w.op("DEQUANTIZE", [b16], [bf])
+    y = w.tensor("y", "float32", (1, 5, 5, 4))
+    w.op("CONV_2D", [x, wf, bf], [y], conv_opts(SAME, 1, ACT_RELU))
+    data = w.finish([x], [y])
+    feeds = [rng.standard_normal((1, 5, 5, 3)).astype(np.float32)]
+    ours, g = run_ours(data, feeds)
+    assert rel(ours[0], run_litert(data, feeds)[0]) < 1e-5
+    assert all(t.dtype != "float16" for t in g.tensors.values())
+    assert [n.op for n in g.nodes] == ["FusedConv"]                   # DEQUANTIZE folded into constants
+
+
+# -- quantized models ----------------------------------------------------------------------------
+
+def _q(scale, zp, axis=0):
+    return {"scale": list(np.atleast_1d(scale).astype(float)), "zero_point": list(np.atleast_1d(zp).astype(int)),
+            "axis": axis}
+
+
+def _int8_model(rng, per_channel: bool):
+    """float in -> QUANTIZE -> CONV_2D(relu6) -> DEPTHWISE -> ADD(relu) -> AVERAGE_POOL -> MEAN ->
+    FULLY_CONNECTED -> SOFTMAX -> DEQUANTIZE, int8 with TFLite's parameters."""
+    w = ModelWriter("int8")
+    s_in, s_a, s_b, s_c = 0.02, 0.03, 0.05, 0.04
+    x = w.tensor("x", "float32", (1, 8, 8, 3))
+    xq = w.tensor("xq", "int8", (1, 8, 8, 3), quant=_q(s_in, 3))
+    w.op("QUANTIZE", [x], [xq])
+    W = rng.integers(-127, 128, (6, 3, 3, 3)).astype(np.int8)
+    sw = rng.uniform(0.002, 0.01, 6) if per_channel else np.array([0.006])
+    b = rng.integers(-500, 500, 6).astype(np.int32)
+    a = w.tensor("a", "int8", (1, 8, 8, 6), quant=_q(s_a, -128))
+    w.op("CONV_2D", [xq, w.tensor("w", "int8", W.shape, W, _q(sw, np.zeros(sw.size))),
+                     w.tensor("b", "int32", (6,), b, _q(s_in * sw, np.zeros(sw.size)))], [a],
+         conv_opts(SAME, 1, ACT_RELU6), version=3)
+    D = rng.integers(-127, 128, (1, 3, 3, 6)).astype(np.int8)
+    sd = rng.uniform(0.005, 0.02, 6) if per_channel else np.array([0.01])
+    bq = w.tensor("bq", "int8", (1, 4, 4, 6), quant=_q(s_b, 5))
+    w.op("DEPTHWISE_CONV_2D", [a, w.tensor("d", "int8", D.shape, D, _q(sd, np.zeros(sd.size), 3)),
+                               w.tensor("db", "int32", (6,), rng.integers(-99, 99, 6).astype(np.int32),
+                                        _q(s_a * sd, np.zeros(sd.size)))], [bq],
+         conv_opts(SAME, 2, ACT_NONE, depth_multiplier=1), version=3)
+    pooled = w.tensor("pooled", "int8", (1, 4, 4, 6), quant=_q(s_b, 5))
+    w.op("AVERAGE_POOL_2D", [bq], [pooled], {"padding": SAME, "stride_w": 1, "stride_h": 1, "filter_width": 3,
+                                             "filter_height": 3, "fused_activation_function": ACT_NONE})
+    added = w.tensor("added", "int8", (1, 4, 4, 6), quant=_q(s_c, -20))
+    w.op("ADD", [bq, pooled], [added], {"fused_activation_function": ACT_RELU})
+    m_same = w.tensor("m_same", "int8", (1, 1, 1, 6), quant=_q(s_c, -20))
+    w.op("MEAN", [added, w.tensor("ax", "int32", (2,), np.array([1, 2]))], [m_same], {"keep_dims": True})
+    F = rng.integers(-127, 128, (5, 6)).astype(np.int8)
+    sf = rng.uniform(0.005, 0.02, 5) if per_channel else np.array([0.01])
+    logits = w.tensor("logits", "int8", (1, 5), quant=_q(0.1, 2))
+    w.op("FULLY_CONNECTED", [m_same, w.tensor("f", "int8", F.shape, F, _q(sf, np.zeros(sf.size))),
+                             w.tensor("fb", "int32", (5,), rng.integers(-99, 99, 5).astype(np.int32),
+                                      _q(s_c * sf, np.zeros(sf.size)))], [logits],
+         {"fused_activation_function": ACT_NONE, "keep_num_dims": False}, version=5 if per_channel else 4)
+    probs = w.tensor("probs", "int8", (1, 5), quant=_q(1 / 256, -128))
+    w.op("SOFTMAX", [logits], [probs], {"beta": 1.0})
+    out = w.tensor("out", "float32", (1, 5))
+    w.op("DEQUANTIZE", [probs], [out])
+    lo = w.tensor("lo", "float32", (1, 5))
+    w.op("DEQUANTIZE", [logits], [lo])
+    return w.finish([x], [out, lo])
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_import_int8_matches_litert_reference_kernels(per_channel):
+    rng = np.random.default_rng(7)
+    data = _int8_model(rng, per_channel)
+    worst_logits = 0.0
+    g = load_tflite(data)
+    rt = Runtime(g, backend="cpu", threads=1)
+    for k in range(6):
+        x = rng.uniform(-2.5, 2.5, (1, 8, 8, 3)).astype(np.float32)
+        ref = run_litert(data, [x], REF)
+        ours = rt.run({g.inputs[0]: x})
+        probs, logits = (ours[o] for o in g.outputs)
+        worst_logits = max(worst_logits, np.abs(logits - ref[1]).max() / 0.1)
+        # softmax runs in float here (no int8 kernel): one output step at most
+        assert np.abs(probs - ref[0]).max() <= 1 / 256 + 1e-7
+    assert worst_logits < 1e-4           # every integer op up to the logits: bit for bit
+    ops = [n.op for n in g.nodes]
+    assert "FusedConv" in ops and ops.count("DequantizeLinear") >= 2
+    conv = next(n for n in g.nodes if n.op == "FusedConv")
+    assert g.tensors[conv.inputs[1]].dtype == "int8"
+    if per_channel:
+        assert g.tensors[conv.inputs[1]].quant["axis"] == 0
+
+
+def _uint8_model(rng, weight_zp: int):
+    """An old-style uint8 model: uint8 input, uint8 per-tensor weights with a zero point,
+    fused RELU6, pool, reshape, FC, uint8 softmax output."""
+    w = ModelWriter("uint8")
+    x = w.tensor("x", "uint8", (1, 6, 6, 2), quant=_q(1 / 128, 128))
+    lo, hi = (28, 228) if weight_zp == 128 else (0, 255)       # 30: values - zp do not fit int8
+    W = rng.integers(lo, hi + 1, (4, 3, 3, 2)).astype(np.uint8)
+    a = w.tensor("a", "uint8", (1, 6, 6, 4), quant=_q(6 / 255, 0))
+    w.op("CONV_2D", [x, w.tensor("w", "uint8", W.shape, W, _q(0.004, weight_zp)),
+                     w.tensor("b", "int32", (4,), rng.integers(-300, 300, 4).astype(np.int32),
+                              _q(0.004 / 128, 0))], [a], conv_opts(SAME, 1, ACT_RELU6))
+    p = w.tensor("p", "uint8", (1, 3, 3, 4), quant=_q(6 / 255, 0))
+    w.op("MAX_POOL_2D", [a], [p], {"padding": VALID, "stride_w": 2, "stride_h": 2, "filter_width": 2,
+                                   "filter_height": 2, "fused_activation_function": ACT_NONE})
+    r = w.tensor("r", "uint8", (1, 36), quant=_q(6 / 255, 0))
+    w.op("RESHAPE", [p, w.tensor("s", "int32", (2,), np.array([1, 36]))], [r], {"new_shape": [1, 36]})
+    F = rng.integers(28, 228, (3, 36)).astype(np.uint8)
+    logits = w.tensor("logits", "uint8", (1, 3), quant=_q(0.15, 120))
+    w.op("FULLY_CONNECTED", [r, w.tensor("f", "uint8", F.shape, F, _q(0.01, 128)),
+                             w.tensor("fb", "int32", (3,), np.array([10, -20, 30], np.int32), _q(0.01 * 6 / 255, 0))],
+         [logits], {"fused_activation_function": ACT_NONE})
+    probs = w.tensor("probs", "uint8", (1, 3), quant=_q(1 / 256, 0))
+    w.op("SOFTMAX", [logits], [probs], {"beta": 1.0})
+    return w.finish([x], [logits, probs])
+
+
+@pytest.mark.parametrize("weight_zp", [128, 30])
+def test_import_uint8_model(weight_zp):
+    """uint8 becomes int8 (zero points - 128): exact when the weights fit int8 around their
+    zero point (zp 128); otherwise (zp 30) that conv runs in float, within a step."""
+    rng = np.random.default_rng(weight_zp)
+    data = _uint8_model(rng, weight_zp)
+    g = load_tflite(data)
+    assert g.tensors[g.inputs[0]].dtype == "uint8"
+    assert all(g.tensors[o].dtype == "uint8" for o in g.outputs)
+    conv = next(n for n in g.nodes if n.op in ("Conv", "FusedConv"))
+    assert (g.tensors[conv.inputs[1]].dtype == "int8") == (weight_zp == 128)
+    rt = Runtime(g, backend="cpu", threads=1)
+    worst = 0
+    for _ in range(6):
+        x = rng.integers(0, 256, (1, 6, 6, 2)).astype(np.uint8)
+        ref = run_litert(data, [x], REF)
+        ours = rt.run({g.inputs[0]: x})
+        d = [np.abs(ours[o].astype(int) - r.astype(int)).max() for o, r in zip(g.outputs, ref)]
+        worst = max(worst, d[0])
+        assert d[1] <= 1
+    assert worst <= (0 if weight_zp == 128 else 1)
+
+
+def test_int8_mean_at_equal_parameters_is_tflite_mean():
+    """TFLite's int8 MEAN requantizes even when in and out parameters are equal."""
+    rng = np.random.default_rng(3)
+    w = ModelWriter("mean")
+    x = w.tensor("x", "int8", (1, 4, 4, 16), quant=_q(0.05, -7))
+    y = w.tensor("y", "int8", (1, 16), quant=_q(0.05, -7))
+    w.op("MEAN", [x, w.tensor("a", "int32", (2,), np.array([1, 2]))], [y], {"keep_dims": False})
+    data = w.finish([x], [y])
+    for _ in range(5):
+        xv = rng.integers(-128, 128, (1, 4, 4, 16)).astype(np.int8)
+        ours, _ = run_ours(data, [xv])
+        np.testing.assert_array_equal(ours[0], run_litert(data, [xv], REF)[0])
+
+
+# -- sparse tensors ------------------------------------------------------------------------------
+
+def _csr(dense: np.ndarray):
+    rows, cols = np.nonzero(dense)
+    seg = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=dense.shape[0]))]).astype(np.int32)
+    return seg, cols, dense[rows, cols]
+
+
+def test_decode_sparse_csr_and_blocks():
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((5, 12)).astype(np.float32) * (rng.random((5, 12)) < 0.3)
+    seg, cols, vals = _csr(dense)
+    out = decode_sparse(vals, dense.shape, [0, 1], [], [{"format": DENSE, "dense_size": 5},
+                                                        {"format": SPARSE_CSR, "segments": seg, "indices": cols}])
+    np.testing.assert_array_equal(out, dense)
+    # 1x4 blocks along dim 1: traversal (row, block col, in-block) with the block dim dense
+    blocks = dense.reshape(5, 3, 4)
+    keep = np.abs(blocks).sum(axis=2) > 0
+    bdense = blocks * keep[..., None]
+    r, c = np.nonzero(keep)
+    seg = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=5))]).astype(np.int32)
+    out = decode_sparse(bdense[r, c].reshape(-1), (5, 12), [0, 1, 2], [1],
+                        [{"format": DENSE, "dense_size": 5}, {"format": SPARSE_CSR, "segments": seg, "indices": c},
+                         {"format": DENSE, "dense_size": 4}])
+    np.testing.assert_array_equal(out, bdense.reshape(5, 12))
+    with pytest.raises(Exception):
+        decode_sparse(vals[:-1], dense.shape, [0, 1], [], [{"format": DENSE, "dense_size": 5},
+                                                           {"format": SPARSE_CSR, "segments": seg, "indices": cols}])
+
+
+def test_sparse_tensors_match_litert():
+    """A CSR-sparse FULLY_CONNECTED weight (LiteRT runs it sparse) and a 4-D sparse conv weight
+    with a block map behind DENSIFY, as the TFLite converter writes them."""
+    rng = np.random.default_rng(5)
+    w = ModelWriter("sparse")
+    x = w.tensor("x", "float32", (1, 4, 4, 8))
+    # conv weights (O, H, W, I) = (4, 1, 1, 8), blocks of 4 along I; traversal O, H, W, I/4, block
+    Wc = rng.standard_normal((4, 1, 1, 8)).astype(np.float32)
+    blk = Wc.reshape(4, 1, 1, 2, 4)
+    keep = rng.random((4, 2)) < 0.5
+    keep[0, 0] = True
+    blk = blk * keep[:, None, None, :, None]
+    r, c = np.nonzero(keep)
+    seg = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=4))]).astype(np.int32)
+    values = blk[r, 0, 0, c].reshape(-1).astype(np.float32)
+    sp = {"traversal_order": [0, 1, 2, 3, 4], "block_map": [3],
+          "dim_metadata": [{"format": DENSE, "dense_size": 4}, {"format": DENSE, "dense_size": 1},
+                           {"format": DENSE, "dense_size": 1},
+                           {"format": SPARSE_CSR, "segments": np.repeat(seg, 1), "indices": c.astype(np.uint8)},
+                           {"format": DENSE, "dense_size": 4}]}
+    wsp = w.tensor("w_sparse", "float32", (4, 1, 1, 8), raw=values.tobytes(), sparsity=sp)
+    wd = w.tensor("w_dense", "float32", (4, 1, 1, 8))
+    w.op("DENSIFY", [wsp], [wd])
+    a = w.tensor("a", "float32", (1, 4, 4, 4))
+    w.op("CONV_2D", [x, wd, w.tensor("b", "float32", (4,), np.zeros(4, np.float32))], [a], conv_opts(VALID))
+    Wf = rng.standard_normal((6, 64)).astype(np.float32) * (rng.random((6, 64)) < 0.25)
+    seg2, cols2, vals2 = _csr(Wf)
+    sp2 = {"traversal_order": [0, 1], "block_map": [],
+           "dim_metadata": [{"format": DENSE, "dense_size": 6},
+                            {"format": SPARSE_CSR, "segments": seg2, "indices": cols2.astype(np.int32)}]}   # LiteRT reads int32
+    y = w.tensor("y", "float32", (1, 6))
+    w.op("FULLY_CONNECTED", [a, w.tensor("fw", "float32", (6, 64), raw=vals2.astype(np.float32).tobytes(),
+                                         sparsity=sp2), w.tensor("fb", "float32", (6,), np.ones(6, np.float32))],
+         [y], {"fused_activation_function": ACT_NONE})
+    data = w.finish([x], [y])
+    feeds = [rng.standard_normal((1, 4, 4, 8)).astype(np.float32)]
+    ours, g = run_ours(data, feeds)
+    # LiteRT's XNNPACK delegate reads sparse FULLY_CONNECTED weights as if dense (garbage
+    # out): its builtin kernels are the oracle here
+    assert rel(ours[0], run_litert(data, feeds, NO_DELEGATE)[0]) < 1e-5
+    conv = next(n for n in g.nodes if n.op == "Conv")
+    np.testing.assert_array_equal(np.asarray(g.tensors[conv.inputs[1]].data), blk.reshape(4, 1, 1, 8)
+                                  .transpose(0, 3, 1, 2))
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+def test_custom_and_unknown_ops_are_named():
+    w = ModelWriter()
+    x = w.tensor("x", "float32", (1, 4))
+    y = w.tensor("y", "float32", (1, 4))
+    z = w.tensor("z", "float32", (1, 4))
+    w.op("CUSTOM", [x], [y], custom="MyFancyOp")
+    w.op("EMBEDDING_LOOKUP", [y], [z])
+    with pytest.raises(UnsupportedOpError) as e:
+        load_tflite(w.finish([x], [z]))
+    assert "MyFancyOp" in str(e.value) and "EMBEDDING_LOOKUP" in str(e.value)
+
+
+def test_not_a_tflite_file(tmp_path):
+    p = tmp_path / "m.tflite"
+    p.write_bytes(b"\x00" * 64)
+    with pytest.raises(ConversionError, match="TFL3"):
+        load_model(p)
+
+
+# -- export parity and round trips ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def digits_artifacts(tmp_path_factory):
+    import edge_infer
+    from edge_infer.data import digits_model_path, load_digits_samples
+    X, _ = load_digits_samples()
+    d = tmp_path_factory.mktemp("digits")
+    fp32, int8 = str(d / "digits.eim"), str(d / "digits_int8.eim")
+    edge_infer.convert(digits_model_path(), fp32)
+    edge_infer.convert(digits_model_path(), int8, quantize="int8", calib=X[:100])
+    return fp32, int8, X
+
+
+def _output_scale(graph):
+    dq = next(n for n in graph.nodes if n.op == "DequantizeLinear" and n.outputs[0] in graph.outputs)
+    return float(graph.tensors[dq.inputs[1]].data)
+
+
+def test_export_digits_fp32_matches_litert_and_roundtrips(digits_artifacts):
+    fp32, _, X = digits_artifacts
+    from edge_infer.artifact import load_artifact
+    graph = load_artifact(fp32)[0]
+    batch = X[:64]
+    data = export_tflite(fp32, input_shapes={graph.inputs[0]: batch.shape})
+    ours = Runtime(fp32, backend="cpu", threads=1).run(batch)[graph.outputs[0]]
+    ref = run_litert(data, [batch])[0]
+    assert rel(ours, ref) < 1e-4
+    assert (ours.argmax(1) == ref.argmax(1)).all()
+    imported, _ = run_ours(data, [batch])                  # (a) ours exported, then imported
+    assert rel(imported[0], ref) < 1e-5
+
+
+def test_export_digits_int8_matches_litert(digits_artifacts):
+    _, int8, X = digits_artifacts
+    from edge_infer.artifact import load_artifact
+    graph = load_artifact(int8)[0]
+    s = _output_scale(graph)
+    data = export_tflite(graph, input_shapes={graph.inputs[0]: X.shape})
+    ours = Runtime(graph, backend="cpu", threads=1).run(X)[graph.outputs[0]]
+    # TFLite's reference kernels implement the scheme our int8 kernels implement, bit for bit
+    # after the input QUANTIZE, which rounds ties away from zero where QuantizeLinear rounds
+    # them to even: a step on a rare input tie
+    steps = np.abs(run_litert(data, [X], REF)[0] - ours) / s
+    assert steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() < 0.01
+    # LiteRT's default XNNPACK kernels requantize in float, not with TFLite's fixed-point
+    # multipliers: a step on some outputs, and through five layers two on a handful (4 of 4500)
+    steps = np.abs(run_litert(data, [X])[0] - ours) / s
+    assert steps.max() <= 2.0 + 1e-4 and (steps > 1.5).mean() < 0.005 and (steps > 0.5).mean() < 0.2
+    imported, g = run_ours(data, [X])                      # (a) the int8 file imported back
+    np.testing.assert_allclose(imported[0], ours, rtol=0, atol=s * 1e-3)
+    assert sum(t.dtype == "int8" for t in g.tensors.values()) >= 10
+
+
+ZOO = ["squeezenet", "shufflenet"]
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_export_zoo_fp32_matches_litert(name, tmp_path):
+    onnx_models = pytest.importorskip("onnx_models")
+    try:
+        path = onnx_models.randomized_light_model_path(name)
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    from edge_infer.frontends import load_model as load
+    from edge_infer.passes import optimize
+    g = load(path)
+    g.validate()
+    g.metadata["preferred_layout"] = "NHWC"
+    optimize(g, 3)
+    data = graph_to_tflite(g)
+    x = np.random.default_rng(0).standard_normal(
+        tuple(d if isinstance(d, int) else 1 for d in g.tensors[g.inputs[0]].shape)).astype(np.float32)
+    ours = Runtime(g, backend="cpu", threads=1).run({g.inputs[0]: x})[g.outputs[0]]
+    ref = run_litert(data, [x])[0]
+    assert rel(ours, ref) < 1e-4, name
+
+
+def test_cli_export_and_convert_tflite(digits_artifacts, tmp_path, capsys):
+    from edge_infer.cli import main
+    fp32, int8, X = digits_artifacts
+    out = tmp_path / "d.tflite"
+    assert main(["export", int8, "--format", "tflite", "-o", str(out)]) == 0
+    assert out.read_bytes()[4:8] == b"TFL3"
+    eim = tmp_path / "back.eim"
+    assert main(["convert", str(out), "-o", str(eim)]) == 0
+    a = Runtime(str(eim), backend="cpu").run(X[:1])
+    b = Runtime(int8, backend="cpu").run(X[:1])
+    np.testing.assert_array_equal(list(a.values())[0], list(b.values())[0])
+
+
+# -- malformed files -----------------------------------------------------------------------------
+
+def test_fuzzed_files_are_refused_cleanly(digits_artifacts):
+    """Truncations and bit flips of a real int8 file: load_tflite returns a graph or raises
+    EdgeInferError, nothing else (in-process: a crash would end the test run)."""
+    _, int8, _ = digits_artifacts
+    data = export_tflite(int8)
+    rng = np.random.default_rng(11)
+    refused = loaded = 0
+    cases = [data[:int(n)] for n in rng.integers(0, len(data), 100)]
+    for _ in range(100):
+        b = bytearray(data)
+        for pos in rng.integers(0, len(b), rng.integers(1, 4)):
+            b[pos] ^= 1 << int(rng.integers(0, 8))
+        cases.append(bytes(b))
+    for case in cases:
+        try:
+            load_tflite(case)
+            loaded += 1
+        except EdgeInferError as e:
+            assert str(e) and "\n" not in str(e)
+            refused += 1
+    assert refused >= 100 and refused + loaded == 200
