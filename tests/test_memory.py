@@ -98,3 +98,259 @@ def test_buddy_views_hold_data_and_errors():
         b.free(12345)
     with pytest.raises(OutOfMemory):
         b.alloc(1 << 20)
+
+
+# -- adaptive workspace under a memory budget ---------------------------------------------------
+
+import gc
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+from edge_infer.backends.cpu import executor as cpu_executor
+from edge_infer.backends.cpu import native
+from edge_infer.backends.cpu.executor import CpuExecutable
+from edge_infer.ir import infer_shapes
+from edge_infer.memory.budget import MemoryBudgetError, parse_size
+from edge_infer.memory.pool import DYNAMIC_POOL, DynamicPool, register_metrics
+from edge_infer.runtime import Runtime
+
+
+def _conv_graph(layout, group, c, m, h, w, k, stride, dil, pad, int8=False, seed=0):
+    rng = np.random.default_rng(seed)
+    g = Graph("conv")
+    xs = (1, c, h, w) if layout == "NCHW" else (1, h, w, c)
+    attrs = {"pads": [pad] * 4, "strides": [stride, stride], "dilations": [dil, dil], "group": group}
+    if layout == "NHWC":
+        attrs["data_layout"] = "NHWC"
+    if int8:
+        g.add_input("x", "int8", xs).quant = {"scale": [0.05], "zero_point": [3], "axis": None}
+        wt = g.add_const("w", rng.integers(-127, 128, (m, c // group, k, k)).astype(np.int8))
+        wt.quant = {"scale": list(rng.uniform(0.001, 0.01, m).astype(np.float32)), "zero_point": [0] * m,
+                    "axis": 0}
+        g.add_const("b", rng.integers(-2000, 2000, m).astype(np.int32))
+    else:
+        g.add_input("x", "float32", xs)
+        g.add_const("w", rng.standard_normal((m, c // group, k, k)).astype(np.float32))
+        g.add_const("b", rng.standard_normal(m).astype(np.float32))
+    g.add_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    g.outputs = ["y"]
+    infer_shapes(g)
+    if int8:
+        g.tensors["y"].quant = {"scale": [0.2], "zero_point": [-5], "axis": None}
+    x = (rng.integers(-128, 128, xs).astype(np.int8) if int8 else rng.standard_normal(xs).astype(np.float32))
+    return g, x
+
+
+def _full_and_banded(g, x):
+    """(whole-matrix plan, its output, a plan squeezed so im2col runs in bands of about half
+    the output rows, its output)."""
+    whole = CpuExecutable(g)
+    n = g.nodes[0]
+    w, y = g.tensors["w"].shape, g.tensors["y"].shape
+    oh, ow = (y[2], y[3]) if n.attrs.get("data_layout") != "NHWC" else (y[1], y[2])
+    cols = int(np.prod(w[1:])) * int(n.attrs["group"]) * oh * ow * 4      # float32 columns
+    limit = whole.arena_plan.size + whole.workspace_bytes - cols + max(cols // oh, cols // 2)
+    banded = CpuExecutable(g, memory_limit=limit)
+    return whole, whole.run({"x": x})["y"], banded, banded.run({"x": x})["y"]
+
+
+_geometry = st.tuples(st.sampled_from(["NCHW", "NHWC"]), st.sampled_from([1, 2]), st.integers(1, 4),
+                      st.integers(1, 4), st.integers(3, 13), st.integers(3, 13), st.sampled_from([2, 3]),
+                      st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(0, 2))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_geometry)
+def test_banded_im2col_equals_whole_fp32(geo):
+    layout, group, cg, mg, h, w, k, stride, dil, pad = geo
+    cg += group - 1                              # group 2 with one channel each would be depthwise
+    if (k - 1) * dil + 1 > min(h, w) + 2 * pad or (h + 2 * pad - (k - 1) * dil - 1) // stride < 1:
+        return                                   # no two output rows: nothing to band
+    g, x = _conv_graph(layout, group, cg * group, mg * group, h, w, k, stride, dil, pad)
+    whole, ref, banded, out = _full_and_banded(g, x)
+    assert " bands of " in banded.notes["Conv_0"], banded.notes
+    assert banded.arena_plan.size + banded.workspace_bytes <= banded.memory_limit
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6 * float(np.abs(ref).max()))
+
+
+@settings(max_examples=25, deadline=None)
+@given(_geometry)
+def test_banded_im2col_equals_whole_int8_bit_exact(geo):
+    layout, group, cg, mg, h, w, k, stride, dil, pad = geo
+    cg += group - 1                              # group 2 with one channel each would be depthwise
+    if (k - 1) * dil + 1 > min(h, w) + 2 * pad or (h + 2 * pad - (k - 1) * dil - 1) // stride < 1:
+        return
+    lib = native.lib
+    native.lib = None            # the numpy int8 kernel (the native one has fixed-size scratch)
+    try:
+        g, x = _conv_graph(layout, group, cg * group, mg * group, h, w, k, stride, dil, pad, int8=True)
+        whole, ref, banded, out = _full_and_banded(g, x)
+    finally:
+        native.lib = lib
+    assert " bands of " in banded.notes["Conv_0"], banded.notes
+    assert out.dtype == np.int8
+    np.testing.assert_array_equal(out, ref)
+
+
+def _chain_graph(c=16, hw=96, depth=4, batch="1", seed=0):
+    """A chain of 3x3 convs (+Relu): big activations and im2col columns, tiny weights."""
+    rng = np.random.default_rng(seed)
+    g = Graph("chain")
+    g.add_input("x", "float32", (1 if batch == "1" else batch, 3, hw, hw))
+    prev, cin = "x", 3
+    for k in range(depth):
+        g.add_const(f"w{k}", (rng.standard_normal((c, cin, 3, 3)) / np.sqrt(9 * cin)).astype(np.float32))
+        g.add_node("Conv", [prev, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1])
+        g.add_node("Relu", [f"c{k}"], [f"r{k}"])
+        prev, cin = f"r{k}", c
+    g.outputs = [prev]
+    return g
+
+
+def _least_from(msg: str) -> int:
+    return int(re.search(r"\(([\d,]+) B\)", msg).group(1).replace(",", ""))
+
+
+def test_refusal_names_the_least_memory_and_that_much_runs():
+    g = _chain_graph(hw=48)
+    x = np.random.default_rng(1).standard_normal((1, 3, 48, 48)).astype(np.float32)
+    ref = Runtime(g, backend="cpu", memory_limit="1GB").run(x)["r3"]
+    arena = Runtime(g, backend="cpu", memory_limit="1GB").plan({"x": x.shape}).arena_plan.size
+    with pytest.raises(MemoryBudgetError, match=r"model needs [\d.]+ [KM]iB \([\d,]+ B\)") as e:
+        Runtime(g, backend="cpu", memory_limit=arena + 1000).run(x)
+    least = _least_from(str(e.value))
+    assert least > arena + 1000
+    rt = Runtime(g, backend="cpu", memory_limit=least)
+    np.testing.assert_allclose(rt.run(x)["r3"], ref, rtol=1e-6, atol=1e-6)
+    ex = rt.plan({"x": x.shape})
+    assert ex.arena_plan.size + ex.workspace_bytes <= least
+    assert any(" bands of " in t for t in ex.notes.values())
+    with pytest.raises(MemoryBudgetError):
+        Runtime(g, backend="cpu", memory_limit=least - 1).run(x)
+    # the arena alone over the limit: nothing to tile, the arena is the least
+    with pytest.raises(MemoryBudgetError, match="arena alone") as e:
+        Runtime(g, backend="cpu", memory_limit=arena - 1).run(x)
+    assert _least_from(str(e.value)) == arena
+
+
+def test_default_limit_from_artifact_then_target_then_psutil(tmp_path):
+    from edge_infer.artifact import save_artifact
+    from edge_infer.memory.budget import default_memory_limit
+    g = _chain_graph(hw=16, depth=1)
+    path = tmp_path / "m.eim"
+    save_artifact(str(path), g, {"memory_limit": parse_size("3MB"), "target": {"name": "rpi4", "memory_budget_mb": 768}})
+    rt = Runtime(str(path), backend="cpu")
+    assert rt.memory_limit == 3 * 2**20 and "artifact" in rt.memory_limit_source
+    assert default_memory_limit({"target": {"name": "rpi4", "memory_budget_mb": 768}}) == (768 * 2**20, "target rpi4")
+    import psutil
+    limit, source = default_memory_limit({})
+    assert "psutil" in source and 0 < limit <= psutil.virtual_memory().total
+    assert Runtime(str(path), backend="cpu", memory_limit="1MB").memory_limit == 2**20
+
+
+_CAPPED_CHILD = textwrap.dedent("""
+    import resource, sys, numpy as np
+    from edge_infer.runtime import Runtime
+    path, x_path, out_path, limit, headroom = sys.argv[1:6]
+    x = np.load(x_path)
+    rt = Runtime(path, backend="cpu", memory_limit=limit)
+    a = np.ones((1024, 1024), np.float32)
+    a @ a                                    # BLAS has mapped its GEMM buffers
+    del a
+    vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + int(headroom), vm + int(headroom)))
+    try:
+        np.save(out_path, rt.run(x)["r3"])
+        print("ok", rt.memory_stats()["held_bytes"])
+    except MemoryError as e:
+        print("memoryerror", type(e).__name__)
+""")
+
+
+def test_run_under_capped_address_space_equals_unlimited(tmp_path):
+    """In a child whose address space is capped (RLIMIT_AS) 24 MiB above what it has mapped
+    after loading, a model whose whole-matrix im2col needs more than that runs in bands
+    under memory_limit=12MB, with the unlimited run's outputs; without the limit it fails."""
+    from edge_infer.artifact import save_artifact
+    g = _chain_graph(c=32, hw=128, depth=4)
+    path, xp, outp = tmp_path / "chain.eim", tmp_path / "x.npy", tmp_path / "y.npy"
+    save_artifact(str(path), g, {})
+    x = np.random.default_rng(2).standard_normal((1, 3, 128, 128)).astype(np.float32)
+    np.save(xp, x)
+    rt = Runtime(str(path), backend="cpu", memory_limit="4GB")
+    ref = rt.run(x)["r3"]
+    whole = rt.plan({"x": x.shape})
+    headroom = 24 << 20
+    assert whole.arena_plan.size + whole.workspace_bytes > headroom   # untiled cannot fit the cap
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+
+    def child(limit):
+        out = subprocess.run([sys.executable, "-c", _CAPPED_CHILD, str(path), str(xp), str(outp), limit,
+                              str(headroom)], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.split()
+    res = child("12MB")
+    assert res[0] == "ok" and int(res[1]) <= 12 << 20, res
+    np.testing.assert_allclose(np.load(outp), ref, rtol=1e-6, atol=1e-6)
+    assert child("4GB")[0] == "memoryerror"
+
+
+# -- the dynamic pool ---------------------------------------------------------------------------
+
+def test_dynamic_shapes_take_arenas_from_the_buddy_pool_and_give_them_back():
+    g = _chain_graph(c=8, hw=24, depth=2, batch="N")
+    g.outputs = ["r1"]
+    rng = np.random.default_rng(3)
+    rt = Runtime(g, backend="cpu", memory_limit="64MB")
+    assert rt.dynamic
+    used0 = DYNAMIC_POOL.stats()["used"]
+    fixed = Runtime(_chain_graph(c=8, hw=24, depth=2), backend="cpu", memory_limit="64MB")
+    fixed.graph.outputs = ["r1"]
+    for n in (1, 3, 2, 5, 1, 4):
+        x = rng.standard_normal((n, 3, 24, 24)).astype(np.float32)
+        got = rt.run(x)["r1"]
+        want = np.concatenate([Runtime(_single(g), backend="cpu").run(x[i:i + 1])["r1"] for i in range(n)])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    stats = rt.memory_stats()
+    assert stats["dynamic"] and all(p["from_dynamic_pool"] for p in stats["plans"])
+    assert DYNAMIC_POOL.stats()["used"] > used0
+    del rt, stats
+    gc.collect()
+    assert DYNAMIC_POOL.stats()["used"] == used0                       # every arena went back
+
+
+def _single(g):
+    s = g.copy()
+    s.tensors["x"].shape = (1, 3, 24, 24)
+    return s
+
+
+def test_dynamic_plans_evicted_past_the_memory_limit():
+    g = _chain_graph(c=8, hw=24, depth=2, batch="N")
+    one = Runtime(_single(g), backend="cpu").plan({"x": (1, 3, 24, 24)})
+    per_sample = one.arena_plan.size + one.workspace_bytes
+    rt = Runtime(g, backend="cpu", memory_limit=per_sample * 12)
+    for n in (4, 5, 6, 4, 7, 1, 2):
+        rt.run(np.zeros((n, 3, 24, 24), np.float32))
+        assert rt.memory_stats()["held_bytes"] <= rt.memory_limit or len(rt.memory_stats()["plans"]) == 1
+
+
+def test_pool_fragmentation_metric_and_registry():
+    from edge_infer.monitor.registry import Registry
+    pool = DynamicPool(chunk_bytes=1 << 20, min_block=4096)
+    a, free_a = pool.arena(300_000)
+    b, free_b = pool.arena(100_000)
+    a[:] = 1
+    b[:] = 2
+    assert a.ctypes.data % 64 == 0 and not np.shares_memory(a, b)
+    s = pool.stats()
+    assert s["used"] == (512 + 128) * 1024 and s["largest_free_block"] == 256 * 1024
+    assert s["fragmentation"] == pytest.approx(1 - 256 / (1024 - 640), abs=1e-4)
+    reg = Registry()
+    register_metrics(reg, pool)
+    assert reg.get("edge_infer_dynamic_pool_fragmentation").value == s["fragmentation"]
+    free_a(), free_b(), free_b()          # a second release is a no-op
+    assert pool.stats()["fragmentation"] == 0.0 and pool.stats()["used"] == 0

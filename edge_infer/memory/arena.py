@@ -2,8 +2,9 @@
 
 Lifetimes come from the execution order: a tensor is live from the step that
 produces it to the last step that reads it (graph outputs: to the end). Offsets
-are assigned greedy-by-size, as TFLite's arena planner does: the largest tensor
-first, each at the lowest offset that overlaps no tensor live at the same time.
+are assigned greedily, each tensor at the lowest offset that overlaps no tensor live
+at the same time, in several orders (by size, as TFLite's arena planner does; by
+size x lifetime; by lifetime; by first use), keeping the smallest arena.
 Element-wise ops may write their output over an input whose life ends at that
 op (in-place), when the kernel is known to be safe for it.
 """
@@ -84,6 +85,25 @@ def find_inplace(graph: Graph, planned: Set[str], lifetimes, inplace_ops=INPLACE
     return aliases
 
 
+def _place(order: List[str], block_size: Dict[str, int], block_life: Dict[str, Tuple[int, int]]
+           ) -> Dict[str, int]:
+    """Offsets for blocks placed in ``order``, each at the lowest offset overlapping no
+    placed block whose lifetime meets its own."""
+    placed: List[Tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    offsets: Dict[str, int] = {}
+    for r in order:
+        size, (f, l) = block_size[r], block_life[r]
+        busy = sorted((o, s) for o, s, pf, pl in placed if not (pl < f or pf > l))
+        off = 0
+        for o, s in busy:
+            if off + size <= o:
+                break
+            off = max(off, o + s)
+        offsets[r] = off
+        placed.append((off, size, f, l))
+    return offsets
+
+
 def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True,
                inplace_ops: Optional[Set[str]] = None) -> ArenaPlan:
     """Plan offsets for ``names`` (default: every non-constant tensor) of a graph with
@@ -107,19 +127,22 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     block_life = {r: (min(life[m][0] for m in ms), max(life[m][1] for m in ms)) for r, ms in blocks.items()}
     block_size = {r: _align(max(nbytes[m] for m in ms)) for r, ms in blocks.items()}
 
-    placed: List[Tuple[int, int, int, int]] = []  # (offset, size, first, last)
-    block_off: Dict[str, int] = {}
-    for r in sorted(blocks, key=lambda r: (-block_size[r], block_life[r][0])):
-        size, (f, l) = block_size[r], block_life[r]
-        busy = sorted((o, s) for o, s, pf, pl in placed if not (pl < f or pf > l))
-        off = 0
-        for o, s in busy:
-            if off + size <= o:
-                break
-            off = max(off, o + s)
-        block_off[r] = off
-        placed.append((off, size, f, l))
-    size = max((o + s for o, s, _, _ in placed), default=0)
+    # Greedy placement in several orders, keeping the smallest arena: greedy-by-size
+    # (TFLite's) first; the others win on graphs with many long-lived small tensors
+    # (DenseNet's concatenations), where size order leaves holes a lifetime order fills.
+    def dur(r):
+        return block_life[r][1] - block_life[r][0]
+    orders = [lambda r: (-block_size[r], block_life[r][0]),
+              lambda r: (-block_size[r] * (dur(r) + 1), -block_size[r]),
+              lambda r: (-dur(r), -block_size[r]),
+              lambda r: (block_life[r][0], -block_size[r])]
+    best = None
+    for order in orders:
+        offs = _place(sorted(blocks, key=order), block_size, block_life)
+        total = max((offs[r] + block_size[r] for r in offs), default=0)
+        if best is None or total < best[0]:
+            best = (total, offs)
+    size, block_off = best
 
     # lower bound: the most bytes live at any one step (aliases counted once)
     steps = len(graph.nodes) + 2

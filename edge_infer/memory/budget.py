@@ -81,10 +81,9 @@ def refusal(need: int, limit: int, arena: int, shapes=None, exact: bool = True) 
     """The one-line error of a plan that does not fit."""
     where = f" with input shapes {dict(shapes)}" if shapes else ""
     if need == arena and not exact:
-        return MemoryBudgetError(f"model needs at least {mib(need)}{where}: its activation arena alone "
-                                 f"(the most bytes live at once, nothing to tile) is over the memory "
-                                 f"limit of {mib(limit)}")
+        return MemoryBudgetError(f"model needs at least {mib(need)} ({need:,} B){where}: its activation arena alone "
+                                 f"(nothing to tile) is over the memory limit of {mib(limit)}")
     least = "at least " if not exact else ""
     return MemoryBudgetError(
-        f"model needs {least}{mib(need)} for activations and workspace{where} (arena {mib(arena)}, "
+        f"model needs {least}{mib(need)} ({need:,} B) for activations and workspace{where} (arena {mib(arena)}, "
         f"workspace {mib(max(0, need - arena))} with the smallest tiles); memory limit is {mib(limit)}")

@@ -180,8 +180,9 @@ def conv_algorithm(group: int, c: int, cg: int, ksize: int, strides: Sequence[in
     return "im2col"
 
 
-def _im2col_elems(node: Node, graph) -> int:
-    """Column-matrix size (elements) an im2col Conv needs; 0 when unknown or not im2col."""
+def _im2col_elems(node: Node, graph, per_row: bool = False) -> int:
+    """Column-matrix size (elements) an im2col Conv needs (``per_row``: for one output row
+    of its first spatial dim, the smallest band); 0 when unknown or not im2col."""
     try:
         xs, ws = graph.tensors[node.inputs[0]].shape, graph.tensors[node.inputs[1]].shape
         if xs is None or ws is None or not all(isinstance(d, (int, np.integer)) for d in (*xs, *ws)):
@@ -194,7 +195,7 @@ def _im2col_elems(node: Node, graph) -> int:
         ksize = int(np.prod(kernel))
         if conv_algorithm(int(node.attrs.get("group", 1)), c, ws[1], ksize, wa["strides"], pads) != "im2col":
             return 0
-        return int(c) * ksize * int(np.prod(osp))
+        return int(c) * ksize * int(np.prod(osp[1:] if per_row else osp))
     except Exception:       # a malformed node reports its own error when it is prepared
         return 0
 
@@ -218,6 +219,9 @@ def shared_cols(ctx, nelems: int, dtype) -> np.ndarray:
                     if n.op in ("Conv", "FusedConv") and ctx.graph.tensors.get(n.outputs[0]) is not None
                     and ctx.graph.tensors[n.outputs[0]].dtype == dt.name] + [nelems])
         room = getattr(ctx, "workspace_budget", math.inf) // dt.itemsize
+        if room < need:      # at least one row of every conv, so that all can share it
+            room = max([room] + [_im2col_elems(n, ctx.graph, per_row=True) for n in ctx.graph.nodes
+                                 if n.op in ("Conv", "FusedConv")])
         buf = store[dt.str] = ctx.workspace((int(max(min(need, room), nelems)),), dt, tileable=True)
     if buf.size < nelems:
         return ctx.workspace((nelems,), dt, tileable=True)

@@ -95,7 +95,7 @@ def _max_elems(ctx, role: str) -> int:
     if key not in cache:
         g = ctx.graph
         if key == "cols":
-            best = 0
+            best = row = 0
             for n in g.nodes:
                 if n.op not in ("Conv", "FusedConv") or not n.outputs:
                     continue
@@ -104,9 +104,11 @@ def _max_elems(ctx, role: str) -> int:
                     continue
                 last = (n.attrs.get("data_layout") or "NCHW") == "NHWC"
                 c = x.shape[-1] if last else x.shape[1]
-                p = int(np.prod(y.shape[1:-1] if last else y.shape[2:]))
+                sp = y.shape[1:-1] if last else y.shape[2:]
+                p = int(np.prod(sp))
                 best = max(best, int(c) * int(np.prod(w.shape[2:])) * p)
-            cache[key] = best
+                row = max(row, int(c) * int(np.prod(w.shape[2:])) * p // max(int(sp[0]) if sp else 1, 1))
+            cache[key], cache["cols_row"] = best, row
         else:
             cache[key] = max([t.size for t in g.tensors.values() if not t.is_const and t.is_static] + [0])
     return cache[key]
@@ -130,8 +132,9 @@ def scratch(ctx, role: str, shape, dtype) -> np.ndarray:
     buf = store.get(key)
     if buf is None:
         most = _max_elems(ctx, role)
-        if role == "cols":       # im2col columns: capped by the budget (convs then run in bands)
-            most = min(most, getattr(ctx, "workspace_budget", math.inf) // dt.itemsize)
+        if role == "cols":       # im2col columns: capped by the budget (convs then run in bands),
+            room = getattr(ctx, "workspace_budget", math.inf) // dt.itemsize   # >= one row of each
+            most = most if room >= most else max(room, ctx._int8_scratch_bounds["cols_row"])
         buf = store[key] = ctx.workspace((int(max(need, most)),), dt, tileable=role == "cols")
     if buf.size < need:
         return ctx.workspace(shape, dt)
