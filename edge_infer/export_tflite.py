@@ -634,6 +634,13 @@ class _Exporter:
                 raise ExportError(f"node {node.name!r}: quantized Clip bounds are not supported")
         xt, yt = self.g.tensors[node.inputs[0]], self.g.tensors[node.outputs[0]]
         x, y = self.tid(node.inputs[0]), self.tid(node.outputs[0])
+        if lo is None and hi is None:          # a bare copy (in int8: a requantization)
+            if _q8(xt) and not _same_params(xt.quant, yt.quant):
+                self.w.op("QUANTIZE", [x], [y])
+            else:
+                self.w.op("RESHAPE", [x, self.ints(self.shape(node.outputs[0]))], [y],
+                          {"new_shape": list(self.shape(node.outputs[0]))})
+            return
         if _q8(xt) and not _same_params(xt.quant, yt.quant):
             mid = self.temp(node.name + "_rq", node.outputs[0])
             self.w.op("QUANTIZE", [x], [mid])
@@ -882,7 +889,8 @@ class _Exporter:
             z = self.cval(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros_like(s, np.int8)
             if s is None or z is None or s.size != 1:
                 raise ExportError(f"node {node.name!r}: QuantizeLinear needs constant per-tensor parameters")
-            yt.quant = {"scale": [float(s.reshape(-1)[0])], "zero_point": [int(z.reshape(-1)[0])], "axis": None}
+            q = {"scale": [float(s.reshape(-1)[0])], "zero_point": [int(z.reshape(-1)[0])], "axis": None}
+            self.w.tensors[self.tid(node.outputs[0])]["quant"] = self.tq(q)   # (a uint8 graph output)
         self.w.op("QUANTIZE", [self.tid(node.inputs[0])], self.out_ids(node))
 
     def op_DequantizeLinear(self, node: Node) -> None:
@@ -903,7 +911,8 @@ class _Exporter:
             z = self.cval(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros_like(s, np.int8)
             if s is None or z is None or s.size != 1:
                 raise ExportError(f"node {node.name!r}: DequantizeLinear needs constant per-tensor parameters")
-            xt.quant = {"scale": [float(s.reshape(-1)[0])], "zero_point": [int(z.reshape(-1)[0])], "axis": None}
+            q = {"scale": [float(s.reshape(-1)[0])], "zero_point": [int(z.reshape(-1)[0])], "axis": None}
+            self.w.tensors[self.tid(node.inputs[0])]["quant"] = self.tq(q)    # (a uint8 graph input)
         self.w.op("DEQUANTIZE", [self.tid(node.inputs[0])], self.out_ids(node))
 
     def op_BatchNormalization(self, node: Node) -> None:

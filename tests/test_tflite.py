@@ -534,3 +534,31 @@ def test_fuzzed_files_are_refused_cleanly(digits_artifacts):
             assert str(e) and "\n" not in str(e)
             refused += 1
     assert refused >= 100 and refused + loaded == 200
+
+
+# -- export of every imported op ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FLOAT_CASES)
+def test_reexport_float_op_matches_litert(name):
+    """Import, export again: LiteRT computes the same on both files (the exporter's form of
+    every op the importer reads)."""
+    rng = np.random.default_rng(abs(hash(name)) % 2**32 + 1)
+    data, feeds = _float_case(name, rng)
+    again = graph_to_tflite(load_tflite(data))
+    for a, b in zip(run_litert(again, feeds), run_litert(data, feeds)):
+        assert a.shape == b.shape and rel(a, b) < 1e-5, name
+
+
+@pytest.mark.parametrize("maker", ["int8", "uint8"])
+def test_reexport_quantized_model(maker):
+    rng = np.random.default_rng(21)
+    data = _int8_model(rng, True) if maker == "int8" else _uint8_model(rng, 128)
+    again = graph_to_tflite(load_tflite(data))
+    for _ in range(4):
+        if maker == "int8":
+            x = rng.uniform(-2.5, 2.5, (1, 8, 8, 3)).astype(np.float32)
+        else:
+            x = rng.integers(0, 256, (1, 6, 6, 2)).astype(np.uint8)
+        for a, b, step in zip(run_litert(again, [x], REF), run_litert(data, [x], REF),
+                              (1 / 256, 0.1) if maker == "int8" else (1, 1)):
+            assert np.abs(a.astype(np.float64) - b.astype(np.float64)).max() <= step * 1.0001
