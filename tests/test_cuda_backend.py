@@ -63,6 +63,55 @@ def test_every_cu_source_compiles_with_nvcc(tmp_path):
         assert out.stat().st_size > 0
 
 
+def _libnvrtc():
+    """A loadable libnvrtc (the pip wheel nvidia-cuda-nvrtc, or a CUDA toolkit's), or None."""
+    import ctypes
+    import glob
+    pats = [os.path.join(p, "nvidia", "*", "lib", "libnvrtc.so*") for p in sys.path if p]
+    pats += [os.path.join(p, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so*") for p in sys.path if p]
+    pats += ["/usr/local/cuda*/lib64/libnvrtc.so*", "/usr/lib/*/libnvrtc.so*"]
+    for pat in pats:
+        for path in sorted(glob.glob(pat)):
+            if "builtins" in path or ".alt." in path:
+                continue
+            try:
+                # NVRTC dlopens its builtins library by soname: load it from the same folder first
+                for b in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
+                    if ".alt." not in b:
+                        ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
+                return ctypes.CDLL(path)
+            except OSError:
+                continue
+    return None
+
+
+def test_every_module_compiles_with_nvrtc_as_cupy_would():
+    """What CuPy's RawModule does on the device: NVRTC on module_source(file) (common.cuh
+    inlined, so the kernel cache key covers it) with the backend's options, here to PTX for a
+    few architectures. Skips where no libnvrtc is installed (pip install nvidia-cuda-nvrtc)."""
+    import ctypes
+    from edge_infer.backends.cuda.device import NVRTC_OPTIONS, module_source
+    lib = _libnvrtc()
+    if lib is None:
+        pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+    for src in cu_sources():
+        name = os.path.basename(src)
+        text = module_source(name)
+        assert '#include "common.cuh"' not in text and "mbqm" in text
+        for arch in ("75", "87"):                      # Turing (CUDA 13's oldest), Jetson Orin
+            prog = ctypes.c_void_p()
+            assert lib.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), name.encode(), 0, None, None) == 0
+            opts = [o.encode() for o in NVRTC_OPTIONS] + [f"-arch=compute_{arch}".encode()]
+            rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value + 1)
+            lib.nvrtcGetProgramLog(prog, log)
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+            assert rc == 0, f"{name} compute_{arch}: {log.value.decode(errors='replace')[-3000:]}"
+            assert "warning" not in log.value.decode(errors="replace").lower(), log.value
+
+
 def test_kernel_signatures_parse_and_follow_the_convention():
     ks = kernels()
     assert len(ks) >= 25

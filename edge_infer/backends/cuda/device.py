@@ -64,6 +64,23 @@ def is_jetson(root: str = "/") -> bool:
     return "jetson" in model.lower()
 
 
+def module_source(source: str) -> str:
+    """The text CuPy compiles for one .cu file: the file with common.cuh inlined, so that
+    CuPy's on-disk kernel cache (keyed by the source text) is invalidated by any change to
+    either file, and NVRTC needs no include path."""
+    with open(os.path.join(KERNEL_DIR, source)) as f:
+        code = f.read()
+    with open(os.path.join(KERNEL_DIR, "common.cuh")) as f:
+        header = f.read().replace("#pragma once", "")
+    if '#include "common.cuh"' not in code:
+        raise BackendError(f"{source} does not include common.cuh")
+    return code.replace('#include "common.cuh"', header, 1)
+
+
+#: NVRTC options of every module (no fast math: fp32 results stay IEEE as the CPU's)
+NVRTC_OPTIONS = ("--std=c++14",)
+
+
 class CupyDevice:
     """One CUDA device through CuPy; the interface the executor uses (emulator.EmulatedDevice
     implements the same one on the CPU)."""
@@ -96,10 +113,8 @@ class CupyDevice:
     def _module(self, source: str):
         mod = self._modules.get(source)
         if mod is None:
-            with open(os.path.join(KERNEL_DIR, source)) as f:
-                code = f.read()
             # NVRTC compiles for this device's arch; CuPy caches the binary on disk per source
-            mod = self._modules[source] = self.cp.RawModule(code=code, options=("-I" + KERNEL_DIR, "--std=c++14"))
+            mod = self._modules[source] = self.cp.RawModule(code=module_source(source), options=NVRTC_OPTIONS)
         return mod
 
     def kernel(self, name: str):
