@@ -472,6 +472,17 @@ def test_unsupported_nodes_are_refused_not_miscomputed():
     g, f = one_node("Relu", [("x", randn(2, 3))])
     sg = specialize(g, {"x": (2, 3)})
     assert be.supports(sg.nodes[0], sg)
+    # an unspecialised graph (symbolic batch) is checked with the batch pinned to 1
+    for rank, ok in ((4, True), (5, False)):
+        g = Graph("sym")
+        g.add_input("x", "float32", ("N", 2) + (6,) * (rank - 2))
+        g.add_tensor("w", "float32", (3, 2) + (3,) * (rank - 2), randn(3, 2, *(3,) * (rank - 2)))
+        g.add_node("Conv", ["x", "w"], ["y"])
+        g.outputs = ["y"]
+        from edge_infer.ir.shape_inference import infer_shapes
+        infer_shapes(g)
+        assert g.tensors["y"].shape[0] == "N"
+        assert be.supports(g.nodes[0], g) is ok
     assert {"Conv", "FusedConv", "Gemm", "MaxPool", "QuantizeLinear", "Concat"} <= set(be.supported_ops())
 
 

@@ -72,6 +72,20 @@ def _runtime():
     return _state[key]
 
 
+def _pinned(graph: Graph, names):
+    """A graph of just ``names`` with symbolic dims set to 1 (a batch of one), so a node of an
+    unspecialised graph can still be checked; None when some shape is not known at all."""
+    from ...ir import Tensor
+    g = Graph(graph.name)
+    for n in names:
+        t = graph.tensors[n]
+        if t.shape is None:
+            return None
+        shape = tuple(d if isinstance(d, int) else 1 for d in t.shape)
+        g.tensors[n] = Tensor(t.name, t.dtype, shape, t.data, t.quant)
+    return g
+
+
 class OpenCLBackend(Backend):
     """float32 and int8 kernels on one OpenCL device."""
 
@@ -102,10 +116,12 @@ class OpenCLBackend(Backend):
         if fn is None:
             return False
         names = [n for n in list(node.inputs) + list(node.outputs) if n]
-        if not all(graph.tensors[n].is_static for n in names):
-            return True
         if node.op in VIEW_OPS:
             return node.op != "Dropout" or len(node.outputs) < 2 or not node.outputs[1]
+        if not all(graph.tensors[n].is_static for n in names):
+            graph = _pinned(graph, names)
+            if graph is None:
+                return True              # shapes unknown: the op is covered; prepare decides the rest
         pc = PrepareContext(graph, None, None, lambda name: (None, 0), dry=True)
         pc.options, pc.fused = {}, {}
         try:

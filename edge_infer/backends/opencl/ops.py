@@ -29,7 +29,6 @@ BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, 
 #: element-wise kernels that read x[i] before writing y[i]: safe to run in place
 INPLACE = frozenset(set(UNARY) | set(BINARY) | {"Sum"})
 MAXD = 6
-TS = 16
 
 
 def op(*names: str):

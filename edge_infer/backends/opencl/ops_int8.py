@@ -18,7 +18,7 @@ from ..cpu.kernels.int8_common import (INT32_MIN, QMAX, QMIN, clamp_range, per_t
 from ..cpu.kernels.int8_conv import conv_requant_params
 from ..cpu.kernels.int8_elementwise import (LUT_OPS, activation_fn, add_params, lut_table, requant_table)
 from ..cpu.kernels.int8_common import round_half_away
-from .ops import (TS, OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, geo_list,
+from .ops import (OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, geo_list,
                   launch1d, op, pack_conv_weights, pool_geometry, strides_of)
 from .executable import round_up
 
@@ -120,8 +120,8 @@ def int8_gemm_launch(node, pc, M, N, K, nb1, nb2, A, zp_a, B, zp_b, C, bias, q, 
     flags = (1 if bias is not None else 0) | (2 if Z is not None else 0)
     bias = bias or (None, 0, 0, 0)
     Z = Z or (None, 0, 0, 0, 0, 0)
-    pc.launch(node, "gemm", "gemm_i8", (round_up(N, TS), round_up(M, TS), nb1 * nb2),
-              [*A, zp_a, *B, zp_b, *C, M, N, K, nb2, *bias, q, qs, *qv, zp_y, *Z, ztab, lo, hi, flags], (TS, TS, 1))
+    pc.launch(node, "gemm", "gemm_i8", (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2),
+              [*A, zp_a, *B, zp_b, *C, M, N, K, nb2, *bias, q, qs, *qv, zp_y, *Z, ztab, lo, hi, flags], (8, 8, 1))
 
 
 def int8_conv(node: Node, pc) -> None:

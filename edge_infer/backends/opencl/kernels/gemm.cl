@@ -2,7 +2,6 @@
  * by (offset, row stride, column stride, two batch strides), so transposes, NHWC/NCHW
  * convolution operands and grouped convolutions need no copies.
  * Batch index b = get_global_id(2) splits into (b / nb2, b % nb2). */
-#define TS 16
 
 
 /* float32: a work group computes a TM x TN block of C from TK-deep tiles of A and B staged
@@ -76,7 +75,7 @@ void gemm_f32(__global const float* A, int a_off, int a_rs, int a_cs, int a_s1, 
 /* int8 GEMM (TFLite FULLY_CONNECTED / CONV_2D core): acc = sum (a - zp_a)(b - zp_b) in int32,
  * + bias (int64, folded at prepare), requantized per row or column (q, shift indexed by
  * row * q_rs + col * q_cs), + zp_y, + residual table[z] (int64, 256 entries), clamped. */
-__kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
+__kernel __attribute__((reqd_work_group_size(WG, WG, 1)))
 void gemm_i8(__global const char* A, int a_off, int a_rs, int a_cs, int a_s1, int a_s2, int zp_a,
              __global const char* B, int b_off, int b_rs, int b_cs, int b_s1, int b_s2, int zp_b,
              __global char* C, int c_off, int c_rs, int c_cs, int c_s1, int c_s2,
@@ -85,27 +84,50 @@ void gemm_i8(__global const char* A, int a_off, int a_rs, int a_cs, int a_s1, in
              __global const int* qm, __global const int* qs, int q_rs, int q_cs, int q_s2, int zp_y,
              __global const char* Z, int z_off, int z_rs, int z_cs, int z_s1, int z_s2,
              __global const long* ztab, int lo, int hi, int flags) {
-    __local int As[TS][TS];
-    __local int Bs[TS][TS + 1];
+    __local int As[TK][TM + 1];
+    __local int Bs[TK][TN + 1];
     int lc = get_local_id(0), lr = get_local_id(1);
-    int col = get_group_id(0) * TS + lc, row = get_group_id(1) * TS + lr;
+    int lid = lr * WG + lc;
+    int row0 = get_group_id(1) * TM, col0 = get_group_id(0) * TN;
     int bt = get_global_id(2), b1 = bt / nb2, b2 = bt % nb2;
     int ab = a_off + b1 * a_s1 + b2 * a_s2;
     int bb = b_off + b1 * b_s1 + b2 * b_s2;
-    int acc = 0;
-    for (int t = 0; t < K; t += TS) {
-        int ka = t + lc, kb = t + lr;
-        As[lr][lc] = (row < M && ka < K) ? (int)A[ab + row * a_rs + ka * a_cs] - zp_a : 0;
-        Bs[lr][lc] = (kb < K && col < N) ? (int)B[bb + kb * b_rs + col * b_cs] - zp_b : 0;
+    int acc[RM][RN];
+    for (int r = 0; r < RM; r++)
+        for (int c = 0; c < RN; c++) acc[r][c] = 0;
+    for (int t = 0; t < K; t += TK) {
+        for (int e = lid; e < TM * TK; e += WG * WG) {
+            int r = e / TK, k = e % TK;
+            int gr = row0 + r, gk = t + k;
+            As[k][r] = (gr < M && gk < K) ? (int)A[ab + gr * a_rs + gk * a_cs] - zp_a : 0;
+        }
+        for (int e = lid; e < TK * TN; e += WG * WG) {
+            int k = e / TN, c = e % TN;
+            int gk = t + k, gc = col0 + c;
+            Bs[k][c] = (gk < K && gc < N) ? (int)B[bb + gk * b_rs + gc * b_cs] - zp_b : 0;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < TS; k++) acc += As[lr][k] * Bs[k][lc];
+        for (int k = 0; k < TK; k++) {
+            int a[RM], b[RN];
+            for (int r = 0; r < RM; r++) a[r] = As[k][lr + r * WG];
+            for (int c = 0; c < RN; c++) b[c] = Bs[k][lc + c * WG];
+            for (int r = 0; r < RM; r++)
+                for (int c = 0; c < RN; c++) acc[r][c] += a[r] * b[c];
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (row >= M || col >= N) return;
-    long v = (long)acc;
-    if (flags & 1) v += bias[b2 * bias_s2 + row * bias_rs + col * bias_cs];
-    int qi = b2 * q_s2 + row * q_rs + col * q_cs;
-    v = mbqm(v, (long)qm[qi], qs[qi]) + zp_y;
-    if (flags & 2) v += ztab[(int)Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs] + 128];
-    C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = (char)clamp_i(v, lo, hi);
+    for (int r = 0; r < RM; r++) {
+        int row = row0 + lr + r * WG;
+        if (row >= M) continue;
+        for (int c = 0; c < RN; c++) {
+            int col = col0 + lc + c * WG;
+            if (col >= N) continue;
+            long v = (long)acc[r][c];
+            if (flags & 1) v += bias[b2 * bias_s2 + row * bias_rs + col * bias_cs];
+            int qi = b2 * q_s2 + row * q_rs + col * q_cs;
+            v = mbqm(v, (long)qm[qi], qs[qi]) + zp_y;
+            if (flags & 2) v += ztab[(int)Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs] + 128];
+            C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = (char)clamp_i(v, lo, hi);
+        }
+    }
 }
