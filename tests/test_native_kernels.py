@@ -62,10 +62,10 @@ def run_three_ways(g, feeds, threads=2):
             old = native.set_isa_mask(0) if mode == "scalar" else None
             try:
                 ex = CpuExecutable(g, threads)
+                y = ex.run(feeds)["y"]
             finally:
                 if old is not None:
                     native.set_isa_mask(old)
-        y = ex.run(feeds)["y"]
         out[mode] = (y, ex.notes.get(g.nodes[0].name, ""))
     return out
 
@@ -174,6 +174,69 @@ def test_int8_gemm_random_shapes(seed, rows, k, n, op, act):
         a3 = rng.integers(-128, 128, (2, rows, k)).astype(np.int8)
         g, feeds = one_node("MatMul", [("a", a3, qd(*aq)), ("b", bm, qd(bs, [0] * n, 1))], qd(*yq), {}, {"b"})
     assert_native_matches(run_three_ways(g, feeds, threads=1 + seed % 2))
+
+
+# -- depthwise -------------------------------------------------------------------------------------
+
+def depthwise_case(rng, dtype, n, c, h, w, k, stride, pad, dil, layout, act, residual, bias=True):
+    oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    nhwc = layout == "NHWC"
+    t = (lambda v: np.ascontiguousarray(v.transpose(0, 2, 3, 1))) if nhwc else (lambda v: v)
+    attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, dilations=[dil, dil], group=c,
+                 data_layout=layout)
+    params = {"Clip": [0.0, 6.0], "HardSigmoid": [0.2, 0.5], "LeakyRelu": [0.1]}.get(act, [])
+    if dtype == "int8":
+        x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+        wt = rng.integers(-127, 128, (c, 1, k, k)).astype(np.int8)
+        b = rng.integers(-20000, 20000, c).astype(np.int32)
+        xq = (float(np.float32(rng.uniform(0.01, 0.1))), int(rng.integers(-128, 128)))
+        yq = (float(np.float32(rng.uniform(0.02, 0.5))), int(rng.integers(-128, 128)))
+        ws = rng.uniform(0.001, 0.02, c).astype(np.float32)
+        ins = [("x", t(x), qd(*xq)), ("w", wt, qd(ws, [0] * c, 0)), ("b", b, qd(xq[0] * ws, [0] * c, 0))]
+        if residual:
+            z = rng.integers(-128, 128, (n, c, oh, ow)).astype(np.int8)
+            ins.append(("z", t(z), qd(float(np.float32(rng.uniform(0.01, 0.3))), int(rng.integers(-128, 128)))))
+        return one_node("FusedConv", ins, qd(*yq), dict(attrs, activation=act, activation_params=params),
+                        {"w", "b"})
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    ins = [("x", t(x), None), ("w", wt, None), ("b", b, None) if bias else ("", None, None)]
+    if residual:
+        ins.append(("z", t(rng.standard_normal((n, c, oh, ow)).astype(np.float32)), None))
+    if not act and not residual:
+        return one_node("Conv", ins, None, attrs, {"w", "b"}, out_dtype="float32")
+    return one_node("FusedConv", ins, None, dict(attrs, activation=act, activation_params=params), {"w", "b"},
+                    out_dtype="float32")
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 31), dtype=st.sampled_from(["int8", "float32"]), n=st.integers(1, 2),
+       c=st.integers(1, 40), h=st.integers(1, 13), w=st.integers(1, 13), k=st.sampled_from([3, 3, 5, 2]),
+       stride=st.sampled_from([1, 2, 1, 3]), pad=st.integers(0, 2), dil=st.sampled_from([1, 1, 2]),
+       layout=st.sampled_from(["NHWC", "NCHW"]), residual=st.booleans(), bias=st.booleans(),
+       act=st.sampled_from(["", "Relu", "Clip", "HardSwish", "HardSigmoid", "LeakyRelu"]))
+def test_depthwise_random_shapes(seed, dtype, n, c, h, w, k, stride, pad, dil, layout, residual, bias, act):
+    if c == 1:
+        c = 2                                         # group 1 is an ordinary conv
+    if h + 2 * pad < dil * (k - 1) + 1 or w + 2 * pad < dil * (k - 1) + 1:
+        pad = pad + dil * (k - 1)
+    if dtype == "int8":
+        act = act if act in ("", "Relu", "Clip") else "Relu"
+    rng = np.random.default_rng(seed)
+    g, feeds = depthwise_case(rng, dtype, n, c, h, w, k, stride, pad, dil, layout, act, residual, bias)
+    res = run_three_ways(g, feeds, threads=1 + seed % 3)
+    assert_native_matches(res, exact=dtype == "int8")
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("act", ["Relu", "Clip", "HardSwish"])
+def test_depthwise_fp32_fused_epilogue(layout, act):
+    rng = np.random.default_rng(len(act))
+    for k, stride in ((3, 1), (3, 2), (5, 1), (5, 2)):
+        g, feeds = depthwise_case(rng, "float32", 1, 19, 9, 8, k, stride, k // 2, 1, layout, act, True)
+        assert_native_matches(run_three_ways(g, feeds), exact=False)
 
 
 # -- whole int8 models -------------------------------------------------------------------------------

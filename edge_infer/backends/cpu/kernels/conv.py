@@ -44,6 +44,7 @@ from ....ir import Node
 from ....ir.padding import resolve_pads
 from ....ir.shape_rules_nn import (channels_last, conv_transpose_geometry, join_layout, split_layout,
                                    window_attrs)
+from ..native import kernels as native_kernels
 from ..registry import kernel
 
 
@@ -327,6 +328,10 @@ def conv(node: Node, ctx) -> Callable[[], None]:
         ctx.note(node, f"pointwise 1x1 matmul ({m}x{c} @ {c}x{p})")
         return _chain([mm, bias])
 
+    if algo == "depthwise":
+        step = native_kernels.fp32_depthwise(node, ctx)     # the native kernel, bias fused, or None
+        if step is not None:
+            return step
     xp, pad_step = padded_input(ctx, x, pads)
     s_n, s_c = xp.strides[:2]
 
@@ -423,6 +428,10 @@ def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
         ctx.note(node, f"NHWC pointwise 1x1 matmul ({n * p}x{c} @ {c}x{m})")
         return _chain([wstep, mm, bias])
 
+    if algo == "depthwise":
+        step = native_kernels.fp32_depthwise(node, ctx)     # the native kernel, bias fused, or None
+        if step is not None:
+            return step
     xp, pad_step = padded_input(ctx, x, pads, last=True)
 
     # -- depthwise: shifted multiply-adds over contiguous channel rows -------------------

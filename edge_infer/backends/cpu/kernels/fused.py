@@ -26,6 +26,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
+from ..native import kernels as native_kernels
 from ..registry import KERNELS, kernel
 from .elementwise import make_erf, native_unary, quiet
 
@@ -201,6 +202,9 @@ def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> 
 @kernel("FusedConv")
 def fused_conv(node: Node, ctx) -> Callable[[], None]:
     """y = act(conv(x, w) + b + z)."""
+    step = native_kernels.fp32_depthwise(node, ctx)     # depthwise with the epilogue fused, or None
+    if step is not None:
+        return step
     z = node.inputs[3] if len(node.inputs) > 3 else ""
     return _fused(node, ctx, "Conv", 3, [(z, "residual")])
 

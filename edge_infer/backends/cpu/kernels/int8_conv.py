@@ -303,14 +303,15 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
 def _native_conv(ctx, node: Node, v: dict):
     """The native kernel (src/int8_gemm.c: packed weights, int32 accumulation, fused epilogue)
     for a group-1 1-D/2-D conv, or None (no library, or a shape it does not take)."""
-    if native.lib is None or v["group"] != 1 or v["nsp"] not in (1, 2):
+    depthwise = v["group"] == v["c"] == v["m"] and v["cg"] == 1 and v["group"] > 1
+    if native.lib is None or (v["group"] != 1 and not depthwise) or v["nsp"] not in (1, 2):
         return None
     kernel, strides, dil, pads, osp, insp = v["kernel"], v["strides"], v["dil"], v["pads"], v["osp"], v["insp"]
     if v["nsp"] == 1:                       # a 1-D conv as a 2-D one of height 1
         kernel, strides, dil, osp, insp = [1] + kernel, [1] + strides, [1] + dil, [1] + list(osp), [1] + list(insp)
         pads = [0, pads[0], 0, pads[1]]
     w, m, c = v["w"], v["m"], v["c"]
-    w_mk = w.reshape(m, c, -1).transpose(0, 2, 1).reshape(m, -1)          # K: (tap, channel)
+    w_mk = w.reshape(m, v["cg"], -1).transpose(0, 2, 1).reshape(m, -1)    # K: (tap, channel)
     z_name = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
     z = ztab = None
     if z_name:
@@ -318,6 +319,18 @@ def _native_conv(ctx, node: Node, v: dict):
     last = v["last"]
     geometry = (v["n"], c, insp[0], insp[1], m, osp[0], osp[1], kernel[0], kernel[1], strides[0], strides[1],
                 dil[0], dil[1], pads[0], pads[1])
+    act = v["act"]
+    if depthwise:
+        dw_geometry = geometry[:4] + geometry[5:]
+        step = native_kernels.depthwise_step(ctx, x=v["x"], y=v["y"], w_ct=w.reshape(c, -1), geometry=dw_geometry,
+                                             nchw=not last, bias=v["bias"], z=z, q=v["q"], shift=v["sh"],
+                                             zp_x=v["zp_x"], zp_y=v["zp_y"], lo=v["lo"], hi=v["hi"], ztab=ztab)
+        if step is not None:
+            ctx.note(node, f"{'NHWC ' if last else ''}int8 native depthwise {'x'.join(map(str, v['kernel']))} "
+                           f"({native_kernels.isa_name()}, int32 accumulation); requantize per channel (MBQM)"
+                           f"{', + residual' if z_name else ''}{', clamp ' + act if act else ''}; "
+                           f"{native_kernels.threads_of(ctx)} thread(s)")
+        return step
     step = native_kernels.int8_conv_step(ctx, x=v["x"], y=v["y"], w_mk=w_mk, bias=v["bias"], q=v["q"],
                                          shift=v["sh"], zp_x=v["zp_x"], zp_y=v["zp_y"], lo=v["lo"], hi=v["hi"],
                                          geometry=geometry, in_nchw=not last, out_nchw=not last, z=z, ztab=ztab)
@@ -325,7 +338,6 @@ def _native_conv(ctx, node: Node, v: dict):
         return None
     algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" else \
         "im2col " + "x".join(map(str, v["kernel"]))
-    act = v["act"]
     ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({native_kernels.kind_name()}, packed "
                    f"weights, int32 accumulation); requantize per channel (MBQM){', + residual' if z_name else ''}"
                    f"{', clamp ' + act if act else ''}; {native_kernels.threads_of(ctx)} thread(s)")

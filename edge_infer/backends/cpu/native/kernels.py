@@ -38,10 +38,14 @@ class Int8AddArgs(ctypes.Structure):
 
 class DepthwiseArgs(ctypes.Structure):
     """``ei_dw_args`` of src/depthwise.c (int8 and fp32)."""
-    _fields_ = ([(f, _P) for f in ("x", "y", "z", "w", "bias", "mult", "shift", "ztab", "pad")]
-                + [(f, _I) for f in ("is_int8", "nchw", "n", "c", "h", "w", "oh", "ow", "kh", "kw",
-                                     "sh", "sw", "pt", "pl", "zp_y", "lo", "hi", "act", "threads")]
+    _fields_ = ([(f, _P) for f in ("x", "y", "z", "wt", "bias", "mult", "shift", "ztab", "pad", "scratch")]
+                + [(f, _I) for f in ("is_int8", "nchw", "n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
+                                     "dh", "dw", "pt", "pl", "zp_x", "zp_y", "lo", "hi", "act", "threads")]
                 + [(f, ctypes.c_float) for f in ("a0", "a1")])
+
+
+#: fused fp32 activations the native depthwise kernel applies (src/depthwise.c ACT_*)
+DW_ACTIVATIONS = {"": 0, "Relu": 1, "Clip": 2, "HardSwish": 3, "HardSigmoid": 4, "LeakyRelu": 5}
 
 
 def _fn(name, restype, *argtypes):
@@ -143,6 +147,121 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     scr = _thread_scratch(ctx, threads, int(need))
     a.scratch = scr.ctypes.data
     return _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr)
+
+
+def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geometry: Sequence[int], nchw: bool,
+                   bias: Optional[np.ndarray] = None, z: Optional[np.ndarray] = None, act: str = "",
+                   params: Sequence[float] = (), q=None, shift=None, zp_x: int = 0, zp_y: int = 0,
+                   lo: int = -128, hi: int = 127, ztab: Optional[np.ndarray] = None
+                   ) -> Optional[Callable[[], None]]:
+    """The native depthwise step (multiplier 1), or None when the node does not qualify.
+
+    ``w_ct``: (C, taps) weights, int8 or float32, taps in (kernel row, kernel column) order;
+    ``geometry``: n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl. int8: ``bias`` is the
+    folded int64 bias, ``q``/``shift``/``zp_*``/``lo``/``hi`` the epilogue, ``ztab`` the
+    residual table; fp32: ``bias`` float32 or None, ``act``/``params`` the fused activation."""
+    if _native.lib is None:
+        return None
+    is_int8 = w_ct.dtype == np.int8
+    c, taps = w_ct.shape
+    for arr in (x, y) + ((z,) if z is not None else ()):
+        if not arr.flags.c_contiguous or arr.dtype != (np.int8 if is_int8 else np.float32):
+            return None
+    if z is not None and z.shape != y.shape:
+        return None
+    threads = threads_of(ctx)
+    a = DepthwiseArgs(x=x.ctypes.data, y=y.ctypes.data, z=_ptr(z), is_int8=int(is_int8), nchw=int(nchw),
+                      threads=threads)
+    for name, v in zip(("n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"), geometry):
+        setattr(a, name, int(v))
+    keep = [x, y, z]
+    if is_int8:
+        bias = np.asarray(bias, np.int64).reshape(-1)
+        if taps * (1 << 14) + int(np.abs(bias).max(initial=0)) >= INT32_LIMIT or not requant_ok(q, shift):
+            return None
+        if z is not None:
+            ztab = residual_table(ztab)
+            if ztab is None:
+                return None
+        wt = np.ascontiguousarray(w_ct if nchw else w_ct.T, np.int16)
+        b32 = bias.astype(np.int32)
+        mult = np.asarray(q, np.int64).astype(np.int32).reshape(-1)
+        sh = np.asarray(shift, np.int64).astype(np.int32).reshape(-1)
+        pad = np.full(c, zp_x, np.int8)
+        a.mult, a.shift, a.zp_x, a.zp_y, a.lo, a.hi = mult.ctypes.data, sh.ctypes.data, zp_x, zp_y, lo, hi
+        if z is not None:
+            a.ztab = ztab.ctypes.data
+        keep += [mult, sh, ztab]
+    else:
+        if act not in DW_ACTIVATIONS:
+            return None
+        wt = np.ascontiguousarray(w_ct if nchw else w_ct.T, np.float32)
+        b32 = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+        pad = np.zeros(c, np.float32)
+        p = [float(np.float32(v)) for v in params] + [0.0, 0.0]
+        a.act, a.a0, a.a1 = DW_ACTIVATIONS[act], p[0], p[1]
+    a.wt, a.bias, a.pad = wt.ctypes.data, _ptr(b32), pad.ctypes.data
+    need = _fn("ei_dw_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
+    scr = _thread_scratch(ctx, threads, int(need))
+    a.scratch = scr.ctypes.data
+    return _native.native_step("ei_depthwise", a, wt, b32, pad, scr, *keep)
+
+
+def fp32_depthwise(node, ctx) -> Optional[Callable[[], None]]:
+    """Conv / FusedConv ``node`` as the native fp32 depthwise kernel (multiplier 1, 1-D/2-D,
+    constant weights, a float32 graph, a fused activation the kernel knows), or None.
+    FusedConv's residual and activation run inside the kernel, in the order of kernels/fused.py."""
+    if _native.lib is None:
+        return None
+    from ..kernels.conv import _conv_geometry          # (kernels.conv imports this module)
+    from ....ir.shape_rules_nn import channels_last
+    if ctx.const(node.inputs[1]) is None or ctx.value(node.inputs[0]).dtype != np.float32:
+        return None
+    last = channels_last(node)
+    x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, last)
+    if not (group == c == m and cg == 1 and group > 1 and nsp in (1, 2) and y.dtype == np.float32):
+        return None
+    act, params, z = "", [], None
+    if node.op == "FusedConv":
+        act = str(node.attrs.get("activation", "") or "")
+        params = [float(p) for p in node.attrs.get("activation_params", []) or []]
+        if act not in DW_ACTIVATIONS or len(params) != {"Clip": 2, "HardSigmoid": 2, "LeakyRelu": 1}.get(act, 0):
+            return None
+        if len(node.inputs) > 3 and node.inputs[3]:
+            z = ctx.value(node.inputs[3])
+            if z.shape != y.shape or z.dtype != np.float32:
+                return None
+    bias = None
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias = ctx.const(node.inputs[2])
+        if bias is None or bias.size != m:
+            return None
+    if nsp == 1:
+        insp, osp, kernel, strides, dil = [1, x.shape[-2 if last else -1]], [1] + list(osp), [1] + list(kernel), \
+            [1] + list(strides), [1] + list(dil)
+        pads = [0, pads[0]]
+    else:
+        insp = list(x.shape[1:3] if last else x.shape[2:])
+    geometry = (n, c, insp[0], insp[1], osp[0], osp[1], kernel[0], kernel[1], strides[0], strides[1],
+                dil[0], dil[1], pads[0], pads[1])
+    step = depthwise_step(ctx, x=x, y=y, w_ct=np.asarray(w, np.float32).reshape(c, -1), geometry=geometry,
+                          nchw=not last, bias=bias, z=z, act=act, params=params)
+    if step is not None:
+        extra = ", ".join(([("residual")] if z is not None else []) + ([act] if act else []))
+        ctx.note(node, f"{'NHWC ' if last else ''}depthwise {'x'.join(map(str, kernel[-nsp:]))} native "
+                       f"(fp32, {isa_name()}, per-tap multiply-adds in the numpy kernel's order)"
+                       f"{'; fused ' + extra if extra else ''}; {threads_of(ctx)} thread(s)")
+    return step
+
+
+def isa_name() -> str:
+    """The SIMD the run-time dispatched kernels use under the current ISA mask."""
+    f = _native.features()
+    if f.get("avx2") and _native.lib.ei_rq_simd():
+        return "AVX2"
+    if f.get("neon") and _native.lib.ei_rq_simd():
+        return "NEON"
+    return "scalar"
 
 
 def kind_name() -> str:

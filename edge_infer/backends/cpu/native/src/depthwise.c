@@ -1,0 +1,298 @@
+/* Depthwise convolution (group == channels, multiplier 1), int8 and fp32, NHWC and NCHW,
+ * any kernel size, stride and dilation (the numpy kernels' geometry), fused epilogues:
+ *   fp32: y = act(sum_taps x*w + bias [+ z])   act: Relu, Clip, HardSwish, HardSigmoid, LeakyRelu
+ *   int8: y = requant(sum_taps x*w + folded bias [, residual], clamp)   (ei_int8.h)
+ *
+ * fp32 follows the numpy kernel's arithmetic exactly: tap products added one tap at a time in
+ * (kernel row, kernel column) order, separately rounded (fp-contract off: no FMA), then the
+ * bias, the residual, the activation as kernels/fused.py evaluates it; padding reads 0 (fp32)
+ * or zp_x (int8, whose zero-point term is folded into the bias at prepare).
+ *
+ * The loops run over contiguous channels (NHWC) or output columns (NCHW) so that they
+ * vectorize; each body is compiled three times: scalar (vectorizer off: the reference),
+ * AVX2 (x86-64, chosen at run time) and baseline NEON (aarch64). The vectorized instances do
+ * the same IEEE operations per element, so they agree with the scalar one bit for bit.
+ */
+#pragma GCC optimize("fp-contract=off")
+#include "ei_int8.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_HARDSWISH = 3, ACT_HARDSIGMOID = 4, ACT_LEAKYRELU = 5 };
+
+typedef struct {
+    const void *x;
+    void *y;
+    const void *z;              /* residual (y's shape and layout) or NULL */
+    const void *wt;             /* int8: int16 weights; fp32: float. NHWC (taps, C); NCHW (C, taps) */
+    const void *bias;           /* int8: folded int32; fp32: float or NULL */
+    const int32_t *mult, *shift, *ztab;
+    const void *pad;            /* NHWC: one row of C pad values (zp_x int8 / 0.0f) */
+    void *scratch;              /* threads * ei_dw_scratch() bytes */
+    int32_t is_int8, nchw, n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    int32_t zp_x, zp_y, lo, hi, act, threads;
+    float a0, a1;               /* Clip min/max, HardSigmoid alpha/beta, LeakyRelu alpha */
+} ei_dw_args;
+
+EI_API int64_t ei_dw_scratch(const ei_dw_args *a) {
+    if (!a->is_int8) return 64;
+    return a->nchw ? (int64_t)a->ow * 16 + 64 : (int64_t)a->c * 4 + 64;
+}
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* fp32 epilogue on n values at stride 1: v = act(v + b[i] + z[i]); bias/z may be NULL;
+ * bias_one: a single bias value for all (NCHW rows) when bias_vec is NULL */
+INLINE void f32_epilogue(float *y, int n, const float *bias_vec, float bias_one, int has_bias,
+                         const float *z, int act, float a0, float a1) {
+    if (has_bias) {
+        if (bias_vec) for (int i = 0; i < n; i++) y[i] = y[i] + bias_vec[i];
+        else for (int i = 0; i < n; i++) y[i] = y[i] + bias_one;
+    }
+    if (z) for (int i = 0; i < n; i++) y[i] = y[i] + z[i];
+    switch (act) {
+    case ACT_RELU:
+        for (int i = 0; i < n; i++) { float v = y[i]; y[i] = 0.0f > v ? 0.0f : v; }
+        break;
+    case ACT_CLIP:
+        for (int i = 0; i < n; i++) { float v = y[i]; v = a0 > v ? a0 : v; y[i] = a1 < v ? a1 : v; }
+        break;
+    case ACT_HARDSWISH:
+        for (int i = 0; i < n; i++) {
+            float v = y[i], t = v * (float)(1.0 / 6.0);
+            t = t + 0.5f;
+            t = 0.0f > t ? 0.0f : t;
+            t = 1.0f < t ? 1.0f : t;
+            y[i] = t * v;
+        }
+        break;
+    case ACT_HARDSIGMOID:
+        for (int i = 0; i < n; i++) {
+            float t = y[i] * a0;
+            t = t + a1;
+            t = 0.0f > t ? 0.0f : t;
+            y[i] = 1.0f < t ? 1.0f : t;
+        }
+        break;
+    case ACT_LEAKYRELU:
+        if (a0 <= 1.0f) for (int i = 0; i < n; i++) { float v = y[i], t = v * a0; y[i] = v >= t ? v : t; }
+        else for (int i = 0; i < n; i++) { float v = y[i], t = v * a0; y[i] = v <= t ? v : t; }
+        break;
+    default:
+        break;
+    }
+}
+
+/* one output row (b, oy) of an NHWC depthwise conv */
+INLINE void dw_row_nhwc(const ei_dw_args *a, int64_t row, char *scratch, int simd) {
+    int b = (int)(row / a->oh), oy = (int)(row % a->oh), C = a->c;
+    int taps = a->kh * a->kw;
+    for (int ox = 0; ox < a->ow; ox++) {
+        int64_t opix = ((int64_t)b * a->oh + oy) * a->ow + ox;
+        if (a->is_int8) {
+            int32_t *acc = (int32_t *)scratch;
+            const int16_t *w = (const int16_t *)a->wt;
+            for (int t = 0; t < taps; t++) {
+                int ky = t / a->kw, kx = t % a->kw;
+                int iy = oy * a->sh - a->pt + ky * a->dh, ix = ox * a->sw - a->pl + kx * a->dw;
+                const int8_t *xr = (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) ? (const int8_t *)a->pad
+                    : (const int8_t *)a->x + (((int64_t)b * a->h + iy) * a->w + ix) * C;
+                const int16_t *wr = w + (int64_t)t * C;
+                if (t == 0) for (int ch = 0; ch < C; ch++) acc[ch] = (int32_t)(int16_t)(xr[ch] * wr[ch]);
+                else for (int ch = 0; ch < C; ch++) acc[ch] += (int32_t)(int16_t)(xr[ch] * wr[ch]);
+            }
+            ei_rq rq = { (const int32_t *)a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
+            ei_rq_run(simd, &rq, acc, 0, C, (int8_t *)a->y + opix * C, 1,
+                      a->z ? (const int8_t *)a->z + opix * C : NULL);
+        } else {
+            float *y = (float *)a->y + opix * C;
+            const float *w = (const float *)a->wt;
+            for (int t = 0; t < taps; t++) {
+                int ky = t / a->kw, kx = t % a->kw;
+                int iy = oy * a->sh - a->pt + ky * a->dh, ix = ox * a->sw - a->pl + kx * a->dw;
+                const float *xr = (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) ? (const float *)a->pad
+                    : (const float *)a->x + (((int64_t)b * a->h + iy) * a->w + ix) * C;
+                const float *wr = w + (int64_t)t * C;
+                if (t == 0) for (int ch = 0; ch < C; ch++) y[ch] = xr[ch] * wr[ch];
+                else for (int ch = 0; ch < C; ch++) y[ch] = y[ch] + xr[ch] * wr[ch];
+            }
+            f32_epilogue(y, C, (const float *)a->bias, 0.0f, a->bias != NULL,
+                         a->z ? (const float *)a->z + opix * C : NULL, a->act, a->a0, a->a1);
+        }
+    }
+}
+
+/* one output row (b, ch, oy) of an NCHW depthwise conv: taps outer, output columns inner */
+INLINE void dw_row_nchw(const ei_dw_args *a, int64_t row, char *scratch, int simd) {
+    int oy = (int)(row % a->oh);
+    int64_t plane = row / a->oh;                 /* b * C + ch */
+    int ch = (int)(plane % a->c), OW = a->ow, taps = a->kh * a->kw;
+    int64_t in_off = plane * a->h * a->w, out_off = (plane * a->oh + oy) * (int64_t)OW;
+    /* columns [ox0, ox1) read inside the image for kernel column kx */
+    for (int t = 0; t < taps; t++) {
+        int ky = t / a->kw, kx = t % a->kw;
+        int iy = oy * a->sh - a->pt + ky * a->dh;
+        int rowvalid = iy >= 0 && iy < a->h;
+        int off = kx * a->dw - a->pl;            /* ix = ox * sw + off */
+        int ox0 = off >= 0 ? 0 : (-off + a->sw - 1) / a->sw;
+        int ox1 = a->w - off <= 0 ? 0 : (a->w - off + a->sw - 1) / a->sw;
+        if (!rowvalid || ox0 > OW) ox0 = OW;
+        if (ox1 > OW) ox1 = OW;
+        if (ox1 < ox0) ox1 = ox0;
+        if (a->is_int8) {
+            int32_t *acc = (int32_t *)scratch;
+            int32_t wv = ((const int16_t *)a->wt)[(int64_t)ch * taps + t];
+            int32_t pz = a->zp_x * wv;
+            const int8_t *xr = (const int8_t *)a->x + in_off + (int64_t)(rowvalid ? iy : 0) * a->w + off;
+            if (t == 0) {
+                for (int ox = 0; ox < ox0; ox++) acc[ox] = pz;
+                for (int ox = ox0; ox < ox1; ox++) acc[ox] = xr[ox * a->sw] * wv;
+                for (int ox = ox1; ox < OW; ox++) acc[ox] = pz;
+            } else {
+                for (int ox = 0; ox < ox0; ox++) acc[ox] += pz;
+                for (int ox = ox0; ox < ox1; ox++) acc[ox] += xr[ox * a->sw] * wv;
+                for (int ox = ox1; ox < OW; ox++) acc[ox] += pz;
+            }
+        } else {
+            float *y = (float *)a->y + out_off;
+            float wv = ((const float *)a->wt)[(int64_t)ch * taps + t], pz = 0.0f * wv;
+            const float *xr = (const float *)a->x + in_off + (int64_t)(rowvalid ? iy : 0) * a->w + off;
+            if (t == 0) {
+                for (int ox = 0; ox < ox0; ox++) y[ox] = pz;
+                for (int ox = ox0; ox < ox1; ox++) y[ox] = xr[ox * a->sw] * wv;
+                for (int ox = ox1; ox < OW; ox++) y[ox] = pz;
+            } else {
+                for (int ox = 0; ox < ox0; ox++) y[ox] = y[ox] + pz;
+                for (int ox = ox0; ox < ox1; ox++) y[ox] = y[ox] + xr[ox * a->sw] * wv;
+                for (int ox = ox1; ox < OW; ox++) y[ox] = y[ox] + pz;
+            }
+        }
+    }
+    if (a->is_int8) {
+        int32_t *acc = (int32_t *)scratch, *q = acc + OW, *s = q + OW, *bb = s + OW;
+        for (int ox = 0; ox < OW; ox++) {
+            q[ox] = a->mult[ch]; s[ox] = a->shift[ch]; bb[ox] = ((const int32_t *)a->bias)[ch];
+        }
+        ei_rq rq = { bb, q, s, a->ztab, a->zp_y, a->lo, a->hi };
+        ei_rq_run(simd, &rq, acc, 0, OW, (int8_t *)a->y + out_off, 1,
+                  a->z ? (const int8_t *)a->z + out_off : NULL);
+    } else {
+        float bias = a->bias ? ((const float *)a->bias)[ch] : 0.0f;
+        f32_epilogue((float *)a->y + out_off, OW, NULL, bias, a->bias != NULL,
+                     a->z ? (const float *)a->z + out_off : NULL, a->act, a->a0, a->a1);
+    }
+}
+
+INLINE void dw_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int simd) {
+    if (a->nchw) for (int64_t r = r0; r < r1; r++) dw_row_nchw(a, r, scratch, simd);
+    else for (int64_t r = r0; r < r1; r++) dw_row_nhwc(a, r, scratch, simd);
+}
+
+__attribute__((optimize("no-tree-vectorize")))
+static void dw_rows_scalar(const ei_dw_args *a, int64_t r0, int64_t r1, char *s) { dw_rows(a, r0, r1, s, 0); }
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma")))
+static void dw_rows_avx2(const ei_dw_args *a, int64_t r0, int64_t r1, char *s) { dw_rows(a, r0, r1, s, 1); }
+#elif defined(__aarch64__)
+static void dw_rows_neon(const ei_dw_args *a, int64_t r0, int64_t r1, char *s) { dw_rows(a, r0, r1, s, 1); }
+#endif
+
+typedef void (*rows_fn)(const ei_dw_args *, int64_t, int64_t, char *);
+typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; } dw_ctx;
+
+static void dw_slots(void *vctx, int64_t s0, int64_t s1) {
+    const dw_ctx *c = (const dw_ctx *)vctx;
+    for (int64_t s = s0; s < s1; s++) {
+        int64_t r0 = c->rows * s / c->slots, r1 = c->rows * (s + 1) / c->slots;
+        c->fn(c->a, r0, r1, (char *)c->a->scratch + s * c->per);
+    }
+}
+
+static rows_fn pick(void) {
+#if defined(__x86_64__)
+    if (ei_has(EI_AVX2)) return dw_rows_avx2;
+#elif defined(__aarch64__)
+    if (ei_has(EI_NEON)) return dw_rows_neon;
+#endif
+    return dw_rows_scalar;
+}
+
+EI_API void ei_depthwise(const ei_dw_args *a) {
+    dw_ctx c = { a, pick(), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a) };
+    int t = a->threads < 1 ? 1 : a->threads;
+    c.slots = (int)EI_MIN((int64_t)t, c.rows);
+    if (c.slots < 1) return;
+    ei_parallel_for(c.slots, 1, dw_slots, &c, c.slots);
+}
+
+/* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */
+static uint64_t st_state;
+static uint32_t st_rand(void) {
+    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(st_state >> 33);
+}
+
+EI_API int ei_selftest_depthwise(void) {
+    int fails = 0;
+    st_state = 4242;
+    if (pick() == dw_rows_scalar) return 0;
+    for (int trial = 0; trial < 48; trial++) {
+        ei_dw_args a;
+        memset(&a, 0, sizeof a);
+        a.is_int8 = trial & 1; a.nchw = (trial >> 1) & 1;
+        a.n = 1 + (int)(st_rand() % 2); a.c = 1 + (int)(st_rand() % 41);
+        a.h = 1 + (int)(st_rand() % 12); a.w = 1 + (int)(st_rand() % 12);
+        a.kh = a.kw = (trial % 3 == 2) ? 5 : 3;
+        a.sh = a.sw = 1 + (int)(st_rand() % 2); a.dh = a.dw = 1;
+        a.pt = a.pl = a.kh / 2;
+        a.oh = (a.h + 2 * a.pt - a.kh) / a.sh + 1; a.ow = (a.w + 2 * a.pl - a.kw) / a.sw + 1;
+        if (a.oh < 1 || a.ow < 1) continue;
+        a.act = (int)(st_rand() % 6); a.a0 = 0.0f; a.a1 = 6.0f;
+        if (a.act == ACT_HARDSIGMOID) { a.a0 = 0.2f; a.a1 = 0.5f; }
+        if (a.act == ACT_LEAKYRELU) a.a0 = 0.1f;
+        a.zp_x = (int32_t)(st_rand() % 256) - 128; a.zp_y = (int32_t)(st_rand() % 256) - 128;
+        a.lo = -128; a.hi = 127 - (trial % 4) * 10;
+        a.threads = 1 + trial % 3;
+        int taps = a.kh * a.kw, C = a.c;
+        int64_t xs = (int64_t)a.n * C * a.h * a.w, ys = (int64_t)a.n * C * a.oh * a.ow;
+        size_t es = a.is_int8 ? 1 : 4;
+        char *x = malloc(xs * es), *z = malloc(ys * es), *y0 = malloc(ys * es), *y1 = malloc(ys * es);
+        char *wt = malloc((size_t)taps * C * 4), *bias = malloc((size_t)C * 4), *pad = malloc((size_t)C * 4);
+        int32_t *mult = malloc(4 * C), *shift = malloc(4 * C), ztab[256];
+        for (int i = 0; i < 256; i++) ztab[i] = (int32_t)(st_rand() % 300) - 150;
+        for (int64_t i = 0; i < xs; i++) {
+            if (a.is_int8) ((int8_t *)x)[i] = (int8_t)st_rand();
+            else ((float *)x)[i] = (float)((int32_t)(st_rand() % 20001) - 10000) * 1e-3f;
+        }
+        for (int64_t i = 0; i < ys; i++) {
+            if (a.is_int8) ((int8_t *)z)[i] = (int8_t)st_rand();
+            else ((float *)z)[i] = (float)((int32_t)(st_rand() % 2001) - 1000) * 1e-3f;
+        }
+        for (int i = 0; i < taps * C; i++) {
+            if (a.is_int8) ((int16_t *)wt)[i] = (int16_t)((int32_t)(st_rand() % 255) - 127);
+            else ((float *)wt)[i] = (float)((int32_t)(st_rand() % 2001) - 1000) * 1e-3f;
+        }
+        for (int i = 0; i < C; i++) {
+            if (a.is_int8) { ((int32_t *)bias)[i] = (int32_t)(st_rand() % 40000) - 20000; ((int8_t *)pad)[i] = (int8_t)a.zp_x; }
+            else { ((float *)bias)[i] = (float)((int32_t)(st_rand() % 2001) - 1000) * 1e-3f; ((float *)pad)[i] = 0.0f; }
+            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
+            shift[i] = -(int32_t)(5 + st_rand() % 10);
+        }
+        a.x = x; a.wt = wt; a.bias = (trial % 5 == 4 && !a.is_int8) ? NULL : bias; a.mult = mult; a.shift = shift;
+        a.pad = pad;
+        if (trial % 4 >= 2) { a.z = z; if (a.is_int8) a.ztab = ztab; }
+        char *scr = malloc((size_t)(ei_dw_scratch(&a) * a.threads));
+        a.scratch = scr;
+        memset(y0, 0, ys * es); memset(y1, 0, ys * es);
+        a.y = y0;
+        dw_ctx c = { &a, dw_rows_scalar, (int64_t)a.n * (a.nchw ? a.c : 1) * a.oh, 1, ei_dw_scratch(&a) };
+        dw_slots(&c, 0, 1);
+        a.y = y1;
+        ei_depthwise(&a);
+        if (memcmp(y0, y1, ys * es) != 0) fails++;
+        free(x); free(z); free(y0); free(y1); free(wt); free(bias); free(pad); free(mult); free(shift); free(scr);
+    }
+    return fails;
+}
