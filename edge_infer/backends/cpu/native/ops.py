@@ -147,6 +147,23 @@ def softmax_step(x: np.ndarray, y: np.ndarray, axis: int, threads: int = 1) -> O
     return native_step("ei_softmax_f32", args, x, y)
 
 
+def _long_inner(shape, ss, ds, elsize):
+    """Dims reordered so the innermost loop is long and contiguous on one side: a transpose
+    whose destination rows are short (NCHW <-> NHWC with few channels, channel shuffles)
+    then reads long contiguous source rows instead of gathering a few elements per row."""
+    if len(shape) < 2 or (shape[-1] >= 16 and elsize in (abs(ss[-1]), abs(ds[-1]))):
+        return shape, ss, ds
+    cands = [k for k in range(len(shape)) if elsize in (abs(ss[k]), abs(ds[k]))]
+    if not cands:
+        return shape, ss, ds
+    k = max(cands, key=lambda j: shape[j])
+    if shape[k] <= shape[-1]:
+        return shape, ss, ds
+    order = [j for j in range(len(shape)) if j != k] + [k]
+    shape, (ss, ds) = _collapse([shape[j] for j in order], [ss[j] for j in order], [ds[j] for j in order])
+    return shape, ss, ds
+
+
 def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callable[[], None]]:
     """``np.copyto(dst, src)`` for each pair, in order, as one native step: any numpy views
     (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging."""
@@ -169,6 +186,7 @@ def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callab
         if dst.size == 0:
             continue
         shape, (ss, ds) = _collapse(dst.shape, src.strides, dst.strides)
+        shape, ss, ds = _long_inner(shape, ss, ds, dst.itemsize)
         if len(shape) > MAX_RANK:
             return None
         r = len(shape)

@@ -441,29 +441,34 @@ static void copy_one(const ei_copy_desc *d) {
     int r = d->rank;
     int64_t es = d->elsize;
     if (r == 0) { memmove(d->dst, d->src, (size_t)es); return; }
-    int64_t inner = d->shape[r - 1];
-    int contig = d->ss[r - 1] == es && d->ds[r - 1] == es;
+    int64_t inner = d->shape[r - 1], ss = d->ss[r - 1], ds = d->ds[r - 1];
+    int contig = ss == es && ds == es;
     int64_t rows = 1;
     for (int k = 0; k < r - 1; k++) rows *= d->shape[k];
     if (inner == 0 || rows == 0) return;
+    int64_t idx[EI_MAX_RANK] = {0};
+    const char *s = d->src;
+    char *t = d->dst;
     for (int64_t row = 0; row < rows; row++) {
-        int64_t os = 0, od = 0, rem = row;
-        for (int k = r - 2; k >= 0; k--) {
-            int64_t idx = rem % d->shape[k];
-            rem /= d->shape[k];
-            os += idx * d->ss[k];
-            od += idx * d->ds[k];
+        if (contig) {
+            memmove(t, s, (size_t)(inner * es));
+        } else {
+            switch (es) {
+            case 4: for (int64_t i = 0; i < inner; i++) *(uint32_t *)(t + i * ds) = *(const uint32_t *)(s + i * ss); break;
+            case 1: for (int64_t i = 0; i < inner; i++) t[i * ds] = s[i * ss]; break;
+            case 2: for (int64_t i = 0; i < inner; i++) *(uint16_t *)(t + i * ds) = *(const uint16_t *)(s + i * ss); break;
+            case 8: for (int64_t i = 0; i < inner; i++) *(uint64_t *)(t + i * ds) = *(const uint64_t *)(s + i * ss); break;
+            default: for (int64_t i = 0; i < inner; i++) memcpy(t + i * ds, s + i * ss, (size_t)es);
+            }
         }
-        const char *s = d->src + os;
-        char *t = d->dst + od;
-        if (contig) { memmove(t, s, (size_t)(inner * es)); continue; }
-        int64_t ss = d->ss[r - 1], ds = d->ds[r - 1];
-        switch (es) {
-        case 4: for (int64_t i = 0; i < inner; i++) *(uint32_t *)(t + i * ds) = *(const uint32_t *)(s + i * ss); break;
-        case 1: for (int64_t i = 0; i < inner; i++) t[i * ds] = s[i * ss]; break;
-        case 2: for (int64_t i = 0; i < inner; i++) *(uint16_t *)(t + i * ds) = *(const uint16_t *)(s + i * ss); break;
-        case 8: for (int64_t i = 0; i < inner; i++) *(uint64_t *)(t + i * ds) = *(const uint64_t *)(s + i * ss); break;
-        default: for (int64_t i = 0; i < inner; i++) memcpy(t + i * ds, s + i * ss, (size_t)es);
+        /* next row: odometer over the outer dims */
+        for (int k = r - 2; k >= 0; k--) {
+            s += d->ss[k];
+            t += d->ds[k];
+            if (++idx[k] < d->shape[k]) break;
+            s -= d->ss[k] * d->shape[k];
+            t -= d->ds[k] * d->shape[k];
+            idx[k] = 0;
         }
     }
 }
