@@ -239,6 +239,29 @@ def test_depthwise_fp32_fused_epilogue(layout, act):
         assert_native_matches(run_three_ways(g, feeds), exact=False)
 
 
+# -- int8 Add ----------------------------------------------------------------------------------------
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 31), shape=st.sampled_from([(1,), (7,), (2, 3, 5), (1, 14, 14, 96), (300, 257)]),
+       op=st.sampled_from(["Add", "Sub"]), const_b=st.booleans())
+def test_int8_add_random(seed, shape, op, const_b):
+    rng = np.random.default_rng(seed)
+    q = [(float(np.float32(rng.uniform(0.002, 0.5))), int(rng.integers(-128, 128))) for _ in range(3)]
+    a = rng.integers(-128, 128, shape).astype(np.int8)
+    b = rng.integers(-128, 128, shape).astype(np.int8)
+    g, feeds = one_node(op, [("a", a, qd(*q[0])), ("b", b, qd(*q[1]))], qd(*q[2]), {}, {"b"} if const_b else set())
+    assert_native_matches(run_three_ways(g, feeds, threads=1 + seed % 2))
+
+
+def test_int8_add_every_value_pair():
+    """All 65536 (a, b) pairs, scales that make the sum saturate both ways."""
+    v = np.arange(-128, 128, dtype=np.int8)
+    a, b = np.meshgrid(v, v)
+    for qs in [((0.1, -3), (0.02, 17), (0.05, 4)), ((0.5, 0), (0.5, 0), (0.01, -100)), ((0.004, 127), (1.0, -128), (0.3, 9))]:
+        g, feeds = one_node("Add", [("a", a.copy(), qd(*qs[0])), ("b", b.copy(), qd(*qs[1]))], qd(*qs[2]), {}, set())
+        assert_native_matches(run_three_ways(g, feeds))
+
+
 # -- whole int8 models -------------------------------------------------------------------------------
 
 _RUN_WITHOUT_NATIVE = """

@@ -24,6 +24,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
+from ..native import kernels as native_kernels
 from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
                           requantize, round_half_away, scratch)
 
@@ -216,6 +217,11 @@ def int8_add(node: Node, ctx) -> Callable[[], None]:
     s2, zp2 = per_tensor(ctx, node.inputs[1], "B")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
     (q1, sh1), (q2, sh2), (qy, shy) = add_params(s1, s2, s_y, node.op == "Sub")
+    step = native_kernels.int8_add_step(ctx, a, b, y, [(zp1, q1, sh1), (zp2, q2, sh2)], qy, shy, zp_y)
+    if step is not None:
+        ctx.note(node, f"int8 {node.op} native ({native_kernels.isa_name()}; TFLite: each input's "
+                       f"(x - zp) << {LEFT_SHIFT} rescaled through a 256-entry table, summed, requantized)")
+        return step
     shape = y.shape
     steps = []
     scaled = []
