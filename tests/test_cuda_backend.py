@@ -494,8 +494,7 @@ def test_gpu_digits_fp32_and_int8(digits_graphs):
                     assert np.linalg.norm(out[k] - r) / np.linalg.norm(r) <= REL, (layout, k)
 
 
-@pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50", "light_inception_v1", "light_densenet121",
-                                  "light_shufflenet", "light_bvlc_alexnet"])
+@pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50", "light_inception_v1", "light_shufflenet"])
 def test_gpu_light_models(name):
     dev = _gpu()
     onnx = pytest.importorskip("onnx")
