@@ -170,7 +170,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         from .sparse import prune_model
         optimized, sreport["pruning"] = prune_model(
             optimized, sparsity, sparse_pattern, sparse_layers, sparse_scope, sparse_max_accuracy_drop,
-            calib=None if calib == "random" else calib, calib_samples=calib_samples, calib_recipe=calib_recipe)
+            calib=None if isinstance(calib, str) and calib == "random" else calib, calib_samples=calib_samples,
+            calib_recipe=calib_recipe)
     qreport = None
     if quantize is not None:     # after the fp32 optimization and its verification
         from .quantize import quantize_model

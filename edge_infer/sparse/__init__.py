@@ -21,7 +21,7 @@ def _feeds(graph: Graph, calib, calib_samples, calib_recipe) -> List[Dict[str, n
     from ..quantize.calibration import load_calibration, random_feeds
     if calib is None:
         return random_feeds(graph, int(calib_samples or 16), seed=7)
-    return load_calibration(calib, graph, samples=calib_samples or 64, recipe=calib_recipe)
+    return load_calibration(calib, graph, samples=calib_samples or 256, recipe=calib_recipe)
 
 
 def prune_model(graph: Graph, sparsity: Optional[float] = None, pattern: str = "unstructured",

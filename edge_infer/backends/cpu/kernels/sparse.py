@@ -176,6 +176,9 @@ def row_structure(s: SparseArray, transposed: bool) -> Tuple[np.ndarray, np.ndar
     least one entry (an explicit zero where it has none: reduceat needs it)."""
     if s.encoding == "csr" and not transposed:
         counts = np.diff(s.indptr.astype(np.int64))
+        if counts.all() and np.all(s.values):   # no empty row, no bridge: the structure as stored
+            starts = s.indptr[:-1].astype(np.int64)
+            return starts, segment_cumsum(s.indices, s.indptr).astype(np.intp, copy=False), s.values
         r = np.repeat(np.arange(s.rows, dtype=np.int64), counts)
         c = segment_cumsum(s.indices, s.indptr)
         v = s.values
@@ -216,22 +219,58 @@ def row_sums(s: SparseArray, transposed: bool) -> np.ndarray:
     return out
 
 
+CHUNK_NNZ = 1 << 20
+
+
+def csr_row_chunks(s: SparseArray, limit: int = CHUNK_NNZ) -> List[Tuple[int, int, SparseArray]]:
+    """A big CSR matrix as (row0, row1, CSR of those rows) pieces of about ``limit`` entries
+    (views of the encoding): the numpy path's row structure and scratch stay per piece."""
+    ip = s.indptr
+    out, r0 = [], 0
+    while r0 < s.rows:
+        r1 = int(np.searchsorted(ip, ip[r0] + limit, side="right")) - 1
+        r1 = min(s.rows, max(r1, r0 + 1))
+        a, b = int(ip[r0]), int(ip[r1])
+        out.append((r0, r1, SparseArray("csr", (r1 - r0, s.cols), s.dtype, indptr=(ip[r0:r1 + 1] - a).astype(np.int32),
+                                        indices=s.indices[a:b], values=s.values[a:b])))
+        r0 = r1
+    return out
+
+
 def numpy_product(ctx, s: SparseArray, transposed: bool, xv: np.ndarray, yv: np.ndarray,
-                  compute=np.float32) -> Callable[[], None]:
+                  compute=np.float32, scratch: Optional[dict] = None) -> Callable[[], None]:
     """Y (R, P view) = S' X (K, P view) with numpy: gather, scale, segment sums, in pixel
     tiles sized so the gathered block stays about 2 MB."""
+    if s.encoding == "csr" and not transposed and s.indices.size > CHUNK_NNZ:
+        shared: dict = {}
+        parts = [numpy_product(ctx, piece, False, xv, yv[r0:r1], compute, shared)
+                 for r0, r1, piece in csr_row_chunks(s)]
+
+        def run_parts():
+            for part in parts:
+                part()
+        return run_parts
     starts, cols, vals = row_structure(s, transposed)
     vals = np.asarray(vals, compute)
     nnz = cols.size
     p = xv.shape[1]
-    tile = max(16, min(p, (1 << 19) // max(nnz, 1)))
+    tile = min(p, max(16, (1 << 19) // max(nnz, 1)))
     take, mul, reduceat, copyto = np.take, np.multiply, np.add.reduceat, np.copyto
     direct = yv.dtype == compute
+
+    def workspace(n, dtype, role):
+        """A flat scratch of n items, shared by the pieces of one product."""
+        if scratch is None:
+            return ctx.workspace((n,), dtype)
+        buf = scratch.get(role)
+        if buf is None or buf.size < n:
+            buf = scratch[role] = ctx.workspace((max(n, CHUNK_NNZ * tile),), dtype)
+        return buf[:n]
     if xv.strides[1] == xv.itemsize or p == 1:
         # p contiguous (NCHW): gather rows of X
-        g = ctx.workspace((nnz * tile,), compute)
-        graw = g if xv.dtype == compute else ctx.workspace((nnz * tile,), xv.dtype)
-        tmp = None if direct else ctx.workspace((yv.shape[0] * tile,), compute)
+        g = workspace(nnz * tile, compute, "g")
+        graw = g if xv.dtype == compute else workspace(nnz * tile, xv.dtype, "graw")
+        tmp = None if direct else workspace(yv.shape[0] * tile, compute, "tmp")
         v2 = vals[:, None]
         jobs = []
         for p0 in range(0, p, tile):
