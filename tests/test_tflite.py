@@ -354,10 +354,9 @@ def test_decode_sparse_csr_and_blocks():
                                                            {"format": SPARSE_CSR, "segments": seg, "indices": cols}])
 
 
-def test_sparse_tensors_match_litert():
+def _sparse_model(rng):
     """A CSR-sparse FULLY_CONNECTED weight (LiteRT runs it sparse) and a 4-D sparse conv weight
     with a block map behind DENSIFY, as the TFLite converter writes them."""
-    rng = np.random.default_rng(5)
     w = ModelWriter("sparse")
     x = w.tensor("x", "float32", (1, 4, 4, 8))
     # conv weights (O, H, W, I) = (4, 1, 1, 8), blocks of 4 along I; traversal O, H, W, I/4, block
@@ -388,7 +387,12 @@ def test_sparse_tensors_match_litert():
     w.op("FULLY_CONNECTED", [a, w.tensor("fw", "float32", (6, 64), raw=vals2.astype(np.float32).tobytes(),
                                          sparsity=sp2), w.tensor("fb", "float32", (6,), np.ones(6, np.float32))],
          [y], {"fused_activation_function": ACT_NONE})
-    data = w.finish([x], [y])
+    return w.finish([x], [y]), blk
+
+
+def test_sparse_tensors_match_litert():
+    rng = np.random.default_rng(5)
+    data, blk = _sparse_model(rng)
     feeds = [rng.standard_normal((1, 4, 4, 8)).astype(np.float32)]
     ours, g = run_ours(data, feeds)
     # LiteRT's XNNPACK delegate reads sparse FULLY_CONNECTED weights as if dense (garbage
@@ -562,3 +566,27 @@ def test_reexport_quantized_model(maker):
         for a, b, step in zip(run_litert(again, [x], REF), run_litert(data, [x], REF),
                               (1 / 256, 0.1) if maker == "int8" else (1, 1)):
             assert np.abs(a.astype(np.float64) - b.astype(np.float64)).max() <= step * 1.0001
+
+
+def test_sparse_weights_through_convert_and_export(tmp_path):
+    """Sparse TFLite weights become our encodings in the artifact (convert encodes weights
+    that arrive sparse); exported with sparse=True the FC weights are TFLite-sparse again."""
+    import edge_infer
+    from edge_infer.artifact import load_artifact
+    from edge_infer.sparse import SparseArray
+    rng = np.random.default_rng(5)
+    data, _ = _sparse_model(rng)
+    src = tmp_path / "sparse.tflite"
+    src.write_bytes(data)
+    eim = tmp_path / "sparse.eim"
+    edge_infer.convert(str(src), str(eim))
+    g = load_artifact(str(eim))[0]
+    assert any(isinstance(t.data, SparseArray) for t in g.tensors.values())
+    feeds = [rng.standard_normal((1, 4, 4, 8)).astype(np.float32)]
+    ref = run_litert(data, feeds, NO_DELEGATE)[0]
+    ours = Runtime(str(eim), backend="cpu").run({g.inputs[0]: feeds[0]})[g.outputs[0]]
+    assert rel(ours, ref) < 1e-5
+    dense_file, sparse_file = export_tflite(str(eim)), export_tflite(str(eim), sparse=True)
+    assert rel(run_litert(dense_file, feeds)[0], ref) < 1e-5
+    assert rel(run_litert(sparse_file, feeds, NO_DELEGATE)[0], ref) < 1e-5
+    assert len(sparse_file) < len(dense_file)
