@@ -61,6 +61,7 @@ OPTIONS = {
     "PACK": "PackOptions", "BATCH_MATMUL": "BatchMatMulOptions", "DEPTH_TO_SPACE": "DepthToSpaceOptions",
     "SPACE_TO_DEPTH": "SpaceToDepthOptions", "SQUARED_DIFFERENCE": "SquaredDifferenceOptions",
     "ABS": "AbsOptions", "EXP": "ExpOptions", "NEG": "NegOptions", "POW": "PowOptions",
+    "ARG_MAX": "ArgMaxOptions", "ARG_MIN": "ArgMinOptions",
 }
 
 

@@ -140,6 +140,51 @@ def _float_case(name: str, rng):
         y1, y2 = w.tensor("y1", "float32", (1, 6, 6, 2)), w.tensor("y2", "float32", (1, 6, 6, 2))
         w.op(name, [w.tensor("a", "int32", (), np.array(3)), x], [y1, y2], {"num_splits": 2})
         return w.finish([x], [y1, y2]), feeds
+    elif name == "MIRROR_PAD":
+        y = w.tensor("y", "float32", (1, 8, 7, 4))
+        w.op(name, [x, w.tensor("p", "int32", (4, 2), np.array([[0, 0], [1, 1], [0, 1], [0, 0]]))], [y],
+             {"mode": 0})
+    elif name in ("SQUEEZE", "EXPAND_DIMS"):
+        y = w.tensor("y", "float32", (6, 6, 4) if name == "SQUEEZE" else (1, 6, 1, 6, 4))
+        if name == "SQUEEZE":
+            w.op(name, [x], [y], {"squeeze_dims": [0]})
+        else:
+            w.op(name, [x, w.tensor("a", "int32", (), np.array(2))], [y])
+    elif name == "SLICE":
+        y = w.tensor("y", "float32", (1, 3, 5, 2))
+        w.op(name, [x, w.tensor("b", "int32", (4,), np.array([0, 2, 1, 1])),
+                    w.tensor("s", "int32", (4,), np.array([-1, 3, 5, 2]))], [y])
+    elif name == "PACK":
+        y = w.tensor("y", "float32", (1, 6, 2, 6, 4))
+        w.op(name, [x, x], [y], {"axis": 2, "values_count": 2})
+    elif name == "GATHER":
+        y = w.tensor("y", "float32", (1, 6, 6, 3))
+        w.op(name, [x, w.tensor("i", "int32", (3,), np.array([3, 0, 2]))], [y], {"axis": 3})
+    elif name == "SPLIT_V":
+        y1, y2 = w.tensor("y1", "float32", (1, 6, 1, 4)), w.tensor("y2", "float32", (1, 6, 5, 4))
+        w.op(name, [x, w.tensor("s", "int32", (2,), np.array([1, -1])), w.tensor("a", "int32", (), np.array(2))],
+             [y1, y2], {"num_splits": 2})
+        return w.finish([x], [y1, y2]), feeds
+    elif name == "BATCH_MATMUL":
+        y = w.tensor("y", "float32", (1, 6, 6, 6))
+        w.op(name, [x, x], [y], {"adj_x": False, "adj_y": True})
+    elif name in ("SQUARED_DIFFERENCE", "MAXIMUM", "DIV"):
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        c = f32(1, 1, 6, 4) + (3.0 if name == "DIV" else 0.0)
+        w.op(name, [x, w.tensor("c", "float32", c.shape, c)], [y],
+             {"fused_activation_function": ACT_NONE} if name == "DIV" else None)
+    elif name in ("RSQRT", "EXP", "ELU", "GELU", "LOG_SOFTMAX"):
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        if name == "RSQRT":
+            feeds[0] = np.abs(feeds[0]) + 0.1
+        w.op(name, [x], [y], {"approximate": True} if name == "GELU" else None)
+    elif name in ("SUM", "REDUCE_MAX"):
+        y = w.tensor("y", "float32", (1, 6, 4))
+        w.op(name, [x, w.tensor("a", "int32", (1,), np.array([-2]))], [y], {"keep_dims": False})
+    elif name == "CONV_2D_grouped":
+        y = w.tensor("y", "float32", (1, 6, 6, 6))
+        w.op("CONV_2D", [x, w.tensor("w", "float32", (6, 3, 3, 2), f32(6, 3, 3, 2)),
+                         w.tensor("b", "float32", (6,), f32(6))], [y], conv_opts(SAME, 1, ACT_NONE))
     else:
         raise KeyError(name)
     return w.finish([x], [y]), feeds
@@ -149,7 +194,10 @@ FLOAT_CASES = ["CONV_2D", "CONV_2D_dilated_valid", "DEPTHWISE_CONV_2D", "TRANSPO
                "ADD", "MUL", "SUB", "CONCATENATION", "RESHAPE", "PAD", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN",
                "MEAN_channels", "RESIZE_BILINEAR", "RESIZE_BILINEAR_align", "RESIZE_NEAREST_NEIGHBOR",
                "RESIZE_NEAREST_NEIGHBOR_half", "LOGISTIC", "RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH",
-               "TANH", "PRELU", "SOFTMAX", "STRIDED_SLICE", "TRANSPOSE", "LEAKY_RELU", "SPLIT"]
+               "TANH", "PRELU", "SOFTMAX", "STRIDED_SLICE", "TRANSPOSE", "LEAKY_RELU", "SPLIT", "MIRROR_PAD",
+               "SQUEEZE", "EXPAND_DIMS", "SLICE", "PACK", "GATHER", "SPLIT_V", "BATCH_MATMUL", "SQUARED_DIFFERENCE",
+               "MAXIMUM", "DIV", "RSQRT", "EXP", "ELU", "GELU", "LOG_SOFTMAX", "SUM", "REDUCE_MAX",
+               "CONV_2D_grouped"]
 
 
 @pytest.mark.parametrize("name", FLOAT_CASES)
@@ -590,3 +638,70 @@ def test_sparse_weights_through_convert_and_export(tmp_path):
     assert rel(run_litert(dense_file, feeds)[0], ref) < 1e-5
     assert rel(run_litert(sparse_file, feeds, NO_DELEGATE)[0], ref) < 1e-5
     assert len(sparse_file) < len(dense_file)
+
+
+# -- export of IR forms the importer never produces ----------------------------------------------
+
+def _ir_case(name: str, rng):
+    from edge_infer.ir import Graph
+    g = Graph(name)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)        # noqa: E731
+    g.add_input("x", "float32", (1, 4, 6, 6))                          # NCHW, as ONNX models come
+    c = lambda n, v: g.add_const(n, np.asarray(v)).name                # noqa: E731
+    if name == "ArgMax":
+        g.add_node("ArgMax", ["x"], ["y"], axis=1, keepdims=1, select_last_index=0)
+    elif name == "BatchNormalization":
+        g.add_node("BatchNormalization", ["x", c("s", f32(4)), c("b", f32(4)), c("m", f32(4)),
+                                          c("v", np.abs(f32(4)) + 0.5)], ["y"], epsilon=1e-5, momentum=0.9,
+                   training_mode=0)
+    elif name in ("HardSigmoid", "SiLU"):
+        g.add_node(name, ["x"], ["y"], **({"alpha": 0.3, "beta": 0.4} if name == "HardSigmoid" else {}))
+    elif name == "Gemm":
+        g.add_node("Flatten", ["x"], ["f"], axis=1)
+        g.add_node("Gemm", ["f", c("B", f32(7, 144)), c("C", f32(7))], ["y"], alpha=0.5, beta=2.0, transA=0, transB=1)
+    elif name == "MatMul":
+        g.add_node("MatMul", ["x", c("B", f32(6, 5))], ["y"])
+    elif name == "Resize":
+        g.add_node("Resize", ["x", "", c("sc", np.array([1, 1, 2, 1.5], np.float32))], ["y"], mode="linear",
+                   coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor",
+                   cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, antialias=0,
+                   keep_aspect_ratio_policy="stretch")
+    elif name == "Softmax":
+        g.add_node("Softmax", ["x"], ["y"], axis=1)
+    elif name == "Clip":
+        g.add_node("Clip", ["x", c("lo", np.float32(-0.5)), c("hi", np.float32(0.7))], ["y"])
+    elif name == "Slice":
+        g.add_node("Slice", ["x", c("st", np.array([5, 1], np.int64)), c("en", np.array([-100, 4], np.int64)),
+                             c("ax", np.array([2, 3], np.int64)), c("sp", np.array([-2, 1], np.int64))], ["y"])
+    elif name == "Pad":
+        g.add_node("Pad", ["x", c("p", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64))], ["y"], mode="reflect")
+    elif name == "ConvTranspose":
+        g.add_node("ConvTranspose", ["x", c("w", f32(4, 3, 4, 4)), c("b", f32(3))], ["y"], kernel_shape=[4, 4],
+                   strides=[2, 2], pads=[1, 1, 1, 1], dilations=[1, 1], group=1, auto_pad="NOTSET")
+    elif name == "ConvPads":               # NCHW conv + max pool with explicit pads (ONNX style)
+        g.add_node("Conv", ["x", c("w", f32(5, 4, 3, 3)), c("b", f32(5))], ["a"], kernel_shape=[3, 3],
+                   pads=[0, 1, 2, 1], strides=[2, 2], dilations=[1, 1], group=1, auto_pad="NOTSET")
+        g.add_node("MaxPool", ["a"], ["y"], kernel_shape=[2, 2], pads=[1, 1, 1, 1], strides=[2, 2],
+                   dilations=[1, 1], ceil_mode=0, auto_pad="NOTSET", storage_order=0)
+    else:
+        raise KeyError(name)
+    g.outputs = ["y"]
+    return g
+
+
+IR_CASES = ["ArgMax", "BatchNormalization", "HardSigmoid", "SiLU", "Gemm", "MatMul", "Resize", "Softmax", "Clip",
+            "Slice", "Pad", "ConvTranspose", "ConvPads"]
+
+
+@pytest.mark.parametrize("name", IR_CASES)
+def test_export_ir_op_matches_our_runtime(name):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    g = _ir_case(name, rng)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    ours = Runtime(g, backend="cpu", threads=1).run({"x": x})["y"]
+    ref = run_litert(graph_to_tflite(g), [x])[0]
+    assert ref.shape == ours.shape
+    if name == "ArgMax":
+        np.testing.assert_array_equal(ref, ours)
+    else:
+        assert rel(ref, ours) < 1e-5, name
