@@ -2,7 +2,7 @@
 pool.c) against the numpy kernels they replace, on random shapes, SIMD and scalar paths.
 
 Oracle: the same one-node graph prepared with the native builders switched off
-(``native.ops.lib = None``: every builder returns None and the numpy closure serves).
+(``native.lib = None``: every builder returns None and the numpy closure serves).
 """
 import ctypes
 
@@ -47,7 +47,7 @@ def build(op, inputs, consts=None, attrs=None, n_out=1, native_on=True, monkeypa
     g.outputs = outs
     g = specialize(g, {k: v.shape for k, v in inputs.items()})
     if not native_on:
-        monkeypatch.setattr(native_ops, "lib", None)
+        monkeypatch.setattr(native, "lib", None)
     try:
         ex = CpuBackend().prepare(g, threads=2)
     finally:
@@ -258,3 +258,21 @@ def test_pools_match_numpy(monkeypatch, isa, layout, op, attrs, n, c, h, w, seed
 def test_selftest_simd_against_scalar():
     fn = native.function("ei_selftest_elementwise", restype=ctypes.c_int)
     assert fn() == 0
+
+
+@pytest.mark.parametrize("act,params", [("Relu", []), ("Clip", [0.0, 6.0]), ("LeakyRelu", [0.1]),
+                                        ("HardSwish", []), ("SiLU", []), ("Sigmoid", [])])
+def test_fused_epilogue_matches_numpy(monkeypatch, act, params):
+    # FusedMatMul: y = act(x @ w + bias); FusedConv 1x1 (BLAS base, numpy) + native epilogue
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 17), np.float32)
+    consts = {"w": rng.standard_normal((17, 9), np.float32), "b": rng.standard_normal(9).astype(np.float32)}
+    attrs = {"activation": act, "activation_params": params}
+    fast = build("FusedMatMul", {"x": x}, consts, attrs)
+    slow = build("FusedMatMul", {"x": x}, consts, attrs, native_on=False, monkeypatch=monkeypatch)
+    check(act, fast.run({"x": x}), slow.run({"x": x}), None)
+    xc = {"x": rng.standard_normal((1, 8, 5, 5), np.float32)}
+    consts = {"w": rng.standard_normal((4, 8, 1, 1), np.float32), "b": rng.standard_normal(4).astype(np.float32)}
+    fast = build("FusedConv", xc, consts, attrs)
+    slow = build("FusedConv", xc, consts, attrs, native_on=False, monkeypatch=monkeypatch)
+    check(act, fast.run(xc), slow.run(xc), None)

@@ -68,7 +68,7 @@ def test_tiny_chain_is_one_native_call(monkeypatch):
     assert len(ex.steps) == 300 and len(ex.run_steps) == 1
     profiled, times = ex.run_profiled({"x": x})
     assert len(times) == 300 and times[0][1] == "Add"
-    monkeypatch.setattr(native_ops, "lib", None)
+    monkeypatch.setattr(native, "lib", None)
     ref = Runtime(tiny_chain(), backend="cpu")
     assert len(ref.plan({"x": (1, 8)}).run_steps) == 300
     want = ref.run(x)

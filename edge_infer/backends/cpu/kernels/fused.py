@@ -27,6 +27,7 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ..native import kernels as native_kernels
+from ..native import ops as native_ops
 from ..registry import KERNELS, kernel
 from .elementwise import make_erf, native_unary, quiet
 
@@ -171,10 +172,17 @@ def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> 
     desc = [what for (nm, what) in addends if nm] + ([name] if name else [])
     if desc:
         ctx.notes[node.name] = ctx.notes.get(node.name, base_op) + " + in-place epilogue: " + ", ".join(desc)
-    steps = [base] + [partial(np.add, y, a, out=y) for a in adds]
-    act = activation_step(y, name, params, scratch)
-    if act is not None:
-        steps.append(act)
+    epi = native_ops.epilogue_steps(y, [np.ascontiguousarray(a) for a in adds], name, params, ctx.threads)
+    if epi is not None:
+        steps = [base] + epi
+        fast = native_ops.sequence_step(steps)      # a native base (depthwise, int8): one native step
+        if fast is not None:
+            return fast
+    else:
+        steps = [base] + [partial(np.add, y, a, out=y) for a in adds]
+        act = activation_step(y, name, params, scratch)
+        if act is not None:
+            steps.append(act)
     if len(steps) == 1:
         return base
     if len(steps) == 2:

@@ -477,6 +477,8 @@ void ei_copy(const ei_copy_args *a) {
     for (int64_t k = 0; k < a->count; k++) copy_one(&a->descs[k]);
 }
 
+void ei_seq(const ei_seq_args *a) { ei_run_steps(a->steps, a->n); }
+
 /* ---- self-test: SIMD against scalar on seeded data, odd sizes ------------------------------ */
 
 static uint32_t rng_state = 12345u;

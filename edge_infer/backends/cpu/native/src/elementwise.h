@@ -60,6 +60,10 @@ typedef struct {
     const float *x; float *y; int64_t n, c, p; int32_t op, nhwc, threads, pad_;
 } ei_global_pool_f32_args;
 
+/* a sequence of steps as one step (a fused kernel made of native parts) */
+typedef struct { const ei_step *steps; int64_t n; } ei_seq_args;
+
+EI_API void ei_seq(const ei_seq_args *a);
 EI_API void ei_unary_f32(const ei_unary_f32_args *a);
 EI_API void ei_binary_f32(const ei_binary_f32_args *a);
 EI_API void ei_softmax_f32(const ei_softmax_f32_args *a);
