@@ -376,6 +376,28 @@ def test_fp32_elementwise_pools_softmax_lrn_resize_gemm():
     _compare(g, f, exact=True)
 
 
+def test_kernels_stay_in_bounds_under_address_sanitizer():
+    """The emulator built with AddressSanitizer and every tensor in its own allocation
+    (EDGE_INFER_EMU_SEPARATE): any kernel reading or writing past a tensor aborts the child."""
+    if os.environ.get("EDGE_INFER_EMU_CFLAGS"):
+        pytest.skip("already running under the sanitizer")
+    from edge_infer.backends.cuda.emulator import compiler
+    cxx = compiler()
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    asan = subprocess.run([cxx, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(asan) or not os.path.exists(asan):
+        pytest.skip("the compiler has no AddressSanitizer runtime")
+    env = dict(os.environ, EDGE_INFER_EMU_SEPARATE="1", LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0",
+               EDGE_INFER_EMU_CFLAGS="-fsanitize=address -fno-omit-frame-pointer")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "(conv_fp32_and_int8 and NHWC) or int8_gemm or (digits and nchw-discrete) or pipelined"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    tail = (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0 and "AddressSanitizer" not in tail, tail
+    assert re.search(r"\b(\d+) passed", r.stdout) and int(re.search(r"(\d+) passed", r.stdout).group(1)) >= 8, tail
+
+
 # -- models through the emulator -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

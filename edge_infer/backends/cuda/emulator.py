@@ -134,7 +134,8 @@ def build_library() -> str:
     if cxx is None:
         raise BackendError("the CUDA kernel emulator needs a host C++ compiler (g++ or clang++)")
     text = _source_text()
-    h = hashlib.sha256(text.encode())
+    extra = os.environ.get("EDGE_INFER_EMU_CFLAGS", "").split()     # e.g. -fsanitize=address
+    h = hashlib.sha256((text + " ".join(extra)).encode())
     for p in cu_sources() + [os.path.join(KERNEL_DIR, f) for f in ("common.cuh", "host_shim.h")]:
         h.update(open(p, "rb").read())
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
@@ -148,7 +149,7 @@ def build_library() -> str:
         with open(src, "w") as f:
             f.write(text)
         out = os.path.join(tmp, "emu.so")
-        cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-w", "-I", KERNEL_DIR, src, "-o", out]
+        cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-w", "-I", KERNEL_DIR, *extra, src, "-o", out]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise BackendError("emulator build failed:\n" + r.stderr[-4000:])
@@ -231,10 +232,15 @@ class EmulatedDevice:
 
     name = "emulator"
 
-    def __init__(self, integrated: bool = False):
+    def __init__(self, integrated: bool = False, separate: Optional[bool] = None):
         #: pretend to be a Jetson-class device (mapped inputs/outputs) or a discrete GPU
         self.integrated = integrated
+        #: every tensor in its own allocation instead of a view into the arena (still correct:
+        #: sharing is only a saving), so that AddressSanitizer (EDGE_INFER_EMU_CFLAGS) sees a
+        #: kernel running past one tensor into the next; default from EDGE_INFER_EMU_SEPARATE
+        self.separate = bool(int(os.environ.get("EDGE_INFER_EMU_SEPARATE", "0"))) if separate is None else separate
         self._kernels = {}
+        self._mapped = {}
 
     def describe(self) -> str:
         return f"CPU emulator of the CUDA kernels ({'integrated' if self.integrated else 'discrete'} mode)"
@@ -246,6 +252,8 @@ class EmulatedDevice:
 
     def view(self, base: np.ndarray, offset: int, shape, dtype) -> np.ndarray:
         dt = np.dtype(dtype)
+        if self.separate and id(base) not in self._mapped:
+            return np.zeros(tuple(int(s) for s in shape), dt)
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         return base[offset:offset + n].view(dt).reshape(tuple(int(s) for s in shape))
 
@@ -267,6 +275,7 @@ class EmulatedDevice:
     def mapped_host(self, nbytes: int):
         """(host uint8 view, device uint8 array) of one block of mapped, pinned host memory."""
         buf = self.empty(nbytes)
+        self._mapped[id(buf)] = buf              # views of it must alias: the host writes, kernels read
         return buf, buf
 
     def pinned_host(self, nbytes: int) -> np.ndarray:

@@ -24,13 +24,14 @@ extern "C" __global__ void im2col_f32(const float* x, float* cols, int n, int c,
     i64 p_count = (i64)oh * ow;
     i64 k_count = (i64)c * kh * kw;
     i64 total = (i64)n * k_count * p_count;
+    int p_fastest = cs_p == 1;
     GRID_STRIDE(i, total) {
-        // i enumerates (b, p, k) with k fastest: consecutive threads read neighbouring channels
-        // (NHWC) or taps, and write neighbouring k (the NHWC column layout).
-        i64 k = i % k_count;
-        i64 t = i / k_count;
-        i64 p = t % p_count;
-        i64 b = t / p_count;
+        // consecutive threads write consecutive columns: i enumerates (b, k, p) with p fastest
+        // for the (K, P) layout (NCHW: neighbouring threads also read neighbouring x), else
+        // (b, p, k) with k fastest (NHWC: neighbouring channels)
+        i64 k, p, b;
+        if (p_fastest) { p = i % p_count; i64 t = i / p_count; k = t % k_count; b = t / k_count; }
+        else { k = i % k_count; i64 t = i / k_count; p = t % p_count; b = t / p_count; }
         int kx = (int)(k % kw), ky = (int)((k / kw) % kh);
         i64 ch = k / ((i64)kw * kh);
         int ox = (int)(p % ow), oy = (int)(p / ow);
