@@ -21,7 +21,9 @@ from test_partition import CPU, SubsetBackend, profile, small_graph
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
+    from edge_infer.backends import picker
     monkeypatch.setenv("EDGE_INFER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(picker, "_unsaved", {})
     return tmp_path / "cache"
 
 
@@ -153,8 +155,14 @@ def test_preference_order_breaks_ties_and_native_is_cpu(register):
     assert get_backend("native").name == "cpu"
 
 
-def test_throughput_profile_is_measured_once_and_cached(cache):
-    prof = throughput_profile(CPU, 1)
+def test_throughput_profile_is_measured_once_and_cached(cache, monkeypatch):
+    from edge_infer.backends import picker
+    monkeypatch.setattr(picker, "_load_per_cpu", lambda: 9.0)
+    busy = throughput_profile(CPU, 1)
+    assert busy["load_per_cpu"] == 9.0 and not (cache / "throughput.json").exists()   # a busy machine: not kept
+    assert throughput_profile(CPU, 1) is busy                                         # ... but reused here
+    monkeypatch.setattr(picker, "_load_per_cpu", lambda: 0.5)
+    prof = throughput_profile(CPU, 1, refresh=True)
     for k in ("op_s", "dense_op_s", "run_s", "memory", "transfer", "dense", "grouped"):
         assert prof[k] > 0, k
     assert prof["dense"] > 1e8 and prof["memory"] > 1e8 and prof["op_s"] < 1e-2    # sane magnitudes

@@ -22,6 +22,8 @@ Cache files live in ``$EDGE_INFER_CACHE_DIR``, else ``$XDG_CACHE_HOME/edge_infer
 ``~/.cache/edge_infer``; entries are keyed by a device fingerprint (CPU, board,
 accelerators, edge_infer version), and timings also by a hash of the model's structure
 with its input shapes and the thread count. An unwritable cache only costs re-measuring.
+A profile measured while the machine is busy (load average above 1.5 per CPU) serves the
+process that measured it but is not written, so a later, quieter process measures again.
 """
 from __future__ import annotations
 
@@ -46,7 +48,11 @@ ALIASES = {"native": "cpu", "numpy": "cpu"}
 FALLBACK = "cpu"
 TIE = 0.03
 
+#: a profile measured while the 1-minute load average per CPU exceeds this is not cached on disk
+MAX_LOAD_TO_SAVE = 1.5
+
 _lock = threading.Lock()
+_unsaved: Dict[str, dict] = {}          # profiles measured under load: this process only
 _memory_cache: Dict[str, dict] = {}     # file name -> content, when the cache dir is unwritable
 
 
@@ -121,13 +127,27 @@ def throughput_profile(backend: Backend, threads: int, refresh: bool = False) ->
         prof = data.get(key)
         if prof and not refresh:
             return prof
+    if key in _unsaved and not refresh:
+        return _unsaved[key]
     prof = measure_profile(backend, threads)
     prof["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    prof["load_per_cpu"] = _load_per_cpu()
+    if prof["load_per_cpu"] > MAX_LOAD_TO_SAVE:
+        # measured on a busy machine: good enough for this process, not kept for later ones
+        _unsaved[key] = prof
+        return prof
     with _lock:
         data = _load("throughput.json")
         data[key] = prof
         _save("throughput.json", data)
     return prof
+
+
+def _load_per_cpu() -> float:
+    try:
+        return round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)
+    except (OSError, AttributeError):      # no load average on this platform
+        return 0.0
 
 
 def measured_timings(key: str) -> Dict[str, dict]:

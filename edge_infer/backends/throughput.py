@@ -7,14 +7,14 @@ the same way, transfers and dispatch included):
 ============  ================================================  =====================
 key           graph timed                                        derived
 ============  ================================================  =====================
-dense         Conv 3x3, 32->64 ch, 32x32 (37.7 MFLOP)            FLOP/s of dense ops
+dense         a small CNN: 7x7/2, 3x3, 1x1, 3x3/2 convs (107 MFLOP)  FLOP/s of dense ops
 grouped       depthwise Conv 3x3, 64 ch, 56x56 (3.6 MFLOP)       FLOP/s of grouped conv
 memory        16 chained Add (scalar) on 2 MiB, minus 1          bytes/s of other ops
 op_s          32 chained Add (scalar) on 16 floats, minus 1      seconds per dispatched op
 dense_op_s    8 chained 3x3 Convs on 1x8x4x4, minus 1            seconds per dense op
 run_s         1 Add on 16 floats, minus one op                   fixed seconds per run
 transfer      1 Add on 2 MiB, minus its compute and run_s        host<->device bytes/s
-int8_dense    the dense graph quantized to int8                  FLOP/s of int8 dense ops
+int8_dense    the small CNN quantized to int8                    FLOP/s of int8 dense ops
 int8_memory   Conv + 8 MaxPool 3x3 on 8x128x128, int8        bytes/s of int8 others
 ============  ================================================  =====================
 
@@ -42,7 +42,7 @@ from ..ir import Graph, Node
 from .base import Backend
 
 #: bump when the microbenchmark changes, so cached profiles are re-measured
-MICROBENCH_VERSION = 3
+MICROBENCH_VERSION = 4
 
 DENSE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"})
 INT8 = ("int8", "uint8")
@@ -122,6 +122,29 @@ def _conv_graph(c_in: int, c_out: int, hw: int, group: int) -> Graph:
     g.add_const("b", rng.standard_normal(c_out).astype(np.float32))
     g.add_node("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
                strides=[1, 1], dilations=[1, 1], group=group, auto_pad="NOTSET")
+    g.outputs = ["y"]
+    return g
+
+
+def _mini_cnn() -> Graph:
+    """The convolutions of a small CNN (107 MFLOP): a 7x7/2 stem on 3 channels, 3x3, 1x1 and
+    3x3/2 layers with ReLU, global pooling and a classifier: the layer mix models have."""
+    rng = np.random.default_rng(0)
+    g = Graph("microbench_cnn")
+    g.add_input("x", "float32", (1, 3, 56, 56))
+    prev, c_in = "x", 3
+    for k, (c_out, ks, stride) in enumerate(((32, 7, 2), (64, 3, 1), (128, 1, 1), (128, 3, 2))):
+        g.add_const(f"w{k}", rng.standard_normal((c_out, c_in, ks, ks)).astype(np.float32) * (2.0 / (c_in * ks * ks)) ** 0.5)
+        g.add_const(f"b{k}", np.zeros(c_out, np.float32))
+        g.add_node("Conv", [prev, f"w{k}", f"b{k}"], [f"c{k}"], name=f"conv{k}", kernel_shape=[ks, ks],
+                   pads=[ks // 2] * 4, strides=[stride, stride], dilations=[1, 1], group=1, auto_pad="NOTSET")
+        g.add_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")
+        prev, c_in = f"r{k}", c_out
+    g.add_node("GlobalAveragePool", [prev], ["gap"], name="gap")
+    g.add_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1)
+    g.add_const("wf", rng.standard_normal((c_in, 100)).astype(np.float32) * 0.1)
+    g.add_const("bf", np.zeros(100, np.float32))
+    g.add_node("Gemm", ["flat", "wf", "bf"], ["y"], name="fc", alpha=1.0, beta=1.0, transA=0, transB=0)
     g.outputs = ["y"]
     return g
 
@@ -256,8 +279,8 @@ def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
     t_conv8 = time_graph(backend, chain8, threads, reps=9)
     if t_conv1 is not None and t_conv8 is not None:
         prof["dense_op_s"] = max((t_conv8 - t_conv1) / 7, op_s)
-    graphs = [("dense", _conv_graph(32, 64, 32, 1), None), ("grouped", _conv_graph(64, 64, 56, 64), None),
-              ("int8_dense", _conv_graph(32, 64, 32, 1), "int8"), ("int8_memory", _pool_chain(8), "int8")]
+    graphs = [("dense", _mini_cnn(), None), ("grouped", _conv_graph(64, 64, 56, 64), None),
+              ("int8_dense", _mini_cnn(), "int8"), ("int8_memory", _pool_chain(8), "int8")]
     for key, g, quant in graphs:
         sg = _converted(g)
         if quant:
