@@ -24,6 +24,11 @@ def enabled() -> bool:
     """Whether the native library is loaded (and not switched off)."""
     return _pkg.lib is not None
 
+
+def _has(fn: str) -> bool:
+    """The library is loaded and exports ``fn`` (a library built from older sources may not)."""
+    return _pkg.lib is not None and hasattr(_pkg.lib, fn)
+
 MAX_RANK = 6
 _I64x = ctypes.c_int64 * MAX_RANK
 
@@ -84,7 +89,7 @@ class SeqArgs(ctypes.Structure):
 def sequence_step(steps: Sequence[Callable[[], None]]) -> Optional[Callable[[], None]]:
     """Several native steps as one native step (so a fused kernel made of native parts is
     batched with its neighbours like any other); None unless every step is native."""
-    if _pkg.lib is None or not steps or any(getattr(s, "native_step", None) is None for s in steps):
+    if not _has("ei_seq") or not steps or any(getattr(s, "native_step", None) is None for s in steps):
         return None
     if len(steps) == 1:
         return steps[0]
@@ -105,7 +110,7 @@ def epilogue_steps(y: np.ndarray, addends: Sequence[np.ndarray], activation: str
                    threads: int = 1) -> Optional[List[Callable[[], None]]]:
     """Native in-place epilogue on float32 ``y``: ``y += a`` for each addend (broadcast: bias,
     residual), the activation folded into the last add (or alone); None where not covered."""
-    if _pkg.lib is None or activation not in _EPILOGUE:
+    if not _has("ei_binary_f32") or activation not in _EPILOGUE:
         return None
     op, pp = _EPILOGUE[activation]
     p0, p1 = (float(v) for v in pp(list(params)))
@@ -133,7 +138,7 @@ def unary_step(op: str, x: np.ndarray, y: np.ndarray, threads: int = 1, p0: floa
                p1: float = 0.0) -> Optional[Callable[[], None]]:
     """``y = op(x)`` (same shape, float32); LeakyRelu p0=alpha, Clip p0=lo p1=hi,
     HardSigmoid/HardSwish p0=alpha p1=beta. y may be x."""
-    if _pkg.lib is None or op not in UNARY or not (_f32(x) and _f32(y)) or x.shape != y.shape:
+    if not _has("ei_unary_f32") or op not in UNARY or not (_f32(x) and _f32(y)) or x.shape != y.shape:
         return None
     args = UnaryArgs(x.ctypes.data, y.ctypes.data, y.size, UNARY[op], _threads(threads), p0, p1)
     return native_step("ei_unary_f32", args, x, y)
@@ -165,7 +170,7 @@ def binary_step(op: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, threads: i
                 act: str = "", p0: float = 0.0, p1: float = 0.0) -> Optional[Callable[[], None]]:
     """``y = act(a op b)`` with numpy broadcasting (float32, rank <= 6 after merging dims);
     ``act``/``p0``/``p1`` as in ``unary_step``. y may be a or b."""
-    if _pkg.lib is None or op not in BINARY or act not in UNARY:
+    if not _has("ei_binary_f32") or op not in BINARY or act not in UNARY:
         return None
     if not (_f32(a) and _f32(b) and _f32(y)):
         return None
@@ -188,7 +193,7 @@ def binary_step(op: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, threads: i
 
 def softmax_step(x: np.ndarray, y: np.ndarray, axis: int, threads: int = 1) -> Optional[Callable[[], None]]:
     """Softmax of float32 ``x`` over ``axis`` when every dim after it is 1 (the last axis)."""
-    if _pkg.lib is None or not (_f32(x) and _f32(y)) or x.shape != y.shape or x.size == 0:
+    if not _has("ei_softmax_f32") or not (_f32(x) and _f32(y)) or x.shape != y.shape or x.size == 0:
         return None
     if any(d != 1 for d in x.shape[axis + 1:]):
         return None
@@ -217,7 +222,7 @@ def _long_inner(shape, ss, ds, elsize):
 def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callable[[], None]]:
     """``np.copyto(dst, src)`` for each pair, in order, as one native step: any numpy views
     (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging."""
-    if _pkg.lib is None:
+    if not _has("ei_copy"):
         return None
     descs = []
     keep = []
@@ -253,7 +258,7 @@ def pool2d_step(x: np.ndarray, y: np.ndarray, op: str, kernel: Sequence[int], st
                 threads: int = 1) -> Optional[Callable[[], None]]:
     """2-D MaxPool ("max") / AveragePool ("avg") of float32 (N,C,H,W) or (N,H,W,C) ``x``;
     ``pads`` ONNX order (top, left, bottom, right), resolved; ``y`` planned by the caller."""
-    if _pkg.lib is None or x.ndim != 4 or not (_f32(x) and _f32(y)) or y.size == 0:
+    if not _has("ei_pool2d_f32") or x.ndim != 4 or not (_f32(x) and _f32(y)) or y.size == 0:
         return None
     if nhwc:
         (n, h, w, c), (oh, ow) = x.shape, y.shape[1:3]
@@ -271,7 +276,7 @@ def pool2d_step(x: np.ndarray, y: np.ndarray, op: str, kernel: Sequence[int], st
 def global_pool_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threads: int = 1
                      ) -> Optional[Callable[[], None]]:
     """GlobalAveragePool ("avg") / GlobalMaxPool ("max") of float32 x, (N, C, *sp) or (N, *sp, C)."""
-    if _pkg.lib is None or x.ndim < 3 or not (_f32(x) and _f32(y)) or x.size == 0:
+    if not _has("ei_global_pool_f32") or x.ndim < 3 or not (_f32(x) and _f32(y)) or x.size == 0:
         return None
     n, c = x.shape[0], x.shape[-1] if nhwc else x.shape[1]
     p = x.size // (n * c)
