@@ -22,8 +22,8 @@ Cache files live in ``$EDGE_INFER_CACHE_DIR``, else ``$XDG_CACHE_HOME/edge_infer
 ``~/.cache/edge_infer``; entries are keyed by a device fingerprint (CPU, board,
 accelerators, edge_infer version), and timings also by a hash of the model's structure
 with its input shapes and the thread count. An unwritable cache only costs re-measuring.
-A profile measured while the machine is busy (load average above 1.5 per CPU) serves the
-process that measured it but is not written, so a later, quieter process measures again.
+A profile measured while the machine is busy (load average above 1.5 per CPU) is kept but
+marked, and the first later process that finds the machine quiet measures it again.
 """
 from __future__ import annotations
 
@@ -48,11 +48,12 @@ ALIASES = {"native": "cpu", "numpy": "cpu"}
 FALLBACK = "cpu"
 TIE = 0.03
 
-#: a profile measured while the 1-minute load average per CPU exceeds this is not cached on disk
+#: a profile measured while the 1-minute load average per CPU exceeds this is re-measured
+#: by a later process that finds the machine quieter
 MAX_LOAD_TO_SAVE = 1.5
 
 _lock = threading.Lock()
-_unsaved: Dict[str, dict] = {}          # profiles measured under load: this process only
+_measured_here: Dict[str, dict] = {}    # profiles this process measured
 _memory_cache: Dict[str, dict] = {}     # file name -> content, when the cache dir is unwritable
 
 
@@ -124,18 +125,16 @@ def throughput_profile(backend: Backend, threads: int, refresh: bool = False) ->
     key = f"{device_fingerprint()}/{backend.name}/t{int(threads)}/v{MICROBENCH_VERSION}"
     with _lock:
         data = _load("throughput.json")
-        prof = data.get(key)
-        if prof and not refresh:
+        prof = data.get(key) or _measured_here.get(key)
+    if prof and not refresh:
+        busy = prof.get("load_per_cpu", 0.0) > MAX_LOAD_TO_SAVE
+        if not busy or key in _measured_here or _load_per_cpu() > MAX_LOAD_TO_SAVE:
             return prof
-    if key in _unsaved and not refresh:
-        return _unsaved[key]
+        # measured on a busy machine and it is quiet now: measure again, once per process
     prof = measure_profile(backend, threads)
     prof["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     prof["load_per_cpu"] = _load_per_cpu()
-    if prof["load_per_cpu"] > MAX_LOAD_TO_SAVE:
-        # measured on a busy machine: good enough for this process, not kept for later ones
-        _unsaved[key] = prof
-        return prof
+    _measured_here[key] = prof
     with _lock:
         data = _load("throughput.json")
         data[key] = prof
