@@ -4,8 +4,8 @@ This is how the kernels are checked on machines without a GPU (every test here):
 same kernel source, with ``kernels/host_shim.h`` standing in for the CUDA built-ins, is built
 with the host C++ compiler into a shared library; ``emu_launch`` runs the grid block by block.
 Kernels without ``__syncthreads`` run their threads one after another; those with it run each
-block's threads as real threads meeting at barriers, and a barrier that not every thread of
-the block reaches is reported as an error (on a GPU it would hang or corrupt memory).
+block's threads as fibers (ucontext) switching at every barrier, and a barrier that not every
+thread of the block reaches is reported as an error (on a GPU it would hang or corrupt memory).
 
 ``EmulatedDevice`` implements the device interface of ``device.py`` with numpy arrays as
 device memory and numpy's matmul in place of cuBLAS, so whole models run through the
@@ -29,40 +29,32 @@ from ...errors import BackendError
 from .signatures import KERNEL_DIR, check_args, cu_sources, kernels
 
 _RUNTIME = r"""
-#include <thread>
+#include <ucontext.h>
 #include <vector>
-#include <mutex>
-#include <condition_variable>
 thread_local EmuDim3 threadIdx, blockIdx;
 EmuDim3 blockDim, gridDim;
-static std::mutex mu;
-static std::condition_variable cv;
-static int bar_count = 1, bar_waiting = 0, bar_kinds = 0;
-static long bar_gen = 0;
-static bool bar_broken = false;
 
-// Every thread of the block arrives with a kind: 0 = __syncthreads, 1 = end of the block. When
-// all have arrived they go on together; a mix of kinds means some threads skipped a barrier
-// the others wait at (a hang or a race on a GPU): recorded as an error.
-static bool arrive(int kind) {
-    std::unique_lock<std::mutex> lk(mu);
-    long gen = bar_gen;
-    ++bar_waiting;
-    bar_kinds += kind;
-    if (bar_waiting == bar_count) {
-        if (bar_kinds != 0 && bar_kinds != bar_count) bar_broken = true;
-        bar_waiting = 0;
-        bar_kinds = 0;
-        ++bar_gen;
-        cv.notify_all();
-        return bar_broken;
-    }
-    cv.wait(lk, [&] { return bar_gen != gen; });
-    return bar_broken;
-}
+// Kernels with __syncthreads: the threads of a block run as fibers (ucontext) on one host
+// thread, round-robin from barrier to barrier. A round in which some fibers stop at a barrier
+// while others end the kernel means a barrier not every thread reaches (a hang or a race on a
+// GPU): reported as an error.
+static ucontext_t emu_main;
+static std::vector<ucontext_t> emu_fibers;
+static std::vector<int> emu_state;           // 0 running, 1 at a barrier, 2 done
+static int emu_cur = -1;
+static void (*emu_fn)(void**);
+static void** emu_args;
 
 void __syncthreads() {
-    if (bar_count > 1) arrive(0);
+    if (emu_cur < 0) return;                 // a kernel run serially never reaches here
+    emu_state[emu_cur] = 1;
+    swapcontext(&emu_fibers[emu_cur], &emu_main);
+}
+
+static void emu_fiber_entry() {
+    emu_fn(emu_args);
+    emu_state[emu_cur] = 2;
+    swapcontext(&emu_fibers[emu_cur], &emu_main);
 }
 
 extern "C" int emu_launch(void (*fn)(void**), void** args, unsigned gx, unsigned gy, unsigned gz,
@@ -70,8 +62,8 @@ extern "C" int emu_launch(void (*fn)(void**), void** args, unsigned gx, unsigned
     gridDim = {gx, gy, gz};
     blockDim = {bx, by, bz};
     unsigned nt = bx * by * bz;
-    if (!threaded || nt == 1) {
-        bar_count = 1;
+    if (!threaded) {
+        emu_cur = -1;
         for (unsigned z = 0; z < gz; ++z)
             for (unsigned y = 0; y < gy; ++y)
                 for (unsigned x = 0; x < gx; ++x) {
@@ -83,24 +75,42 @@ extern "C" int emu_launch(void (*fn)(void**), void** args, unsigned gx, unsigned
                 }
         return 0;
     }
-    // one host thread per CUDA thread of a block, reused block after block (blocks run one at a
-    // time, so `static` shared memory is the running block's)
-    bar_count = (int)nt; bar_waiting = 0; bar_kinds = 0; bar_broken = false;
-    std::vector<std::thread> ts;
-    ts.reserve(nt);
-    for (unsigned t = 0; t < nt; ++t)
-        ts.emplace_back([=] {
-            threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
-            for (unsigned z = 0; z < gz; ++z)
-                for (unsigned y = 0; y < gy; ++y)
-                    for (unsigned x = 0; x < gx; ++x) {
-                        blockIdx = {x, y, z};
-                        fn(args);
-                        if (arrive(1)) return;
+    const size_t stack = 256 * 1024;
+    std::vector<char> stacks(stack * nt);
+    emu_fibers.assign(nt, ucontext_t());
+    emu_state.assign(nt, 0);
+    emu_fn = fn;
+    emu_args = args;
+    int err = 0;
+    for (unsigned z = 0; z < gz && !err; ++z)
+        for (unsigned y = 0; y < gy && !err; ++y)
+            for (unsigned x = 0; x < gx && !err; ++x) {
+                blockIdx = {x, y, z};
+                for (unsigned t = 0; t < nt; ++t) {
+                    getcontext(&emu_fibers[t]);
+                    emu_fibers[t].uc_stack.ss_sp = &stacks[t * stack];
+                    emu_fibers[t].uc_stack.ss_size = stack;
+                    emu_fibers[t].uc_link = nullptr;
+                    makecontext(&emu_fibers[t], emu_fiber_entry, 0);
+                    emu_state[t] = 0;
+                }
+                for (;;) {
+                    int at_barrier = 0, done = 0;
+                    for (unsigned t = 0; t < nt; ++t) {
+                        if (emu_state[t] == 2) { ++done; continue; }
+                        emu_state[t] = 0;
+                        emu_cur = (int)t;
+                        threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+                        swapcontext(&emu_main, &emu_fibers[t]);
+                        if (emu_state[t] == 1) ++at_barrier; else ++done;
                     }
-        });
-    for (auto& t : ts) t.join();
-    return bar_broken ? -1 : 0;
+                    emu_cur = -1;
+                    if (done == (int)nt) break;
+                    if (at_barrier != (int)nt) { err = 1; break; }
+                }
+            }
+    emu_cur = -1;
+    return err ? -1 : 0;
 }
 """
 
@@ -149,7 +159,7 @@ def build_library() -> str:
         with open(src, "w") as f:
             f.write(text)
         out = os.path.join(tmp, "emu.so")
-        cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-w", "-I", KERNEL_DIR, *extra, src, "-o", out]
+        cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", "-I", KERNEL_DIR, *extra, src, "-o", out]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise BackendError("emulator build failed:\n" + r.stderr[-4000:])
