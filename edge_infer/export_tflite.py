@@ -304,7 +304,8 @@ class _Exporter:
         y = self.tid(yname)
         conv_out = y
         if zname or rest:
-            conv_out = self.temp(node.name + "_conv", yname)
+            conv_out = self.temp(node.name + "_conv", yname,
+                                 quant=self.residual_params(yt, g.tensors[zname], act) if zname else "same")
         bias = self.bias(bname, m, node, wt, g.tensors[xname])
         opts = {"padding": padding, "stride_w": strides[1], "stride_h": strides[0],
                 "dilation_w_factor": dil[1], "dilation_h_factor": dil[0], "fused_activation_function": act_conv}
@@ -325,6 +326,26 @@ class _Exporter:
             conv_out = add_out
         if rest:
             self.activation_op(rest[0], rest[1], conv_out, y, yname)
+
+    @staticmethod
+    def residual_params(yt, zt, act: int) -> Optional[dict]:
+        """int8 parameters for the conv output before its residual add (TFLite has no fused
+        form; the IR has no tensor there): a range covering y - z over y's and z's ranges,
+        from y's lower end when a Relu / Relu6 clamps it (saturating below -z_max then changes
+        nothing). Two roundings where the IR has one: up to about (s_t / s_y + 1) / 2 steps."""
+        if not (_q8(yt) and _q8(zt)):
+            return None
+
+        def rng(t):
+            s, z = float(t.quant["scale"][0]), int(t.quant["zero_point"][0])
+            return s * (-128 - z), s * (127 - z)
+        (ylo, yhi), (zlo, zhi) = rng(yt), rng(zt)
+        lo = (max(ylo, 0.0) if act in (ACT_RELU, ACT_RELU6) else ylo) - zhi
+        hi = yhi - zlo
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        scale = (hi - lo) / 255.0 or 1.0
+        zp = int(np.clip(round(-128 - lo / scale), -128, 127))
+        return {"scale": [float(np.float32(scale))], "zero_point": [zp], "axis": None}
 
     def grouped_conv(self, node, x, xs, W, wt, bias, group, opts, out, yname) -> None:
         """A grouped conv as SPLIT -> CONV_2D per group -> CONCATENATION (TFLite's CONV_2D has
