@@ -75,8 +75,11 @@ class PartitionPlan:
 
     @property
     def name(self) -> str:
-        used = [b for b in dict.fromkeys(s.backend for s in self.segments)]
-        return "+".join(used) if len(used) > 1 else (used[0] if used else self.fallback)
+        """``primary+fallback`` (e.g. ``opencl+cpu``) when both run segments, else the one that does."""
+        used = {s.backend for s in self.segments}
+        if len(used) > 1:
+            return f"{self.primary}+{self.fallback}"
+        return next(iter(used)) if used else self.fallback
 
     @property
     def offloaded(self) -> bool:
