@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""OpenCL backend against the CPU backend: same artifact, same inputs, batch 1, one process.
+"""OpenCL backend against the CPU backend: same artifact, same inputs, batch 1, each backend in
+its own process.
 
 For each model: parity first (fp32: max |cpu - opencl| / max |cpu| over the outputs and the
 softmax inputs; int8 models: every int8 activation bit for bit), then the median latency of
@@ -13,8 +14,10 @@ plumbing, not a GPU; on a real GPU it is the number that matters.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,40 +70,68 @@ def median_ms(ex, feeds, runs: int, warmup: int) -> float:
     return float(np.median(ts)) * 1e3
 
 
-def bench(name: str, path: str, runs: int, warmup: int, threads: int):
+def probe_graph(path: str, int8: bool):
+    """The specialized graph (batch 1) with the softmax inputs and, for int8, every int8
+    activation as extra outputs, and its seeded inputs."""
     from edge_infer.artifact import load_artifact
-    from edge_infer.backends.cpu import CpuBackend
-    from edge_infer.backends.opencl import OpenCLBackend
     from edge_infer.runtime import specialize
     g, _ = load_artifact(path)
     shapes = {i: tuple(d if isinstance(d, int) else 1 for d in g.tensors[i].shape) for i in g.inputs}
     sg = specialize(g, shapes)
-    int8 = name.endswith(":int8")
     probes = [n.inputs[0] for n in sg.nodes if n.op == "Softmax"]
     if int8:
         probes += [n.outputs[0] for n in sg.nodes if sg.tensors[n.outputs[0]].dtype == "int8"
                    and not sg.tensors[n.outputs[0]].is_const]
     sg.outputs = list(dict.fromkeys(list(sg.outputs) + probes))
     feeds = {i: np.random.default_rng(0).standard_normal(s).astype(np.float32) for i, s in shapes.items()}
-    cpu = CpuBackend().prepare(sg, threads=threads)
+    return sg, feeds
+
+
+def child(backend: str, path: str, int8: bool, runs: int, warmup: int, threads: int, out: str) -> None:
+    """One backend in its own process (PoCL's worker threads never compete with BLAS's)."""
+    from edge_infer.backends import BACKENDS
+    from edge_infer.runtime import _limit_blas_threads
+    _limit_blas_threads(threads)
+    sg, feeds = probe_graph(path, int8)
     t0 = time.perf_counter()
-    ocl = OpenCLBackend().prepare(sg)
+    ex = BACKENDS[backend]().prepare(sg, threads=threads)
     prep = time.perf_counter() - t0
-    ref, got = cpu.run(feeds), ocl.run(feeds)
+    outs = ex.run(feeds)
+    ms = median_ms(ex, feeds, runs, warmup)
+    np.savez(out, **{f"o{k}": v for k, v in enumerate(outs[n] for n in sg.outputs)})
+    print(json.dumps(dict(ms=ms, prep_s=prep, nodes=len(ex.nodes), kernels=len(getattr(ex, "steps", [])))))
+
+
+def bench(name: str, path: str, runs: int, warmup: int, threads: int, tmp: str) -> dict:
+    int8 = name.endswith(":int8")
+    res, outs = {}, {}
+    for backend in ("cpu", "opencl"):
+        out = os.path.join(tmp, f"{backend}.npz")
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", backend, path, str(int(int8)), str(runs),
+               str(warmup), str(threads), out]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode:
+            raise SystemExit(f"{name} on {backend} failed:\n{p.stderr[-2000:]}")
+        res[backend] = json.loads(p.stdout.strip().splitlines()[-1])
+        with np.load(out) as z:
+            outs[backend] = [z[f"o{k}"] for k in range(len(z.files))]
     err, exact = 0.0, True
-    for k in ref:
-        if ref[k].dtype == np.int8:
-            exact &= bool(np.array_equal(ref[k], got[k]))
+    for a, b in zip(outs["cpu"], outs["opencl"]):
+        if a.dtype == np.int8:
+            exact &= bool(np.array_equal(a, b))
         else:
-            a, b = ref[k].astype(np.float64), got[k].astype(np.float64)
-            err = max(err, float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
-    t_cpu = median_ms(cpu, feeds, runs, warmup)
-    t_ocl = median_ms(ocl, feeds, runs, warmup)
-    return dict(model=name, nodes=len(ocl.nodes), kernels=len(ocl.steps), prep_s=prep, cpu_ms=t_cpu, ocl_ms=t_ocl,
-                err=err, exact=exact if int8 else None, arena=ocl.arena_plan.size)
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            err = max(err, float(np.abs(a64 - b64).max() / max(np.abs(a64).max(), 1e-30)))
+    return dict(model=name, nodes=res["opencl"]["nodes"], kernels=res["opencl"]["kernels"],
+                prep_s=res["opencl"]["prep_s"], cpu_ms=res["cpu"]["ms"], ocl_ms=res["opencl"]["ms"],
+                err=err, exact=exact if int8 else None)
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        b, path, int8, runs, warmup, threads, out = sys.argv[2:9]
+        child(b, path, bool(int(int8)), int(runs), int(warmup), int(threads), out)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(DEFAULT))
     ap.add_argument("--all", action="store_true", help="also " + ", ".join(EXTRA))
@@ -124,7 +155,7 @@ def main() -> int:
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in models:
-            r = bench(name, convert(name, tmp), args.runs, args.warmup, args.threads)
+            r = bench(name, convert(name, tmp), args.runs, args.warmup, args.threads, tmp)
             if r["exact"] is not None:
                 parity = "int8 bit-exact" if r["exact"] else "int8 DIFFERS"
                 parity += f", fp32 tail {r['err']:.1e}" if r["err"] else ""

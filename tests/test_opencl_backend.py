@@ -550,6 +550,22 @@ def test_plan_one_arena_and_resident_constants():
     out, prof = ex.run_profiled(f)
     np.testing.assert_array_equal(out["y0"], a)
     assert [p[1] for p in prof] == ["FusedConv"]
+    ex2 = OpenCLBackend().prepare(sg)                         # a second plan of the same graph
+    assert ex2.constant_bytes < sg.tensors["w"].nbytes        # shares the weights on the device
+    assert ex2.arena is not ex.arena
+    np.testing.assert_array_equal(ex2.run(f)["y0"], a)
+
+
+def test_concurrent_runs_through_runtime():
+    from concurrent.futures import ThreadPoolExecutor
+    g, f = conv_graph(*CONV_CASES[2], last=False, op="FusedConv", act="Relu", residual=True, n=2)
+    rt = Runtime(g, backend="opencl")
+    xs = [{k: v + np.float32(i) for k, v in f.items()} for i in range(8)]
+    ref = [Runtime(g, backend="cpu").run(x)["y0"] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: rt.run(x)["y0"], xs))
+    for r, o in zip(ref, got):
+        assert rel_err(r, o) <= RTOL
 
 
 # -- whole models ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def build_options(device) -> str:
     """No fast-math: float results must track the CPU backend; divisions correctly rounded
     where the device can (QuantizeLinear's x / scale must round as numpy's does)."""
     import pyopencl as cl
-    opts = ["-cl-std=CL1.2"]
+    opts = []                         # OpenCL C 1.2 (every compiler's default): 1.1 devices build too
     if device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
         opts.append("-cl-fp32-correctly-rounded-divide-sqrt")
     return " ".join(opts)

@@ -59,6 +59,9 @@ class PrepareContext:
         self.notes: Dict[str, str] = {}
         self._consts: Dict[str, object] = {}
         self.held: List[object] = []   # every uploaded buffer: kernels do not keep their args alive
+        # constants shared by every plan of this graph on this context (weights exist once)
+        self.shared: Dict[object, object] = {} if dry else \
+            graph.__dict__.setdefault("_opencl_constants", {}).setdefault(id(cl_ctx), {})
         self.const_bytes = 0
 
     # -- graph ----------------------------------------------------------------------------
@@ -87,18 +90,24 @@ class PrepareContext:
         if t.is_const:
             buf = self._consts.get(name)
             if buf is None:
-                buf = self._consts[name] = self.upload(np.ascontiguousarray(t.data))
+                buf = self._consts[name] = self.upload(np.ascontiguousarray(t.data), key=("const", name))
             return buf, 0
         if self.dry:
             return None, 0
         buf, off = self._locate(name)
         return buf, off // np.dtype(t.dtype).itemsize
 
-    def upload(self, arr: np.ndarray):
-        """A read-only device buffer holding ``arr`` (at least 4 bytes, never empty)."""
-        arr = np.ascontiguousarray(arr)
+    def upload(self, arr: np.ndarray, key=None):
+        """A read-only device buffer holding ``arr`` (at least 4 bytes, never empty).
+
+        ``key`` names a constant (or a packing of one): plans of the same graph (the
+        Runtime's pool of concurrent plans) then share one device copy of it."""
         if self.dry:
             return None
+        if key is not None and key in self.shared:
+            self.held.append(self.shared[key])
+            return self.shared[key]
+        arr = np.ascontiguousarray(arr)
         import pyopencl as cl
         self.const_bytes += arr.nbytes
         data = arr if arr.nbytes >= 4 else np.zeros(4, np.uint8)
@@ -106,6 +115,8 @@ class PrepareContext:
             data[:arr.nbytes] = arr.view(np.uint8).reshape(-1)
         buf = cl.Buffer(self.cl_ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
         self.held.append(buf)
+        if key is not None:
+            self.shared[key] = buf
         return buf
 
     def meta(self, values) -> object:

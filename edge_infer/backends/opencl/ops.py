@@ -272,9 +272,12 @@ def gemm(node: Node, pc) -> None:
     bc = pc.const(b)
     if bc is not None:
         # pack B once as (K, N) with alpha folded in, as the CPU kernel does
-        bp = bc.T if tb else bc
-        bp = np.ascontiguousarray(bp * np.float32(alpha) if alpha != 1.0 else bp, np.float32)
-        B, alpha = (pc.upload(bp), 0, N, 1, 0, 0), 1.0
+        bp = None
+        if not pc.dry:                     # supports() checks only: no packing of big weights
+            bp = bc.T if tb else bc
+            bp = pc.upload(np.ascontiguousarray(bp * np.float32(alpha) if alpha != 1.0 else bp, np.float32),
+                           key=("gemm_b", b, tb, alpha))
+        B, alpha = (bp, 0, N, 1, 0, 0), 1.0
     else:
         B = (*_matrix(pc, b, sb, tb), 0, 0)
     yb, yo = pc.ref(y)
@@ -450,7 +453,8 @@ def conv(node: Node, pc) -> None:
     act = activation(node) if node.op == "FusedConv" else (0, 0.0, 0.0)
     algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto") if hasattr(pc, "options") else "auto")
     xref, yref = pc.ref(x), pc.ref(y)
-    bias = pc.upload(np.asarray(pc.const(bname), np.float32).reshape(-1)) if bname and pc.const(bname) is not None \
+    bias = pc.upload(np.asarray(pc.const(bname), np.float32).reshape(-1), key=("bias", bname)) \
+        if bname and pc.const(bname) is not None \
         else (pc.ref(bname)[0] if bname else None)
     if bname and pc.const(bname) is None:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: bias must be constant")
@@ -462,12 +466,13 @@ def conv(node: Node, pc) -> None:
         total = int(np.prod(pc.shape(y)))
         flags = (1 if bias is not None else 0) | (2 if zname else 0)
         launch1d(pc, node, "conv", "conv_direct_f32", total,
-                 [*xref, pc.upload(np.asarray(w, np.float32)), bias, *zref, *yref, pc.meta(geo_list(g)), total,
+                 [*xref, pc.upload(np.asarray(w, np.float32), key=("conv_w", wn)), bias, *zref, *yref, pc.meta(geo_list(g)), total,
                   *act, flags])
         groups = f", {g['G']} groups" if g["G"] > 1 else ""
         pc.note(node, f"{lay} direct conv {kdesc}{' depthwise' if g['CG'] == 1 and g['G'] > 1 else groups}{tail}")
         return
-    wp = pc.upload(pack_conv_weights(np.asarray(w, np.float32), g, algo))
+    wp = None if pc.dry else pc.upload(pack_conv_weights(np.asarray(w, np.float32), g, algo),
+                                       key=("conv_packed", wn, g["last"], g["G"]))
     cols = None
     if algo == "im2col":
         P = g["OH"] * g["OW"]

@@ -165,11 +165,12 @@ def int8_conv(node: Node, pc) -> None:
     if algo == "direct":
         total = int(np.prod(pc.shape(y)))
         launch1d(pc, node, "conv", "conv_direct_i8", total,
-                 [*xref, zp_x, pc.upload(np.asarray(w, np.int8)), bb, qb, sb, zp_y, *zref, ztab_buf, *yref,
+                 [*xref, zp_x, pc.upload(np.asarray(w, np.int8), key=("conv_w", wn)), bb, qb, sb, zp_y, *zref, ztab_buf, *yref,
                   pc.meta(geo_list(g)), total, lo, hi, 2 if zname else 0])
         pc.note(node, f"{lay} int8 direct conv {g['KH']}x{g['KW']} (int32 sums, MBQM per channel{tail})")
         return
-    wp = pc.upload(pack_conv_weights(np.asarray(w, np.int8), g, algo))
+    wp = None if pc.dry else pc.upload(pack_conv_weights(np.asarray(w, np.int8), g, algo),
+                                       key=("conv_packed", wn, g["last"], g["G"]))
     cols = None
     if algo == "im2col":
         P = g["OH"] * g["OW"]
