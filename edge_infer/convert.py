@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import hashlib
 import os
 import platform
 import warnings
@@ -14,6 +13,7 @@ from .version import __version__
 
 
 def _sha256(path: str) -> str:
+    import hashlib      # here, not at the top: OpenSSL is ~3.5 MB of RSS the runtime never needs
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

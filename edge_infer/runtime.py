@@ -92,6 +92,8 @@ class Runtime:
         #: dynamically shaped models (a symbolic input dim) plan arenas in the process's buddy pool
         self.dynamic = any(not isinstance(d, (int, np.integer)) for n in self.graph.inputs
                            for d in (self.graph.tensors[n].shape or ("?",)))
+        self._slots = None                   # memory.slots.SlotSet of a dynamic model (made on first plan)
+        self._slots_lock = threading.Lock()
         _limit_blas_threads(self.threads)
         #: input shapes -> pool of executables; at most ``max_shapes`` shapes kept
         self._plans: Dict[Tuple, "PlanPool"] = {}
@@ -195,8 +197,7 @@ class Runtime:
                 if pool is None:
                     g = specialize(self.graph, shapes)
                     backend = self._choose(shapes, g).backend
-                    pool = PlanPool(g, lambda gr: backend.prepare(gr, threads=self.threads, **self._prepare_options()),
-                                    self.max_concurrency)
+                    pool = self._new_pool(g, backend, key)
                     ex = pool.acquire()  # build one now: errors surface here
                     pool.release(ex)
                     if (getattr(ex, "arena_plan", None) is None and self.requested_backend == "auto"
@@ -219,18 +220,27 @@ class Runtime:
                                 f"memory limit was given: {first.report.get('why', '')}")
         choice.report["candidates"] = first.report.get("candidates", [])
         self._choices[tuple(tuple(shapes[n]) for n in self.graph.inputs)] = self._choice = choice
-        pool = PlanPool(g, lambda gr: choice.backend.prepare(gr, threads=self.threads, **self._prepare_options()),
-                        self.max_concurrency)
+        pool = self._new_pool(g, choice.backend, tuple(tuple(shapes[n]) for n in self.graph.inputs))
         ex = pool.acquire()
         pool.release(ex)
         return pool, ex
 
     def _prepare_options(self) -> dict:
-        opts = {"memory_limit": self.memory_limit}
-        if self.dynamic:
-            from .memory.pool import DYNAMIC_POOL
-            opts["arena_alloc"] = DYNAMIC_POOL.arena
-        return opts
+        return {"memory_limit": self.memory_limit}
+
+    def _new_pool(self, g: Graph, backend: Backend, key: Tuple):
+        """The executables of one input shape: a PlanPool of its own (static shapes), or, for
+        a dynamically shaped model, a view of the run slots whose arena block the plans of
+        every shape share (memory/slots.py)."""
+        opts = self._prepare_options()
+        if not self.dynamic:
+            return PlanPool(g, lambda gr: backend.prepare(gr, threads=self.threads, **opts), self.max_concurrency)
+        from .memory.slots import ShapePool, SlotSet
+        with self._slots_lock:
+            if self._slots is None:
+                self._slots = SlotSet(None, self.max_concurrency, self.max_shapes)
+        return ShapePool(self._slots, key, g,
+                         lambda gr, alloc: backend.prepare(gr, threads=self.threads, arena_alloc=alloc, **opts))
 
     def _check_memory(self, ex: Executable, shapes, pool: "PlanPool" = None) -> None:
         # Refuse before the first run, saying the least memory this plan needs (backends
@@ -250,19 +260,10 @@ class Runtime:
             pool.max_size = max(1, min(pool.max_size, self.memory_limit // max(need, 1)))
 
     def _evict_over_budget(self) -> None:
-        # A dynamically shaped model keeps a plan per shape: drop the oldest while all of them
-        # together hold more than the memory limit (their arenas go back to the buddy pool).
-        if not self.dynamic or self.memory_limit is None:
-            return
-        held = lambda: sum(getattr(p, "need", 0) * max(p.size, 1) for p in self._plans.values())  # noqa: E731
-        newest = next(reversed(self._plans), None) if self._plans else None
-        while len(self._plans) > 1 and held() > self.memory_limit:
-            oldest = next(iter(self._plans))
-            if oldest == newest:
-                break
-            self._plans.pop(oldest)
-            if getattr(self, "_checked", None):
-                self._checked = {}
+        # A dynamically shaped model keeps plans for many shapes in its slots: drop the oldest
+        # while all of them hold more than the memory limit.
+        if self.dynamic and self.memory_limit is not None and self._slots is not None:
+            self._slots.trim_to(self.memory_limit)
 
     def memory_stats(self) -> dict:
         """What this Runtime holds and may hold: the memory limit and where it came from, per
@@ -270,16 +271,25 @@ class Runtime:
         dynamic pool (buddy allocator: used, free, largest free block, fragmentation)."""
         from .memory.pool import DYNAMIC_POOL
         plans = []
-        for key, pool in list(self._plans.items()):
-            ex = pool._idle[-1] if pool._idle else None
-            plan = getattr(ex, "arena_plan", None)
-            plans.append({"input_shapes": [list(s) for s in key], "executables": pool.size,
-                          "arena_bytes": plan.size if plan is not None else None,
-                          "workspace_bytes": int(getattr(ex, "workspace_bytes", 0)) if ex is not None else None,
-                          "from_dynamic_pool": bool(plan is not None and plan.release is not None)})
-        held = sum(((p["arena_bytes"] or 0) + (p["workspace_bytes"] or 0)) * p["executables"] for p in plans)
+        if self._slots is not None:             # dynamic: plans live in the slots' blocks
+            for k, slot in enumerate(list(self._slots.slots)):
+                for key, ex in list(slot.plans.items()):
+                    plan = getattr(ex, "arena_plan", None)
+                    plans.append({"input_shapes": [list(s) for s in key], "slot": k,
+                                  "arena_bytes": plan.size if plan is not None else None,
+                                  "workspace_bytes": int(getattr(ex, "workspace_bytes", 0))})
+            held = self._slots.held_bytes()
+        else:
+            for key, pool in list(self._plans.items()):
+                ex = pool._idle[-1] if pool._idle else None
+                plan = getattr(ex, "arena_plan", None)
+                plans.append({"input_shapes": [list(s) for s in key], "executables": pool.size,
+                              "arena_bytes": plan.size if plan is not None else None,
+                              "workspace_bytes": int(getattr(ex, "workspace_bytes", 0)) if ex is not None else None})
+            held = sum(((p["arena_bytes"] or 0) + (p["workspace_bytes"] or 0)) * p["executables"] for p in plans)
         return {"memory_limit": self.memory_limit, "memory_limit_source": self.memory_limit_source,
                 "dynamic": self.dynamic, "plans": plans, "held_bytes": held,
+                "slots": self._slots.stats() if self._slots is not None else [],
                 "dynamic_pool": DYNAMIC_POOL.stats()}
 
     def plan(self, shapes: Dict[str, Tuple[int, ...]]) -> Executable:

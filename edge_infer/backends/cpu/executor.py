@@ -13,6 +13,7 @@ from ...ir import Graph, Node, Tensor
 from ..base import Backend, Executable
 from ...memory.arena import ArenaPlan, arena_views, plan_arena
 from ...memory.budget import placeholder, refusal
+from ...memory.pages import drop_pages
 from .registry import KERNELS
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
@@ -175,7 +176,11 @@ def prepare_within(graph: Graph, nodes: List[Node], buffers, threads: int, budge
     for attempt in range(3):
         ctx = PrepareContext(graph, buffers, threads, budget, cap)
         try:
-            steps = [prepare_node(n, ctx) for n in nodes]
+            steps = []
+            for n in nodes:
+                steps.append(prepare_node(n, ctx))
+                # packing read these weights once: out of the RSS (runs map back what they read)
+                drop_pages([ctx.const(i) for i in n.inputs if i])
         except Exception:
             if not ctx.over_budget:
                 raise
