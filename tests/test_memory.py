@@ -358,3 +358,22 @@ def test_pool_fragmentation_metric_and_registry():
     assert reg.get("edge_infer_dynamic_pool_fragmentation").value == s["fragmentation"]
     free_a(), free_b(), free_b()          # a second release is a no-op
     assert pool.stats()["fragmentation"] == 0.0 and pool.stats()["used"] == 0
+
+
+def test_drop_pages_only_touches_read_only_file_maps(tmp_path):
+    """Dropping an artifact weight's pages keeps its values (they come back from the file);
+    anonymous or writable arrays are never advised (MADV_DONTNEED would zero them)."""
+    from edge_infer.artifact import load_artifact, save_artifact
+    from edge_infer.memory.pages import drop_pages, mapped_range
+    g = _chain_graph(c=64, hw=8, depth=2)
+    save_artifact(str(tmp_path / "w.eim"), g, {})
+    loaded, _ = load_artifact(str(tmp_path / "w.eim"))
+    w = loaded.tensors["w1"].data
+    want = g.tensors["w1"].data.copy()
+    assert mapped_range(w) is not None and not w.flags.writeable
+    assert drop_pages([w, None]) == w.nbytes
+    np.testing.assert_array_equal(w, want)
+    anon = want.copy()
+    anon.flags.writeable = False
+    assert mapped_range(anon) is None and drop_pages([anon, want]) == 0
+    np.testing.assert_array_equal(anon, want)
