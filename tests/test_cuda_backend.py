@@ -463,15 +463,23 @@ def test_pipelined_runs_and_arena(digits_graphs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["light_squeezenet"])
-def test_light_model_fp32_matches_cpu_emulated(name):
+def test_light_model_fp32_and_int8_match_cpu_emulated(name):
     onnx = pytest.importorskip("onnx")
     from onnx_models import randomized_light_model_path
     from edge_infer.convert import optimize_verified
     from edge_infer.frontends.onnx import load_onnx
+    from edge_infer.quantize import quantize_model
     g = load_onnx(onnx.load(randomized_light_model_path(name)))
+    g.metadata["preferred_layout"] = "nhwc"
     opt, _ = optimize_verified(g, 3, samples=1)
     x = np.random.default_rng(1234).standard_normal((1, 3, 224, 224), dtype=np.float32)
     _compare(opt, {opt.inputs[0]: x}, exact=False)
+    cal = [{opt.inputs[0]: np.random.default_rng(k).standard_normal(x.shape, dtype=np.float32)} for k in range(2)]
+    q = with_logits(quantize_model(opt, cal)[0])
+    sp = specialize(q, {q.inputs[0]: x.shape})
+    ref = CpuBackend().prepare(sp).run({q.inputs[0]: x})
+    out = CudaBackend(_emulator()()).prepare(sp).run({q.inputs[0]: x})
+    assert_parity(sp, ref, out, True, name)
 
 
 def test_zoo_models_are_covered_and_every_launch_type_checks():
@@ -490,6 +498,35 @@ def test_zoo_models_are_covered_and_every_launch_type_checks():
         assert all(b.supports(n, sp) for n in run), name
 
 
+def with_logits(graph: Graph) -> Graph:
+    """``graph`` (a copy) with its Softmax inputs as extra outputs: in an int8 graph those come
+    from DequantizeLinear and must match bit for bit, while the float Softmax after them is
+    compared within the fp32 tolerance."""
+    g = graph.copy()
+    for n in g.nodes:
+        if n.op == "Softmax" and n.inputs[0] not in g.outputs:
+            g.outputs.append(n.inputs[0])
+    return g
+
+
+def exact_outputs(graph: Graph) -> set:
+    """Outputs an int8 graph computes in integers: int8 tensors and DequantizeLinear results."""
+    prod = {o: n.op for n in graph.nodes for o in n.outputs}
+    return {o for o in graph.outputs if graph.tensors[o].dtype == "int8" or prod.get(o) == "DequantizeLinear"}
+
+
+def assert_parity(graph: Graph, ref: dict, out: dict, int8: bool, what) -> None:
+    exact = exact_outputs(graph) if int8 else set()
+    if int8:
+        assert exact, f"{what}: no integer outputs to compare"
+    for k, r in ref.items():
+        if k in exact:
+            assert np.array_equal(out[k], r), (what, k, int(np.sum(out[k] != r)))
+        else:
+            den = np.linalg.norm(r.astype(np.float64)) or 1.0
+            assert np.linalg.norm(out[k].astype(np.float64) - r) / den <= REL, (what, k)
+
+
 # -- on a GPU --------------------------------------------------------------------------------------------
 
 def _gpu():
@@ -505,15 +542,11 @@ def test_gpu_digits_fp32_and_int8(digits_graphs):
     graphs, x = digits_graphs
     for layout in ("nchw", "nhwc"):
         fp32, int8 = graphs[layout]
-        for g, exact in ((fp32, False), (int8, True)):
+        for g, int8 in ((fp32, False), (int8, True)):
             sp = specialize(g, {g.inputs[0]: x.shape})
             ref = CpuBackend().prepare(sp).run({g.inputs[0]: x})
             out = CudaBackend(dev).prepare(sp).run({g.inputs[0]: x})
-            for k, r in ref.items():
-                if exact:
-                    assert np.array_equal(out[k], r), (layout, k)
-                else:
-                    assert np.linalg.norm(out[k] - r) / np.linalg.norm(r) <= REL, (layout, k)
+            assert_parity(sp, ref, out, int8, layout)
 
 
 @pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50", "light_inception_v1", "light_shufflenet"])
@@ -533,12 +566,8 @@ def test_gpu_light_models(name):
         cal = [{opt.inputs[0]: np.random.default_rng(k).standard_normal((1, 3, 224, 224), dtype=np.float32)}
                for k in range(2)]
         q, _ = quantize_model(opt, cal)
-        for gr, exact in ((opt, False), (q, True)):
-            sp = specialize(gr, {gr.inputs[0]: x.shape})
+        for gr, int8 in ((opt, False), (q, True)):
+            sp = specialize(with_logits(gr), {gr.inputs[0]: x.shape})
             ref = CpuBackend().prepare(sp).run({gr.inputs[0]: x})
             out = CudaBackend(dev).prepare(sp).run({gr.inputs[0]: x})
-            for k, r in ref.items():
-                if exact:
-                    assert np.array_equal(out[k], r), (name, layout, k)
-                else:
-                    assert np.linalg.norm(out[k] - r) / np.linalg.norm(r) <= REL, (name, layout, k)
+            assert_parity(sp, ref, out, int8, (name, layout))

@@ -75,8 +75,14 @@ extern "C" int emu_launch(void (*fn)(void**), void** args, unsigned gx, unsigned
                 }
         return 0;
     }
-    const size_t stack = 256 * 1024;
-    std::vector<char> stacks(stack * nt);
+    const size_t stack = 128 * 1024;              // kernels need little; ASan builds more
+    static char* stacks = nullptr;                // kept between launches, never zeroed
+    static size_t stacks_size = 0;
+    if (stacks_size < stack * nt) {
+        delete[] stacks;
+        stacks = new char[stack * nt];
+        stacks_size = stack * nt;
+    }
     emu_fibers.assign(nt, ucontext_t());
     emu_state.assign(nt, 0);
     emu_fn = fn;
