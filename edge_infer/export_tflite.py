@@ -14,9 +14,10 @@ parameters the IR does not have (LOGISTIC's fixed 1/256 output, CONCATENATION in
 output's parameters, the intermediate of a conv + residual add) a QUANTIZE requantizes.
 
 Sparse weights (``edge_infer.sparse.SparseArray``) are written dense by default; with
-``sparse=True`` float FULLY_CONNECTED weights use TFLite's sparsity format (rows dense,
-columns CSR, int32 arrays as LiteRT's sparse kernel reads them), which LiteRT's builtin
-kernels run but its default XNNPACK delegate misreads (measured with ai-edge-litert here).
+``sparse=True`` in TFLite's sparsity format (every dim dense but the last, CSR, int32 arrays
+as LiteRT's sparse kernel reads them): float FULLY_CONNECTED weights as they are (LiteRT runs
+them sparse), CONV_2D weights behind DENSIFY. LiteRT's builtin kernels run such files; its
+default XNNPACK delegate misreads sparse FULLY_CONNECTED weights (measured here).
 
 ``unsupported_reason(node, graph)`` says why a node cannot be exported (None when it can),
 for the LiteRT backend's ``supports``.
@@ -311,7 +312,13 @@ class _Exporter:
                 "dilation_w_factor": dil[1], "dilation_h_factor": dil[0], "fused_activation_function": act_conv}
         if group == 1:
             wq = self.tq(wt.quant, 0)
-            wid = self.const(wname, np.ascontiguousarray(W.transpose(0, 2, 3, 1)), W.dtype.name, wq)
+            if self.sparse and self._sparse(wt) is not None:
+                # a sparse constant behind DENSIFY, as the TFLite converter writes sparse convs
+                wsp = self.sparse_weights(W.transpose(0, 2, 3, 1), node, wq)
+                wid = self.w.tensor(f"{wname}_dense_{self.k}", W.dtype.name, (m, *kernel, W.shape[1]), None, wq)
+                self.w.op("DENSIFY", [wsp], [wid])
+            else:
+                wid = self.const(wname, np.ascontiguousarray(W.transpose(0, 2, 3, 1)), W.dtype.name, wq)
             self.w.op("CONV_2D", [x, wid, bias], [conv_out], opts, version=3 if _q8(yt) else 1)
         elif group == c_in and m % c_in == 0 and W.shape[1] == 1:
             wq = self.tq(wt.quant, 3)
@@ -419,18 +426,20 @@ class _Exporter:
         if rest:
             self.activation_op(rest[0], rest[1], out, y, yname)
 
-    def sparse_weights(self, W: np.ndarray, node: Node) -> int:
-        """[N, K] float weights in TFLite's sparsity format: rows dense, columns CSR."""
-        rows, cols = np.nonzero(W)
-        counts = np.bincount(rows, minlength=W.shape[0])
+    def sparse_weights(self, W: np.ndarray, node: Node, quant: Optional[dict] = None) -> int:
+        """A constant in TFLite's sparsity format: every dim dense but the last, which is CSR
+        (int32 arrays: what LiteRT's sparse FULLY_CONNECTED kernel reads)."""
+        W = np.ascontiguousarray(W)
+        rows_shape = W.shape[:-1]
+        flat = W.reshape(-1, W.shape[-1])
+        rows, cols = np.nonzero(flat)
+        counts = np.bincount(rows, minlength=flat.shape[0])
         segments = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        values = W[rows, cols].astype(np.float32)
-        sp = {"traversal_order": [0, 1], "block_map": [],
-              "dim_metadata": [{"format": DENSE, "dense_size": W.shape[0]},
-                               {"format": SPARSE_CSR, "segments": segments,
-                                "indices": cols.astype(np.int32)}]}      # LiteRT's sparse FC reads int32 arrays
-        return self.const(node.name + "_weights", None, "float32", sparsity=sp, raw=values.tobytes(),
-                          shape=W.shape)
+        sp = {"traversal_order": list(range(W.ndim)), "block_map": [],
+              "dim_metadata": [{"format": DENSE, "dense_size": int(d)} for d in rows_shape]
+              + [{"format": SPARSE_CSR, "segments": segments, "indices": cols.astype(np.int32)}]}
+        return self.const(node.name + "_weights", None, W.dtype.name, quant, sparsity=sp,
+                          raw=flat[rows, cols].astype(W.dtype.newbyteorder("<")).tobytes(), shape=W.shape)
 
     def op_Gemm(self, node: Node) -> None:
         a = node.attrs
@@ -995,9 +1004,10 @@ def prepare_graph(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]]
 def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
                     prepared: bool = False, sparse: bool = False) -> bytes:
     """The bytes of a .tflite model computing ``graph`` (see the module doc). ``sparse``:
-    sparse float FULLY_CONNECTED weights in TFLite's sparsity format (LiteRT's builtin kernels
-    run them sparse; its XNNPACK delegate, on by default, misreads them as dense: run such a
-    file with ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``), else dense."""
+    SparseArray weights in TFLite's sparsity format (float FULLY_CONNECTED weights directly,
+    CONV_2D weights behind DENSIFY); LiteRT's XNNPACK delegate, on by default, misreads sparse
+    FULLY_CONNECTED weights as dense: run such a file with
+    ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense."""
     g = graph if prepared else prepare_graph(graph, input_shapes)
     try:
         return _Exporter(g, sparse).run()

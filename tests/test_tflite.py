@@ -766,3 +766,26 @@ def test_export_residual_int8_within_steps(tmp_path):
     # measured: 22 % of the logits a step off, 8 % two, one of 50 three (from the residual layer,
     # which is two steps off on 16 % of its outputs; every other layer agrees within one)
     assert steps.max() <= 3.0 + 1e-4 and (steps > 1.5).mean() <= 0.15 and (steps > 0.5).mean() <= 0.35
+
+
+def test_pruned_convs_export_sparse_behind_densify(tmp_path):
+    """Pruned (SparseArray) conv weights go out as TFLite sparse constants + DENSIFY, which
+    LiteRT runs with and without its XNNPACK delegate."""
+    import edge_infer
+    from edge_infer.artifact import load_artifact
+    from edge_infer.data import digits_model_path, load_digits_samples
+    from edge_infer.sparse import SparseArray
+    from edge_infer.tflite_format import _schema, builtin_code
+    X, _ = load_digits_samples()
+    eim = str(tmp_path / "pruned.eim")
+    edge_infer.convert(digits_model_path(), eim, sparsity=0.7)
+    g = load_artifact(eim)[0]
+    assert any(isinstance(t.data, SparseArray) for t in g.tensors.values())
+    dense, sparse = export_tflite(g), export_tflite(g, sparse=True)
+    model = _schema("Model").Model.GetRootAs(sparse, 0)
+    codes = {model.OperatorCodes(i).BuiltinCode() for i in range(model.OperatorCodesLength())}
+    assert builtin_code("DENSIFY") in codes and len(sparse) < len(dense)
+    ours = Runtime(g, backend="cpu", threads=1).run({g.inputs[0]: X[:8]})[g.outputs[0]]
+    for resolver in (None, NO_DELEGATE):
+        assert rel(run_litert(export_tflite(g, sparse=True, input_shapes={g.inputs[0]: (8, 1, 8, 8)}), [X[:8]],
+                              resolver)[0], ours) < 1e-5
