@@ -527,6 +527,170 @@ def assert_parity(graph: Graph, ref: dict, out: dict, int8: bool, what) -> None:
             assert np.linalg.norm(out[k].astype(np.float64) - r) / den <= REL, (what, k)
 
 
+# -- the CuPy glue, against a stand-in for CuPy -------------------------------------------------------------
+
+def fake_cupy(integrated: bool):
+    """A stand-in for the subset of CuPy that device.CupyDevice calls (signatures as CuPy 14
+    documents them), over host memory and the emulated kernels: it runs the glue code
+    (modules, pinned and mapped memory, streams, events, async copies) that no GPU-less test
+    would otherwise execute. It checks our use of CuPy's API as documented, not CuPy itself."""
+    import ctypes
+    import types
+    from edge_infer.backends.cuda.emulator import EmulatedKernel
+
+    class MemPtr:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def copy_from_host_async(self, mem, size, stream=None):
+            assert isinstance(mem, ctypes.c_void_p) and isinstance(stream, Stream)
+            ctypes.memmove(self.ptr, mem.value, size)
+
+        def copy_to_host_async(self, mem, size, stream=None):
+            assert isinstance(mem, ctypes.c_void_p) and isinstance(stream, Stream)
+            ctypes.memmove(mem.value, self.ptr, size)
+
+    class Array(np.ndarray):
+        @property
+        def data(self):
+            return MemPtr(self.ctypes.data)
+
+    host_blocks = {}
+
+    class Runtime:
+        hostAllocMapped = 2
+
+        @staticmethod
+        def getDeviceCount():
+            return 1
+
+        @staticmethod
+        def getDeviceProperties(i):
+            return {"name": b"Fake GPU", "major": 8, "minor": 7}
+
+        @staticmethod
+        def hostAlloc(size, flags):
+            assert flags == 2
+            buf = np.zeros(size, np.uint8)
+            host_blocks[buf.ctypes.data] = buf
+            return buf.ctypes.data
+
+        @staticmethod
+        def pointerGetAttributes(ptr):
+            assert ptr in host_blocks
+            return types.SimpleNamespace(devicePointer=ptr, hostPointer=ptr)
+
+        @staticmethod
+        def freeHost(ptr):
+            host_blocks.pop(ptr)
+
+    class Device:
+        def __init__(self, i=0):
+            self.attributes = {"Integrated": int(integrated), "CanMapHostMemory": 1, "MaxThreadsPerBlock": 1024}
+
+        def use(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Stream:
+        current = []
+
+        def __init__(self, null=False, non_blocking=False, ptds=False, priority=None):
+            self.ptr = id(self)
+
+        def __enter__(self):
+            Stream.current.append(self)
+            return self
+
+        def __exit__(self, *exc):
+            Stream.current.pop()
+
+        def synchronize(self):
+            pass
+
+        def wait_event(self, event):
+            assert isinstance(event, Event) and event.recorded
+
+    class Event:
+        def __init__(self, block=False, disable_timing=False, interprocess=False):
+            self.recorded = False
+
+        def record(self, stream=None):
+            assert isinstance(stream, Stream)
+            self.recorded = True
+
+        def synchronize(self):
+            assert self.recorded
+
+    class RawModule:
+        def __init__(self, code=None, path=None, options=(), backend="nvrtc", **kw):
+            assert code and '#include "common.cuh"' not in code and all(isinstance(o, str) for o in options)
+            self.code = code
+
+        def get_function(self, name):
+            assert f" {name}(" in self.code or f"({name}," in self.code, name
+            k = EmulatedKernel(name)
+
+            def launch(grid, block, args, shared_mem=0, stream=None):
+                assert Stream.current, "kernels must launch inside the compute stream's context"
+                k.bind(grid, block, args)()
+            return launch
+
+    def empty(shape, dtype):
+        return np.zeros(shape, dtype).view(Array)
+
+    def asarray(a):
+        return np.array(a).view(Array)
+
+    def matmul(a, b, out=None):
+        assert Stream.current and isinstance(out, Array)
+        np.matmul(a, b, out=out)
+        return out
+
+    def ndarray(shape, dtype, memptr):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        raw = (ctypes.c_uint8 * n).from_address(memptr.ptr)
+        return np.frombuffer(raw, np.uint8).view(np.dtype(dtype)).reshape(shape).view(Array)
+
+    cuda = types.SimpleNamespace(
+        runtime=Runtime, Device=Device, Stream=Stream, Event=Event,
+        alloc_pinned_memory=lambda n: bytearray(n),
+        UnownedMemory=lambda ptr, size, owner, device_id=-1: types.SimpleNamespace(ptr=ptr, size=size, owner=owner),
+        MemoryPointer=lambda mem, offset: types.SimpleNamespace(ptr=mem.ptr + offset, mem=mem))
+    return types.SimpleNamespace(cuda=cuda, RawModule=RawModule, empty=empty, asarray=asarray, matmul=matmul,
+                                 ndarray=ndarray, uint8=np.uint8, __version__="fake")
+
+
+@pytest.mark.parametrize("integrated", [False, True], ids=["discrete", "integrated"])
+def test_cupy_device_glue_runs_digits_through_a_cupy_stand_in(digits_graphs, integrated, monkeypatch):
+    _emulator()
+    from edge_infer.backends.cuda import device as D
+    monkeypatch.setattr(D, "_cupy", fake_cupy(integrated))
+    monkeypatch.setattr(D, "_cupy_error", None)
+    dev = D.CupyDevice(0, root="/nonexistent")
+    assert dev.integrated is integrated and "Fake GPU" in dev.describe()
+    graphs, x = digits_graphs
+    for g, exact in ((graphs["nhwc"][0], False), (graphs["nchw"][1], True)):
+        name = g.inputs[0]
+        sp = specialize(g, {name: (2, 1, 8, 8)})
+        exe = CudaBackend(dev).prepare(sp)
+        ref = [CpuBackend().prepare(sp).run({name: x[k:k + 2]}) for k in (0, 2, 4)]
+        pend = [exe.run_async({name: x[k:k + 2]}) for k in (0, 2, 4)]
+        for p, r in zip(pend, ref):
+            out = p.result()
+            for k in r:
+                if exact:
+                    assert np.array_equal(out[k], r[k])
+                else:
+                    assert np.linalg.norm(out[k] - r[k]) / np.linalg.norm(r[k]) <= REL
+        t = exe.timed_run({name: x[:2]})
+        assert {"host_write", "h2d", "compute", "d2h"} <= set(t) and all(t[k] >= 0 for k in ("h2d", "compute"))
+        if exact:
+            assert np.array_equal(t["outputs"][g.outputs[0]], ref[0][g.outputs[0]])
+
+
 # -- on a GPU --------------------------------------------------------------------------------------------
 
 def _gpu():

@@ -178,11 +178,15 @@ class CupyDevice:
     def event(self):
         return self.cp.cuda.Event(disable_timing=False)
 
+    # copies enqueue on ``stream`` and return at once (the host buffers are pinned or mapped);
+    # the stream's order and the executor's events keep them apart from the kernels
     def h2d_async(self, dst, src: np.ndarray, stream) -> None:
-        dst.set(src, stream=stream)
+        dst.data.copy_from_host_async(ctypes.c_void_p(src.ctypes.data), src.nbytes, stream)
 
     def d2h_async(self, dst: np.ndarray, src, stream) -> None:
-        src.get(stream=stream, out=dst)
+        # not ndarray.get: by default it waits for the copy, which would stall the host until
+        # the frame is computed and defeat the pipelining
+        src.data.copy_to_host_async(ctypes.c_void_p(dst.ctypes.data), dst.nbytes, stream)
 
     def synchronize(self) -> None:
         self.device.synchronize()

@@ -222,7 +222,8 @@ class CudaExecutable(Executable):
                       for name, off in self.arena_plan.offsets.items()}
         scratch = {key: device.view(device.empty(n * np.dtype(key[1]).itemsize), 0, (n,), key[1])
                    for key, n in sized.scratch_need.items()}
-        self.scratch_bytes = sum(n * np.dtype(k[1]).itemsize for k, n in sized.scratch_need.items())
+        #: device scratch (im2col columns and other per-role buffers), as the CPU's workspace
+        self.workspace_bytes = sum(n * np.dtype(k[1]).itemsize for k, n in sized.scratch_need.items())
         self.integrated = bool(getattr(device, "integrated", False))
         uploads: Dict = {}
         self.slots = [_Slot() for _ in range(max(1, slots))]
