@@ -234,6 +234,7 @@ def test_copies_match_numpy(monkeypatch, shape, seed, dtype):
 
 POOLS = [("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
          ("MaxPool", {"kernel_shape": [2, 3], "strides": [1, 2], "dilations": [2, 1], "ceil_mode": 1}),
+         ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 2, 1, 0], "dilations": [1, 2]}),
          ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 2]}),
          ("AveragePool", {"kernel_shape": [3, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
          ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),

@@ -41,8 +41,120 @@ static inline float avg_scale(const ei_pool2d_f32_args *a, int64_t oy, int64_t o
     return (float)(1.0 / (double)(ch * cw));
 }
 
-/* NCHW: one plane at a time */
+/* NCHW, separable as kernels/pool.py: per output row, reduce the kernel's input rows into one
+ * row (contiguous, vectorized), then reduce each window of that row; the same order of
+ * additions as the numpy kernel. tmp holds one input row. */
+static void vpass_scalar(int avg, const float *x, int64_t w, int64_t rstride, int nrows, float *tmp) {
+    if (nrows == 0) { for (int64_t i = 0; i < w; i++) tmp[i] = avg ? 0.0f : NEG_INF; return; }
+    memcpy(tmp, x, (size_t)w * 4);
+    for (int k = 1; k < nrows; k++) {
+        const float *r = x + k * rstride;
+        if (avg) for (int64_t i = 0; i < w; i++) tmp[i] = tmp[i] + r[i];
+        else for (int64_t i = 0; i < w; i++) tmp[i] = fmaxn(r[i], tmp[i]);
+    }
+}
+
+#ifdef EI_SIMD_READY
+static VATTR void VNAME(vpass)(int avg, const float *x, int64_t w, int64_t rstride, int nrows, float *tmp) {
+    if (nrows == 0) { vpass_scalar(avg, x, w, rstride, nrows, tmp); return; }
+    memcpy(tmp, x, (size_t)w * 4);
+    for (int k = 1; k < nrows; k++) {
+        const float *r = x + k * rstride;
+        int64_t i = 0;
+        if (avg) {
+            for (; i + VW <= w; i += VW) vstore(tmp + i, vadd(vload(tmp + i), vload(r + i)));
+            for (; i < w; i++) tmp[i] = tmp[i] + r[i];
+        } else {
+            for (; i + VW <= w; i += VW) vstore(tmp + i, vmaxn(vload(r + i), vload(tmp + i)));
+            for (; i < w; i++) tmp[i] = fmaxn(r[i], tmp[i]);
+        }
+    }
+}
+#endif
+
+#define ROW_MAX 4096      /* widest input row (and output row) through the stack buffers */
+
+/* one output row from the reduced input row tmp; x0/x1: tap ranges per ox, inv: divisors */
+static void hpass_scalar(const ei_pool2d_f32_args *a, const float *tmp, const short *x0, const short *x1,
+                         const float *inv, float *y, int64_t ob, int64_t oe) {
+    int avg = a->op == EI_POOL_AVG;
+    for (int64_t ox = ob; ox < oe; ox++) {
+        const float *t = tmp + ox * a->sw - a->pl;
+        float acc;
+        if (x0[ox] == x1[ox]) acc = avg ? 0.0f : NEG_INF;
+        else {
+            acc = t[(int64_t)x0[ox] * a->dw];
+            for (int kx = x0[ox] + 1; kx < x1[ox]; kx++)
+                acc = avg ? acc + t[(int64_t)kx * a->dw] : fmaxn(t[(int64_t)kx * a->dw], acc);
+        }
+        y[ox] = avg ? acc * inv[ox] : acc;
+    }
+}
+
+#ifdef EI_SIMD_READY
+/* stride 1: vectors over ox where the whole window is inside the row, scalar at the edges */
+static VATTR void VNAME(hpass1)(const ei_pool2d_f32_args *a, const float *tmp, const short *x0, const short *x1,
+                                const float *inv, float *y) {
+    int avg = a->op == EI_POOL_AVG, kw = a->kw;
+    int64_t ox = 0, ow = a->ow;
+    while (ox < ow && (x0[ox] != 0 || x1[ox] != kw)) ox++;          /* first interior output */
+    int64_t lo = ox, hi = lo;
+    while (hi < ow && x0[hi] == 0 && x1[hi] == kw) hi++;
+    hpass_scalar(a, tmp, x0, x1, inv, y, 0, lo);                      /* left edge */
+    for (ox = lo; ox + VW <= hi; ox += VW) {
+        const float *t = tmp + ox - a->pl;
+        VF acc = vload(t);
+        for (int kx = 1; kx < kw; kx++) {
+            VF v = vload(t + (int64_t)kx * a->dw);
+            acc = avg ? vadd(acc, v) : vmaxn(v, acc);
+        }
+        vstore(y + ox, avg ? vmul(acc, vload(inv + ox)) : acc);
+    }
+    hpass_scalar(a, tmp, x0, x1, inv, y, ox, ow);                     /* right edge */
+}
+#endif
+
 static void pool_nchw_planes(const ei_pool2d_f32_args *a, int64_t pb, int64_t pe) {
+    int avg = a->op == EI_POOL_AVG;
+    float tmp[ROW_MAX], inv[ROW_MAX];
+    short xlo[ROW_MAX], xhi[ROW_MAX];
+    int cw[ROW_MAX];
+    for (int64_t ox = 0; ox < a->ow; ox++) {
+        int l, h;
+        tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &l, &h);
+        xlo[ox] = (short)l; xhi[ox] = (short)h;
+        cw[ox] = (int)tap_count(ox, a->sw, a->pl, a->pr, a->dw, a->kw, a->w, a->count_include_pad);
+    }
+#ifdef EI_SIMD_READY
+    int simd = ei_has(EI_SIMD_ISA);
+#endif
+    for (int64_t pl = pb; pl < pe; pl++) {
+        const float *x = a->x + pl * a->h * a->w;
+        float *y = a->y + pl * a->oh * a->ow;
+        for (int64_t oy = 0; oy < a->oh; oy++) {
+            int y0, y1;
+            tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
+            if (avg) {      /* the numpy kernel's divisor: float32 of 1 / (count_h * count_w) */
+                int64_t ch = tap_count(oy, a->sh, a->pt, a->pb, a->dh, a->kh, a->h, a->count_include_pad);
+                for (int64_t ox = 0; ox < a->ow; ox++) inv[ox] = (float)(1.0 / (double)(ch * cw[ox]));
+            }
+            const float *r0 = x + (oy * a->sh - a->pt + (int64_t)y0 * a->dh) * a->w;
+#ifdef EI_SIMD_READY
+            if (simd) {
+                VNAME(vpass)(avg, r0, a->w, (int64_t)a->dh * a->w, y1 - y0, tmp);
+                if (a->sw == 1) VNAME(hpass1)(a, tmp, xlo, xhi, inv, y + oy * a->ow);
+                else hpass_scalar(a, tmp, xlo, xhi, inv, y + oy * a->ow, 0, a->ow);
+                continue;
+            }
+#endif
+            vpass_scalar(avg, r0, a->w, (int64_t)a->dh * a->w, y1 - y0, tmp);
+            hpass_scalar(a, tmp, xlo, xhi, inv, y + oy * a->ow, 0, a->ow);
+        }
+    }
+}
+
+/* NCHW rows wider than ROW_MAX: direct window loops */
+static void pool_nchw_direct(const ei_pool2d_f32_args *a, int64_t pb, int64_t pe) {
     int avg = a->op == EI_POOL_AVG;
     for (int64_t pl = pb; pl < pe; pl++) {
         const float *x = a->x + pl * a->h * a->w;
@@ -158,7 +270,11 @@ static VATTR void VNAME(pool_nhwc_rows)(const ei_pool2d_f32_args *a, int64_t rb,
 
 static void pool_range(void *ctx, int64_t b, int64_t e) {
     const ei_pool2d_f32_args *a = (const ei_pool2d_f32_args *)ctx;
-    if (!a->nhwc) { pool_nchw_planes(a, b, e); return; }
+    if (!a->nhwc) {
+        if (a->w <= ROW_MAX && a->ow <= ROW_MAX && a->kw < 32768) pool_nchw_planes(a, b, e);
+        else pool_nchw_direct(a, b, e);
+        return;
+    }
 #ifdef EI_SIMD_READY
     if (ei_has(EI_SIMD_ISA)) { VNAME(pool_nhwc_rows)(a, b, e); return; }
 #endif
@@ -280,9 +396,9 @@ int ei_selftest_pool_internal(void) {
                 {x, y, N, C, H, W, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 1},
                 {x, y, N, C, H, W, 7, 9, 2, 3, 1, 1, 2, 2, 0, 1, 0, 1, 0, 0, 1},
             };
-            for (int k = 0; k < 2; k++) {
-                ei_pool2d_f32_args a = cases[k];
-                a.op = op; a.count_include_pad = inc; a.nhwc = 1;
+            for (int k = 0; k < 4; k++) {
+                ei_pool2d_f32_args a = cases[k / 2];
+                a.op = op; a.count_include_pad = inc; a.nhwc = k % 2;
                 int64_t n = a.n * a.oh * a.ow * a.c;
                 int old = ei_set_isa_mask(0);
                 ei_pool2d_f32(&a);
