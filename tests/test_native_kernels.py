@@ -1,9 +1,9 @@
 """Native int8 / depthwise kernels (edge_infer/backends/cpu/native/src) against the numpy kernels.
 
-Each case runs the same one-node graph three ways: the numpy kernel (``native.lib`` patched
-to None before prepare), the native kernel with every ISA feature of this CPU (AVX2 here;
-NEON on an ARM host) and the native kernel with the ISA mask cleared (the portable scalar
-path). int8 results must be bit-identical, fp32 within 1e-5 relative. The numpy int8 kernels
+Each case runs the same one-node graph four ways: the numpy kernel (``native.lib`` patched
+to None before prepare), the native kernel with every ISA feature of this CPU (AVX-512 VNNI
+or AVX2 here; NEON sdot on an ARM host), with AVX-512 and the dot product masked off (AVX2 /
+NEON smlal) and with the ISA mask cleared (the portable scalar path). int8 results must be bit-identical, fp32 within 1e-5 relative. The numpy int8 kernels
 are themselves checked bit for bit against tests/int8_reference.py (test_quantize.py).
 """
 import os
@@ -51,15 +51,20 @@ def one_node(op, inputs, out_q, attrs, consts, out_dtype="int8"):
     return g, feeds
 
 
+#: ISA masks of the native modes: every feature; without AVX-512 and the dot product (the
+#: AVX2 / NEON smlal micro-kernels); none (the portable scalar code)
+MASKS = {"native": -1, "base": native.AVX2 | native.NEON, "scalar": 0}
+
+
 def run_three_ways(g, feeds, threads=2):
-    """{mode: (output, note)} for mode in numpy / native / scalar."""
+    """{mode: (output, note)} for mode in numpy / native / base / scalar (see MASKS)."""
     g = specialize(g, {k: v.shape for k, v in feeds.items()})
     out = {}
-    for mode in ("numpy", "native", "scalar"):
+    for mode in ("numpy", "native", "base", "scalar"):
         with pytest.MonkeyPatch.context() as m:
             if mode == "numpy":
                 m.setattr(native, "lib", None)
-            old = native.set_isa_mask(0) if mode == "scalar" else None
+            old = native.set_isa_mask(MASKS[mode]) if mode != "numpy" else None
             try:
                 ex = CpuExecutable(g, threads)
                 y = ex.run(feeds)["y"]
@@ -73,7 +78,7 @@ def run_three_ways(g, feeds, threads=2):
 def assert_native_matches(res, want_native=True, exact=True):
     ref, ref_note = res["numpy"]
     assert "native" not in ref_note
-    for mode in ("native", "scalar"):
+    for mode in ("native", "base", "scalar"):
         y, note = res[mode]
         if want_native:
             assert "native" in note, (mode, note)

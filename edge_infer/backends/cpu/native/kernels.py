@@ -295,4 +295,5 @@ def isa_name() -> str:
 def kind_name() -> str:
     """The int8 GEMM micro-kernel prepare picks on this machine (with the current ISA mask)."""
     k = _fn("ei_int8_gemm_kind", ctypes.c_int)()
-    return {0: "scalar", 1: "AVX2 madd_epi16", 2: "NEON smlal", 3: "NEON sdot"}.get(k, str(k))
+    return {0: "scalar", 1: "AVX2 madd_epi16", 2: "NEON smlal", 3: "NEON sdot",
+            4: "AVX-512 VNNI vpdpbusd"}.get(k, str(k))

@@ -12,6 +12,7 @@
  *   AVX2       MR 6, NR 16, KR 2, int16   _mm256_madd_epi16: (a0 w0 + a1 w1) per channel, exact
  *   NEON       MR 8, NR 8,  KR 1, int16   vmlal_laneq_s16 (Cortex-A72, no dot product)
  *   NEON sdot  MR 8, NR 8,  KR 4, int8    vdotq_laneq_s32
+ *   AVX-512    MR 8, NR 32, KR 4, int8    VNNI vpdpbusd on x + 128 (compensated exactly, below)
  * The kind is chosen at prepare (ei_int8_gemm_kind) and recorded in the args, so the packed
  * weights and the micro-kernel always agree. Work is split over (row block, channel range)
  * tasks on the thread pool; each thread slot has its own scratch.
@@ -27,10 +28,23 @@
 #include <arm_neon.h>
 #endif
 
-enum { KIND_SCALAR = 0, KIND_AVX2 = 1, KIND_NEON = 2, KIND_DOT = 3, N_KINDS = 4 };
+enum { KIND_SCALAR = 0, KIND_AVX2 = 1, KIND_NEON = 2, KIND_DOT = 3, KIND_VNNI = 4, N_KINDS = 5 };
 
 typedef struct { int mr, nr, kr, es; } kind_t;
-static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1} };
+static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1}, {8, 32, 4, 1} };
+
+/* AVX-512 VNNI (vpdpbusd: u8 x s8, four products summed into int32, no saturation) reads A as
+ * u8 = x + 128; the extra 128 * sum_k w[m, k] is subtracted exactly: the packed weights end
+ * with it per channel and the micro-kernel starts its accumulators at minus that. */
+static int has_vnni(void) {
+#if defined(__x86_64__)
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"); }
+    return v && ei_has(EI_AVX512);
+#else
+    return 0;
+#endif
+}
 
 typedef struct {
     const int8_t *x;
@@ -52,6 +66,7 @@ typedef struct {
 
 EI_API int ei_int8_gemm_kind(void) {
 #if defined(__x86_64__)
+    if (has_vnni()) return KIND_VNNI;
     if (ei_has(EI_AVX2)) return KIND_AVX2;
 #elif defined(__aarch64__)
     if (ei_has(EI_DOTPROD)) return KIND_DOT;
@@ -63,9 +78,9 @@ EI_API int ei_int8_gemm_kind(void) {
 static int kind_ok(int kind) {
     if (kind < 0 || kind >= N_KINDS) return 0;
 #if defined(__x86_64__)
-    return kind == KIND_SCALAR || kind == KIND_AVX2;
+    return kind == KIND_SCALAR || kind == KIND_AVX2 || kind == KIND_VNNI;
 #elif defined(__aarch64__)
-    return kind != KIND_AVX2;
+    return kind == KIND_SCALAR || kind == KIND_NEON || kind == KIND_DOT;
 #else
     return kind == KIND_SCALAR;
 #endif
@@ -79,7 +94,8 @@ static int64_t panel_bytes(const kind_t *k, int K) {
 EI_API int64_t ei_int8_pack_size(int kind, int M, int K) {
     if (!kind_ok(kind)) return -1;
     const kind_t *k = &KINDS[kind];
-    return (int64_t)((M + k->nr - 1) / k->nr) * panel_bytes(k, K);
+    int64_t np = (M + k->nr - 1) / k->nr;
+    return np * panel_bytes(k, K) + (kind == KIND_VNNI ? np * k->nr * 4 : 0);
 }
 
 /* w: (M, K) int8 row-major */
@@ -97,19 +113,35 @@ EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *
                     int8_t v = (ch < M && kx < K) ? w[(int64_t)ch * K + kx] : 0;
                     if (k->es == 1) o8[idx] = v; else o16[idx] = v;
                 }
+    if (kind == KIND_VNNI) {                 /* -128 * sum_k w[m, k]: the accumulators' start */
+        int32_t *comp = (int32_t *)(o8 + idx);
+        for (int ch = 0; ch < np * k->nr; ch++) {
+            int32_t s = 0;
+            if (ch < M) for (int kx = 0; kx < K; kx++) s += w[(int64_t)ch * K + kx];
+            comp[ch] = -128 * s;
+        }
+    }
 }
 
 /* A micro-panel of MR rows (rows[r] NULL: a zero padding row) */
-static void pack_a(const kind_t *k, const int8_t *const *rows, int K, void *out) {
+static void pack_a(const kind_t *k, const int8_t *const *rows, int K, void *out, int to_u8) {
     int kg = (K + k->kr - 1) / k->kr, mr = k->mr, kr = k->kr;
     if (k->es == 1) {
-        int8_t *o = (int8_t *)out;
+        uint8_t *o = (uint8_t *)out, x = to_u8 ? 0x80 : 0;   /* to_u8: x + 128 as u8 */
         for (int r = 0; r < mr; r++) {
             const int8_t *s = rows[r];
+            if (s && kr == 4 && (K & 3) == 0) {
+                for (int g = 0; g < kg; g++) {
+                    uint8_t *d = o + ((int64_t)g * mr + r) * 4;
+                    d[0] = (uint8_t)s[4 * g] ^ x; d[1] = (uint8_t)s[4 * g + 1] ^ x;
+                    d[2] = (uint8_t)s[4 * g + 2] ^ x; d[3] = (uint8_t)s[4 * g + 3] ^ x;
+                }
+                continue;
+            }
             for (int g = 0; g < kg; g++)
                 for (int kk = 0; kk < kr; kk++) {
                     int kx = g * kr + kk;
-                    o[((int64_t)g * mr + r) * kr + kk] = (s && kx < K) ? s[kx] : 0;
+                    o[((int64_t)g * mr + r) * kr + kk] = (s && kx < K) ? ((uint8_t)s[kx] ^ x) : 0;
                 }
         }
         return;
@@ -137,7 +169,8 @@ static void pack_a(const kind_t *k, const int8_t *const *rows, int K, void *out)
 
 /* ---- micro-kernels: c[r * ldc + n] = sum over kg groups, MR x NR int32 ---- */
 
-static void mk_scalar(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+static void mk_scalar(const void *ap, const void *bp, int kg, int32_t *c, int ldc, const int32_t *comp) {
+    (void)comp;
     const int8_t *a = (const int8_t *)ap, *b = (const int8_t *)bp;
     int32_t acc[4][4] = {{0}};
     for (int g = 0; g < kg; g++, a += 4, b += 4)
@@ -148,8 +181,29 @@ static void mk_scalar(const void *ap, const void *bp, int kg, int32_t *c, int ld
 }
 
 #if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void mk_vnni(const void *ap, const void *bp, int kg, int32_t *c, int ldc, const int32_t *comp) {
+    const int32_t *a = (const int32_t *)ap;       /* 4 u8 of one row per int32 */
+    const __m512i *b = (const __m512i *)bp;       /* 16 channels x 4 k, twice */
+    __m512i z0 = _mm512_loadu_si512(comp), z1 = _mm512_loadu_si512(comp + 16);
+    __m512i c00 = z0, c01 = z1, c10 = z0, c11 = z1, c20 = z0, c21 = z1, c30 = z0, c31 = z1,
+            c40 = z0, c41 = z1, c50 = z0, c51 = z1, c60 = z0, c61 = z1, c70 = z0, c71 = z1;
+    for (int g = 0; g < kg; g++, a += 8, b += 2) {
+        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 1), x;
+#define DP(r, v0, v1) x = _mm512_set1_epi32(a[r]); v0 = _mm512_dpbusd_epi32(v0, x, b0); v1 = _mm512_dpbusd_epi32(v1, x, b1)
+        DP(0, c00, c01); DP(1, c10, c11); DP(2, c20, c21); DP(3, c30, c31);
+        DP(4, c40, c41); DP(5, c50, c51); DP(6, c60, c61); DP(7, c70, c71);
+#undef DP
+    }
+#define ST(r, v0, v1) _mm512_storeu_si512(c + (r) * ldc, v0); _mm512_storeu_si512(c + (r) * ldc + 16, v1)
+    ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31);
+    ST(4, c40, c41); ST(5, c50, c51); ST(6, c60, c61); ST(7, c70, c71);
+#undef ST
+}
+
 __attribute__((target("avx2,fma")))
-static void mk_avx2(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+static void mk_avx2(const void *ap, const void *bp, int kg, int32_t *c, int ldc, const int32_t *comp) {
+    (void)comp;
     const int32_t *a = (const int32_t *)ap;       /* (a[2g], a[2g+1]) int16 pairs per row */
     const __m256i *b = (const __m256i *)bp;
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
@@ -177,7 +231,8 @@ static void mk_avx2(const void *ap, const void *bp, int kg, int32_t *c, int ldc)
 #endif
 
 #if defined(__aarch64__)
-static void mk_neon(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+static void mk_neon(const void *ap, const void *bp, int kg, int32_t *c, int ldc, const int32_t *comp) {
+    (void)comp;
     const int16_t *a = (const int16_t *)ap, *b = (const int16_t *)bp;
     int32x4_t acc[8][2];
     for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = vdupq_n_s32(0);
@@ -192,7 +247,8 @@ static void mk_neon(const void *ap, const void *bp, int kg, int32_t *c, int ldc)
 }
 
 __attribute__((target("arch=armv8.2-a+dotprod")))
-static void mk_dot(const void *ap, const void *bp, int kg, int32_t *c, int ldc) {
+static void mk_dot(const void *ap, const void *bp, int kg, int32_t *c, int ldc, const int32_t *comp) {
+    (void)comp;
     const int8_t *a = (const int8_t *)ap, *b = (const int8_t *)bp;
     int32x4_t acc[8][2];
     for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = vdupq_n_s32(0);
@@ -207,12 +263,13 @@ static void mk_dot(const void *ap, const void *bp, int kg, int32_t *c, int ldc) 
 }
 #endif
 
-typedef void (*mk_fn)(const void *, const void *, int, int32_t *, int);
+typedef void (*mk_fn)(const void *, const void *, int, int32_t *, int, const int32_t *);
 
 static mk_fn kernel_of(int kind) {
     switch (kind) {
 #if defined(__x86_64__)
     case KIND_AVX2: return mk_avx2;
+    case KIND_VNNI: return mk_vnni;
 #endif
 #if defined(__aarch64__)
     case KIND_NEON: return mk_neon;
@@ -308,19 +365,23 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int64_t mp_bytes = (int64_t)p->kg * k->mr * k->kr * k->es;
     int nmp = (nrows + k->mr - 1) / k->mr;
     const int8_t *rows[16];
+    int to_u8 = a->kind == KIND_VNNI;
     for (int mp = 0; mp < nmp; mp++) {
         for (int r = 0; r < k->mr; r++) {
             int i = mp * k->mr + r;
             rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)i * p->K) : NULL;
         }
-        pack_a(k, rows, p->K, apack + mp * mp_bytes);
+        pack_a(k, rows, p->K, apack + mp * mp_bytes, to_u8);
     }
     ei_rq rq = { a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
     int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
     int64_t pb = panel_bytes(k, p->K);
+    const int32_t *comp = to_u8 ? (const int32_t *)((const char *)a->wpack + p->npan * pb) : NULL;
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
-        for (int mp = 0; mp < nmp; mp++) cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr);
+        const int32_t *cj = comp ? comp + j * k->nr : NULL;
+        for (int mp = 0; mp < nmp; mp++)
+            cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, cj);
         int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
         for (int i = 0; i < nrows; i++) {
             int64_t r = r0 + i, off, ys;
@@ -427,6 +488,7 @@ EI_API int ei_selftest_int8_gemm(void) {
             if (!kind_ok(kind)) continue;
 #if defined(__x86_64__)
             if (kind == KIND_AVX2 && !ei_has(EI_AVX2)) continue;
+            if (kind == KIND_VNNI && !has_vnni()) continue;
 #elif defined(__aarch64__)
             if (kind == KIND_DOT && !ei_has(EI_DOTPROD)) continue;
 #endif
