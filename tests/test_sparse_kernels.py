@@ -168,10 +168,16 @@ def test_gemm_and_matmul(path, rows, k, nout, sparsity, enc, dtype, op, seed):
 def test_dense_kernel_is_chosen_below_the_crossover(monkeypatch):
     monkeypatch.setenv("EDGE_INFER_SPARSE", "auto")
     rng = np.random.default_rng(0)
-    w = pruned(rng, (16, 16, 1, 1), 0.3, "float32")
-    g = one_node("Conv", (1, 16, 4, 4), w, (1, 16, 4, 4), {"kernel_shape": [1, 1]}, "float32")
+    w = pruned(rng, (16, 64, 1, 1), 0.3, "float32")
+    g = one_node("Conv", (1, 64, 4, 4), w, (1, 16, 4, 4), {"kernel_shape": [1, 1]}, "float32")
     got, want, note = run_both(g, encode_csr, feeds_for(g, rng))
     assert "densified" in note and "crossover" in note, note
+    np.testing.assert_array_equal(got, want)
+    # few inputs per output: the dense kernel whatever the sparsity
+    w = pruned(rng, (16, 8, 1, 1), 0.9, "float32")
+    g = one_node("Conv", (1, 8, 4, 4), w, (1, 16, 4, 4), {"kernel_shape": [1, 1]}, "float32")
+    got, want, note = run_both(g, encode_csr, feeds_for(g, rng))
+    assert "densified" in note and "min_k" in note, note
     np.testing.assert_array_equal(got, want)
 
 

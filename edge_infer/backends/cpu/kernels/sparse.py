@@ -43,7 +43,7 @@ from .int8_common import Requantizer, clamp_range, is_int8_node, per_tensor, qpa
 
 SPARSE_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
 #: used when neither the graph's target nor the host's profile records a crossover
-DEFAULT_CROSSOVER = {"fp32": 0.7, "int8": 0.6, "fp32_numpy": 0.95, "int8_numpy": 0.8}
+DEFAULT_CROSSOVER = {"fp32": 0.7, "int8": 1.0, "fp32_numpy": 1.0, "int8_numpy": 1.0, "min_k": 32}
 _ENC = {"csr": 0, "bcsr": 1, "bitmask": 2}
 
 
@@ -59,9 +59,10 @@ def _host_crossover() -> dict:
         return {}
 
 
-def crossover(ctx, int8: bool, native: bool) -> float:
-    """The sparsity from which the sparse kernel beats the dense one (target profile)."""
-    key = ("int8" if int8 else "fp32") + ("" if native else "_numpy")
+def crossover(ctx, int8: bool, native: bool, key: Optional[str] = None) -> float:
+    """The sparsity from which the sparse kernel beats the dense one (target profile); ``key``
+    another entry of the profile's "sparse_crossover" (min_k)."""
+    key = key or (("int8" if int8 else "fp32") + ("" if native else "_numpy"))
     target = ctx.graph.metadata.get("target") if ctx is not None else None
     for prof in ((target or {}).get("sparse_crossover") or {}, _host_crossover(), DEFAULT_CROSSOVER):
         if key in prof:
@@ -83,7 +84,8 @@ def forced(mode: str):
         _FORCED.pop()
 
 
-def use_sparse(ctx, s: SparseArray, int8: bool, native: bool) -> Tuple[bool, str]:
+def use_sparse(ctx, s: SparseArray, int8: bool, native: bool, k: int = 0) -> Tuple[bool, str]:
+    """Sparse or dense kernel for weight ``s`` summed over ``k`` inputs per output, and why."""
     mode = _FORCED[-1] if _FORCED else os.environ.get("EDGE_INFER_SPARSE", "auto")
     sparsity = 1.0 - s.density
     if mode == "always":
@@ -91,6 +93,9 @@ def use_sparse(ctx, s: SparseArray, int8: bool, native: bool) -> Tuple[bool, str
     if mode == "never":
         return False, "EDGE_INFER_SPARSE=never"
     cut = crossover(ctx, int8, native)
+    min_k = crossover(ctx, int8, native, "min_k")
+    if k and k < min_k:
+        return False, f"{k} inputs per output < min_k {min_k:g} (per-row overhead beats the saving)"
     return sparsity >= cut, f"sparsity {sparsity:.2f} {'>=' if sparsity >= cut else '<'} crossover {cut:.2f}"
 
 
@@ -105,7 +110,43 @@ class SparseMMArgs(ctypes.Structure):
                 ("mask", ctypes.c_void_p), ("row_offsets", ctypes.c_void_p),
                 ("p", ctypes.c_int64), ("x", ctypes.c_void_p), ("x_sk", ctypes.c_int64), ("x_sp", ctypes.c_int64),
                 ("y", ctypes.c_void_p), ("y_sr", ctypes.c_int64), ("y_sp", ctypes.c_int64),
-                ("bias", ctypes.c_void_p), ("threads", ctypes.c_int32), ("pad", ctypes.c_int32)]
+                ("bias", ctypes.c_void_p), ("threads", ctypes.c_int32), ("f32_exact", ctypes.c_int32),
+                ("rq", ctypes.c_void_p), ("z", ctypes.c_void_p)]
+
+
+class EiRq(ctypes.Structure):
+    """``ei_rq`` of native/src/ei_int8.h (the int8 epilogue's parameters)."""
+    _fields_ = [("bias", ctypes.c_void_p), ("mult", ctypes.c_void_p), ("shift", ctypes.c_void_p),
+                ("ztab", ctypes.c_void_p), ("zp_y", ctypes.c_int32), ("lo", ctypes.c_int32), ("hi", ctypes.c_int32)]
+
+
+def native_int8_fused(ctx, s: SparseArray, transposed: bool, jobs, zviews, const_term: np.ndarray, q, sh,
+                      zp_y: int, lo: int, hi: int, table: Optional[np.ndarray]) -> Optional[Callable[[], None]]:
+    """The native int8 product with the epilogue fused (int32 accumulation, requantization,
+    residual table, clamp into the int8 output), or None when it does not apply: no library,
+    or bounds under which the int32 arithmetic could differ from the numpy int64 one."""
+    nat = _native()
+    if nat is None:
+        return None
+    k = s.rows if transposed else s.cols
+    if k * (1 << 14) + int(np.abs(const_term).max(initial=0)) >= (1 << 31):
+        return None
+    q, sh = np.asarray(q, np.int64).reshape(-1), np.asarray(sh, np.int64).reshape(-1)
+    if not (np.all((q >= 0) & (q < (1 << 31))) and np.all((sh >= -31) & (sh <= 30))):
+        return None
+    if table is not None and np.abs(table).max() > (1 << 29):
+        return None
+    bias32 = np.ascontiguousarray(const_term, np.int32)
+    mult, shift = np.ascontiguousarray(q, np.int32), np.ascontiguousarray(sh, np.int32)
+    ztab = None if table is None else np.ascontiguousarray(table, np.int32)
+    rq = EiRq(bias32.ctypes.data, mult.ctypes.data, shift.ctypes.data, _addr(ztab), int(zp_y), int(lo), int(hi))
+    steps = []
+    for (xv, yv), zv in zip(jobs, zviews):
+        args, keep = native_args(s, transposed, xv, yv, None, ctx.threads)
+        args.rq = ctypes.addressof(rq)
+        args.z = _addr(zv)
+        steps.append(nat.native_step("ei_sparse_mm", args, *keep, rq, bias32, mult, shift, ztab, zv))
+    return steps[0] if len(steps) == 1 else nat.run_steps_call(steps)
 
 
 def _native():
@@ -150,6 +191,13 @@ def native_args(s: SparseArray, transposed: bool, xv: np.ndarray, yv: np.ndarray
     a.y_sr, a.y_sp = _elem_strides(yv)
     a.bias = _addr(bias)
     a.threads = max(1, int(threads))
+    if s.dtype == np.int8 and not transposed:
+        # int8 products summed in float32 are exact while a row holds <= 1024 of them
+        if s.encoding == "bitmask":
+            per_row = np.diff(keep[-1])
+        else:
+            per_row = np.diff(s.indptr.astype(np.int64)) * (s.block[1] if s.block else 1)
+        a.f32_exact = int(per_row.max(initial=0) <= 1024)
     return a, keep
 
 
@@ -351,6 +399,18 @@ def _opt(node: Node, i: int) -> str:
     return node.inputs[i] if len(node.inputs) > i else ""
 
 
+def residual_lut(ctx, node: Node, z_name: str, s_y: float) -> np.ndarray:
+    """MBQM(v - zp_z, s_z / s_y) for every int8 value v (int64, indexed by v's uint8 pattern):
+    the residual term of an int8 FusedConv, as int8_conv.residual_stage computes it."""
+    from .int8_common import quantize_multiplier, requantize
+    s_z, zp_z = per_tensor(ctx, z_name, "residual")
+    qz, shz = quantize_multiplier(float(np.float32(s_z)) / float(np.float32(s_y)))
+    values = np.arange(-128, 128, dtype=np.int64)
+    table = np.empty(256, np.int64)
+    table[values.astype(np.int8).view(np.uint8)] = requantize(values - zp_z, qz, shz)
+    return table
+
+
 def conv_jobs(node: Node, ctx, s: SparseArray, x: np.ndarray, y: np.ndarray):
     """(jobs, acc_shape, per-channel shape, description) of a pointwise conv, or None when
     the conv is not pointwise (1x1, stride 1, no padding, one group)."""
@@ -488,7 +548,6 @@ def sparse_int8(node: Node, ctx, s: SparseArray) -> Optional[Callable[[], None]]
     fused = node.op.startswith("Fused")
     act = str(node.attrs.get("activation", "") or "") if fused else ""
     lo, hi = clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
-    residual = None
     if node.op in ("Conv", "FusedConv"):
         g = conv_jobs(node, ctx, s, x, y)
         if g is None:
@@ -508,15 +567,19 @@ def sparse_int8(node: Node, ctx, s: SparseArray) -> Optional[Callable[[], None]]
                 return None
             b = np.asarray(bc).reshape(-1).astype(np.int64)
         z_name = _opt(node, 3) if node.op == "FusedConv" else ""
-        acc = ctx.workspace(acc_shape, np.int64)
-        residual = residual_stage(ctx, node, z_name, s_y, acc_shape)
         last = channels_last(node)
-        if last:
-            n_, p_, _ = acc_shape
-            jobs = [(jobs_y[0][0], acc.reshape(n_ * p_, m).T)]
-        else:
-            jobs = [(xv, acc[i]) for i, (xv, _) in enumerate(jobs_y)]
-        y_acc = y.reshape(acc_shape)
+        ztable, zviews = None, [None] * len(jobs_y)
+        if z_name:
+            ztable = residual_lut(ctx, node, z_name, s_y)
+            z = ctx.value(z_name)
+            if tuple(z.shape) != tuple(y.shape):
+                return None
+            zviews = [z.reshape(acc_shape[0] * acc_shape[1], m).T] if last else list(z.reshape(acc_shape))
+
+        def acc_jobs(acc):
+            if last:
+                return [(jobs_y[0][0], acc.reshape(acc_shape[0] * acc_shape[1], m).T)]
+            return [(xv, acc[i]) for i, (xv, _) in enumerate(jobs_y)]
     else:
         if node.op in ("Gemm", "FusedGemm") and (float(node.attrs.get("alpha", 1.0)) != 1.0
                                                   or float(node.attrs.get("beta", 1.0)) != 1.0):
@@ -545,11 +608,22 @@ def sparse_int8(node: Node, ctx, s: SparseArray) -> Optional[Callable[[], None]]
             b = np.broadcast_to(np.asarray(bc).reshape(-1).astype(np.int64), (m,)).copy()
         rows_a = jobs_y[0][0].shape[1]
         acc_shape, cshape = (rows_a, m), (m,)
-        acc = ctx.workspace(acc_shape, np.int64)
-        jobs = [(jobs_y[0][0], acc.T)]
-        y_acc = y.reshape(acc_shape)
+        ztable, zviews, z_name = None, [None], ""
+
+        def acc_jobs(acc):
+            return [(jobs_y[0][0], acc.T)]
     const_term = b - int(zp_x) * row_sums(s, transposed)
-    step, how = product_step(ctx, s, transposed, jobs, const_term)
+    enc = s.encoding + (f" {s.block[0]}x{s.block[1]}" if s.block else "")
+    fused = native_int8_fused(ctx, s, transposed, jobs_y, zviews, const_term, q, sh, zp_y, lo, hi, ztable)
+    if fused is not None:
+        ctx.note(node, f"int8 sparse native ({enc}, density {s.density:.2f}) {desc}; int32 accumulation, fused "
+                 f"requantization (MBQM)" + (", + residual" if ztable is not None else "") + (f", clamp {act}" if act else ""))
+        return fused
+    # the int64 accumulator path (numpy, or bounds the fused int32 epilogue cannot take)
+    acc = ctx.workspace(acc_shape, np.int64)
+    residual = residual_stage(ctx, node, z_name, s_y, acc_shape) if z_name else None
+    y_acc = y.reshape(acc_shape)
+    step, how = product_step(ctx, s, transposed, acc_jobs(acc), const_term)
     rq = Requantizer(q.reshape(cshape), sh.reshape(cshape), acc_shape, ctx, offset=zp_y)
     clip = np.clip
 
@@ -559,7 +633,6 @@ def sparse_int8(node: Node, ctx, s: SparseArray) -> Optional[Callable[[], None]]
         if residual is not None:
             residual(acc)
         clip(acc, lo, hi, out=y_acc, casting="unsafe")
-    enc = s.encoding + (f" {s.block[0]}x{s.block[1]}" if s.block else "")
     ctx.note(node, f"int8 sparse {how} ({enc}, density {s.density:.2f}) {desc}; requantize per channel (MBQM)"
              + (", + residual" if residual is not None else "") + (f", clamp {act}" if act else ""))
     return run
@@ -576,7 +649,8 @@ def _dispatcher(op: str, inner: Callable) -> Callable:
         int8 = is_int8_node(node, ctx)
         if not int8 and op.startswith("Fused"):
             return inner(node, ctx)       # the fused kernel prepares its base op through this dispatch
-        ok, why = use_sparse(ctx, w, int8, _native() is not None)
+        kmajor = op in ("MatMul", "FusedMatMul") or (op in ("Gemm", "FusedGemm") and not node.attrs.get("transB", 0))
+        ok, why = use_sparse(ctx, w, int8, _native() is not None, w.rows if kmajor else w.cols)
         step = None
         if ok:
             step = (sparse_int8 if int8 else sparse_float)(node, ctx, w)

@@ -18,6 +18,7 @@
  * fp32 sums are in the same order in every version with FMA contraction disabled by ISA:
  * versions agree within float rounding (the self-test allows 1e-5 relative); int8 bit-exact. */
 #include "edge_native.h"
+#include "ei_int8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,12 @@ typedef struct {
     void *y;
     int64_t y_sr, y_sp;
     const void *bias;             /* per output row: float (fp32) or int64 (int8), or NULL */
-    int32_t threads, pad;
+    int32_t threads;
+    int32_t f32_exact;            /* int8, normal mode: <= 1024 entries per output row (exact in float) */
+    /* int8 with a fused epilogue (ei_int8.h: bias, requantization, residual table, clamp):
+     * Y is the int8 output and z the residual (Y's layout) instead of the int64 accumulator */
+    const ei_rq *rq;
+    const int8_t *z;
 } ei_sparse_mm_args;
 
 EI_API void ei_sparse_mm(const ei_sparse_mm_args *a);
@@ -149,9 +155,11 @@ static void sp_range(void *ctx, int64_t begin, int64_t end) {
     const ei_sparse_mm_args *a = job->a;
     const int tr = a->transposed;
     const int64_t K = tr ? a->rows : a->cols, R = tr ? a->cols : a->rows;
-    char *buf = (char *)sp_scratch((size_t)(K + R) * SP_T * 4);
+    char *buf = (char *)sp_scratch((size_t)(K + 2 * R) * SP_T * 4);
     if (!buf) return;
     void *xt = buf, *yt = buf + (size_t)K * SP_T * 4;
+    int32_t *tt = (int32_t *)(buf + (size_t)(K + R) * SP_T * 4);
+    const int simd = ei_rq_simd();
     for (int64_t t = begin; t < end; t++) {
         int64_t p0 = t * SP_T, n = EI_MIN(SP_T, a->p - p0);
         /* gather the input tile (zero-padded past the last pixel); a full fp32 tile of
@@ -161,6 +169,23 @@ static void sp_range(void *ctx, int64_t begin, int64_t end) {
         if (!a->int8 && a->x_sp == 1 && n == SP_T) {
             xsrc = (const float *)a->x + p0;
             xs = a->x_sk;
+        } else if (a->int8 && a->f32_exact) {   /* int8 input widened to float lanes */
+            const int8_t *x = (const int8_t *)a->x;
+            float *d = (float *)xt;
+            if (a->x_sk == 1) {
+                for (int64_t j = 0; j < SP_T; j++) {
+                    const int8_t *src = x + (p0 + j) * a->x_sp;
+                    if (j < n) for (int64_t k = 0; k < K; k++) d[k * SP_T + j] = (float)src[k];
+                    else for (int64_t k = 0; k < K; k++) d[k * SP_T + j] = 0.0f;
+                }
+            } else {
+                for (int64_t k = 0; k < K; k++) {
+                    const int8_t *src = x + k * a->x_sk + p0 * a->x_sp;
+                    int64_t j = 0;
+                    for (; j < n; j++) d[k * SP_T + j] = (float)src[j * a->x_sp];
+                    for (; j < SP_T; j++) d[k * SP_T + j] = 0.0f;
+                }
+            }
         } else if (a->int8) {
             const int8_t *x = (const int8_t *)a->x;
             int32_t *d = (int32_t *)xt;
@@ -205,7 +230,29 @@ static void sp_range(void *ctx, int64_t begin, int64_t end) {
         job->tile(a, xsrc, xs, yt, ydirect);
         if (ydirect) continue;
         /* store with the bias */
-        if (a->int8) {
+        if (a->int8 && a->rq) {
+            const int32_t *s = (const int32_t *)yt;
+            const ei_rq *rq = a->rq;
+            int8_t *y = (int8_t *)a->y;
+            if (a->y_sr == 1 || R >= 8) {    /* per pixel, all channels: the SIMD epilogue */
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t r = 0; r < R; r++) tt[j * R + r] = s[r * SP_T + j];
+                for (int64_t j = 0; j < n; j++) {
+                    int64_t o = (p0 + j) * a->y_sp;
+                    ei_rq_run(simd, rq, tt + j * R, 0, (int)R, y + o, (ptrdiff_t)a->y_sr, a->z ? a->z + o : NULL);
+                }
+            } else {
+                for (int64_t r = 0; r < R; r++) {
+                    int32_t bb = rq->bias ? rq->bias[r] : 0;
+                    for (int64_t j = 0; j < n; j++) {
+                        int64_t o = r * a->y_sr + (p0 + j) * a->y_sp;
+                        int32_t acc = (int32_t)((uint32_t)s[r * SP_T + j] + (uint32_t)bb);
+                        int32_t zt = rq->ztab ? rq->ztab[(uint8_t)a->z[o]] : 0;
+                        y[o] = ei_rq_one(acc, rq->mult[r], rq->shift[r], rq->zp_y, zt, rq->lo, rq->hi);
+                    }
+                }
+            }
+        } else if (a->int8) {
             const int32_t *s = (const int32_t *)yt;
             const int64_t *b = (const int64_t *)a->bias;
             int64_t *y = (int64_t *)a->y;

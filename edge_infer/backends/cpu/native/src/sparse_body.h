@@ -32,6 +32,50 @@ SP_ATTR static void SP_NAME(tile)(const ei_sparse_mm_args *a, const void *xt, in
         dst[0] += v_ * xp_[0]; dst[1] += v_ * xp_[1]; dst[2] += v_ * xp_[2]; dst[3] += v_ * xp_[3]; } while (0)
 #define SP_ACC_I(dst, v, in) do { const sp_v8iu *xp_ = (const sp_v8iu *)(xi + (in) * xs); int32_t v_ = (v); \
         dst[0] += v_ * xp_[0]; dst[1] += v_ * xp_[1]; dst[2] += v_ * xp_[2]; dst[3] += v_ * xp_[3]; } while (0)
+    if (int8 && a->f32_exact && !tr) {
+        /* int8 in float lanes: products (<= 2^14) and sums of <= 1024 of them (<= 2^24) are
+         * exact in float32 (Python sets f32_exact only then), and FMAs are the fastest lanes */
+        if (a->encoding == EI_SP_BITMASK) {
+            const int64_t cols = a->cols, nbits = (int64_t)a->rows * a->cols;
+            for (int64_t r = 0; r < a->rows; r++) {
+                int64_t e = a->row_offsets[r];
+                sp_v8f acc[4] = {{0}};
+                for (int64_t c0 = 0; c0 < cols; c0 += 56) {
+                    uint64_t bits = sp_bits56(a->mask, nbits, r * cols + c0);
+                    if (cols - c0 < 56) bits &= (((uint64_t)1) << (cols - c0)) - 1;
+                    for (; bits; bits &= bits - 1) { SP_ACC_F(acc, (float)vi[e], c0 + __builtin_ctzll(bits)); e++; }
+                }
+                for (int k = 0; k < 4; k++) ((sp_v8iu *)(yi + r * SP_T))[k] = __builtin_convertvector(acc[k], sp_v8i);
+            }
+            return;
+        }
+        const int32_t *ip = a->indptr;
+        const uint8_t *j8 = (const uint8_t *)a->indices; const uint16_t *j16 = (const uint16_t *)a->indices;
+        for (int rb = 0; rb < a->rows / br; rb++) {
+            int64_t c = 0, e0 = ip[rb], e1 = ip[rb + 1];
+            if (br == 1) {
+                sp_v8f acc[4] = {{0}};
+                for (int64_t e = e0; e < e1; e++) {
+                    c += a->index_bytes == 1 ? j8[e] : j16[e];
+                    const int8_t *v = vi + e * bc;
+                    for (int t = 0; t < bc; t++) SP_ACC_F(acc, (float)v[t], c * bc + t);
+                }
+                for (int k = 0; k < 4; k++) ((sp_v8iu *)(yi + (int64_t)rb * SP_T))[k] = __builtin_convertvector(acc[k], sp_v8i);
+            } else {
+                sp_v8f acc[4][4] = {{{0}}};
+                for (int64_t e = e0; e < e1; e++) {
+                    c += a->index_bytes == 1 ? j8[e] : j16[e];
+                    const int8_t *v = vi + e * 4;
+                    SP_ACC_F(acc[0], (float)v[0], c); SP_ACC_F(acc[1], (float)v[1], c);
+                    SP_ACC_F(acc[2], (float)v[2], c); SP_ACC_F(acc[3], (float)v[3], c);
+                }
+                for (int i = 0; i < 4; i++)
+                    for (int k = 0; k < 4; k++)
+                        ((sp_v8iu *)(yi + ((int64_t)rb * 4 + i) * SP_T))[k] = __builtin_convertvector(acc[i][k], sp_v8i);
+            }
+        }
+        return;
+    }
     if (a->encoding == EI_SP_BITMASK && !tr) {   /* normal mode, one loop per dtype */
         const int64_t cols = a->cols, nbits = (int64_t)a->rows * a->cols;
         for (int64_t r = 0; r < a->rows; r++) {
