@@ -85,17 +85,21 @@ def randn(*shape):
 
 # -- GEMM --------------------------------------------------------------------------------------
 
+GEMMS = ["tiled", "cpu"]        # local-memory tiles (GPUs) and the CPU-driver variant
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 33, 65), (33, 17, 5), (64, 96, 31)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
-def test_gemm_odd_sizes_and_transposes(m, k, n, ta, tb):
+@pytest.mark.parametrize("gemm", GEMMS)
+def test_gemm_odd_sizes_and_transposes(m, k, n, ta, tb, gemm):
     a = randn(k, m) if ta else randn(m, k)
     b = randn(n, k) if tb else randn(k, n)
     c = randn(n)
     g, f = one_node("Gemm", [("a", a), ("b", b), ("c", c)], dict(transA=ta, transB=tb, alpha=0.5, beta=2.0),
                     consts=("c",))
-    check_f32(g, f)
+    check_f32(g, f, gemm=gemm)
     g, f = one_node("Gemm", [("a", a), ("b", b), ("c", c)], dict(transA=ta, transB=tb, alpha=1.5), consts=("b", "c"))
-    check_f32(g, f)
+    check_f32(g, f, gemm=gemm)
 
 
 @pytest.mark.parametrize("cshape", [(), (1,), (9,), (5, 1), (5, 9)])
@@ -110,7 +114,8 @@ def test_gemm_bias_broadcast_and_fused_activation(cshape):
                                    ((3, 4, 6), (1, 6, 5))])
 def test_matmul_batched(sa, sb):
     g, f = one_node("MatMul", [("a", randn(*sa)), ("b", randn(*sb))])
-    check_f32(g, f)
+    for gemm in GEMMS:
+        check_f32(g, f, gemm=gemm)
 
 
 def test_fused_matmul_bias_activation():
@@ -156,9 +161,9 @@ def conv_graph(C, M, group, kernel, strides, pads, dil, H, W, last, op="Conv", a
 @pytest.mark.parametrize("case", CONV_CASES)
 @pytest.mark.parametrize("last", [False, True])
 def test_conv_every_algorithm_both_layouts(case, last):
-    for algo in ("auto", "direct", "gemm"):
+    for algo, gemm in (("auto", "cpu"), ("direct", "cpu"), ("gemm", "cpu"), ("gemm", "tiled")):
         g, f = conv_graph(*case, last=last)
-        ex = check_f32(g, f, conv_algorithm=algo)
+        ex = check_f32(g, f, conv_algorithm=algo, gemm=gemm)
         note = next(iter(ex.notes.values()))
         assert ("direct" in note) == (algo == "direct" or (algo == "auto" and "direct" in note))
 
@@ -168,9 +173,9 @@ def test_conv_every_algorithm_both_layouts(case, last):
 @pytest.mark.parametrize("last", [False, True])
 def test_fused_conv_residual_and_activation(act, params, last):
     for case in (CONV_CASES[0], CONV_CASES[3], CONV_CASES[6]):
-        for algo in ("direct", "gemm"):
+        for algo, gemm in (("direct", "cpu"), ("gemm", "cpu"), ("gemm", "tiled")):
             g, f = conv_graph(*case, last=last, op="FusedConv", act=act, params=params, residual=True, n=2)
-            check_f32(g, f, conv_algorithm=algo)
+            check_f32(g, f, conv_algorithm=algo, gemm=gemm)
 
 
 def test_conv_1d_and_no_bias():

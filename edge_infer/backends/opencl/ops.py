@@ -238,10 +238,26 @@ def gemm_launch(node, pc, M, N, K, nb1, nb2, A, B, C, alpha=1.0, bias=None, beta
     flags = (1 if bias is not None else 0) | (2 if Z is not None else 0)
     bias = bias or (None, 0, 0, 0, 0)
     Z = Z or (None, 0, 0, 0, 0, 0)
-    # work groups of 8 x 8 items, each a 32 x 32 block of C (kernels/gemm.cl)
-    gsize = (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2)
-    pc.launch(node, "gemm", "gemm_f32", gsize, [*A, *B, *C, M, N, K, nb2, float(alpha), *bias, float(beta), *Z,
-                                                 *act, flags], (8, 8, 1))
+    args = [*A, *B, *C, M, N, K, nb2, float(alpha), *bias, float(beta), *Z, *act, flags]
+    if gemm_variant(pc) == "cpu":
+        # rows of 8 per work item, columns across work items (kernels/gemm.cl gemm_f32_cpu)
+        pc.launch(node, "gemm", "gemm_f32_cpu", (N, (M + 7) // 8, nb1 * nb2), args)
+        return
+    # work groups of 8 x 8 items, each a 32 x 32 block of C from local-memory tiles
+    pc.launch(node, "gemm", "gemm_f32", (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2), args, (8, 8, 1))
+
+
+def gemm_variant(pc) -> str:
+    """'tiled' (local-memory tiles: GPUs) or 'cpu' (CPU OpenCL drivers); option
+    ``gemm="tiled"|"cpu"`` or $EDGE_INFER_OPENCL_GEMM overrides."""
+    import os
+    want = (getattr(pc, "options", {}) or {}).get("gemm") or os.environ.get("EDGE_INFER_OPENCL_GEMM", "")
+    if want in ("tiled", "cpu"):
+        return want
+    if pc.device is None:
+        return "tiled"
+    import pyopencl as cl
+    return "cpu" if pc.device.type & cl.device_type.CPU else "tiled"
 
 
 def _matrix(pc, name, shape2, trans):
@@ -291,7 +307,7 @@ def gemm(node: Node, pc) -> None:
         bias = (cb, co, full[1] if full[0] > 1 else 0, 1 if full[1] > 1 else 0, 0)
     act = activation(node) if node.op == "FusedGemm" else (0, 0.0, 0.0)
     gemm_launch(node, pc, M, N, K, 1, 1, A, B, (yb, yo, N, 1, 0, 0), alpha, bias, beta, act=act)
-    pc.note(node, f"tiled GEMM {M}x{K} @ {K}x{N}" + (" + C" if bias else "") + (f" + {node.attrs.get('activation')}" if act[0] else ""))
+    pc.note(node, f"{gemm_variant(pc)} GEMM {M}x{K} @ {K}x{N}" + (" + C" if bias else "") + (f" + {node.attrs.get('activation')}" if act[0] else ""))
 
 
 @op("MatMul", "FusedMatMul")
@@ -337,7 +353,7 @@ def matmul(node: Node, pc) -> None:
         bias = (bbf, bfo, 0, 1, 0)
     act = activation(node) if node.op == "FusedMatMul" else (0, 0.0, 0.0)
     gemm_launch(node, pc, Mt, N, K, 1, nb2, A, B, C, 1.0, bias, act=act)
-    pc.note(node, f"tiled GEMM {sa} @ {sb}")
+    pc.note(node, f"{gemm_variant(pc)} GEMM {sa} @ {sb}")
 
 
 # -- convolution -------------------------------------------------------------------------------
@@ -459,7 +475,7 @@ def conv(node: Node, pc) -> None:
     if bname and pc.const(bname) is None:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: bias must be constant")
     zref = pc.ref(zname) if zname else (None, 0)
-    kdesc = f"{g['KH']}x{g['KW']}" if g["KH"] > 1 else f"{g['KW']}"
+    kdesc = f"{g['KH']}x{g['KW']}"
     tail = (" + residual" if zname else "") + (f" + {node.attrs.get('activation')}" if act[0] else "")
     lay = "NHWC" if g["last"] else "NCHW"
     if algo == "direct":
@@ -488,7 +504,8 @@ def conv(node: Node, pc) -> None:
     Z = (zref[0], zref[1], C[2], C[3], C[4], C[5]) if zname else None
     gemm_launch(node, pc, M, N, K, nb1, nb2, A, B, C, 1.0, bias_v, 1.0, Z, act)
     groups = f" ({g['G']} groups)" if g["G"] > 1 else ""
-    pc.note(node, f"{lay} {'pointwise 1x1 GEMM' if algo == 'pointwise' else 'im2col ' + kdesc + ' + tiled GEMM'}"
+    kind = "pointwise 1x1" if algo == "pointwise" else f"im2col {kdesc} +"
+    pc.note(node, f"{lay} {kind} {gemm_variant(pc)} GEMM"
                   f"{groups}{tail}")
 
 

@@ -131,3 +131,48 @@ void gemm_i8(__global const char* A, int a_off, int a_rs, int a_cs, int a_s1, in
         }
     }
 }
+
+/* float32 for CPU OpenCL devices (PoCL): no local memory, no barriers. Each work item owns
+ * CM rows of one column; neighbouring work items take neighbouring columns, which the
+ * driver's work-group vectoriser turns into SIMD lanes over contiguous B and C rows, and the
+ * CPU caches do the tiling that local memory does on a GPU. Same arguments as gemm_f32. */
+#define CM 8
+__kernel void gemm_f32_cpu(__global const float* A, int a_off, int a_rs, int a_cs, int a_s1, int a_s2,
+                           __global const float* B, int b_off, int b_rs, int b_cs, int b_s1, int b_s2,
+                           __global float* C, int c_off, int c_rs, int c_cs, int c_s1, int c_s2,
+                           int M, int N, int K, int nb2, float alpha,
+                           __global const float* bias, int bias_off, int bias_rs, int bias_cs, int bias_s2, float beta,
+                           __global const float* Z, int z_off, int z_rs, int z_cs, int z_s1, int z_s2,
+                           int act, float p0, float p1, int flags) {
+    int col = get_global_id(0), row0 = get_global_id(1) * CM;
+    int bt = get_global_id(2), b1 = bt / nb2, b2 = bt % nb2;
+    if (col >= N) return;
+    int ab = a_off + b1 * a_s1 + b2 * a_s2;
+    int bb = b_off + b1 * b_s1 + b2 * b_s2 + col * b_cs;
+    float acc[CM];
+    for (int r = 0; r < CM; r++) acc[r] = 0.0f;
+    int rows = min(CM, M - row0);
+    if (rows == CM) {
+        for (int k = 0; k < K; k++) {
+            float b = B[bb + k * b_rs];
+            int ak = ab + row0 * a_rs + k * a_cs;
+            for (int r = 0; r < CM; r++) acc[r] += A[ak + r * a_rs] * b;
+        }
+    } else {
+        for (int k = 0; k < K; k++) {
+            float b = B[bb + k * b_rs];
+            int ak = ab + row0 * a_rs + k * a_cs;
+            for (int r = 0; r < rows; r++) acc[r] += A[ak + r * a_rs] * b;
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        int row = row0 + r;
+        float v = alpha == 1.0f ? acc[r] : acc[r] * alpha;
+        if (flags & 1) {
+            float bv = bias[bias_off + b2 * bias_s2 + row * bias_rs + col * bias_cs];
+            v += beta == 1.0f ? bv : bv * beta;
+        }
+        if (flags & 2) v += Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs];
+        C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = act_apply(v, act, p0, p1);
+    }
+}
