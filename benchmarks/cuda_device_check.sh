@@ -54,5 +54,8 @@ if [ "$PART" = all ] || [ "$PART" = bench ]; then
         | tee "$OUT/bench.txt" || status=1
     $PY benchmarks/cuda_vs_ort.py --models "$MODELS" --runs "$RUNS" --layout nhwc --no-int8 \
         --json "$OUT/bench_nhwc.json" 2>&1 | tee "$OUT/bench_nhwc.txt" || status=1
+    # zero-copy (mapped host memory) on this GPU, for the transfer-share comparison
+    $PY benchmarks/cuda_vs_ort.py --models "$MODELS" --runs "$RUNS" --no-int8 --zero-copy on \
+        --json "$OUT/bench_zero_copy.json" 2>&1 | tee "$OUT/bench_zero_copy.txt" || status=1
 fi
 exit $status

@@ -115,6 +115,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
     ap.add_argument("--no-int8", action="store_true")
     ap.add_argument("--emulate", action="store_true", help="the CPU emulator of the kernels (plumbing check)")
+    ap.add_argument("--zero-copy", choices=["auto", "on", "off"], default="auto",
+                    help="graph I/O in mapped host memory: auto = on integrated (Jetson) devices only")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
 
@@ -131,7 +133,11 @@ def main(argv=None) -> int:
         if not ok:
             print(f"CUDA backend not runnable here: {why}")
             return 2
-        dev = default_device()
+        if args.zero_copy == "auto":
+            dev = default_device()
+        else:
+            from edge_infer.backends.cuda.device import CupyDevice
+            dev = CupyDevice(0, zero_copy=args.zero_copy == "on")
     cp_ver = ""
     try:
         import cupy

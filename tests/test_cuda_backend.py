@@ -713,6 +713,24 @@ def test_gpu_digits_fp32_and_int8(digits_graphs):
             assert_parity(sp, ref, out, int8, layout)
 
 
+def test_gpu_pipelined_and_zero_copy_slots(digits_graphs):
+    """run_async with two frames in flight, with device I/O buffers and with mapped host memory
+    (zero-copy; on a discrete GPU the kernels read it over the bus)."""
+    _gpu()
+    from edge_infer.backends.cuda.device import CupyDevice
+    graphs, x = digits_graphs
+    g = graphs["nhwc"][1]
+    name = g.inputs[0]
+    sp = specialize(g, {name: (4, 1, 8, 8)})
+    cpu = CpuBackend().prepare(sp)
+    want = [cpu.run({name: x[k:k + 4]})[g.outputs[0]] for k in range(0, 40, 4)]
+    for zero_copy in (False, True):
+        exe = CudaBackend(CupyDevice(0, zero_copy=zero_copy)).prepare(sp)
+        pending = [exe.run_async({name: x[k:k + 4]}) for k in range(0, 40, 4)]
+        for p, w in zip(pending, want):
+            assert np.array_equal(p.result()[g.outputs[0]], w), zero_copy
+
+
 @pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50", "light_inception_v1", "light_shufflenet"])
 def test_gpu_light_models(name):
     dev = _gpu()

@@ -87,7 +87,9 @@ class CupyDevice:
 
     name = "cuda"
 
-    def __init__(self, device_id: int = 0, root: str = "/"):
+    def __init__(self, device_id: int = 0, root: str = "/", zero_copy: Optional[bool] = None):
+        """``zero_copy``: graph I/O in mapped host memory (None: on integrated devices only;
+        True also works on a discrete GPU, where kernels then read host memory over the bus)."""
         ok, why = cupy_status()
         if not ok:
             raise BackendError(f"CUDA backend: {why}")
@@ -98,7 +100,8 @@ class CupyDevice:
         self.props = cp.cuda.runtime.getDeviceProperties(device_id)
         integrated = bool(attrs.get("Integrated", 0)) or is_jetson(root)
         #: zero-copy inputs/outputs need the device to map host memory
-        self.integrated = integrated and bool(attrs.get("CanMapHostMemory", 1))
+        can_map = bool(attrs.get("CanMapHostMemory", 1))
+        self.integrated = (integrated if zero_copy is None else bool(zero_copy)) and can_map
         self._modules = {}
         self._functions = {}
         self._host_blocks = []
