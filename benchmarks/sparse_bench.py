@@ -175,6 +175,13 @@ def digits_accuracy(path):
     return float((out.argmax(1) == y).mean())
 
 
+def weight_bytes(path):
+    """Bytes of an artifact's constants as loaded (encoded where sparse)."""
+    from edge_infer.artifact import load_artifact
+    g, _ = load_artifact(path)
+    return int(sum(t.data.nbytes for t in g.tensors.values() if t.is_const))
+
+
 def section_accuracy(plot):
     from edge_infer.convert import convert
     from edge_infer.data import digits_model_path
@@ -194,8 +201,7 @@ def section_accuracy(plot):
         a32, a8 = digits_accuracy(r32["artifact"]), digits_accuracy(r8["artifact"])
         base = a32 if base is None else base
         base8 = a8 if base8 is None else base8
-        w32 = (r32.get("sparsity") or {}).get("compression", {}).get("weight_bytes") or r32["after"]["weight_bytes"]
-        w8 = (r8.get("sparsity") or {}).get("compression", {}).get("weight_bytes") or r8["after"]["weight_bytes"]
+        w32, w8 = weight_bytes(r32["artifact"]), weight_bytes(r8["artifact"])
         rows.append({"sparsity": s, "fp32_accuracy": a32, "fp32_drop": base - a32, "int8_accuracy": a8,
                      "int8_drop": base - a8, "fp32_weight_bytes": w32, "int8_weight_bytes": w8})
         print(f"  {s:>8.0%} {a32:>9.4f} {base - a32:>7.4f} {a8:>9.4f} {base - a8:>7.4f} {w32:>10,} {w8:>8,}")
@@ -204,7 +210,7 @@ def section_accuracy(plot):
     b = r["sparsity"]["pruning"]["budget"]
     ab = digits_accuracy(r["artifact"])
     print(f"  --sparsity 0.9 --max-accuracy-drop 0.02: per-layer {b['chosen']}, held-out accuracy {ab:.4f} "
-          f"(drop {base - ab:.4f}), weights {r['sparsity']['compression']['weight_bytes']:,} B")
+          f"(drop {base - ab:.4f}), weights {weight_bytes(r['artifact']):,} B")
     if plot:
         try:
             import matplotlib
