@@ -377,3 +377,36 @@ def test_drop_pages_only_touches_read_only_file_maps(tmp_path):
     anon.flags.writeable = False
     assert mapped_range(anon) is None and drop_pages([anon, want]) == 0
     np.testing.assert_array_equal(anon, want)
+
+
+def test_cli_memory_limit_convert_run_inspect(tmp_path, capsys):
+    """convert --memory-limit records the budget; inspect shows the convs tiled to fit it;
+    run under it matches the unlimited run; a limit below the least exits 2 naming it."""
+    from edge_infer.artifact import load_artifact
+    from edge_infer.cli import main
+    from edge_infer.data import digits_model_path
+    eim, x, out = tmp_path / "d.eim", tmp_path / "x.npy", tmp_path / "y.npz"
+    np.save(x, np.random.default_rng(4).standard_normal((8, 1, 8, 8)).astype(np.float32))
+    rt = Runtime(_convert_digits(tmp_path), backend="cpu", memory_limit="1GB")
+    whole = rt.plan({"input": (8, 1, 8, 8)})
+    limit = whole.arena_plan.size + whole.workspace_bytes - 2000
+    assert main(["convert", digits_model_path(), "-o", str(eim), "--memory-limit", str(limit)]) == 0
+    assert load_artifact(str(eim))[1]["memory_limit"] == limit
+    capsys.readouterr()
+    one = rt.plan({"input": (1, 1, 8, 8)})            # what inspect plans (batch 1)
+    assert main(["inspect", str(eim), "--memory-limit", str(one.arena_plan.size + one.workspace_bytes - 500)]) == 0
+    assert "tiled to fit" in capsys.readouterr().out
+    assert main(["run", str(eim), "--input", f"input={x}", "--output", str(out), "--backend", "cpu"]) == 0
+    np.testing.assert_allclose(np.load(out)["logits"], rt.run(np.load(x))["logits"], rtol=1e-5, atol=1e-6)
+    capsys.readouterr()
+    assert main(["run", str(eim), "--input", f"input={x}", "--backend", "cpu", "--memory-limit", "20KB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edge-infer: error: model needs") and "\n" not in err and " B)" in err
+
+
+def _convert_digits(tmp_path):
+    import edge_infer
+    from edge_infer.data import digits_model_path
+    path = tmp_path / "plain.eim"
+    edge_infer.convert(digits_model_path(), path)
+    return str(path)
