@@ -310,7 +310,8 @@ class _Exporter:
         bias = self.bias(bname, m, node, wt, g.tensors[xname])
         opts = {"padding": padding, "stride_w": strides[1], "stride_h": strides[0],
                 "dilation_w_factor": dil[1], "dilation_h_factor": dil[0], "fused_activation_function": act_conv}
-        if group == 1:
+        depthwise = group > 1 and group == c_in and m % c_in == 0 and W.shape[1] == 1
+        if not depthwise:           # grouped filters (I = C / group) are CONV_2D's own grouped form
             wq = self.tq(wt.quant, 0)
             if self.sparse and self._sparse(wt) is not None:
                 # a sparse constant behind DENSIFY, as the TFLite converter writes sparse convs
@@ -320,13 +321,11 @@ class _Exporter:
             else:
                 wid = self.const(wname, np.ascontiguousarray(W.transpose(0, 2, 3, 1)), W.dtype.name, wq)
             self.w.op("CONV_2D", [x, wid, bias], [conv_out], opts, version=3 if _q8(yt) else 1)
-        elif group == c_in and m % c_in == 0 and W.shape[1] == 1:
+        else:
             wq = self.tq(wt.quant, 3)
             wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), W.dtype.name, wq)
             self.w.op("DEPTHWISE_CONV_2D", [x, wid, bias], [conv_out], dict(opts, depth_multiplier=m // c_in),
                       version=3 if _q8(yt) else 1)
-        else:
-            self.grouped_conv(node, x, xs, W, wt, bias, group, opts, conv_out, yname)
         if zname:
             add_out = self.temp(node.name + "_residual", yname) if rest else y
             self.w.op("ADD", [conv_out, self.tid(zname)], [add_out], {"fused_activation_function": after_add})
@@ -353,39 +352,6 @@ class _Exporter:
         scale = (hi - lo) / 255.0 or 1.0
         zp = int(np.clip(round(-128 - lo / scale), -128, 127))
         return {"scale": [float(np.float32(scale))], "zero_point": [zp], "axis": None}
-
-    def grouped_conv(self, node, x, xs, W, wt, bias, group, opts, out, yname) -> None:
-        """A grouped conv as SPLIT -> CONV_2D per group -> CONCATENATION (TFLite's CONV_2D has
-        no portable group support)."""
-        cg = W.shape[1]
-        mg = W.shape[0] // group
-        parts_in = [self.temp(f"{node.name}_g{i}", node.inputs[0], shape=(*xs[:3], cg)) for i in range(group)]
-        self.w.op("SPLIT", [self.ints([3], "axis"), x], parts_in, {"num_splits": group})
-        bias_v = self.w.tensors[bias] if bias >= 0 else None
-        bdata = None
-        if bias_v is not None:
-            bdata = np.frombuffer(self.w.buffers[bias_v["buffer"]], np.float32 if bias_v["type"] == 0 else np.int32)
-        ot = self.w.tensors[out]
-        outs = []
-        for i in range(group):
-            sl = slice(i * mg, (i + 1) * mg)
-            q = None
-            if wt.quant is not None:
-                s = np.asarray(wt.quant["scale"], np.float32)
-                s = s[sl] if s.size > 1 else s
-                q = {"scale": s.tolist(), "zero_point": [0] * s.size, "axis": 0}
-            wid = self.const("w_group", np.ascontiguousarray(W[sl].transpose(0, 2, 3, 1)), W.dtype.name, q)
-            bid = -1
-            if bdata is not None:
-                bq = bias_v["quant"]
-                if bq is not None and len(bq["scale"]) > 1:
-                    bq = {"scale": bq["scale"][sl], "zero_point": bq["zero_point"][sl], "axis": 0}
-                bid = self.const("b_group", bdata[sl].copy(), bdata.dtype.name, bq)
-            o = self.w.tensor(f"{node.name}_gout{i}", self.g.tensors[yname].dtype, (*ot["shape"][:3], mg), None,
-                              ot["quant"])
-            self.w.op("CONV_2D", [parts_in[i], wid, bid], [o], opts)
-            outs.append(o)
-        self.w.op("CONCATENATION", outs, [out], {"axis": 3, "fused_activation_function": ACT_NONE})
 
     def bias(self, bname: str, m: int, node: Node, wt, xt) -> int:
         """The bias tensor of a conv / FC: the IR's, or zeros (LiteRT wants one)."""
