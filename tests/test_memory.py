@@ -410,3 +410,30 @@ def _convert_digits(tmp_path):
     path = tmp_path / "plain.eim"
     edge_infer.convert(digits_model_path(), path)
     return str(path)
+
+
+def test_dynamic_model_shared_by_threads_matches_single_runs():
+    """4 threads x 40 runs of random batch sizes on one dynamic Runtime: each run holds a
+    slot whose block the plans of all shapes share; results equal single-threaded ones."""
+    import threading
+    g = _chain_graph(c=8, hw=16, depth=2, batch="N")
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((int(n), 3, 16, 16)).astype(np.float32) for n in rng.integers(1, 7, 12)]
+    want = [Runtime(g, backend="cpu").run(x)["r1"] for x in xs]
+    rt = Runtime(g, backend="cpu", memory_limit="256MB")
+    rt.max_concurrency = 3                  # fewer slots than threads: runs also wait for one
+    errors = []
+
+    def worker(seed):
+        order = np.random.default_rng(seed).integers(0, len(xs), 40)
+        for k in order:
+            got = rt.run(xs[k])["r1"]
+            if not np.array_equal(got, want[k]):
+                errors.append(k)
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert 1 <= len(rt.memory_stats()["slots"]) <= 3
