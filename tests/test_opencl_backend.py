@@ -314,6 +314,20 @@ def test_transpose_concat_slice_split_expand():
     check_exact(g, f)
 
 
+def test_pad_and_reductions():
+    x = randn(2, 3, 5, 7)
+    g, f = one_node("Pad", [("x", x), ("p", np.array([0, 1, 2, 0, 1, 0, 1, 3], np.int64)),
+                            ("v", np.float32(-1.5).reshape(()))], consts=("p", "v"))
+    check_exact(g, f)
+    for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"):
+        for axes, keep in (([1], 1), ([2, 3], 0), ([-1], 1), ([0, 1, 2, 3], 0)):
+            g, f = one_node(op, [("x", x), ("ax", np.array(axes, np.int64))], dict(keepdims=keep), consts=("ax",))
+            check_f32(g, f)
+    g, f = one_node("ReduceMean", [("x", x), ("ax", np.array([1, 3], np.int64))], consts=("ax",))
+    sg = specialize(g, {"x": x.shape})
+    assert not OpenCLBackend().supports(sg.nodes[0], sg)         # not one block of axes: refused
+
+
 @pytest.mark.parametrize("attrs", [dict(mode="nearest"), dict(mode="nearest", coordinate_transformation_mode="asymmetric",
                                                               nearest_mode="floor"),
                                    dict(mode="linear"), dict(mode="linear", coordinate_transformation_mode="align_corners"),
@@ -322,6 +336,10 @@ def test_resize(attrs):
     g, f = one_node("Resize", [("x", randn(1, 3, 7, 9)), ("", None), ("sc", np.array([1, 1, 2.0, 1.5], np.float32))],
                     attrs, consts=("sc",))
     check_f32(g, f)
+    if attrs["mode"] == "nearest":                           # int8 activations: the same gather
+        g, f = one_node("Resize", [("x", i8(1, 5, 6, 3)), ("", None), ("sc", np.array([1, 0.5, 2.0, 1], np.float32))],
+                        attrs, consts=("sc",))
+        check_exact(g, f)
 
 
 # -- int8 (bit-exact) ------------------------------------------------------------------------------

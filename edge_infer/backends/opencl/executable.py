@@ -145,6 +145,8 @@ def round_up(n: int, m: int) -> int:
 def _arg(a, scratch_bufs, dummy):
     if isinstance(a, bool):
         return np.int32(a)
+    if isinstance(a, np.uint32):           # a raw 32-bit pattern (a pad value of any 4-byte dtype)
+        return a
     if isinstance(a, (int, np.integer)):
         if not -(1 << 31) <= int(a) < (1 << 31):
             raise UnsupportedOpError(f"kernel argument {a} does not fit int32")

@@ -821,3 +821,56 @@ def resize(node: Node, pc) -> None:
                   pc.upload(np.zeros(ys[a], np.int8)), T, xs[a], ys[a], inner, 0.0])
         cur, cur_shape = dst, nxt_shape
     pc.note(node, f"{mode} resize ({ctm}), separable over axes {axes}")
+
+
+@op("Pad")
+def pad(node: Node, pc) -> None:
+    from ...ir.shape_rules_tensor import pad_amounts
+    x, y = node.inputs[0], node.outputs[0]
+    xs, ys = pc.shape(x), pc.shape(y)
+    if node.attrs.get("mode", "constant") != "constant":
+        raise UnsupportedOpError(f"Pad {node.name!r}: mode {node.attrs.get('mode')} (OpenCL: constant)")
+    if np.dtype(pc.dtype(x)).itemsize != 4:
+        raise UnsupportedOpError(f"Pad {node.name!r}: dtype {pc.dtype(x)}")
+    amounts = pad_amounts(node, [pc.tensor(n) if n else None for n in node.inputs], len(xs))
+    if amounts is None or any(b < 0 or e < 0 for b, e in amounts):
+        raise UnsupportedOpError(f"Pad {node.name!r}: pads must be constant and non-negative")
+    cname = _opt(node, 2)
+    value = np.zeros((), pc.dtype(y))
+    if cname:
+        v = pc.const(cname)
+        if v is None:
+            raise UnsupportedOpError(f"Pad {node.name!r}: the pad value must be constant")
+        value = np.asarray(v, pc.dtype(y)).reshape(())
+    if len(xs) > MAXD:
+        raise UnsupportedOpError(f"Pad {node.name!r}: rank {len(xs)}")
+    n = int(np.prod(ys))
+    meta = [len(xs)] + list(ys) + list(xs) + [b for b, _ in amounts]
+    launch1d(pc, node, "tensor", "pad_const_4", n, [*pc.ref(x), *pc.ref(y), n, pc.meta(meta),
+                                                   np.uint32(value.view(np.uint32))])
+    pc.note(node, "constant pad")
+
+
+@op("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+def reduce(node: Node, pc) -> None:
+    from ...ir.shape_rules_tensor import reduce_axes
+    x, y = node.inputs[0], node.outputs[0]
+    need_f32(pc, node, [x, y])
+    xs = pc.shape(x)
+    axes = reduce_axes(node, [pc.tensor(n) if n else None for n in node.inputs], len(xs))
+    if axes is None:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: axes must be constant")
+    axes = sorted(axes)
+    if not axes:
+        copy_launch(node, pc, x, y, xs, strides_of(xs), strides_of(xs))
+        return
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: axes {axes} are not one contiguous block")
+    L = int(np.prod([xs[a] for a in axes]))
+    if L == 0:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: empty reduction")
+    inner = int(np.prod(xs[axes[-1] + 1:]))
+    total = int(np.prod(xs)) // L
+    code = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}[node.op]
+    launch1d(pc, node, "nn", "reduce_f32", total, [*pc.ref(x), *pc.ref(y), L, inner, total, code])
+    pc.note(node, f"{node.op} over axes {axes} ({L} values)")

@@ -53,3 +53,18 @@ __kernel void resize_axis_f32(__global const float* src, int so, __global float*
     for (int t = 1; t < T; t++) acc += w[o * T + t] * src[sb + idx[o * T + t] * inner];
     dst[dof + i] = acc;
 }
+
+/* Reduce over one contiguous block of axes: x viewed as (outer, L, inner), one work item per
+ * (outer, inner). op: 0 sum, 1 mean, 2 max, 3 min. */
+__kernel void reduce_f32(__global const float* x, int xo, __global float* y, int yo,
+                         int L, int inner, int total, int op) {
+    int i = get_global_id(0);
+    if (i >= total) return;
+    int base = xo + (i / inner) * L * inner + i % inner;
+    float acc = op == 2 ? -INFINITY : (op == 3 ? INFINITY : 0.0f);
+    for (int k = 0; k < L; k++) {
+        float v = x[base + k * inner];
+        acc = op == 2 ? fmax(acc, v) : (op == 3 ? fmin(acc, v) : acc + v);
+    }
+    y[yo + i] = op == 1 ? acc / (float)L : acc;
+}

@@ -53,3 +53,20 @@ __kernel void gather_rows_1(__global const uchar* x, int xo, __global uchar* y, 
     int l = i / out_row, j = i % out_row;
     y[yo + i] = x[xo + l * in_row + idx[j]];
 }
+
+/* constant Pad, 4-byte elements: meta = [ndim, out dims, in dims, begin pads] */
+__kernel void pad_const_4(__global const uint* x, int xo, __global uint* y, int yo, int n,
+                          __global const int* meta, uint value) {
+    int i = get_global_id(0);
+    if (i >= n) return;
+    int nd = meta[0], r = i, src = 0, stride = 1, inside = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int k = r % meta[1 + d] - meta[1 + 2 * nd + d];
+        r /= meta[1 + d];
+        int len = meta[1 + nd + d];
+        inside &= k >= 0 && k < len;
+        src += k * stride;
+        stride *= len;
+    }
+    y[yo + i] = inside ? x[xo + src] : value;
+}
