@@ -2,8 +2,9 @@
 for bit) on odd sizes, both layouts and every conv algorithm; the kernel cache (built once,
 loaded from disk, rebuilt when a source changes); availability and device choice; whole
 models (the digits CNN fp32 and int8, ONNX light zoo models) marked slow. The rest of the zoo
-(DenseNet-121, Inception-v2, AlexNet, ZFNet, VGG-19) is checked by benchmarks/opencl_vs_cpu.py,
-which asserts the same parity before timing (they take minutes on PoCL).
+(ResNet-50, DenseNet-121, Inception-v2; AlexNet, ZFNet, VGG-19 with --all) is checked by
+benchmarks/opencl_vs_cpu.py, which checks the same parity before timing (ResNet-50 alone takes
+~6 s here idle, ~35 s on the loaded shared machine).
 
 Runs on any OpenCL device (PoCL's CPU device here); skipped when there is none.
 """
@@ -671,7 +672,7 @@ def test_digits_parity(models, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "shufflenet:nchw", "inception_v1", "resnet50",
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "shufflenet:nchw", "inception_v1",
                                   "squeezenet:int8", "shufflenet:int8"])
 def test_zoo_parity(models, name):
     n = _model_parity(models(name), int8="int8" in name)
