@@ -663,6 +663,9 @@ def _dispatcher(op: str, inner: Callable) -> Callable:
         return step
     prepare.sparse_dispatch = True
     prepare.inner_kernel = inner
+    for attr in ("int8_dispatch", "float_kernel", "int8_kernel"):     # the dtype dispatch stays visible
+        if hasattr(inner, attr):
+            setattr(prepare, attr, getattr(inner, attr))
     prepare.__name__ = f"{op}_sparse_dispatch"
     return prepare
 
