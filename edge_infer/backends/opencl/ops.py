@@ -310,6 +310,21 @@ def gemm(node: Node, pc) -> None:
     pc.note(node, f"{gemm_variant(pc)} GEMM {M}x{K} @ {K}x{N}" + (" + C" if bias else "") + (f" + {node.attrs.get('activation')}" if act[0] else ""))
 
 
+def matmul_batches(node: Node, sa, sb, sy) -> Tuple[int, int, int]:
+    """(matrices in y, in A, in B) of a MatMul. The batch dims flatten into one GEMM batch
+    when each operand has all of y's batch dims or is a single matrix (broadcast to all);
+    partial broadcasts (2x1 @ 1x3 batches) are refused."""
+    batch = tuple(sy[:-2])
+    counts = []
+    for s in (sa, sb):
+        full = (1,) * (len(batch) - len(s) + 2) + tuple(s[:-2])
+        n = int(np.prod(full))
+        if n > 1 and full != batch:
+            raise UnsupportedOpError(f"{node.op} {node.name!r}: batch broadcast {sa} @ {sb}")
+        counts.append(n)
+    return int(np.prod(batch)), counts[0], counts[1]
+
+
 @op("MatMul", "FusedMatMul")
 def matmul(node: Node, pc) -> None:
     if is_int8(pc, node):
@@ -323,14 +338,7 @@ def matmul(node: Node, pc) -> None:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: 1-D operands are not supported")
     M, K = sa[-2:]
     N = sb[-1]
-    ba, bb_ = sa[:-2], sb[:-2]
-    batch = tuple(sy[:-2])
-    nbat = int(np.prod(batch))
-    pa, pb = int(np.prod(ba)), int(np.prod(bb_))
-    # batch handling: flattened when each operand's batch is all of y's batch or a single matrix
-    if pa not in (1, nbat) or pb not in (1, nbat) or (pa == nbat and tuple((1,) * (len(batch) - len(ba)) + tuple(ba)) != batch and pa > 1) \
-            or (pb == nbat and pb > 1 and tuple((1,) * (len(batch) - len(bb_)) + tuple(bb_)) != batch):
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: batch broadcast {sa} @ {sb}")
+    nbat, pa, pb = matmul_batches(node, sa, sb, sy)
     abuf, ao = pc.ref(a)
     bbuf, bo = pc.ref(b)
     yb, yo = pc.ref(y)

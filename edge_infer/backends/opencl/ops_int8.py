@@ -19,7 +19,7 @@ from ..cpu.kernels.int8_conv import conv_requant_params
 from ..cpu.kernels.int8_elementwise import (LUT_OPS, activation_fn, add_params, lut_table, requant_table)
 from ..cpu.kernels.int8_common import round_half_away
 from .ops import (OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, geo_list,
-                  launch1d, op, pack_conv_weights, pool_geometry, strides_of)
+                  launch1d, matmul_batches, op, pack_conv_weights, pool_geometry, strides_of)
 from .executable import round_up
 
 
@@ -262,10 +262,7 @@ def int8_matmul(node: Node, pc) -> None:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 MatMul wants rank >= 2")
     M, K = sa[-2:]
     N = sb[-1]
-    nbat = int(np.prod(sy[:-2]))
-    pa, pb = int(np.prod(sa[:-2])), int(np.prod(sb[:-2]))
-    if pa not in (1, nbat) or pb not in (1, nbat) or len(sa) != len(sy) and pa > 1 or len(sb) != len(sy) and pb > 1:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: batch broadcast {sa} @ {sb}")
+    nbat, pa, pb = matmul_batches(node, sa, sb, sy)
     ab, ao = pc.ref(a)
     bb, bo = pc.ref(b)
     yb, yo = pc.ref(y)
