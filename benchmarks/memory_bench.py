@@ -86,8 +86,9 @@ def arena_table(models) -> list:
 
 # -- 2. peak RSS against onnxruntime --------------------------------------------------------
 
-def rss_child(kind: str, src: str, eim: str, threads: int) -> dict:
-    feeds = feeds_for(src)
+def rss_child(kind: str, src: str, eim: str, threads: int, feeds_path: str) -> dict:
+    with np.load(feeds_path) as f:           # made by the parent: neither child loads onnx
+        feeds = {k: f[k] for k in f.files}
     if kind == "ort":
         import onnxruntime as ort
         so = ort.SessionOptions()
@@ -115,10 +116,13 @@ def run_child(args, env=None) -> dict:
 def rss_table(models, threads: int) -> list:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     rows = []
+    tmp = tempfile.mkdtemp()
     for name in models:
         src, eim = model_files(name)
-        ours = run_child(["rss", "ours", src, eim, threads], env)
-        ort = run_child(["rss", "ort", src, eim, threads], env)
+        feeds = os.path.join(tmp, f"{name}.npz")
+        np.savez(feeds, **feeds_for(src))
+        ours = run_child(["rss", "ours", src, eim, threads, feeds], env)
+        ort = run_child(["rss", "ort", src, eim, threads, feeds], env)
         rows.append({"model": name, "ours": ours.get("peak_rss"), "ort": ort.get("peak_rss"),
                      "error": ours.get("error") or ort.get("error")})
     return rows
@@ -244,7 +248,7 @@ def main(argv=None) -> int:
     if args.child:
         kind, rest = args.child[0], args.child[1:]
         if kind == "rss":
-            print(json.dumps(rss_child(rest[0], rest[1], rest[2], int(rest[3]))))
+            print(json.dumps(rss_child(rest[0], rest[1], rest[2], int(rest[3]), rest[4])))
         else:
             print(json.dumps(limit_child(rest[0], rest[1], int(rest[2]))))
         return 0

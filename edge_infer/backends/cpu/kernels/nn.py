@@ -40,8 +40,11 @@ def gemm(node: Node, ctx) -> Callable[[], None]:
     a2 = a.T if node.attrs.get("transA", 0) else a
     b2 = b.T if node.attrs.get("transB", 0) else b
     if ctx.const(node.inputs[1]) is not None:
-        # pack B once: contiguous, in the compute dtype, alpha folded in
-        b2 = np.ascontiguousarray(b2 * alpha if alpha != 1.0 else b2, dtype=y.dtype)
+        # pack B once: contiguous, in the compute dtype, alpha folded in; a B that already is
+        # a BLAS operand (C- or Fortran-ordered, as with transB) is used in place: the
+        # artifact's mapped pages, not a copy (AlexNet: 234 MB of FC weights)
+        if not (alpha == 1.0 and b2.dtype == y.dtype and (b2.flags.c_contiguous or b2.flags.f_contiguous)):
+            b2 = np.ascontiguousarray(b2 * alpha if alpha != 1.0 else b2, dtype=y.dtype)
         alpha = 1.0
     cname = _opt(node, 2)
     c = ctx.value(cname) if cname else None
