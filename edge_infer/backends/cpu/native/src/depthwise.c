@@ -199,6 +199,128 @@ static void dw_rows_avx2(const ei_dw_args *a, int64_t r0, int64_t r1, char *s) {
 static void dw_rows_neon(const ei_dw_args *a, int64_t r0, int64_t r1, char *s) { dw_rows(a, r0, r1, s, 1); }
 #endif
 
+/* int8 NHWC with explicit SIMD: a pixel's accumulators for 16 channels stay in registers over
+ * all taps (initialized with the folded bias), then requantize and store; same integers as
+ * dw_row_nhwc + ei_rq_run. */
+#define DW8_MAX_TAPS 64
+
+static inline void dw8_tap_rows(const ei_dw_args *a, int b, int oy, int ox, const int8_t **ptr) {
+    int t = 0;
+    for (int ky = 0; ky < a->kh; ky++) {
+        int iy = oy * a->sh - a->pt + ky * a->dh;
+        const int8_t *xrow = (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * a->c;
+        int rowok = iy >= 0 && iy < a->h;
+        for (int kx = 0; kx < a->kw; kx++, t++) {
+            int ix = ox * a->sw - a->pl + kx * a->dw;
+            ptr[t] = (rowok && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * a->c : (const int8_t *)a->pad;
+        }
+    }
+}
+
+static inline void dw8_tail(const ei_dw_args *a, const int8_t **ptr, int c, int8_t *y, const int8_t *z) {
+    const int16_t *w = (const int16_t *)a->wt;
+    const int32_t *bias = (const int32_t *)a->bias;
+    for (; c < a->c; c++) {
+        int32_t s = bias[c];
+        for (int t = 0; t < a->kh * a->kw; t++) s += ptr[t][c] * w[(int64_t)t * a->c + c];
+        int32_t zt = a->ztab ? a->ztab[(uint8_t)z[c]] : 0;
+        y[c] = ei_rq_one(s, a->mult[c], a->shift[c], a->zp_y, zt, a->lo, a->hi);
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma")))
+static void dw8_rows_avx2(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    (void)scratch;
+    const int8_t *ptr[DW8_MAX_TAPS];
+    const int16_t *w = (const int16_t *)a->wt;
+    const int32_t *bias = (const int32_t *)a->bias;
+    int C = a->c, taps = a->kh * a->kw;
+    ei_rq rq = { NULL, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
+    for (int64_t row = r0; row < r1; row++) {
+        int b = (int)(row / a->oh), oy = (int)(row % a->oh);
+        for (int ox = 0; ox < a->ow; ox++) {
+            int64_t opix = ((int64_t)b * a->oh + oy) * a->ow + ox;
+            int8_t *y = (int8_t *)a->y + opix * C;
+            const int8_t *z = a->z ? (const int8_t *)a->z + opix * C : NULL;
+            dw8_tap_rows(a, b, oy, ox, ptr);
+            int c = 0;
+            for (; c + 16 <= C; c += 16) {
+                __m256i lo = _mm256_loadu_si256((const __m256i *)(bias + c));
+                __m256i hi = _mm256_loadu_si256((const __m256i *)(bias + c + 8));
+                const int16_t *wc = w + c;
+                for (int t = 0; t < taps; t++, wc += C) {
+                    __m256i xv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(ptr[t] + c)));
+                    __m256i p = _mm256_mullo_epi16(xv, _mm256_loadu_si256((const __m256i *)wc));
+                    lo = _mm256_add_epi32(lo, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(p)));
+                    hi = _mm256_add_epi32(hi, _mm256_cvtepi16_epi32(_mm256_extracti128_si256(p, 1)));
+                }
+                __m128i q0 = ei_rq8_avx2(&rq, lo, c, z ? z + c : NULL, 1);
+                __m128i q1 = ei_rq8_avx2(&rq, hi, c + 8, z ? z + c + 8 : NULL, 1);
+                _mm_storeu_si128((__m128i *)(y + c), _mm_unpacklo_epi64(q0, q1));
+            }
+            for (; c + 8 <= C; c += 8) {
+                __m256i acc = _mm256_loadu_si256((const __m256i *)(bias + c));
+                const int16_t *wc = w + c;
+                for (int t = 0; t < taps; t++, wc += C) {
+                    __m128i xv = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(ptr[t] + c)));
+                    __m128i p = _mm_mullo_epi16(xv, _mm_loadu_si128((const __m128i *)wc));
+                    acc = _mm256_add_epi32(acc, _mm256_cvtepi16_epi32(p));
+                }
+                _mm_storel_epi64((__m128i *)(y + c), ei_rq8_avx2(&rq, acc, c, z ? z + c : NULL, 1));
+            }
+            dw8_tail(a, ptr, c, y, z);
+        }
+    }
+}
+#endif
+
+#if defined(__aarch64__)
+static void dw8_rows_neon(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    (void)scratch;
+    const int8_t *ptr[DW8_MAX_TAPS];
+    const int16_t *w = (const int16_t *)a->wt;
+    const int32_t *bias = (const int32_t *)a->bias;
+    int C = a->c, taps = a->kh * a->kw;
+    ei_rq rq = { NULL, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
+    for (int64_t row = r0; row < r1; row++) {
+        int b = (int)(row / a->oh), oy = (int)(row % a->oh);
+        for (int ox = 0; ox < a->ow; ox++) {
+            int64_t opix = ((int64_t)b * a->oh + oy) * a->ow + ox;
+            int8_t *y = (int8_t *)a->y + opix * C;
+            const int8_t *z = a->z ? (const int8_t *)a->z + opix * C : NULL;
+            dw8_tap_rows(a, b, oy, ox, ptr);
+            int c = 0;
+            for (; c + 16 <= C; c += 16) {
+                int32x4_t s0 = vld1q_s32(bias + c), s1 = vld1q_s32(bias + c + 4);
+                int32x4_t s2 = vld1q_s32(bias + c + 8), s3 = vld1q_s32(bias + c + 12);
+                const int16_t *wc = w + c;
+                for (int t = 0; t < taps; t++, wc += C) {
+                    int8x16_t xv = vld1q_s8(ptr[t] + c);
+                    int16x8_t xl = vmovl_s8(vget_low_s8(xv)), xh = vmovl_high_s8(xv);
+                    int16x8_t w0 = vld1q_s16(wc), w1 = vld1q_s16(wc + 8);
+                    s0 = vmlal_s16(s0, vget_low_s16(xl), vget_low_s16(w0)); s1 = vmlal_high_s16(s1, xl, w0);
+                    s2 = vmlal_s16(s2, vget_low_s16(xh), vget_low_s16(w1)); s3 = vmlal_high_s16(s3, xh, w1);
+                }
+                int8x8_t q0 = ei_rq8_neon(&rq, s0, s1, c, z ? z + c : NULL, 1);
+                int8x8_t q1 = ei_rq8_neon(&rq, s2, s3, c + 8, z ? z + c + 8 : NULL, 1);
+                vst1q_s8(y + c, vcombine_s8(q0, q1));
+            }
+            for (; c + 8 <= C; c += 8) {
+                int32x4_t s0 = vld1q_s32(bias + c), s1 = vld1q_s32(bias + c + 4);
+                const int16_t *wc = w + c;
+                for (int t = 0; t < taps; t++, wc += C) {
+                    int16x8_t xl = vmovl_s8(vld1_s8(ptr[t] + c)), w0 = vld1q_s16(wc);
+                    s0 = vmlal_s16(s0, vget_low_s16(xl), vget_low_s16(w0)); s1 = vmlal_high_s16(s1, xl, w0);
+                }
+                vst1_s8(y + c, ei_rq8_neon(&rq, s0, s1, c, z ? z + c : NULL, 1));
+            }
+            dw8_tail(a, ptr, c, y, z);
+        }
+    }
+}
+#endif
+
 typedef void (*rows_fn)(const ei_dw_args *, int64_t, int64_t, char *);
 typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; } dw_ctx;
 
@@ -210,17 +332,19 @@ static void dw_slots(void *vctx, int64_t s0, int64_t s1) {
     }
 }
 
-static rows_fn pick(void) {
+static rows_fn pick(const ei_dw_args *a) {
+    int dw8 = a->is_int8 && !a->nchw && a->kh * a->kw <= DW8_MAX_TAPS;
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX2)) return dw_rows_avx2;
+    if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON)) return dw_rows_neon;
+    if (ei_has(EI_NEON)) return dw8 ? dw8_rows_neon : dw_rows_neon;
 #endif
+    (void)dw8;
     return dw_rows_scalar;
 }
 
 EI_API void ei_depthwise(const ei_dw_args *a) {
-    dw_ctx c = { a, pick(), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a) };
+    dw_ctx c = { a, pick(a), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a) };
     int t = a->threads < 1 ? 1 : a->threads;
     c.slots = (int)EI_MIN((int64_t)t, c.rows);
     if (c.slots < 1) return;
@@ -237,7 +361,7 @@ static uint32_t st_rand(void) {
 EI_API int ei_selftest_depthwise(void) {
     int fails = 0;
     st_state = 4242;
-    if (pick() == dw_rows_scalar) return 0;
+    if (!ei_rq_simd()) return 0;
     for (int trial = 0; trial < 48; trial++) {
         ei_dw_args a;
         memset(&a, 0, sizeof a);

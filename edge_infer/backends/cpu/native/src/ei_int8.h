@@ -48,6 +48,84 @@ static inline int8_t ei_rq_one(int32_t acc, int32_t q, int32_t shift, int32_t zp
     return (int8_t)(v < lo ? lo : (v > hi ? hi : v));
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* 8 channels: MBQM exactly as ei_mbqm, in 32/64-bit lanes */
+__attribute__((target("avx2,fma")))
+static inline __m256i mbqm8(__m256i x, __m256i q, __m256i shift) {
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    const __m256i nudge = _mm256_set1_epi64x(1LL << 30);
+    __m256i left = _mm256_max_epi32(shift, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift), zero);
+    x = _mm256_sllv_epi32(x, left);
+    __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, q), nudge);
+    __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(q, 32)), nudge);
+    /* bits 31..62 of each product: low half of pe >> 31, high half of po << 1 */
+    __m256i h = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xAA);
+    __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+    __m256i rem = _mm256_and_si256(h, mask);
+    __m256i thr = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_cmpgt_epi32(zero, h));
+    return _mm256_sub_epi32(_mm256_srav_epi32(h, right), _mm256_cmpgt_epi32(rem, thr));
+}
+
+/* 8 channels ch..ch+7 of accumulators (bias included) -> int8 in the low 8 bytes; z: the
+ * residual's first value (stride zs) when rq->ztab */
+__attribute__((target("avx2,fma")))
+static inline __m128i ei_rq8_avx2(const ei_rq *rq, __m256i a, int ch, const int8_t *z, ptrdiff_t zs) {
+    __m256i v = mbqm8(a, _mm256_loadu_si256((const __m256i *)(rq->mult + ch)),
+                      _mm256_loadu_si256((const __m256i *)(rq->shift + ch)));
+    v = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(EI_RQ_LIMIT)), _mm256_set1_epi32(-EI_RQ_LIMIT));
+    v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->zp_y));
+    if (rq->ztab) {
+        __m256i idx;
+        if (zs == 1) {
+            idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)z));
+        } else {
+            int32_t t[8];
+            for (int j = 0; j < 8; j++) t[j] = (uint8_t)z[j * zs];
+            idx = _mm256_loadu_si256((const __m256i *)t);
+        }
+        v = _mm256_add_epi32(v, _mm256_i32gather_epi32(rq->ztab, idx, 4));
+    }
+    v = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(rq->hi)), _mm256_set1_epi32(rq->lo));
+    __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return _mm_packs_epi16(p16, p16);
+}
+#endif
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+static inline int32x4_t mbqm4(int32x4_t x, int32x4_t q, int32x4_t shift) {
+    const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
+    int32x4_t left = vmaxq_s32(shift, zero), right = vmaxq_s32(vnegq_s32(shift), zero);
+    x = vshlq_s32(x, left);
+    int32x4_t h = vqrdmulhq_s32(x, q);        /* SaturatingRoundingDoublingHighMul */
+    int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
+    int32x4_t rem = vandq_s32(h, mask);
+    int32x4_t thr = vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(mask), 1)),
+                              vreinterpretq_s32_u32(vcltq_s32(h, zero)));
+    int32x4_t r = vshlq_s32(h, vnegq_s32(right));
+    return vsubq_s32(r, vreinterpretq_s32_u32(vcgtq_s32(rem, thr)));
+}
+
+/* 8 channels (two int32x4, bias included) -> int8x8 (see ei_rq8_avx2) */
+static inline int8x8_t ei_rq8_neon(const ei_rq *rq, int32x4_t a0, int32x4_t a1, int ch, const int8_t *z,
+                                   ptrdiff_t zs) {
+    int32x4_t v[2], a[2] = { a0, a1 };
+    for (int h = 0; h < 2; h++) {
+        int32x4_t r = mbqm4(a[h], vld1q_s32(rq->mult + ch + 4 * h), vld1q_s32(rq->shift + ch + 4 * h));
+        r = vaddq_s32(vmaxq_s32(vminq_s32(r, vdupq_n_s32(EI_RQ_LIMIT)), vdupq_n_s32(-EI_RQ_LIMIT)),
+                      vdupq_n_s32(rq->zp_y));
+        if (rq->ztab) {
+            int32_t t[4];
+            for (int j = 0; j < 4; j++) t[j] = rq->ztab[(uint8_t)z[(4 * h + j) * zs]];
+            r = vaddq_s32(r, vld1q_s32(t));
+        }
+        v[h] = vmaxq_s32(vminq_s32(r, vdupq_n_s32(rq->hi)), vdupq_n_s32(rq->lo));
+    }
+    return vqmovn_s16(vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1])));
+}
+#endif
+
 /* y[i * ys] = epilogue(acc[i]) for channels ch0 .. ch0 + n - 1; z (residual, same layout as y)
  * read at z[i * ys] when rq->ztab. simd: use the SIMD path of this machine (0: scalar). */
 void ei_rq_run(int simd, const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y,

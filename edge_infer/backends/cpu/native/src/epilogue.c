@@ -32,50 +32,15 @@ static void rq_scalar(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_
 }
 
 #if defined(__x86_64__)
-/* 8 channels: MBQM exactly as ei_mbqm, in 32/64-bit lanes */
-__attribute__((target("avx2,fma")))
-static inline __m256i mbqm8(__m256i x, __m256i q, __m256i shift) {
-    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
-    const __m256i nudge = _mm256_set1_epi64x(1LL << 30);
-    __m256i left = _mm256_max_epi32(shift, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift), zero);
-    x = _mm256_sllv_epi32(x, left);
-    __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, q), nudge);
-    __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(q, 32)), nudge);
-    /* bits 31..62 of each product: low half of pe >> 31, high half of po << 1 */
-    __m256i h = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xAA);
-    __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
-    __m256i rem = _mm256_and_si256(h, mask);
-    __m256i thr = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_cmpgt_epi32(zero, h));
-    return _mm256_sub_epi32(_mm256_srav_epi32(h, right), _mm256_cmpgt_epi32(rem, thr));
-}
-
 __attribute__((target("avx2,fma")))
 static void rq_avx2(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
                     const int8_t *z) {
-    const __m256i lim = _mm256_set1_epi32(EI_RQ_LIMIT), nlim = _mm256_set1_epi32(-EI_RQ_LIMIT);
-    const __m256i zp = _mm256_set1_epi32(rq->zp_y), lo = _mm256_set1_epi32(rq->lo), hi = _mm256_set1_epi32(rq->hi);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         int ch = ch0 + i;
         __m256i a = _mm256_loadu_si256((const __m256i *)(acc + i));
         if (rq->bias) a = _mm256_add_epi32(a, _mm256_loadu_si256((const __m256i *)(rq->bias + ch)));
-        __m256i v = mbqm8(a, _mm256_loadu_si256((const __m256i *)(rq->mult + ch)),
-                          _mm256_loadu_si256((const __m256i *)(rq->shift + ch)));
-        v = _mm256_add_epi32(_mm256_max_epi32(_mm256_min_epi32(v, lim), nlim), zp);
-        if (rq->ztab) {
-            __m256i idx;
-            if (ys == 1) {
-                idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(z + i)));
-            } else {
-                int32_t t[8];
-                for (int j = 0; j < 8; j++) t[j] = (uint8_t)z[(i + j) * ys];
-                idx = _mm256_loadu_si256((const __m256i *)t);
-            }
-            v = _mm256_add_epi32(v, _mm256_i32gather_epi32(rq->ztab, idx, 4));
-        }
-        v = _mm256_max_epi32(_mm256_min_epi32(v, hi), lo);
-        __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        __m128i p8 = _mm_packs_epi16(p16, p16);
+        __m128i p8 = ei_rq8_avx2(rq, a, ch, z ? z + i * ys : NULL, ys);
         if (ys == 1) {
             _mm_storel_epi64((__m128i *)(y + i), p8);
         } else {
@@ -89,40 +54,14 @@ static void rq_avx2(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t 
 #endif
 
 #if defined(__aarch64__)
-static inline int32x4_t mbqm4(int32x4_t x, int32x4_t q, int32x4_t shift) {
-    const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
-    int32x4_t left = vmaxq_s32(shift, zero), right = vmaxq_s32(vnegq_s32(shift), zero);
-    x = vshlq_s32(x, left);
-    int32x4_t h = vqrdmulhq_s32(x, q);        /* SaturatingRoundingDoublingHighMul */
-    int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
-    int32x4_t rem = vandq_s32(h, mask);
-    int32x4_t thr = vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(mask), 1)),
-                              vreinterpretq_s32_u32(vcltq_s32(h, zero)));
-    int32x4_t r = vshlq_s32(h, vnegq_s32(right));
-    return vsubq_s32(r, vreinterpretq_s32_u32(vcgtq_s32(rem, thr)));
-}
-
 static void rq_neon(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
                     const int8_t *z) {
-    const int32x4_t lim = vdupq_n_s32(EI_RQ_LIMIT), nlim = vdupq_n_s32(-EI_RQ_LIMIT);
-    const int32x4_t zp = vdupq_n_s32(rq->zp_y), lo = vdupq_n_s32(rq->lo), hi = vdupq_n_s32(rq->hi);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         int ch = ch0 + i;
-        int32x4_t v[2];
-        for (int h = 0; h < 2; h++) {
-            int32x4_t a = vld1q_s32(acc + i + 4 * h);
-            if (rq->bias) a = vaddq_s32(a, vld1q_s32(rq->bias + ch + 4 * h));
-            int32x4_t r = mbqm4(a, vld1q_s32(rq->mult + ch + 4 * h), vld1q_s32(rq->shift + ch + 4 * h));
-            r = vaddq_s32(vmaxq_s32(vminq_s32(r, lim), nlim), zp);
-            if (rq->ztab) {
-                int32_t t[4];
-                for (int j = 0; j < 4; j++) t[j] = rq->ztab[(uint8_t)z[(i + 4 * h + j) * ys]];
-                r = vaddq_s32(r, vld1q_s32(t));
-            }
-            v[h] = vmaxq_s32(vminq_s32(r, hi), lo);
-        }
-        int8x8_t p8 = vqmovn_s16(vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1])));
+        int32x4_t a0 = vld1q_s32(acc + i), a1 = vld1q_s32(acc + i + 4);
+        if (rq->bias) { a0 = vaddq_s32(a0, vld1q_s32(rq->bias + ch)); a1 = vaddq_s32(a1, vld1q_s32(rq->bias + ch + 4)); }
+        int8x8_t p8 = ei_rq8_neon(rq, a0, a1, ch, z ? z + i * ys : NULL, ys);
         if (ys == 1) {
             vst1_s8(y + i, p8);
         } else {

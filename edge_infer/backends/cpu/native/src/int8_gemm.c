@@ -36,15 +36,13 @@ static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}
 /* AVX-512 VNNI (vpdpbusd: u8 x s8, four products summed into int32, no saturation) reads A as
  * u8 = x + 128; the extra 128 * sum_k w[m, k] is subtracted exactly: the packed weights end
  * with it per channel and the micro-kernel starts its accumulators at minus that. */
-static int has_vnni(void) {
 #if defined(__x86_64__)
+static int has_vnni(void) {
     static int v = -1;
     if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"); }
     return v && ei_has(EI_AVX512);
-#else
-    return 0;
-#endif
 }
+#endif
 
 typedef struct {
     const int8_t *x;
