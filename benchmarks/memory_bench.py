@@ -159,6 +159,7 @@ def limit_child(eim: str, limit: str, hw: int) -> dict:
     return {"rss_before_plan": before, "peak_rss": vm("VmHWM"), "arena": ex.arena_plan.size,
             "naive": ex.arena_plan.naive, "workspace": ex.workspace_bytes,
             "banded": sum(" bands of " in t for t in ex.notes.values()),
+            "output_bytes": int(sum(v.nbytes for v in y.values())),
             "checksum": float(np.float64(next(iter(y.values())).sum()))}
 
 
@@ -285,8 +286,11 @@ def main(argv=None) -> int:
             print(f"\nconv chain 8 x (3x3, 32 ch) at 256x256 under memory_limit {mb(r['limit'])} MB: naive activations "
                   f"{mb(lim['naive'])} MB ({lim['naive'] / r['limit']:.1f}x the limit), arena {mb(lim['arena'])} MB, "
                   f"workspace {mb(lim['workspace'])} MB ({lim['banded']} convs in bands)")
-            print(f"  peak RSS {mb(lim['peak_rss'])} MB, {mb(lim['peak_rss'] - lim['rss_before_plan'])} MB above the RSS "
-                  f"before planning (limit {mb(r['limit'])} MB); unlimited: workspace {mb(un['workspace'])} MB, peak RSS "
+            grew = lim['peak_rss'] - lim['rss_before_plan']
+            print(f"  peak RSS {mb(lim['peak_rss'])} MB: {mb(grew)} MB above the RSS before planning, of which "
+                  f"{mb(lim['output_bytes'])} MB is the output array run() returns, so the plan itself took "
+                  f"{mb(grew - lim['output_bytes'])} MB (limit {mb(r['limit'])} MB)")
+            print(f"  unlimited: workspace {mb(un['workspace'])} MB, peak RSS "
                   f"{mb(un['peak_rss'])} MB, {mb(un['peak_rss'] - un['rss_before_plan'])} MB above; same output: "
                   f"{abs(lim['checksum'] - un['checksum']) <= 1e-5 * abs(un['checksum'])}")
     if "frag" not in skip:
