@@ -4,8 +4,8 @@ Each program is ``common.cl`` + one kernel file, built with the options below. A
 program's binary is stored as ``<cache>/opencl/<sha256>.bin``, the hash covering the device
 name, its driver and platform versions, the program source and the build options, so a
 changed kernel source (or a driver update) misses the cache and is rebuilt; later processes
-load the binary (``cl.Program(ctx, devices, binaries)``) instead of compiling. The cache
-root is ``$EDGE_INFER_CACHE_DIR`` or ``~/.cache/edge_infer``. Programs are also kept per
+load the binary (``cl.Program(ctx, devices, binaries)``) instead of compiling (cache root:
+``cache_dir``). Programs are also kept per
 (context, hash) in memory, so plans of one process share them.
 """
 from __future__ import annotations
@@ -24,7 +24,10 @@ last_origin: Dict[str, str] = {}
 
 
 def cache_dir() -> str:
-    root = os.environ.get("EDGE_INFER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "edge_infer")
+    """``$EDGE_INFER_CACHE_DIR``, else ``$XDG_CACHE_HOME/edge_infer``, else ``~/.cache/edge_infer``
+    (the picker's cache root), + ``/opencl``."""
+    root = os.environ.get("EDGE_INFER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "edge_infer")
     return os.path.join(root, "opencl")
 
 
