@@ -546,6 +546,11 @@ def test_kernel_cache_built_once_and_invalidated_by_source_change(tmp_path, monk
     monkeypatch.setattr(build, "_built", {})                  # a new process: loads the binary
     build.program(ctx, dev, "elementwise")
     assert build.last_origin["elementwise"] == "disk"
+    (tmp_path / "opencl" / files[0]).write_bytes(b"not a program binary")
+    monkeypatch.setattr(build, "_built", {})                  # a corrupt binary: rebuilt, replaced
+    build.program(ctx, dev, "elementwise")
+    assert build.last_origin["elementwise"] == "source"
+    assert (tmp_path / "opencl" / files[0]).read_bytes() != b"not a program binary"
 
     # change the kernel source: a rebuild, a second cache file, and the new code is what runs
     original = build.source
