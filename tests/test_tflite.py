@@ -789,3 +789,83 @@ def test_pruned_convs_export_sparse_behind_densify(tmp_path):
     for resolver in (None, NO_DELEGATE):
         assert rel(run_litert(export_tflite(g, sparse=True, input_shapes={g.inputs[0]: (8, 1, 8, 8)}), [X[:8]],
                               resolver)[0], ours) < 1e-5
+
+
+# -- int8 forms of single ops ----------------------------------------------------------------------
+
+INT8_CASES = {   # name: (max steps against TFLite's reference kernels, why not exact)
+    "LOGISTIC": 1, "TANH": 1, "HARD_SWISH": 1, "LEAKY_RELU": 1,     # lookup tables built in float
+    "RELU6": 0, "RELU": 0, "MAX_POOL_2D": 0, "PAD": 0, "TRANSPOSE": 0, "STRIDED_SLICE": 0, "RESHAPE": 0,
+    "RESIZE_NEAREST_NEIGHBOR": 0, "CONCATENATION": 0, "MUL": 0, "SUB": 0, "ADD": 0,
+    "RESIZE_BILINEAR": 1, "PRELU": 1, "TRANSPOSE_CONV": 1, "SOFTMAX": 1,   # float between Q/DQ
+}
+
+
+def _int8_case(name: str, rng):
+    w = ModelWriter("int8op")
+    qx = _q(0.05, -10)
+    x = w.tensor("x", "int8", (1, 6, 6, 4), quant=qx)
+    same = lambda shape: w.tensor("y", "int8", shape, quant=qx)        # noqa: E731
+    if name in ("LOGISTIC", "TANH", "SOFTMAX"):
+        y = w.tensor("y", "int8", (1, 6, 6, 4), quant=_q(1 / 256, -128) if name != "TANH" else _q(1 / 128, 0))
+        w.op(name, [x], [y], {"beta": 1.0} if name == "SOFTMAX" else None)
+    elif name in ("HARD_SWISH", "LEAKY_RELU", "RELU6", "RELU"):
+        y = w.tensor("y", "int8", (1, 6, 6, 4), quant=_q(0.04, -30))
+        w.op(name, [x], [y], {"alpha": 0.2} if name == "LEAKY_RELU" else None)
+    elif name == "MAX_POOL_2D":
+        y = same((1, 3, 3, 4))
+        w.op(name, [x], [y], {"padding": SAME, "stride_w": 2, "stride_h": 2, "filter_width": 3, "filter_height": 3,
+                              "fused_activation_function": ACT_NONE})
+    elif name == "PAD":
+        y = same((1, 8, 7, 4))
+        w.op(name, [x, w.tensor("p", "int32", (4, 2), np.array([[0, 0], [1, 1], [0, 1], [0, 0]]))], [y])
+    elif name == "TRANSPOSE":
+        y = same((1, 4, 6, 6))
+        w.op(name, [x, w.tensor("p", "int32", (4,), np.array([0, 3, 1, 2]))], [y])
+    elif name == "STRIDED_SLICE":
+        y = same((1, 3, 6, 2))
+        w.op(name, [x, w.tensor("b", "int32", (4,), np.array([0, 0, 0, 1])),
+                    w.tensor("e", "int32", (4,), np.array([1, 6, 6, 4])),
+                    w.tensor("s", "int32", (4,), np.array([1, 2, 1, 2]))], [y], {})
+    elif name == "RESHAPE":
+        y = same((1, 144))
+        w.op(name, [x, w.tensor("s", "int32", (2,), np.array([1, 144]))], [y], {"new_shape": [1, 144]})
+    elif name in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"):
+        y = same((1, 12, 9, 4))
+        w.op(name, [x, w.tensor("s", "int32", (2,), np.array([12, 9]))], [y],
+             {"align_corners": False, "half_pixel_centers": True})
+    elif name == "CONCATENATION":
+        y = same((1, 6, 6, 8))
+        w.op(name, [x, x], [y], {"axis": 3, "fused_activation_function": ACT_NONE})
+    elif name in ("MUL", "SUB", "ADD"):
+        y = w.tensor("y", "int8", (1, 6, 6, 4), quant=_q(0.08, 3))
+        c = w.tensor("c", "int8", (1, 1, 1, 4), rng.integers(-100, 100, (1, 1, 1, 4)).astype(np.int8), _q(0.03, 5))
+        w.op(name, [x, c], [y], {"fused_activation_function": ACT_RELU if name == "ADD" else ACT_NONE})
+    elif name == "PRELU":
+        y = w.tensor("y", "int8", (1, 6, 6, 4), quant=_q(0.04, -30))
+        w.op(name, [x, w.tensor("a", "int8", (1, 1, 4), rng.integers(0, 100, (1, 1, 4)).astype(np.int8),
+                                _q(0.005, 0))], [y])
+    elif name == "TRANSPOSE_CONV":
+        y = w.tensor("y", "int8", (1, 12, 12, 3), quant=_q(0.1, 0))
+        sw = rng.uniform(0.005, 0.02, 3)
+        w.op(name, [w.tensor("os", "int32", (4,), np.array([1, 12, 12, 3])),
+                    w.tensor("w", "int8", (3, 3, 3, 4), rng.integers(-127, 128, (3, 3, 3, 4)).astype(np.int8),
+                             _q(sw, np.zeros(3))), x], [y], {"padding": SAME, "stride_w": 2, "stride_h": 2}, version=2)
+    else:
+        raise KeyError(name)
+    return w.finish([x], [y])
+
+
+@pytest.mark.parametrize("name", sorted(INT8_CASES))
+def test_import_int8_op_matches_litert_reference(name):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    data = _int8_case(name, rng)
+    g = load_tflite(data)
+    rt = Runtime(g, backend="cpu", threads=1)
+    worst = 0
+    for _ in range(3):
+        x = rng.integers(-128, 128, (1, 6, 6, 4)).astype(np.int8)
+        a = rt.run({g.inputs[0]: x})[g.outputs[0]].astype(int)
+        b = run_litert(data, [x], REF)[0].astype(int)
+        worst = max(worst, int(np.abs(a - b).max()))
+    assert worst <= INT8_CASES[name], name
