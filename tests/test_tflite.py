@@ -180,7 +180,21 @@ def _float_case(name: str, rng):
         if name == "RSQRT":
             feeds[0] = np.abs(feeds[0]) + 0.1
         w.op(name, [x], [y], {"approximate": True} if name == "GELU" else None)
-    elif name in ("SUM", "REDUCE_MAX"):
+    elif name in ("SIN", "COS", "FLOOR", "CEIL", "LOG", "ROUND", "ABS", "NEG", "SQRT", "SQUARE", "RELU_0_TO_1"):
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        if name in ("LOG", "SQRT"):
+            feeds[0] = np.abs(feeds[0]) + 0.1
+        w.op(name, [x], [y])
+    elif name in ("MINIMUM", "POW"):
+        y = w.tensor("y", "float32", (1, 6, 6, 4))
+        if name == "POW":
+            feeds[0] = np.abs(feeds[0]) + 0.1
+        w.op(name, [x, w.tensor("c", "float32", (4,), np.abs(f32(4)))], [y])
+    elif name == "CAST":
+        y = w.tensor("y", "int32", (1, 6, 6, 4))
+        feeds[0] = feeds[0] * 10
+        w.op(name, [x], [y])
+    elif name in ("SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"):
         y = w.tensor("y", "float32", (1, 6, 4))
         w.op(name, [x, w.tensor("a", "int32", (1,), np.array([-2]))], [y], {"keep_dims": False})
     elif name == "CONV_2D_grouped":
@@ -199,7 +213,8 @@ FLOAT_CASES = ["CONV_2D", "CONV_2D_dilated_valid", "DEPTHWISE_CONV_2D", "TRANSPO
                "TANH", "PRELU", "SOFTMAX", "STRIDED_SLICE", "TRANSPOSE", "LEAKY_RELU", "SPLIT", "MIRROR_PAD",
                "SQUEEZE", "EXPAND_DIMS", "SLICE", "PACK", "GATHER", "SPLIT_V", "BATCH_MATMUL", "SQUARED_DIFFERENCE",
                "MAXIMUM", "DIV", "RSQRT", "EXP", "ELU", "GELU", "LOG_SOFTMAX", "SUM", "REDUCE_MAX",
-               "CONV_2D_grouped"]
+               "CONV_2D_grouped", "SIN", "COS", "FLOOR", "CEIL", "LOG", "ROUND", "ABS", "NEG", "SQRT", "SQUARE",
+               "RELU_0_TO_1", "MINIMUM", "POW", "CAST", "REDUCE_MIN", "REDUCE_PROD"]
 
 
 @pytest.mark.parametrize("name", FLOAT_CASES)
