@@ -62,7 +62,7 @@ class LiteRTExecutable(Executable):
             x = feeds[name]
             self._set(idx, x if x.dtype == dt and x.flags.c_contiguous else np.ascontiguousarray(x, dt))
         self._invoke()
-        return {name: np.array(self._get(idx)) for name, idx in self._outputs}
+        return {name: self._get(idx) for name, idx in self._outputs}      # get_tensor returns a copy
 
     def run_profiled(self, feeds: Dict[str, np.ndarray]
                      ) -> Tuple[Dict[str, np.ndarray], List[Tuple[str, str, float]]]:
