@@ -356,6 +356,10 @@ class _Importer:
             if len(raw) % item:
                 raise _Malformed(f"tensor {i}: sparse values are not whole {dtype} elements")
             values = np.frombuffer(raw, np.dtype(dtype).newbyteorder("<")).astype(dtype)
+            dense = int(np.prod(shape, dtype=np.float64))
+            if dense > max(1 << 24, 256 * self.f.size):
+                # a real sparse tensor is at most a few dozen times its stored values
+                raise _Malformed(f"sparse tensor {i}: dense shape {shape} is implausibly large for the file")
             return decode_sparse(values, shape, self.f.vec(sp, "TraversalOrder"), self.f.vec(sp, "BlockMap"),
                                  self.dim_metadata(sp))
         n = int(np.prod(shape, dtype=np.int64))
@@ -1273,6 +1277,8 @@ def load_tflite(path_or_bytes: Union[str, os.PathLike, bytes, bytearray, memoryv
         raise type(e)(f"{where}: {e}") from None
     except RecursionError:
         raise ConversionError(f"{where}: malformed TFLite flatbuffer (nesting too deep)") from None
+    except MemoryError:
+        raise ConversionError(f"{where}: malformed TFLite flatbuffer (a tensor too large to decode)") from None
     except Exception as e:      # the generated reader on a corrupt buffer: struct.error, IndexError, ...
         raise ConversionError(f"{where}: malformed TFLite flatbuffer ({type(e).__name__}: {e})") from None
     if not input_shapes:
