@@ -44,8 +44,9 @@ from ..tflite_format import (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, AC
 __all__ = ["load_tflite", "IMPORTED_OPS", "decode_sparse"]
 
 MAGIC = b"TFL3"
-#: a tensor larger than this many elements is refused (a corrupt shape, not a model)
-MAX_ELEMENTS = 1 << 31
+#: a tensor larger than this many elements (1 GiB of float32) is refused: a corrupt shape, not
+#: an edge model (constants are bounded by their buffers anyway)
+MAX_ELEMENTS = 1 << 28
 
 
 class _Malformed(Exception):
