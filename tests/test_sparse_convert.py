@@ -139,6 +139,21 @@ def test_per_layer_override_and_bad_options(tmp_path):
         convert(digits_model_path(), str(tmp_path / "x.eim"), sparsity=0.5, sparse_pattern="3:4")
 
 
+def test_global_threshold_and_2_4(tmp_path):
+    rep = convert(digits_model_path(), str(tmp_path / "g.eim"), sparsity=0.8, sparse_scope="global")
+    layers = [r for r in rep["sparsity"]["pruning"]["layers"] if r["pattern"] != "none"]
+    g, _ = load_artifact(str(tmp_path / "g.eim"))
+    sizes = {r["weight"]: int(np.prod(g.tensors[r["weight"]].data.shape)) for r in layers}
+    zeros = sum(r["after"] * sizes[r["weight"]] for r in layers)
+    assert abs(zeros / sum(sizes.values()) - 0.8) < 0.01           # one threshold: 80% overall
+    assert len({round(r["after"], 2) for r in layers}) == 2          # ...not 80% in each layer
+    rep = convert(digits_model_path(), str(tmp_path / "t.eim"), sparsity=0.5, sparse_pattern="2:4")
+    g, _ = load_artifact(str(tmp_path / "t.eim"))
+    for name in rep["sparsity"]["encoded"]:
+        d = g.tensors[name].data.todense()
+        assert np.all(np.count_nonzero(d.reshape(d.shape[0], -1, 4), axis=2) <= 2)
+
+
 def test_int8_with_sparsity(tmp_path, calib):
     path = str(tmp_path / "q.eim")
     rep = convert(digits_model_path(), path, sparsity=0.75, quantize="int8", calib=calib)
