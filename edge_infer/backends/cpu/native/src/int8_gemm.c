@@ -12,7 +12,7 @@
  *   AVX2       MR 6, NR 16, KR 2, int16   _mm256_madd_epi16: (a0 w0 + a1 w1) per channel, exact
  *   NEON       MR 8, NR 8,  KR 1, int16   vmlal_laneq_s16 (Cortex-A72, no dot product)
  *   NEON sdot  MR 8, NR 8,  KR 4, int8    vdotq_laneq_s32
- *   AVX-512    MR 8, NR 32, KR 4, int8    VNNI vpdpbusd on x + 128 (compensated exactly, below)
+ *   AVX-512    MR 8, NR 32, KR 4, int8    VNNI vpdpbusd (w + 128) x A's rows read in place (below)
  * The kind is chosen at prepare (ei_int8_gemm_kind) and recorded in the args, so the packed
  * weights and the micro-kernel always agree. Work is split over (row block, channel range)
  * tasks on the thread pool; each thread slot has its own scratch.
@@ -33,9 +33,10 @@ enum { KIND_SCALAR = 0, KIND_AVX2 = 1, KIND_NEON = 2, KIND_DOT = 3, KIND_VNNI = 
 typedef struct { int mr, nr, kr, es; } kind_t;
 static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1}, {8, 32, 4, 1} };
 
-/* AVX-512 VNNI (vpdpbusd: u8 x s8, four products summed into int32, no saturation) reads A as
- * u8 = x + 128; the extra 128 * sum_k w[m, k] is subtracted exactly: the packed weights end
- * with it per channel and the micro-kernel starts its accumulators at minus that. */
+/* AVX-512 VNNI (vpdpbusd: u8 x s8, four products summed into int32, no saturation) multiplies
+ * the weights packed as u8 = w + 128 with A's int8 rows read in place (no packing of A): the
+ * extra 128 * sum_k x[r, k] is subtracted exactly by starting row r's accumulators at minus
+ * that (row sums taken once per row block). Partial sums stay within K * 2^14 in magnitude. */
 #if defined(__x86_64__)
 static int has_vnni(void) {
     static int v = -1;
@@ -93,7 +94,7 @@ EI_API int64_t ei_int8_pack_size(int kind, int M, int K) {
     if (!kind_ok(kind)) return -1;
     const kind_t *k = &KINDS[kind];
     int64_t np = (M + k->nr - 1) / k->nr;
-    return np * panel_bytes(k, K) + (kind == KIND_VNNI ? np * k->nr * 4 : 0);
+    return np * panel_bytes(k, K);
 }
 
 /* w: (M, K) int8 row-major */
@@ -109,16 +110,9 @@ EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *
                 for (int kk = 0; kk < k->kr; kk++, idx++) {
                     int ch = j * k->nr + n, kx = g * k->kr + kk;
                     int8_t v = (ch < M && kx < K) ? w[(int64_t)ch * K + kx] : 0;
+                    if (kind == KIND_VNNI) v = (int8_t)((uint8_t)v ^ 0x80);     /* w + 128 as u8 */
                     if (k->es == 1) o8[idx] = v; else o16[idx] = v;
                 }
-    if (kind == KIND_VNNI) {                 /* -128 * sum_k w[m, k]: the accumulators' start */
-        int32_t *comp = (int32_t *)(o8 + idx);
-        for (int ch = 0; ch < np * k->nr; ch++) {
-            int32_t s = 0;
-            if (ch < M) for (int kx = 0; kx < K; kx++) s += w[(int64_t)ch * K + kx];
-            comp[ch] = -128 * s;
-        }
-    }
 }
 
 /* A micro-panel of MR rows (rows[r] NULL: a zero padding row) */
@@ -179,24 +173,40 @@ static void mk_scalar(const void *ap, const void *bp, int kg, int32_t *c, int ld
 }
 
 #if defined(__x86_64__)
+/* rows[r] + 4g: four int8 of row r (read as s8); b: (w + 128) u8, 16 channels x 4 k, twice;
+ * init[r]: -128 * sum_k x[r, k] */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void mk_vnni(const void *ap, const void *bp, int kg, int32_t *c, int ldc, const int32_t *comp) {
-    const int32_t *a = (const int32_t *)ap;       /* 4 u8 of one row per int32 */
-    const __m512i *b = (const __m512i *)bp;       /* 16 channels x 4 k, twice */
-    __m512i z0 = _mm512_loadu_si512(comp), z1 = _mm512_loadu_si512(comp + 16);
-    __m512i c00 = z0, c01 = z1, c10 = z0, c11 = z1, c20 = z0, c21 = z1, c30 = z0, c31 = z1,
-            c40 = z0, c41 = z1, c50 = z0, c51 = z1, c60 = z0, c61 = z1, c70 = z0, c71 = z1;
-    for (int g = 0; g < kg; g++, a += 8, b += 2) {
+static void mk_vnni(const int8_t *const *rows, const int32_t *init, const void *bp, int kg, int32_t *c, int ldc) {
+    const __m512i *b = (const __m512i *)bp;
+    const int8_t *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3], *r4 = rows[4], *r5 = rows[5],
+                 *r6 = rows[6], *r7 = rows[7];
+    __m512i c00 = _mm512_set1_epi32(init[0]), c01 = c00, c10 = _mm512_set1_epi32(init[1]), c11 = c10,
+            c20 = _mm512_set1_epi32(init[2]), c21 = c20, c30 = _mm512_set1_epi32(init[3]), c31 = c30,
+            c40 = _mm512_set1_epi32(init[4]), c41 = c40, c50 = _mm512_set1_epi32(init[5]), c51 = c50,
+            c60 = _mm512_set1_epi32(init[6]), c61 = c60, c70 = _mm512_set1_epi32(init[7]), c71 = c70;
+    for (int g = 0; g < kg; g++, b += 2) {
         __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 1), x;
-#define DP(r, v0, v1) x = _mm512_set1_epi32(a[r]); v0 = _mm512_dpbusd_epi32(v0, x, b0); v1 = _mm512_dpbusd_epi32(v1, x, b1)
-        DP(0, c00, c01); DP(1, c10, c11); DP(2, c20, c21); DP(3, c30, c31);
-        DP(4, c40, c41); DP(5, c50, c51); DP(6, c60, c61); DP(7, c70, c71);
+        int64_t o = 4 * (int64_t)g;
+#define DP(rp, v0, v1) x = _mm512_set1_epi32(*(const int32_t *)(rp + o)); \
+        v0 = _mm512_dpbusd_epi32(v0, b0, x); v1 = _mm512_dpbusd_epi32(v1, b1, x)
+        DP(r0, c00, c01); DP(r1, c10, c11); DP(r2, c20, c21); DP(r3, c30, c31);
+        DP(r4, c40, c41); DP(r5, c50, c51); DP(r6, c60, c61); DP(r7, c70, c71);
 #undef DP
     }
 #define ST(r, v0, v1) _mm512_storeu_si512(c + (r) * ldc, v0); _mm512_storeu_si512(c + (r) * ldc + 16, v1)
     ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31);
     ST(4, c40, c41); ST(5, c50, c51); ST(6, c60, c61); ST(7, c70, c71);
 #undef ST
+}
+
+/* sum of n int8 (vpdpbusd with u8 ones) */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static int32_t rowsum_vnni(const int8_t *x, int n) {
+    __m512i acc = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+    int i = 0;
+    for (; i + 64 <= n; i += 64) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_loadu_si512(x + i));
+    if (i < n) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8((1ULL << (n - i)) - 1, x + i));
+    return _mm512_reduce_add_epi32(acc);
 }
 
 __attribute__((target("avx2,fma")))
@@ -267,7 +277,6 @@ static mk_fn kernel_of(int kind) {
     switch (kind) {
 #if defined(__x86_64__)
     case KIND_AVX2: return mk_avx2;
-    case KIND_VNNI: return mk_vnni;
 #endif
 #if defined(__aarch64__)
     case KIND_NEON: return mk_neon;
@@ -313,6 +322,12 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->off_rows = 0;
     p->off_apack = align64(p->direct ? 0 : (int64_t)p->mb * p->K);
     p->off_acc = p->off_apack + align64((int64_t)p->mb * arow);
+    if (a->kind == KIND_VNNI) {     /* rows (stride K rounded up to 4) + a zero row; row sums */
+        int64_t k4 = (int64_t)p->kg * 4;
+        if (p->K % 4) p->direct = 0;
+        p->off_apack = align64((p->direct ? 0 : (int64_t)p->mb * k4) + k4);
+        p->off_acc = p->off_apack + align64((int64_t)p->mb * 4);
+    }
     p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4);
 }
 
@@ -362,24 +377,45 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int32_t *acc = (int32_t *)(scratch + p->off_acc);
     int64_t mp_bytes = (int64_t)p->kg * k->mr * k->kr * k->es;
     int nmp = (nrows + k->mr - 1) / k->mr;
-    const int8_t *rows[16];
-    int to_u8 = a->kind == KIND_VNNI;
-    for (int mp = 0; mp < nmp; mp++) {
-        for (int r = 0; r < k->mr; r++) {
-            int i = mp * k->mr + r;
-            rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)i * p->K) : NULL;
+    const int8_t *rows[16], *vrows[16 * 8];
+    int vnni = a->kind == KIND_VNNI;
+    int32_t *init = (int32_t *)apack;
+    if (vnni) {
+#if defined(__x86_64__)
+        int64_t k4 = (int64_t)p->kg * 4;
+        int8_t *zero = rowbuf + (p->direct ? 0 : (int64_t)p->mb * k4);
+        memset(zero, 0, (size_t)k4);
+        for (int i = 0; i < nmp * k->mr; i++) {
+            if (i >= nrows) { vrows[i] = zero; init[i] = 0; continue; }
+            const int8_t *row = a_row(a, p, r0 + i, rowbuf + i * k4);
+            if (!p->direct) memset(rowbuf + i * k4 + p->K, 0, (size_t)(k4 - p->K));
+            vrows[i] = row;
+            init[i] = -128 * rowsum_vnni(row, p->K);
         }
-        pack_a(k, rows, p->K, apack + mp * mp_bytes, to_u8);
+#endif
+    } else {
+        for (int mp = 0; mp < nmp; mp++) {
+            for (int r = 0; r < k->mr; r++) {
+                int i = mp * k->mr + r;
+                rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)i * p->K) : NULL;
+            }
+            pack_a(k, rows, p->K, apack + mp * mp_bytes, 0);
+        }
     }
     ei_rq rq = { a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
     int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
     int64_t pb = panel_bytes(k, p->K);
-    const int32_t *comp = to_u8 ? (const int32_t *)((const char *)a->wpack + p->npan * pb) : NULL;
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
-        const int32_t *cj = comp ? comp + j * k->nr : NULL;
-        for (int mp = 0; mp < nmp; mp++)
-            cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, cj);
+        for (int mp = 0; mp < nmp; mp++) {
+#if defined(__x86_64__)
+            if (vnni) {
+                mk_vnni(vrows + mp * 8, init + mp * 8, bp, p->kg, acc + mp * k->mr * k->nr, k->nr);
+                continue;
+            }
+#endif
+            cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, NULL);
+        }
         int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
         for (int i = 0; i < nrows; i++) {
             int64_t r = r0 + i, off, ys;
