@@ -135,10 +135,17 @@ def section_speed(rng, runs, quick):
                     d, s = layer_times(c, m, hw, sparsity, last, int8, runs, rng)
                     ratios.append(d / s)
                 gm = float(np.exp(np.mean(np.log(ratios))))
-                out[key] = {"geomean": gm, "min": min(ratios), "max": max(ratios),
+                # what the runtime's per-layer choice gives: dense where K < min_k or the
+                # sparsity is under the profile's crossover
+                ctx = None
+                cut = sk.crossover(ctx, int8, native)
+                min_k = sk.crossover(ctx, int8, native, "min_k")
+                chosen = [r if (c >= min_k and sparsity >= cut) else 1.0 for r, (c, _, _) in zip(ratios, shapes)]
+                gc = float(np.exp(np.mean(np.log(chosen))))
+                out[key] = {"geomean": gm, "min": min(ratios), "max": max(ratios), "as_chosen": gc,
                             "per_layer": [round(r, 2) for r in ratios]}
-                print(f"  {key:16} speed-up geomean {gm:.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}) "
-                      f"per layer {' '.join(f'{r:.2f}' for r in ratios)}")
+                print(f"  {key:16} speed-up geomean {gm:.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}); "
+                      f"with the per-layer choice {gc:.2f}x; per layer {' '.join(f'{r:.2f}' for r in ratios)}")
     return out
 
 

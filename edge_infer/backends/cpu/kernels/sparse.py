@@ -43,7 +43,7 @@ from .int8_common import Requantizer, clamp_range, is_int8_node, per_tensor, qpa
 
 SPARSE_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
 #: used when neither the graph's target nor the host's profile records a crossover
-DEFAULT_CROSSOVER = {"fp32": 0.7, "int8": 1.0, "fp32_numpy": 1.0, "int8_numpy": 1.0, "min_k": 32}
+DEFAULT_CROSSOVER = {"fp32": 0.7, "int8": 1.0, "fp32_numpy": 1.0, "int8_numpy": 1.0, "min_k": 48}
 _ENC = {"csr": 0, "bcsr": 1, "bitmask": 2}
 
 
