@@ -189,3 +189,22 @@ def test_non_pointwise_conv_with_a_sparse_weight_runs_dense(monkeypatch):
     got, want, note = run_both(g, encode_csr, feeds_for(g, rng))
     assert "densified" in note
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("attrs, c_shape", [({"transB": 1, "alpha": 0.5, "beta": 2.0}, (24,)),
+                                            ({"transB": 1, "transA": 1}, (3, 24)),
+                                            ({"transB": 0, "beta": 0.5}, (1, 24))])
+def test_gemm_alpha_beta_trans(path, attrs, c_shape):
+    rng = np.random.default_rng(7)
+    ta, tb = attrs.get("transA", 0), attrs.get("transB", 0)
+    w = pruned(rng, (24, 64) if tb else (64, 24), 0.85, "float32")
+    g = Graph("gemm")
+    g.add_tensor("x", "float32", (64, 3) if ta else (3, 64))
+    g.add_tensor("w", "float32", w.shape, data=w)
+    g.add_tensor("c", "float32", c_shape, data=rng.standard_normal(c_shape).astype(np.float32))
+    g.add_tensor("y", "float32", (3, 24))
+    g.nodes.append(Node("Gemm", ["x", "w", "c"], ["y"], dict(attrs), "n"))
+    g.inputs, g.outputs = ["x"], ["y"]
+    for enc in ("csr8", "bitmask", "bcsr4x1"):
+        got, want, note = run_both(g, ENCODERS[enc], feeds_for(g, rng))
+        check(got, want, "float32", note)
