@@ -2,7 +2,7 @@
 for bit) on odd sizes, both layouts and every conv algorithm; the kernel cache (built once,
 loaded from disk, rebuilt when a source changes); availability and device choice; whole
 models (the digits CNN fp32 and int8, ONNX light zoo models) marked slow. The rest of the zoo
-(ResNet-50, DenseNet-121, Inception-v2; AlexNet, ZFNet, VGG-19 with --all) is checked by
+(Inception-v1/v2, ResNet-50, DenseNet-121; AlexNet, ZFNet, VGG-19 with --all) is checked by
 benchmarks/opencl_vs_cpu.py, which checks the same parity before timing (ResNet-50 alone takes
 ~6 s here idle, ~35 s on the loaded shared machine).
 
@@ -403,9 +403,10 @@ def int8_conv_graph(C, M, group, kernel, strides, pads, dil, H, W, last, act="",
 @pytest.mark.parametrize("case", CONV_CASES)
 @pytest.mark.parametrize("last", [False, True])
 def test_int8_conv_bit_exact(case, last):
-    for algo, act, residual in (("auto", "", False), ("direct", "Relu", True), ("gemm", "Clip", True)):
-        g, f = int8_conv_graph(*case, last=last, act=act, residual=residual, per_channel=algo != "gemm")
-        check_exact(g, f, conv_algorithm=algo)
+    for algo, gemm, act, residual in (("auto", "cpu", "", False), ("direct", "cpu", "Relu", True),
+                                      ("gemm", "cpu", "Clip", True), ("gemm", "tiled", "Relu", True)):
+        g, f = int8_conv_graph(*case, last=last, act=act, residual=residual, per_channel=gemm != "tiled")
+        check_exact(g, f, conv_algorithm=algo, gemm=gemm)
 
 
 @pytest.mark.parametrize("b_const", [True, False])
@@ -418,9 +419,11 @@ def test_int8_gemm_and_matmul_bit_exact(b_const):
         ins.append(("c", R.integers(-500, 500, 9).astype(np.int32), qd(s_a * s_b, [0] * 9, 0), True))
     g, f = int8_graph("FusedGemm" if b_const else "Gemm", ins, qd(*rq()),
                       dict(activation="Relu") if b_const else {})
-    check_exact(g, f)
+    for gemm in GEMMS:
+        check_exact(g, f, gemm=gemm)
     g, f = int8_graph("MatMul", [("a", i8(3, 7, 40), qd(s_a, zp_a), False), ("b", i8(40, 9), bq, b_const)], qd(*rq()))
-    check_exact(g, f)
+    for gemm in GEMMS:
+        check_exact(g, f, gemm=gemm)
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
@@ -678,8 +681,8 @@ def test_digits_parity(models, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "shufflenet:nchw", "inception_v1",
-                                  "squeezenet:int8", "shufflenet:int8"])
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "shufflenet:nchw", "squeezenet:int8",
+                                  "shufflenet:int8"])
 def test_zoo_parity(models, name):
     n = _model_parity(models(name), int8="int8" in name)
     if "int8" in name:

@@ -18,7 +18,7 @@ from ..cpu.kernels.int8_common import (INT32_MIN, QMAX, QMIN, clamp_range, per_t
 from ..cpu.kernels.int8_conv import conv_requant_params
 from ..cpu.kernels.int8_elementwise import (LUT_OPS, activation_fn, add_params, lut_table, requant_table)
 from ..cpu.kernels.int8_common import round_half_away
-from .ops import (OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, geo_list,
+from .ops import (OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant, geo_list,
                   launch1d, matmul_batches, op, pack_conv_weights, pool_geometry, strides_of)
 from .executable import round_up
 
@@ -120,8 +120,11 @@ def int8_gemm_launch(node, pc, M, N, K, nb1, nb2, A, zp_a, B, zp_b, C, bias, q, 
     flags = (1 if bias is not None else 0) | (2 if Z is not None else 0)
     bias = bias or (None, 0, 0, 0)
     Z = Z or (None, 0, 0, 0, 0, 0)
-    pc.launch(node, "gemm", "gemm_i8", (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2),
-              [*A, zp_a, *B, zp_b, *C, M, N, K, nb2, *bias, q, qs, *qv, zp_y, *Z, ztab, lo, hi, flags], (8, 8, 1))
+    args = [*A, zp_a, *B, zp_b, *C, M, N, K, nb2, *bias, q, qs, *qv, zp_y, *Z, ztab, lo, hi, flags]
+    if gemm_variant(pc) == "cpu":
+        pc.launch(node, "gemm", "gemm_i8_cpu", (N, (M + 7) // 8, nb1 * nb2), args)
+    else:
+        pc.launch(node, "gemm", "gemm_i8", (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2), args, (8, 8, 1))
 
 
 def int8_conv(node: Node, pc) -> None:
@@ -187,7 +190,7 @@ def int8_conv(node: Node, pc) -> None:
         bias_v, qv = (bb, 1, 0, g["MG"]), (1, 0, g["MG"])
     Z = (zref[0], zref[1], C[2], C[3], C[4], C[5]) if zname else None
     int8_gemm_launch(node, pc, M, N, K, nb1, nb2, A, zp_a, B, zp_b, C, bias_v, qb, sb, qv, zp_y, Z, ztab_buf, lo, hi)
-    pc.note(node, f"{lay} int8 {'pointwise GEMM' if algo == 'pointwise' else 'im2col + tiled GEMM'} "
+    pc.note(node, f"{lay} int8 {'pointwise' if algo == 'pointwise' else 'im2col +'} {gemm_variant(pc)} GEMM "
                   f"(int32 sums, MBQM per channel{tail})")
 
 
@@ -234,7 +237,7 @@ def _int8_mm(node, pc, M, N, K, nb2, A, a_name, B, b_name, b_axis_n, bias_name, 
         bias = (pc.upload(bv), 0, 1, 0)
     int8_gemm_launch(node, pc, M, N, K, 1, nb2, A, zp_a, B, zp_b, C, bias, pc.upload(q), pc.upload(sh),
                      (0, 1, 0), zp_y, None, None, lo, hi)
-    pc.note(node, f"int8 tiled GEMM {M}x{K} @ {K}x{N} (int32 sums, MBQM per {'column' if len(set(q.tolist())) > 1 else 'tensor'})")
+    pc.note(node, f"int8 {gemm_variant(pc)} GEMM {M}x{K} @ {K}x{N} (int32 sums, MBQM per {'column' if len(set(q.tolist())) > 1 else 'tensor'})")
 
 
 def int8_gemm(node: Node, pc) -> None:

@@ -176,3 +176,40 @@ __kernel void gemm_f32_cpu(__global const float* A, int a_off, int a_rs, int a_c
         C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = act_apply(v, act, p0, p1);
     }
 }
+
+/* int8 for CPU OpenCL devices: gemm_i8's arithmetic, gemm_f32_cpu's work split. */
+__kernel void gemm_i8_cpu(__global const char* A, int a_off, int a_rs, int a_cs, int a_s1, int a_s2, int zp_a,
+                          __global const char* B, int b_off, int b_rs, int b_cs, int b_s1, int b_s2, int zp_b,
+                          __global char* C, int c_off, int c_rs, int c_cs, int c_s1, int c_s2,
+                          int M, int N, int K, int nb2,
+                          __global const long* bias, int bias_rs, int bias_cs, int bias_s2,
+                          __global const int* qm, __global const int* qs, int q_rs, int q_cs, int q_s2, int zp_y,
+                          __global const char* Z, int z_off, int z_rs, int z_cs, int z_s1, int z_s2,
+                          __global const long* ztab, int lo, int hi, int flags) {
+    int col = get_global_id(0), row0 = get_global_id(1) * CM;
+    int bt = get_global_id(2), b1 = bt / nb2, b2 = bt % nb2;
+    if (col >= N) return;
+    int ab = a_off + b1 * a_s1 + b2 * a_s2;
+    int bb = b_off + b1 * b_s1 + b2 * b_s2 + col * b_cs;
+    int acc[CM];
+    for (int r = 0; r < CM; r++) acc[r] = 0;
+    int rows = min(CM, M - row0);
+    for (int k = 0; k < K; k++) {
+        int b = (int)B[bb + k * b_rs] - zp_b;
+        int ak = ab + row0 * a_rs + k * a_cs;
+        if (rows == CM) {
+            for (int r = 0; r < CM; r++) acc[r] += ((int)A[ak + r * a_rs] - zp_a) * b;
+        } else {
+            for (int r = 0; r < rows; r++) acc[r] += ((int)A[ak + r * a_rs] - zp_a) * b;
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        int row = row0 + r;
+        long v = (long)acc[r];
+        if (flags & 1) v += bias[b2 * bias_s2 + row * bias_rs + col * bias_cs];
+        int qi = b2 * q_s2 + row * q_rs + col * q_cs;
+        v = mbqm(v, (long)qm[qi], qs[qi]) + zp_y;
+        if (flags & 2) v += ztab[(int)Z[z_off + b1 * z_s1 + b2 * z_s2 + row * z_rs + col * z_cs] + 128];
+        C[c_off + b1 * c_s1 + b2 * c_s2 + row * c_rs + col * c_cs] = (char)clamp_i(v, lo, hi);
+    }
+}
