@@ -886,3 +886,24 @@ def test_import_int8_op_matches_litert_reference(name):
         b = run_litert(data, [x], REF)[0].astype(int)
         worst = max(worst, int(np.abs(a - b).max()))
     assert worst <= INT8_CASES[name], name
+
+
+def test_hybrid_weights_are_dequantized():
+    """Dynamic-range models: int8 weights under float activations become float32 weights (LiteRT
+    quantizes the activations on the fly, so it agrees to its own quantization error)."""
+    rng = np.random.default_rng(4)
+    w = ModelWriter("hybrid")
+    x = w.tensor("x", "float32", (1, 32))
+    W = rng.integers(-127, 128, (8, 32)).astype(np.int8)
+    sw = rng.uniform(0.01, 0.02, 8)
+    y = w.tensor("y", "float32", (1, 8))
+    w.op("FULLY_CONNECTED", [x, w.tensor("w", "int8", W.shape, W, _q(sw, np.zeros(8))),
+                             w.tensor("b", "float32", (8,), rng.standard_normal(8).astype(np.float32))], [y],
+         {"fused_activation_function": ACT_NONE, "keep_num_dims": False}, version=5)
+    data = w.finish([x], [y])
+    xv = rng.standard_normal((1, 32)).astype(np.float32)
+    ours, g = run_ours(data, [xv])
+    exact = xv @ (W * sw[:, None]).T.astype(np.float32) + np.asarray(g.tensors[g.nodes[0].inputs[2]].data)
+    assert rel(ours[0], exact) < 1e-6
+    assert rel(ours[0], run_litert(data, [xv])[0]) < 2e-2
+    assert all(g.tensors[i].dtype == "float32" for i in g.nodes[0].inputs if i)
