@@ -490,7 +490,8 @@ def test_unsupported_nodes_are_refused_not_miscomputed():
              one_node("ConvTranspose", [("x", randn(1, 2, 4, 4)), ("w", randn(2, 3, 3, 3))], consts=("w",)),
              one_node("TopK", [("x", randn(3, 9)), ("k", np.array([2], np.int64))], consts=("k",), n_out=2),
              one_node("Add", [("a", np.arange(6, dtype=np.int64)), ("b", np.arange(6, dtype=np.int64))]),
-             one_node("MatMul", [("a", randn(2, 1, 3, 4)), ("b", randn(1, 5, 4, 2))])]          # partial broadcast
+             one_node("MatMul", [("a", randn(2, 1, 3, 4)), ("b", randn(1, 5, 4, 2))]),          # partial broadcast
+             one_node("Dropout", [("x", randn(3, 4))], n_out=2)]                                 # the mask
     for g, f in cases:
         sg = specialize(g, {k: v.shape for k, v in f.items()})
         node = sg.nodes[0]

@@ -160,6 +160,12 @@ def _arg(a, scratch_bufs, dummy):
     return a
 
 
+def is_view(node: Node, graph: Graph) -> bool:
+    """A view op that can alias its input: not of a constant, no second output (Dropout's mask)."""
+    return (node.op in VIEW_OPS and not graph.tensors[node.inputs[0]].is_const
+            and not any(node.outputs[1:]))
+
+
 def plan_names(graph: Graph, nodes: List[Node], fused: Dict[str, Node]):
     """Rename tensors for planning: view outputs -> their input, a fused binary's output ->
     its activation's output. Returns (alias map, nodes as the planner sees them)."""
@@ -171,7 +177,7 @@ def plan_names(graph: Graph, nodes: List[Node], fused: Dict[str, Node]):
         return n
     planned: List[Node] = []
     for node in nodes:
-        if node.op in VIEW_OPS and not graph.tensors[node.inputs[0]].is_const:
+        if is_view(node, graph):
             alias[node.outputs[0]] = node.inputs[0]
             continue
         if node.name in fused:                     # the activation folded into its producer
