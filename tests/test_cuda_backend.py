@@ -138,7 +138,7 @@ def test_every_claimed_op_has_a_launcher_and_every_kernel_is_launched():
     for op in claimed:
         assert callable(LAUNCHERS.get(op) or INT8_LAUNCHERS.get(op)), op
     here = os.path.dirname(os.path.abspath(sys.modules[CudaBackend.__module__].__file__))
-    text = "".join(open(os.path.join(here, f)).read() for f in ("ops.py", "ops_int8.py"))
+    text = "".join(open(os.path.join(here, f)).read() for f in ("ops.py", "ops_nn.py", "ops_int8.py"))
     roles = set(re.findall(r'scratch\(\s*"([a-z0-9_]+)"', text))           # scratch names, not kernels
     launched = set(re.findall(r'"([a-z0-9_]+_(?:f32|s8|s32|b1|b4|b8|nt))"', text)) - roles
     unknown = launched - set(kernels())

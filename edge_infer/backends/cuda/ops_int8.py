@@ -20,8 +20,8 @@ from ..cpu.kernels.int8_elementwise import (LUT_OPS, _clip_bounds, activation_fn
                                             requant_table, round_half_away)
 from ..cpu.kernels.int8_gemm import _b_scales, _bias
 from ..cpu.kernels.pool import _window_counts
-from .ops import (BLOCK, ConvGeom, _conv_setup, _opt, _pool_geom, broadcast_meta, copy_step, gemm_grid, grid_1d,
-                  i32, i64, launcher)
+from .ops import BLOCK, _opt, broadcast_meta, copy_step, gemm_grid, grid_1d, i32, i64, launcher
+from .ops_nn import ConvGeom, _conv_setup, _pool_geom
 
 _VALUES = np.arange(-128, 128, dtype=np.int64)
 
