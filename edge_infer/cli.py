@@ -511,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="activation range observer (default minmax)")
     c.add_argument("--keep-float", metavar="A,B", help="node names that stay float32")
     c.add_argument("--max-accuracy-drop", type=float, metavar="X", help="keep the most damaging layers "
-                   "float32 until the top-1 drop vs fp32 on held-out samples is <= X (a fraction)")
+                   "float32 until the top-1 drop vs fp32 on held-out samples is <= X (a fraction); with "
+                   "--sparsity also the pruning budget (per-layer sparsity from a sensitivity analysis)")
     c.add_argument("--report", metavar="FILE.json", help="write the quantization accuracy report")
     c.add_argument("--memory-limit", metavar="SIZE", help="record a memory budget (e.g. 256MB) for "
                    "activations + workspaces that runtimes use by default")
