@@ -437,3 +437,20 @@ def test_dynamic_model_shared_by_threads_matches_single_runs():
         t.join()
     assert not errors
     assert 1 <= len(rt.memory_stats()["slots"]) <= 3
+
+
+def test_slot_gives_one_arena_per_build_in_its_block_and_others_their_own():
+    """A partitioned plan prepares several CPU parts, each asking for an arena: only the
+    first goes in the slot's block, so parts never overlap."""
+    from edge_infer.memory.slots import SlotSet
+    slots = SlotSet(None, max_slots=1, pool=DynamicPool())
+    got = []
+
+    def build(graph, alloc):
+        got.extend(alloc(n)[0] for n in (5000, 3000))
+        return object()
+    slot = slots.acquire()
+    slots.executable(slot, ("k",), None, build)
+    a, b = got
+    assert np.shares_memory(a, slot.block) and not np.shares_memory(b, slot.block)
+    assert a.size == 5000 and b.size == 3000 and b.ctypes.data % 64 == 0

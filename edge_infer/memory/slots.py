@@ -17,6 +17,8 @@ import weakref
 from collections import OrderedDict
 from typing import Callable, Dict, Hashable, List, Optional
 
+import numpy as np
+
 from .buddy import _pow2_at_least
 from .pool import DYNAMIC_POOL, DynamicPool
 
@@ -53,6 +55,22 @@ def _release_block(holder: List[Optional[Callable[[], None]]]) -> None:
         holder[0] = None
 
 
+def _first_in_block(slot: Slot) -> Callable:
+    """``arena_alloc`` for one build: the first arena asked for goes in the slot's block; any
+    further one (the CPU parts of a partitioned plan each plan an arena) gets memory of its
+    own, as the parts' buffers are all live at once."""
+    calls = []
+
+    def alloc(nbytes: int):
+        if calls:
+            raw = np.empty(nbytes + 64, np.uint8)
+            start = (-raw.ctypes.data) % 64
+            return raw[start:start + nbytes], None
+        calls.append(nbytes)
+        return slot.arena(nbytes)
+    return alloc
+
+
 class SlotSet:
     """At most ``max_slots`` slots; each keeps at most ``max_shapes`` plans, oldest dropped first."""
 
@@ -84,7 +102,7 @@ class SlotSet:
         """The slot's plan for ``key`` (built into the slot's block on first use)."""
         ex = slot.plans.get(key)
         if ex is None:
-            ex = (build or self._build)(graph, slot.arena)
+            ex = (build or self._build)(graph, _first_in_block(slot))
             slot.plans[key] = ex
             while len(slot.plans) > self.max_shapes:
                 slot.plans.popitem(last=False)
