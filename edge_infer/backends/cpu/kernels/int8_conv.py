@@ -135,7 +135,9 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
 
     q, sh = conv_requant_params(s_x, s_w, s_y)
     bias = folded_bias(ctx, node, w, zp_x, m)
-    step = _native_conv(ctx, node, locals())
+    step = _native_conv(ctx, node, x=x, y=y, w=w, bias=bias, q=q, shift=sh, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,
+                        act=act, s_y=s_y, last=last, group=group,
+                        window=(kernel, strides, dil, pads, insp, osp))
     if step is not None:
         return step
     # accumulator layout: NCHW (N, M, P), per-channel params (M, 1); NHWC (N, P, M), params (M,)
@@ -300,47 +302,46 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     return im2col
 
 
-def _native_conv(ctx, node: Node, v: dict):
-    """The native kernel (src/int8_gemm.c: packed weights, int32 accumulation, fused epilogue)
-    for a group-1 1-D/2-D conv, or None (no library, or a shape it does not take)."""
-    depthwise = v["group"] == v["c"] == v["m"] and v["cg"] == 1 and v["group"] > 1
-    if native.lib is None or (v["group"] != 1 and not depthwise) or v["nsp"] not in (1, 2):
+def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: int, lo: int, hi: int, act: str,
+                 s_y: float, last: bool, group: int, window):
+    """The native kernel for a group-1 conv (src/int8_gemm.c: packed weights, int32 accumulation,
+    fused epilogue) or a depthwise one (src/depthwise.c), 1-D or 2-D; None when the library is
+    missing or the node does not fit (the numpy algorithms serve)."""
+    kernel, strides, dil, pads, insp, osp = window
+    m, cg = w.shape[:2]
+    c, n, nsp = cg * group, x.shape[0], len(kernel)
+    depthwise = group == c == m and cg == 1 and group > 1
+    if native.lib is None or (group != 1 and not depthwise) or nsp not in (1, 2):
         return None
-    kernel, strides, dil, pads, osp, insp = v["kernel"], v["strides"], v["dil"], v["pads"], v["osp"], v["insp"]
-    if v["nsp"] == 1:                       # a 1-D conv as a 2-D one of height 1
+    kdesc = "x".join(map(str, kernel))
+    if nsp == 1:                            # a 1-D conv as a 2-D one of height 1
         kernel, strides, dil, osp, insp = [1] + kernel, [1] + strides, [1] + dil, [1] + list(osp), [1] + list(insp)
         pads = [0, pads[0], 0, pads[1]]
-    w, m, c = v["w"], v["m"], v["c"]
-    w_mk = w.reshape(m, v["cg"], -1).transpose(0, 2, 1).reshape(m, -1)    # K: (tap, channel)
     z_name = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
     z = ztab = None
     if z_name:
-        z, ztab = residual_table(ctx, node, z_name, v["s_y"])
-    last = v["last"]
-    geometry = (v["n"], c, insp[0], insp[1], m, osp[0], osp[1], kernel[0], kernel[1], strides[0], strides[1],
+        z, ztab = residual_table(ctx, node, z_name, s_y)
+    epi = (f"requantize per channel (MBQM){', + residual' if z_name else ''}{', clamp ' + act if act else ''}; "
+           f"{native_kernels.threads_of(ctx)} thread(s)")
+    geometry = (n, c, insp[0], insp[1], m, osp[0], osp[1], kernel[0], kernel[1], strides[0], strides[1],
                 dil[0], dil[1], pads[0], pads[1])
-    act = v["act"]
     if depthwise:
-        dw_geometry = geometry[:4] + geometry[5:]
-        step = native_kernels.depthwise_step(ctx, x=v["x"], y=v["y"], w_ct=w.reshape(c, -1), geometry=dw_geometry,
-                                             nchw=not last, bias=v["bias"], z=z, q=v["q"], shift=v["sh"],
-                                             zp_x=v["zp_x"], zp_y=v["zp_y"], lo=v["lo"], hi=v["hi"], ztab=ztab)
+        step = native_kernels.depthwise_step(ctx, x=x, y=y, w_ct=w.reshape(c, -1), geometry=geometry[:4] + geometry[5:],
+                                             nchw=not last, bias=bias, z=z, q=q, shift=shift, zp_x=zp_x,
+                                             zp_y=zp_y, lo=lo, hi=hi, ztab=ztab)
         if step is not None:
-            ctx.note(node, f"{'NHWC ' if last else ''}int8 native depthwise {'x'.join(map(str, v['kernel']))} "
-                           f"({native_kernels.isa_name()}, int32 accumulation); requantize per channel (MBQM)"
-                           f"{', + residual' if z_name else ''}{', clamp ' + act if act else ''}; "
-                           f"{native_kernels.threads_of(ctx)} thread(s)")
+            ctx.note(node, f"{'NHWC ' if last else ''}int8 native depthwise {kdesc} ({native_kernels.isa_name()}, "
+                           f"int32 accumulation); {epi}")
         return step
-    step = native_kernels.int8_conv_step(ctx, x=v["x"], y=v["y"], w_mk=w_mk, bias=v["bias"], q=v["q"],
-                                         shift=v["sh"], zp_x=v["zp_x"], zp_y=v["zp_y"], lo=v["lo"], hi=v["hi"],
-                                         geometry=geometry, in_nchw=not last, out_nchw=not last, z=z, ztab=ztab)
-    if step is None:
-        return None
-    algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" else \
-        "im2col " + "x".join(map(str, v["kernel"]))
-    ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({native_kernels.kind_name()}, packed "
-                   f"weights, int32 accumulation); requantize per channel (MBQM){', + residual' if z_name else ''}"
-                   f"{', clamp ' + act if act else ''}; {native_kernels.threads_of(ctx)} thread(s)")
+    w_mk = w.reshape(m, cg, -1).transpose(0, 2, 1).reshape(m, -1)          # K: (tap, channel)
+    step = native_kernels.int8_conv_step(ctx, x=x, y=y, w_mk=w_mk, bias=bias, q=q, shift=shift, zp_x=zp_x,
+                                         zp_y=zp_y, lo=lo, hi=hi, geometry=geometry, in_nchw=not last,
+                                         out_nchw=not last, z=z, ztab=ztab)
+    if step is not None:
+        algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" \
+            else f"im2col {kdesc}"
+        ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({native_kernels.kind_name()}, packed "
+                       f"weights, int32 accumulation); {epi}")
     return step
 
 
