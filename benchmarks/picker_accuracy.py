@@ -8,7 +8,8 @@ int8, on this machine with every available backend, the script
    no measured timings, only the microbenchmarked throughput profiles;
 2. times every available backend on the model (each as ``Runtime(path, backend=name)``; a
    backend that covers part of the graph runs as its partition with the CPU), and the
-   picker's choice itself when it is a partition;
+   picker's choice itself when it is a partition: interleaved, round-robin runs, medians
+   (``time_options``), so that load from elsewhere hits every option alike;
 3. counts a case correct when the choice is the measured fastest (strict), and reports
    also the cases within 5% of the fastest and the regret (chosen / fastest latency).
 
@@ -56,18 +57,33 @@ def artifact(name: str, out_dir: str) -> str:
     return path
 
 
-def time_runtime(rt, feeds, budget_s: float, max_runs: int = 30, min_runs: int = 3) -> float:
-    """Median ms of ``rt.run(feeds)``: runs until ``budget_s`` or ``max_runs`` (at least ``min_runs``)."""
-    t0 = time.perf_counter()
-    rt.run(feeds)
-    if time.perf_counter() - t0 > budget_s:      # a run longer than the budget: one more is enough
-        min_runs = 1
-    lat, t_end = [], time.perf_counter() + budget_s
-    while len(lat) < max_runs and (len(lat) < min_runs or time.perf_counter() < t_end):
+def time_options(runtimes: dict, feeds, budget_s: float, min_rounds: int = 5) -> dict:
+    """Median ms per option. One warm-up run each; an option more than 5x slower than the
+    quickest warm-up is clearly not the fastest and gets one timed run; the others run
+    interleaved, round-robin, for ``budget_s`` per option (at least ``min_rounds`` rounds),
+    so that load from elsewhere on the machine hits them alike."""
+    warm = {}
+    for name, rt in runtimes.items():
         t0 = time.perf_counter()
         rt.run(feeds)
-        lat.append(time.perf_counter() - t0)
-    return float(np.median(lat)) * 1e3
+        warm[name] = time.perf_counter() - t0
+    best = min(warm.values())
+    slow = {n for n, t in warm.items() if t > 5 * best}
+    lat = {n: [] for n in runtimes}
+    for n in slow:
+        t0 = time.perf_counter()
+        runtimes[n].run(feeds)
+        lat[n].append(time.perf_counter() - t0)
+    close = [n for n in runtimes if n not in slow]
+    t_end = time.perf_counter() + budget_s * len(close)
+    rounds = 0
+    while rounds < min_rounds or (time.perf_counter() < t_end and rounds < 200):
+        for n in close:
+            t0 = time.perf_counter()
+            runtimes[n].run(feeds)
+            lat[n].append(time.perf_counter() - t0)
+        rounds += 1
+    return {n: float(np.median(v)) * 1e3 for n, v in lat.items()}
 
 
 def run_case(path: str, names, threads: int, budget_s: float) -> dict:
@@ -83,22 +99,21 @@ def run_case(path: str, names, threads: int, budget_s: float) -> dict:
     choice = pick(g, "auto", prefer, threads, use_timings=False, estimate=True)
     pick_ms = (time.perf_counter() - t0) * 1e3
     est = {o["name"]: o["score_ms"] for o in choice.report["options"]}
-    measured = {}
+    runtimes, failed = {}, {}
     for name in names:
         try:
             rt = Runtime(path, backend=name, threads=threads)
             rt.plan(shapes)
-            label = rt.backend.name
-            if label not in measured:
-                measured[label] = time_runtime(rt, feeds, budget_s)
+            runtimes.setdefault(rt.backend.name, rt)
         except Exception as e:  # noqa: BLE001  (a backend failing on a model is a result too)
-            measured[f"{name} (failed)"] = None
+            failed[f"{name} (failed)"] = None
             print(f"    {name}: failed: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
-    if choice.name not in measured or choice.plan is not None:     # a partition: time the picker's own plan
+    if choice.plan is not None:     # a partition: time the picker's own plan
         rt = Runtime(g, backend="cpu", threads=threads)
         rt._choices[tuple(tuple(shapes[n]) for n in g.inputs)] = choice     # run exactly this choice
         rt._choice = choice
-        measured[choice.name] = time_runtime(rt, feeds, budget_s)
+        runtimes[choice.name] = rt
+    measured = {**time_options(runtimes, feeds, budget_s), **failed}
     ok = {k: v for k, v in measured.items() if v is not None}
     fastest = min(ok, key=ok.get)
     return {"choice": choice.name, "why": choice.report["why"], "estimated_ms": est, "measured_ms": measured,

@@ -8,7 +8,8 @@ the same way, transfers and dispatch included):
 key           graph timed                                        derived
 ============  ================================================  =====================
 dense         a small CNN: 7x7/2, 3x3, 1x1, 3x3/2 convs (107 MFLOP)  FLOP/s of dense ops
-grouped       depthwise Conv 3x3, 64 ch, 56x56 (3.6 MFLOP)       FLOP/s of grouped conv
+grouped       depthwise Conv 3x3, 64 ch, 56x56 (3.6 MFLOP)       FLOP/s of depthwise conv
+group_dense   1x1 Conv, 4 groups, 136->544 ch, 28x28 (58 MFLOP)  FLOP/s of other grouped conv
 memory        16 chained Add (scalar) on 2 MiB, minus 1          bytes/s of other ops
 op_s          32 chained Add (scalar) on 16 floats, minus 1      seconds per dispatched op
 dense_op_s    8 chained 3x3 Convs on 1x8x4x4, minus 1            seconds per dense op
@@ -42,7 +43,7 @@ from ..ir import Graph, Node
 from .base import Backend
 
 #: bump when the microbenchmark changes, so cached profiles are re-measured
-MICROBENCH_VERSION = 4
+MICROBENCH_VERSION = 5
 
 DENSE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"})
 INT8 = ("int8", "uint8")
@@ -67,12 +68,19 @@ def tensor_nbytes(graph: Graph, name: str) -> int:
 
 
 def node_class(node: Node, graph: Graph) -> str:
-    """Cost class: ``dense``, ``grouped`` or ``memory``, prefixed ``int8_`` for int8 inputs."""
+    """Cost class: ``dense``, ``grouped`` (depthwise convolution) or ``memory``, prefixed
+    ``int8_`` for int8 inputs."""
     x = graph.tensors.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
     prefix = "int8_" if x is not None and x.dtype in INT8 else ""
     if node.op in DENSE_OPS:
         if "Conv" in node.op and int(node.attrs.get("group", 1)) > 1:
-            return prefix + "grouped"
+            # depthwise (one input channel per group) is its own kernel; a few wide groups
+            # (ShuffleNet's) are a GEMM per group: dense
+            w = graph.tensors.get(node.inputs[1]) if len(node.inputs) > 1 else None
+            shape = None if w is None else (w.data.shape if w.is_const else w.shape)
+            if shape is None or len(shape) < 2 or shape[1] == 1:
+                return prefix + "grouped"
+            return prefix + "group_dense"
         return prefix + "dense"
     return prefix + "memory"
 
@@ -94,7 +102,7 @@ def _rate(profile: Dict[str, float], key: str, fallback: Optional[Dict[str, floa
         v = fallback.get(key)
     if not v and key.startswith("int8_"):
         return _rate(profile, key[5:], fallback)
-    if not v and key == "grouped":
+    if not v and key in ("grouped", "group_dense"):
         return _rate(profile, "dense", fallback)
     return v or None
 
@@ -104,7 +112,7 @@ def node_seconds(work: Dict[str, float], profile: Dict[str, float],
     """Estimated seconds of a node (``node_work``) on a backend with this profile."""
     klass = work["class"]
     op_s = profile.get("op_s", 0.0)
-    if klass.endswith("dense") or klass.endswith("grouped"):
+    if klass.endswith("dense") or klass.endswith("grouped"):          # dense, group_dense, grouped
         rate = _rate(profile, klass, fallback) or 1e9
         return profile.get("dense_op_s", op_s) + work["flops"] / rate
     rate = _rate(profile, klass, fallback) or 1e9
@@ -145,6 +153,18 @@ def _mini_cnn() -> Graph:
     g.add_const("wf", rng.standard_normal((c_in, 100)).astype(np.float32) * 0.1)
     g.add_const("bf", np.zeros(100, np.float32))
     g.add_node("Gemm", ["flat", "wf", "bf"], ["y"], name="fc", alpha=1.0, beta=1.0, transA=0, transB=0)
+    g.outputs = ["y"]
+    return g
+
+
+def _group_conv() -> Graph:
+    """A ShuffleNet-style grouped 1x1 Conv: 4 groups, 136 -> 544 channels on 28x28 (58 MFLOP)."""
+    rng = np.random.default_rng(0)
+    g = Graph("microbench_group_conv")
+    g.add_input("x", "float32", (1, 136, 28, 28))
+    g.add_const("w", rng.standard_normal((544, 34, 1, 1)).astype(np.float32) * 0.1)
+    g.add_node("Conv", ["x", "w"], ["y"], name="gconv", kernel_shape=[1, 1], pads=[0, 0, 0, 0],
+               strides=[1, 1], dilations=[1, 1], group=4, auto_pad="NOTSET")
     g.outputs = ["y"]
     return g
 
@@ -280,6 +300,7 @@ def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
     if t_conv1 is not None and t_conv8 is not None:
         prof["dense_op_s"] = max((t_conv8 - t_conv1) / 7, op_s)
     graphs = [("dense", _mini_cnn(), None), ("grouped", _conv_graph(64, 64, 56, 64), None),
+              ("group_dense", _group_conv(), None),
               ("int8_dense", _mini_cnn(), "int8"), ("int8_memory", _pool_chain(8), "int8")]
     for key, g, quant in graphs:
         sg = _converted(g)
@@ -294,10 +315,10 @@ def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
             continue
         works = [node_work(n, sg) for n in nodes]
         io = sum(tensor_nbytes(sg, x) for x in list(sg.inputs) + list(sg.outputs))
-        per_op = prof.get("dense_op_s", op_s) if key.endswith("dense") or key == "grouped" else op_s
+        per_op = prof.get("dense_op_s", op_s) if key.endswith("dense") or key.endswith("grouped") else op_s
         compute = (t - prof["run_s"] - _rest_seconds(sg, nodes, prof) - len(nodes) * per_op
                    - io / prof.get("transfer", float("inf")))
-        amount = sum(w["flops"] if key in ("dense", "grouped", "int8_dense") else max(w["bytes"], 8 * w["flops"])
+        amount = sum(w["flops"] if key.endswith("dense") or key.endswith("grouped") else max(w["bytes"], 8 * w["flops"])
                      for w in works)
         prof[key] = amount / max(compute, t * 0.2)
     return prof
