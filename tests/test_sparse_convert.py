@@ -90,7 +90,10 @@ def test_convert_prunes_unprotected_layers_and_encodes(tmp_path, dense_digits, c
     assert {r["node"] for r in pr["layers"] if r["pattern"] != "none"} == {"conv2", "pw"}
     g, meta = load_artifact(path)
     g0, _ = load_artifact(dense_digits)
+    corrected_biases = {n.inputs[2] for n in g.nodes if n.name in pr["bias_corrected"] and len(n.inputs) > 2}
     for name, t in g.tensors.items():
+        if name in corrected_biases:
+            continue
         if name in sp["encoded"]:
             assert isinstance(t.data, SparseArray)
             assert abs((1 - t.data.density) - 0.7) < 0.01
@@ -124,6 +127,31 @@ def test_accuracy_budget_picks_per_layer_sparsity(tmp_path, calib):
     assert all(v < 0.9 for v in b["chosen"].values())        # 90% everywhere would break the budget
     assert rep["sparsity"]["pruning"]["accuracy"]["drop"] <= 0.03
     assert accuracy(path) >= 0.9
+
+
+def test_bias_correction_keeps_the_mean_output():
+    """For a linear layer, b += (W - W') E[x] makes the pruned layer's mean output over the
+    samples equal the dense one's (exactly, in real arithmetic)."""
+    from edge_infer.sparse.pruning import correct_biases, prune_graph
+    rng = np.random.default_rng(3)
+    g = Graph("fc")
+    g.add_tensor("x", "float32", (4, 32))
+    g.add_tensor("w", "float32", (16, 32), data=rng.standard_normal((16, 32)).astype(np.float32))
+    g.add_tensor("b", "float32", (16,), data=rng.standard_normal(16).astype(np.float32))
+    g.add_tensor("y", "float32", (4, 16))
+    g.nodes.append(Node("Gemm", ["x", "w", "b"], ["y"], {"transB": 1}, "fc"))
+    g.inputs, g.outputs = ["x"], ["y"]
+    feeds = [{"x": (rng.standard_normal((4, 32)) + 0.7).astype(np.float32)} for _ in range(6)]
+    p = g.copy()
+    records = prune_graph(p, {"fc": 0.8})
+    assert correct_biases(p, g, feeds, records) == ["fc"]
+    dense = np.concatenate([Runtime(g).run(f)["y"] for f in feeds])
+    plain = p.copy()
+    plain.tensors["b"].data = g.tensors["b"].data
+    pruned = np.concatenate([Runtime(p).run(f)["y"] for f in feeds])
+    uncorrected = np.concatenate([Runtime(plain).run(f)["y"] for f in feeds])
+    np.testing.assert_allclose(pruned.mean(0), dense.mean(0), atol=1e-4)
+    assert np.abs(uncorrected.mean(0) - dense.mean(0)).max() > 0.1
 
 
 def test_per_layer_override_and_bad_options(tmp_path):

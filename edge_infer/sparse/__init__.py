@@ -12,8 +12,8 @@ import numpy as np
 
 from ..ir import Graph
 from .encodings import ENCODINGS, SparseArray, encode, validate  # noqa: F401
-from .pruning import (PATTERNS, SparsityError, accuracy_drop, check_options, encode_graph, evaluator,  # noqa: F401
-                      plan_sparsity, protected_layers, prune_graph, sensitivity_plan)
+from .pruning import (PATTERNS, SparsityError, accuracy_drop, check_options, correct_biases,  # noqa: F401
+                      encode_graph, evaluator, plan_sparsity, protected_layers, prune_graph, sensitivity_plan)
 from .report import compression, format_summary  # noqa: F401
 
 
@@ -27,7 +27,7 @@ def _feeds(graph: Graph, calib, calib_samples, calib_recipe) -> List[Dict[str, n
 def prune_model(graph: Graph, sparsity: Optional[float] = None, pattern: str = "unstructured",
                 layers: Optional[Dict[str, float]] = None, scope: str = "layer",
                 max_accuracy_drop: Optional[float] = None, calib=None, calib_samples: Optional[int] = None,
-                calib_recipe=None, log=None) -> Tuple[Graph, dict]:
+                calib_recipe=None, bias_correction: bool = True, log=None) -> Tuple[Graph, dict]:
     """A copy of ``graph`` with its compute-layer weights magnitude-pruned (see pruning.py),
     and the report: per-layer sparsity, protected layers, the sensitivity analysis under
     ``max_accuracy_drop`` and the accuracy effect (pruned vs dense) on calibration samples."""
@@ -42,11 +42,21 @@ def prune_model(graph: Graph, sparsity: Optional[float] = None, pattern: str = "
         plan = {**chosen, **{k: v for k, v in plan.items() if k in (layers or {})}}
     records = prune_graph(g, plan, pattern, scope)
     run = evaluator(graph, feeds)
-    ref, got = run(graph), run(g)
+    ref = run(graph)
+    corrected = []
+    if bias_correction and calib is not None:     # real samples only: random inputs mislead it
+        plain = g.copy()
+        corrected = correct_biases(g, graph, feeds, records)
+        if corrected:
+            d_plain = accuracy_drop(ref, run(plain))[0]
+            if accuracy_drop(ref, run(g))[0] > d_plain:   # kept only where it helps
+                g, corrected = plain, []
+    got = run(g)
     drop, metric = accuracy_drop(ref, got)
     name = graph.outputs[0]
     a, b = np.asarray(ref[name], np.float64), np.asarray(got[name], np.float64)
     rep = {"sparsity": sparsity, "pattern": pattern, "scope": scope, "layers": records,
+           "bias_corrected": corrected,
            "protected": {k: v for k, v in protected_layers(graph).items() if k not in plan},
            "budget": budget,
            "accuracy": {"samples": len(feeds), "drop": drop, "metric": metric,

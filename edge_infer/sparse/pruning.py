@@ -15,7 +15,8 @@ last compute layer): they hold few weights and pruning them costs the most accur
 ``max_accuracy_drop``: per layer, the accuracy drop of pruning it alone at each level in
 ``LEVELS`` is measured on calibration samples; every layer starts at the highest level whose
 own drop stays within half the budget, and while the whole model misses the budget the layer
-hurting most is stepped down.
+hurting most is stepped down. ``correct_biases`` then lets each pruned layer's bias absorb the
+mean contribution of its removed weights on the calibration samples.
 """
 from __future__ import annotations
 
@@ -273,4 +274,56 @@ def encode_graph(g: Graph, pattern: Optional[str] = None, min_sparsity: float = 
             raise SparsityError(f"encoding of {wname!r} ({enc.encoding}) does not round-trip")
         t.data = enc
         done.append(wname)
+    return done
+
+
+def correct_biases(g: Graph, dense: Graph, feeds: List[Dict[str, np.ndarray]], records: List[dict]) -> List[str]:
+    """Bias correction after pruning: each pruned layer's bias absorbs the mean of what its
+    removed weights contributed on the calibration samples, b += (W - W') E[x] per output
+    channel (E[x]: the dense model's mean input per channel; Conv taps and padding are taken
+    as seeing the channel mean). Pruning shifts every output's mean less this way. Returns
+    the corrected node names; layers without a float32 bias input get one."""
+    from ..ir.shape_rules_nn import channels_last
+    from ..quantize.quantizer import run_collect
+    pruned = {r["node"] for r in records if r["pattern"] != "none"}
+    nodes = [n for n in g.nodes if n.name in pruned and n.op in PRUNABLE_OPS]
+    if not nodes or not feeds:
+        return []
+    x_names = [n.inputs[0] for n in nodes]
+    acts = run_collect(dense, feeds, x_names)
+    done = []
+    for n in nodes:
+        if n.op in ("MatMul", "FusedMatMul") or g.tensors[n.inputs[1]].dtype != "float32":
+            continue                              # B (K, N) MatMul: left as pruned
+        x = np.asarray(acts[n.inputs[0]], np.float64)
+        w_new = np.asarray(g.tensors[n.inputs[1]].data, np.float64)
+        w_old = np.asarray(dense.tensors[n.inputs[1]].data, np.float64)
+        if n.op in ("Conv", "FusedConv"):
+            if int(n.attrs.get("group", 1)) != 1:
+                continue
+            axis = x.ndim - 1 if channels_last(n) else 1
+            mean = x.mean(axis=tuple(i for i in range(x.ndim) if i != axis))          # (C,)
+            delta = (w_old - w_new).reshape(w_old.shape[0], w_old.shape[1], -1).sum(axis=2) @ mean
+        else:                                     # Gemm: y = x' B' + C, B' (K, N) or (N, K) with transB
+            if n.attrs.get("transA", 0) or float(n.attrs.get("alpha", 1.0)) != 1.0:
+                continue
+            mean = x.reshape(-1, x.shape[-1]).mean(axis=0)                             # (K,)
+            d = w_old - w_new
+            delta = d @ mean if n.attrs.get("transB", 0) else mean @ d
+            if float(n.attrs.get("beta", 1.0)) != 1.0:
+                continue
+        m = delta.shape[0]
+        bname = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
+        if bname:
+            b = g.tensors[bname]
+            if not b.is_const or b.dtype != "float32" or b.data.size != m:
+                continue
+            b.data = (np.asarray(b.data, np.float64).reshape(-1) + delta).astype(np.float32).reshape(b.data.shape)
+        else:
+            bname = f"{n.name}.sparse_bias"
+            g.add_tensor(bname, "float32", (m,), data=delta.astype(np.float32))
+            while len(n.inputs) < 2:
+                n.inputs.append("")
+            n.inputs[2:3] = [bname]
+        done.append(n.name)
     return done
