@@ -350,9 +350,12 @@ static const int8_t *a_row(const ei_int8_conv_args *a, const plan_t *p, int64_t 
         for (int kx = 0; kx < a->kw; kx++, d += a->c) {
             int ix = ox * a->sw - a->pl + kx * a->dw;
             if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) {
-                memset(d, a->zp_x, (size_t)a->c);
+                if (a->c < 16) for (int ch = 0; ch < a->c; ch++) d[ch] = (int8_t)a->zp_x;
+                else memset(d, a->zp_x, (size_t)a->c);
             } else if (!a->in_nchw) {
-                memcpy(d, a->x + ((b * a->h + iy) * a->w + ix) * a->c, (size_t)a->c);
+                const int8_t *s = a->x + ((b * a->h + iy) * a->w + ix) * a->c;
+                if (a->c < 16) for (int ch = 0; ch < a->c; ch++) d[ch] = s[ch];    /* first layers: C = 1..4 */
+                else memcpy(d, s, (size_t)a->c);
             } else {
                 const int8_t *s = a->x + (b * a->c * a->h + iy) * a->w + ix;
                 int64_t plane = (int64_t)a->h * a->w;
