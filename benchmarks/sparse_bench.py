@@ -12,6 +12,7 @@
    (native / numpy): the numbers for targets/*.json "sparse_crossover".
 4. Accuracy of the trained digits fixture (held-out split) against sparsity 0/50/70/80/90%,
    fp32 and int8, as a table and (--plot, needs matplotlib) a PNG.
+5. A whole MobileNet-v2 (random weights): latency and weight bytes, dense vs 80% / 90%.
 """
 from __future__ import annotations
 
@@ -241,13 +242,83 @@ def section_accuracy(plot):
     return {"levels": rows, "budget": {"chosen": b["chosen"], "accuracy": ab}}
 
 
+def mobilenet_v2_onnx(path, size=224, seed=0):
+    """A MobileNet-v2 (width 1.0) ONNX with random He-scaled weights and BN folded in: the
+    layer shapes that matter for speed, no trained accuracy."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    k = [0]
+
+    def conv(x, cin, cout, ks=1, stride=1, group=1, act=True):
+        k[0] += 1
+        w = (rng.standard_normal((cout, cin // group, ks, ks)) * np.sqrt(2.0 / (cin // group * ks * ks))).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.01).astype(np.float32)
+        wn, bn, y = f"w{k[0]}", f"b{k[0]}", f"c{k[0]}"
+        inits.extend([numpy_helper.from_array(w, wn), numpy_helper.from_array(b, bn)])
+        nodes.append(helper.make_node("Conv", [x, wn, bn], [y], kernel_shape=[ks, ks], strides=[stride, stride],
+                                      pads=[ks // 2] * 4, group=group))
+        if not act:
+            return y
+        nodes.append(helper.make_node("Clip", [y, "lo", "hi"], [y + "r"]))
+        return y + "r"
+    inits += [numpy_helper.from_array(np.array(0, np.float32), "lo"), numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    x = conv("input", 3, 32, 3, 2)
+    cin = 32
+    for t, c, n, st in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                        (6, 320, 1, 1)]:
+        for i in range(n):
+            stride = st if i == 0 else 1
+            h = conv(x, cin, cin * t, 1) if t != 1 else x
+            h = conv(h, cin * t, cin * t, 3, stride, group=cin * t)
+            h = conv(h, cin * t, c, 1, act=False)
+            if stride == 1 and cin == c:
+                nodes.append(helper.make_node("Add", [x, h], [h + "a"]))
+                h = h + "a"
+            x, cin = h, c
+    x = conv(x, cin, 1280, 1)
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"]))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"]))
+    wfc = (rng.standard_normal((1000, 1280)) * 0.03).astype(np.float32)
+    inits += [numpy_helper.from_array(wfc, "wfc"), numpy_helper.from_array(np.zeros(1000, np.float32), "bfc")]
+    nodes.append(helper.make_node("Gemm", ["flat", "wfc", "bfc"], ["logits"], transB=1))
+    graph = helper.make_graph(nodes, "mobilenet_v2", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                                    [1, 3, size, size])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def section_model(runs):
+    from edge_infer.convert import convert
+    from edge_infer.runtime import Runtime
+    print("\n== 5. whole MobileNet-v2 (224x224, random weights, 1 thread): dense vs pruned 1x1 convs ==")
+    tmp = tempfile.mkdtemp()
+    src = os.path.join(tmp, "mbv2.onnx")
+    mobilenet_v2_onnx(src)
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    res = {}
+    for s in (None, 0.8, 0.9):
+        path = os.path.join(tmp, f"m{s}.eim")
+        convert(src, path, **({"sparsity": s} if s else {}))
+        rt = Runtime(path, backend="cpu", threads=1)
+        t = best_time(rt, {"input": x}, runs)
+        ex = rt.plan({"input": x.shape})
+        n_sparse = sum("sparse" in v and "densified" not in v for v in ex.notes.values())
+        res[str(s)] = {"ms": t * 1e3, "weight_bytes": weight_bytes(path), "sparse_kernels": n_sparse}
+        base = res["None"]["ms"]
+        print(f"  {'dense' if s is None else f'{s:.0%} (1x1 convs but the first/last layers)':40} {t * 1e3:7.2f} ms "
+              f"({base / (t * 1e3):.2f}x), weights {weight_bytes(path):>11,} B, {n_sparse} sparse kernel(s)")
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer shapes and runs")
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--plot", metavar="FILE.png")
     ap.add_argument("--json", metavar="FILE")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: size,speed,crossover,accuracy")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: size,speed,crossover,accuracy,model")
     args = ap.parse_args(argv)
     runs = args.runs or (5 if args.quick else 15)
     skip = set(filter(None, args.skip.split(",")))
@@ -268,6 +339,8 @@ def main(argv=None):
         res["crossover"] = section_crossover(rng, runs)
     if "accuracy" not in skip:
         res["accuracy"] = section_accuracy(args.plot)
+    if "model" not in skip:
+        res["model"] = section_model(max(3, runs // 2))
     if limiter is not None:
         limiter.unregister() if hasattr(limiter, "unregister") else None
     if args.json:
