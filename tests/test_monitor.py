@@ -133,7 +133,9 @@ def test_registry_and_render_roundtrip():
 def digits_rt(tmp_path_factory):
     out = tmp_path_factory.mktemp("mon") / "digits.eim"
     edge_infer.convert(digits_model_path(), str(out))
-    return edge_infer.Runtime(str(out))
+    # the CPU backend: these tests read its planned arena (backend="auto" may pick LiteRT,
+    # whose interpreter keeps its memory to itself)
+    return edge_infer.Runtime(str(out), backend="cpu")
 
 
 def _fake_sysfs(root):

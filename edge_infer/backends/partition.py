@@ -238,6 +238,8 @@ class PartitionedExecutable(Executable):
                  threads: Optional[int] = None, **options):
         self.graph = graph
         self.segments = segments
+        # each segment plans its own buffers: a shared run-slot arena is for one executable
+        options.pop("arena_alloc", None)
         self.parts = [(s, backends[s.backend].prepare(subgraph(graph, s, k), threads=threads, **options))
                       for k, s in enumerate(segments)]
         self.nodes = [n for s in segments for n in s.nodes]
