@@ -116,24 +116,16 @@ EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *
 }
 
 /* A micro-panel of MR rows (rows[r] NULL: a zero padding row) */
-static void pack_a(const kind_t *k, const int8_t *const *rows, int K, void *out, int to_u8) {
+static void pack_a(const kind_t *k, const int8_t *const *rows, int K, void *out) {
     int kg = (K + k->kr - 1) / k->kr, mr = k->mr, kr = k->kr;
     if (k->es == 1) {
-        uint8_t *o = (uint8_t *)out, x = to_u8 ? 0x80 : 0;   /* to_u8: x + 128 as u8 */
+        int8_t *o = (int8_t *)out;
         for (int r = 0; r < mr; r++) {
             const int8_t *s = rows[r];
-            if (s && kr == 4 && (K & 3) == 0) {
-                for (int g = 0; g < kg; g++) {
-                    uint8_t *d = o + ((int64_t)g * mr + r) * 4;
-                    d[0] = (uint8_t)s[4 * g] ^ x; d[1] = (uint8_t)s[4 * g + 1] ^ x;
-                    d[2] = (uint8_t)s[4 * g + 2] ^ x; d[3] = (uint8_t)s[4 * g + 3] ^ x;
-                }
-                continue;
-            }
             for (int g = 0; g < kg; g++)
                 for (int kk = 0; kk < kr; kk++) {
                     int kx = g * kr + kk;
-                    o[((int64_t)g * mr + r) * kr + kk] = (s && kx < K) ? ((uint8_t)s[kx] ^ x) : 0;
+                    o[((int64_t)g * mr + r) * kr + kk] = (s && kx < K) ? s[kx] : 0;
                 }
         }
         return;
@@ -402,7 +394,7 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
                 int i = mp * k->mr + r;
                 rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)i * p->K) : NULL;
             }
-            pack_a(k, rows, p->K, apack + mp * mp_bytes, 0);
+            pack_a(k, rows, p->K, apack + mp * mp_bytes);
         }
     }
     ei_rq rq = { a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
