@@ -142,6 +142,32 @@ def test_int8_conv_1x1_image_and_strided_pointwise():
         assert_native_matches(run_three_ways(g, feeds))
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv_1d_int8_and_depthwise(layout):
+    """1-D convs (run as 2-D ones of height 1): int8 im2col, int8 and fp32 depthwise."""
+    rng = np.random.default_rng(11)
+    nhwc = layout == "NHWC"
+    t = (lambda v: np.ascontiguousarray(v.transpose(0, 2, 1))) if nhwc else (lambda v: v)
+    for group, k, stride, pad, dtype in [(1, 3, 1, 1, "int8"), (1, 5, 2, 0, "int8"), (12, 3, 2, 1, "int8"),
+                                         (12, 5, 1, 2, "float32")]:
+        c, m, length = 12, 12 if group > 1 else 7, 17
+        attrs = dict(kernel_shape=[k], strides=[stride], pads=[pad, pad], dilations=[1], group=group,
+                     data_layout=layout)
+        if dtype == "int8":
+            x = rng.integers(-128, 128, (2, c, length)).astype(np.int8)
+            w = rng.integers(-127, 128, (m, c // group, k)).astype(np.int8)
+            b = rng.integers(-5000, 5000, m).astype(np.int32)
+            ws = rng.uniform(0.001, 0.02, m).astype(np.float32)
+            ins = [("x", t(x), qd(0.05, 3)), ("w", w, qd(ws, [0] * m, 0)), ("b", b, qd(0.05 * ws, [0] * m, 0))]
+            g, feeds = one_node("Conv", ins, qd(0.3, -2), attrs, {"w", "b"})
+        else:
+            ins = [("x", t(rng.standard_normal((2, c, length)).astype(np.float32)), None),
+                   ("w", rng.standard_normal((m, 1, k)).astype(np.float32), None),
+                   ("b", rng.standard_normal(m).astype(np.float32), None)]
+            g, feeds = one_node("Conv", ins, None, attrs, {"w", "b"}, out_dtype="float32")
+        assert_native_matches(run_three_ways(g, feeds), exact=dtype == "int8")
+
+
 def test_int8_conv_falls_back_when_int32_could_overflow():
     """|bias| near 2^31: the numpy kernel's int64 accumulator serves (the native one is int32)."""
     rng = np.random.default_rng(4)
