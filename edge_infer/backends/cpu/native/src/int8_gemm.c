@@ -332,8 +332,10 @@ EI_API int64_t ei_int8_conv_scratch(const ei_int8_conv_args *a) {
 
 /* row r of A as a pointer into x (direct) or im2col'ed into buf */
 static const int8_t *a_row(const ei_int8_conv_args *a, const plan_t *p, int64_t r, int8_t *buf) {
-    int64_t b = r / p->P, pix = r % p->P;
-    int oy = (int)(pix / a->ow), ox = (int)(pix % a->ow);
+    if (p->direct && a->sh == 1 && a->sw == 1 && a->oh == a->h && a->ow == a->w)
+        return a->x + r * a->c;                          /* the rows of x themselves */
+    int64_t b = r / p->P;
+    int pix = (int)(r - b * p->P), oy = pix / a->ow, ox = pix - oy * a->ow;   /* 32-bit divisions */
     if (p->direct)
         return a->x + (((b * a->h) + (int64_t)oy * a->sh) * a->w + (int64_t)ox * a->sw) * a->c;
     int8_t *d = buf;
