@@ -33,8 +33,10 @@ static void rq_scalar(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma")))
-static void rq_avx2(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
+static void rq_avx2(const ei_rq *rq_in, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
                     const int8_t *z) {
+    /* a local copy: the int8 stores below could alias *rq_in, which would reload every field */
+    const ei_rq copy = *rq_in, *rq = &copy;
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         int ch = ch0 + i;
@@ -54,8 +56,9 @@ static void rq_avx2(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t 
 #endif
 
 #if defined(__aarch64__)
-static void rq_neon(const ei_rq *rq, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
+static void rq_neon(const ei_rq *rq_in, const int32_t *acc, int ch0, int n, int8_t *y, ptrdiff_t ys,
                     const int8_t *z) {
+    const ei_rq copy = *rq_in, *rq = &copy;     /* see rq_avx2 */
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         int ch = ch0 + i;
