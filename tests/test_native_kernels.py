@@ -207,6 +207,23 @@ def test_int8_gemm_random_shapes(seed, rows, k, n, op, act):
     assert_native_matches(run_three_ways(g, feeds, threads=1 + seed % 2))
 
 
+def test_multithreaded_large_layers():
+    """Layers big enough to be split over 3 threads: by row blocks (convs, depthwise) and by
+    channel ranges (a GEMM of few rows)."""
+    rng = np.random.default_rng(12)
+    g, feeds = int8_conv_case(rng, 1, 64, 72, 30, 30, 3, 1, 1, 1, "NHWC", "Relu", True)
+    assert_native_matches(run_three_ways(g, feeds, threads=3))
+    g, feeds = depthwise_case(rng, "int8", 1, 144, 58, 58, 3, 1, 1, 1, "NHWC", "Relu", True)
+    assert_native_matches(run_three_ways(g, feeds, threads=3))
+    g, feeds = depthwise_case(rng, "float32", 1, 144, 58, 58, 3, 1, 1, 1, "NHWC", "Clip", True)
+    assert_native_matches(run_three_ways(g, feeds, threads=3), exact=False)
+    a = rng.integers(-128, 128, (5, 3000)).astype(np.int8)
+    b = rng.integers(-127, 128, (3000, 2100)).astype(np.int8)
+    bs = rng.uniform(0.0005, 0.002, 2100).astype(np.float32)
+    g, feeds = one_node("MatMul", [("a", a, qd(0.02, 5)), ("b", b, qd(bs, [0] * 2100, 1))], qd(0.5, -3), {}, {"b"})
+    assert_native_matches(run_three_ways(g, feeds, threads=3))
+
+
 # -- depthwise -------------------------------------------------------------------------------------
 
 def depthwise_case(rng, dtype, n, c, h, w, k, stride, pad, dil, layout, act, residual, bias=True):
