@@ -87,17 +87,21 @@ def record_op_times(registry: Registry, times, window: int = 256) -> None:
 
 def runtime_memory(runtime) -> Dict[str, int]:
     """Arena and workspace bytes over all plans a Runtime has built (one arena per
-    concurrent executable)."""
+    concurrent executable; for dynamic shapes, one block per run slot), from
+    ``Runtime.memory_stats``."""
     arena = work = plans = 0
-    for pool in list(getattr(runtime, "_plans", {}).values()):
-        idle = list(getattr(pool, "_idle", []))
-        n = int(getattr(pool, "size", 0))
-        plans += n
-        if idle and n:
-            ex = idle[0]
-            plan = getattr(ex, "arena_plan", None)
-            arena += n * int(getattr(plan, "size", 0) or 0)
-            work += n * int(getattr(ex, "workspace_bytes", 0) or 0)
+    stats = runtime.memory_stats() if hasattr(runtime, "memory_stats") else {}
+    if stats.get("dynamic"):
+        for s in stats.get("slots", []):
+            arena += int(s.get("block_bytes") or 0)
+            work += int(s.get("workspace_bytes") or 0)
+            plans += int(s.get("plans") or 0)
+    else:
+        for p in stats.get("plans", []):
+            n = int(p.get("executables") or 0)
+            plans += n
+            arena += n * int(p.get("arena_bytes") or 0)
+            work += n * int(p.get("workspace_bytes") or 0)
     return {"arena_bytes": arena, "workspace_bytes": work, "plans": plans}
 
 
