@@ -490,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"edge_infer {__import__('edge_infer').__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    c = sub.add_parser("convert", help="convert an ONNX model to an .eim artifact")
+    c = sub.add_parser("convert", help="convert an ONNX or TFLite model to an .eim artifact")
     c.add_argument("model")
     c.add_argument("-o", "--output", help="artifact path (default: MODEL with .eim)")
     c.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="pin an input's shape")
