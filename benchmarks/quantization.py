@@ -71,7 +71,7 @@ def bench_digits(tmp: str, threads: int = 1) -> None:
     np.save(os.path.join(tmp, "cal.npy"), cal)
     f32 = os.path.join(tmp, "digits_fp32.eim")
     convert(src, f32)
-    acc = lambda p: float((Runtime(p, threads=threads).run({"input": xe})["logits"].argmax(1) == ye).mean())
+    acc = lambda p: float((Runtime(p, backend="cpu", threads=threads).run({"input": xe})["logits"].argmax(1) == ye).mean())
     a32 = acc(f32)
     print(f"\n### digits CNN: accuracy on {len(ye)} held-out images; calibration: {desc}\n")
     print("| calibration | int8 accuracy | fp32 accuracy | drop | top-1 agreement (held-out calib.) | output SQNR dB |")
@@ -94,7 +94,7 @@ def bench_digits(tmp: str, threads: int = 1) -> None:
           f"ONNX) | {weight_bytes(p8):,} ({weight_bytes(p8) / weight_bytes(f32):.2f}x) |")
     print(f"\n| digits latency ({threads} thread) | fp32 median (min) ms | int8 median (min) ms |")
     print("|---|---|---|")
-    r32, r8 = Runtime(f32, threads=threads), Runtime(p8, threads=threads)
+    r32, r8 = Runtime(f32, backend="cpu", threads=threads), Runtime(p8, backend="cpu", threads=threads)
     for bs, runs in ((1, 500), (len(ye), 40)):
         feeds = {"input": xe[:bs]}
         (m32, n32), (m8, n8) = latency_pair(r32, r8, feeds, runs)
@@ -116,7 +116,7 @@ def bench_resnet(tmp: str, samples: int = 8) -> None:
     name = g32.inputs[0]
     shape = tuple(d if isinstance(d, int) else 1 for d in g32.tensors[name].shape)
     x = np.random.default_rng(123).standard_normal((8,) + shape[1:]).astype(np.float32)
-    r32, r8 = Runtime(f32), Runtime(i8)
+    r32, r8 = Runtime(f32, backend="cpu"), Runtime(i8, backend="cpu")
     out = g32.outputs[0]
     o32 = np.concatenate([r32.run({name: x[i:i + 1]})[out] for i in range(len(x))])
     o8 = np.concatenate([r8.run({name: x[i:i + 1]})[out] for i in range(len(x))])
@@ -126,8 +126,8 @@ def bench_resnet(tmp: str, samples: int = 8) -> None:
     sm32 = next(n for n in g32.nodes if n.op == "Softmax").inputs[0]
     sm8 = next(n for n in g8.nodes if n.op == "Softmax").inputs[0]
     g32.outputs, g8.outputs = [sm32], [sm8]
-    l32 = np.concatenate([Runtime(g32).run({name: x[i:i + 1]})[sm32] for i in range(len(x))])
-    l8 = np.concatenate([Runtime(g8).run({name: x[i:i + 1]})[sm8] for i in range(len(x))])
+    l32 = np.concatenate([Runtime(g32, backend="cpu").run({name: x[i:i + 1]})[sm32] for i in range(len(x))])
+    l8 = np.concatenate([Runtime(g8, backend="cpu").run({name: x[i:i + 1]})[sm8] for i in range(len(x))])
     ml = output_metrics(l32, l8)
     top2 = np.sort(l32, axis=1)[:, -2:]
     print(f"\n### ResNet-50 (random weights), calibrated on {samples} seeded random inputs\n")
