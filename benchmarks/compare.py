@@ -135,17 +135,8 @@ def run_child(kind, path, onnx_path, threads, runs, warmup) -> dict:
 def dispatch_overhead(n_ops: int = 300, runs: int = 200) -> dict:
     """Per-op cost on a chain of tiny element-wise ops (the runtime's own overhead)."""
     from edge_infer import Runtime
-    from edge_infer.ir import Graph
-    g = Graph("tiny")
-    g.add_input("x", "float32", (1, 8))
-    g.add_const("c", np.full((1, 8), 0.5, np.float32))
-    prev = "x"
-    for k in range(n_ops):
-        op = ("Add", "Mul", "Relu")[k % 3]
-        out = f"t{k}"
-        g.add_node(op, [prev, "c"] if op != "Relu" else [prev], [out])
-        prev = out
-    g.outputs = [prev]
+    from onnx_models import tiny_chain
+    g = tiny_chain(n_ops)
     rt = Runtime(g, backend="cpu")
     x = np.ones((1, 8), np.float32)
     for _ in range(20):

@@ -34,17 +34,8 @@ N_OPS = 300
 
 def tiny_graph(n_ops: int = N_OPS):
     """compare.py's dispatch model: a chain of tiny Add / Mul / Relu ops."""
-    from edge_infer.ir import Graph
-    g = Graph("tiny")
-    g.add_input("x", "float32", (1, 8))
-    g.add_const("c", np.full((1, 8), 0.5, np.float32))
-    prev = "x"
-    for k in range(n_ops):
-        op = ("Add", "Mul", "Relu")[k % 3]
-        g.add_node(op, [prev, "c"] if op != "Relu" else [prev], [f"t{k}"])
-        prev = f"t{k}"
-    g.outputs = [prev]
-    return g
+    from onnx_models import tiny_chain
+    return tiny_chain(n_ops)
 
 
 def _per_call(fn, runs: int) -> float:

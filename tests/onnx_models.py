@@ -437,3 +437,19 @@ def make_model(nodes: Sequence, inputs: Sequence, outputs: Sequence, opset: int 
 def vi(name: str, shape, dtype=onnx.TensorProto.FLOAT):
     """A tensor value info (``shape`` None for unknown rank)."""
     return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def tiny_chain(n_ops: int = 300):
+    """The dispatch-overhead model (benchmarks/compare.py, overhead_bench.py, the loop tests):
+    a chain of ``n_ops`` tiny Add / Mul / Relu ops on a (1, 8) float32 input, as an IR Graph."""
+    from edge_infer.ir import Graph
+    g = Graph("tiny")
+    g.add_input("x", "float32", (1, 8))
+    g.add_const("c", np.full((1, 8), 0.5, np.float32))
+    prev = "x"
+    for k in range(n_ops):
+        op = ("Add", "Mul", "Relu")[k % 3]
+        g.add_node(op, [prev, "c"] if op != "Relu" else [prev], [f"t{k}"])
+        prev = f"t{k}"
+    g.outputs = [prev]
+    return g

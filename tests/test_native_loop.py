@@ -17,27 +17,12 @@ from edge_infer.backends.cpu import native
 from edge_infer.backends.cpu.executor import group_native
 from edge_infer.backends.cpu.native import ops as native_ops
 from edge_infer.data import digits_model_path, load_digits_samples
-from edge_infer.ir import Graph
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from onnx_models import randomized_light_model_path, rel_l2  # noqa: E402
+from onnx_models import randomized_light_model_path, rel_l2, tiny_chain  # noqa: E402
 
 needs_native = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
 MODELS = ["digits", "squeezenet", "shufflenet"]
-
-
-def tiny_chain(n_ops=300):
-    """benchmarks/compare.py's dispatch model: Add / Mul / Relu on (1, 8)."""
-    g = Graph("tiny")
-    g.add_input("x", "float32", (1, 8))
-    g.add_const("c", np.full((1, 8), 0.5, np.float32))
-    prev = "x"
-    for k in range(n_ops):
-        op = ("Add", "Mul", "Relu")[k % 3]
-        g.add_node(op, [prev, "c"] if op != "Relu" else [prev], [f"t{k}"])
-        prev = f"t{k}"
-    g.outputs = [prev]
-    return g
 
 
 @pytest.fixture(scope="module")
