@@ -12,7 +12,7 @@
  *   AVX2       MR 6, NR 16, KR 2, int16   _mm256_madd_epi16: (a0 w0 + a1 w1) per channel, exact
  *   NEON       MR 8, NR 8,  KR 1, int16   vmlal_laneq_s16 (Cortex-A72, no dot product)
  *   NEON sdot  MR 8, NR 8,  KR 4, int8    vdotq_laneq_s32
- *   AVX-512    MR 8, NR 32, KR 4, int8    VNNI vpdpbusd (w + 128) x A's rows read in place (below)
+ *   AVX-512    MR 8, NR 32, KR 4, int8    VNNI vpdpbusd (x + 128) x w, requantized in registers (below)
  * The kind is chosen at prepare (ei_int8_gemm_kind) and recorded in the args, so the packed
  * weights and the micro-kernel always agree. Work is split over (row block, channel range)
  * tasks on the thread pool; each thread slot has its own scratch.
@@ -34,9 +34,10 @@ typedef struct { int mr, nr, kr, es; } kind_t;
 static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1}, {8, 32, 4, 1} };
 
 /* AVX-512 VNNI (vpdpbusd: u8 x s8, four products summed into int32, no saturation) multiplies
- * the weights packed as u8 = w + 128 with A's int8 rows read in place (no packing of A): the
- * extra 128 * sum_k x[r, k] is subtracted exactly by starting row r's accumulators at minus
- * that (row sums taken once per row block). Partial sums stay within K * 2^14 in magnitude. */
+ * A's rows as u8 = x + 128 (x ^ 0x80, copied so into per-thread scratch, K padded to a multiple
+ * of 4 with zeros) by the int8 weights; the extra 128 * sum_k w[m, k] is a per-channel constant,
+ * stored after the packed panels and taken off the accumulators' start. The int32 sums wrap
+ * modulo 2^32 at worst and end exactly on the true accumulator (it fits in int32). */
 #if defined(__x86_64__)
 static int has_vnni(void) {
     static int v = -1;
@@ -94,7 +95,7 @@ EI_API int64_t ei_int8_pack_size(int kind, int M, int K) {
     if (!kind_ok(kind)) return -1;
     const kind_t *k = &KINDS[kind];
     int64_t np = (M + k->nr - 1) / k->nr;
-    return np * panel_bytes(k, K);
+    return np * panel_bytes(k, K) + (kind == KIND_VNNI ? np * k->nr * 4 : 0);
 }
 
 /* w: (M, K) int8 row-major */
@@ -110,9 +111,16 @@ EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *
                 for (int kk = 0; kk < k->kr; kk++, idx++) {
                     int ch = j * k->nr + n, kx = g * k->kr + kk;
                     int8_t v = (ch < M && kx < K) ? w[(int64_t)ch * K + kx] : 0;
-                    if (kind == KIND_VNNI) v = (int8_t)((uint8_t)v ^ 0x80);     /* w + 128 as u8 */
                     if (k->es == 1) o8[idx] = v; else o16[idx] = v;
                 }
+    if (kind == KIND_VNNI) {        /* per channel -128 * sum_k w (0 past M) */
+        int32_t *corr = (int32_t *)(o8 + idx);
+        for (int ch = 0; ch < np * k->nr; ch++) {
+            int32_t sw = 0;
+            for (int kx = 0; ch < M && kx < K; kx++) sw += w[(int64_t)ch * K + kx];
+            corr[ch] = (int32_t)((uint32_t)sw * (uint32_t)-128);
+        }
+    }
 }
 
 /* A micro-panel of MR rows (rows[r] NULL: a zero padding row) */
@@ -165,40 +173,151 @@ static void mk_scalar(const void *ap, const void *bp, int kg, int32_t *c, int ld
 }
 
 #if defined(__x86_64__)
-/* rows[r] + 4g: four int8 of row r (read as s8); b: (w + 128) u8, 16 channels x 4 k, twice;
- * init[r]: -128 * sum_k x[r, k] */
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void mk_vnni(const int8_t *const *rows, const int32_t *init, const void *bp, int kg, int32_t *c, int ldc) {
-    const __m512i *b = (const __m512i *)bp;
-    const int8_t *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3], *r4 = rows[4], *r5 = rows[5],
-                 *r6 = rows[6], *r7 = rows[7];
-    __m512i c00 = _mm512_set1_epi32(init[0]), c01 = c00, c10 = _mm512_set1_epi32(init[1]), c11 = c10,
-            c20 = _mm512_set1_epi32(init[2]), c21 = c20, c30 = _mm512_set1_epi32(init[3]), c31 = c30,
-            c40 = _mm512_set1_epi32(init[4]), c41 = c40, c50 = _mm512_set1_epi32(init[5]), c51 = c50,
-            c60 = _mm512_set1_epi32(init[6]), c61 = c60, c70 = _mm512_set1_epi32(init[7]), c71 = c70;
-    for (int g = 0; g < kg; g++, b += 2) {
-        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 1), x;
-        int64_t o = 4 * (int64_t)g;
-#define DP(rp, v0, v1) x = _mm512_set1_epi32(*(const int32_t *)(rp + o)); \
-        v0 = _mm512_dpbusd_epi32(v0, b0, x); v1 = _mm512_dpbusd_epi32(v1, b1, x)
-        DP(r0, c00, c01); DP(r1, c10, c11); DP(r2, c20, c21); DP(r3, c30, c31);
-        DP(r4, c40, c41); DP(r5, c50, c51); DP(r6, c60, c61); DP(r7, c70, c71);
-#undef DP
+/* The 8 x 32 tile's K loop: rows[r] + 4g: four u8 (x + 128) of row r; b: int8 weights, 16
+ * channels x 4 k, twice; accumulators start at s0 (channels 0..15) and s1 (16..31) */
+#define VNNI_TILE(rows, s0, s1, bp, kg) \
+    const __m512i *b = (const __m512i *)(bp); \
+    const uint8_t *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3], *r4 = rows[4], \
+                  *r5 = rows[5], *r6 = rows[6], *r7 = rows[7]; \
+    __m512i c00 = s0, c01 = s1, c10 = s0, c11 = s1, c20 = s0, c21 = s1, c30 = s0, c31 = s1, \
+            c40 = s0, c41 = s1, c50 = s0, c51 = s1, c60 = s0, c61 = s1, c70 = s0, c71 = s1; \
+    for (int g = 0; g < (kg); g++, b += 2) { \
+        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 1), x; \
+        int64_t o = 4 * (int64_t)g; \
+        VNNI_DP(r0, c00, c01); VNNI_DP(r1, c10, c11); VNNI_DP(r2, c20, c21); VNNI_DP(r3, c30, c31); \
+        VNNI_DP(r4, c40, c41); VNNI_DP(r5, c50, c51); VNNI_DP(r6, c60, c61); VNNI_DP(r7, c70, c71); \
     }
+#define VNNI_DP(rp, v0, v1) x = _mm512_set1_epi32(*(const int32_t *)(rp + o)); \
+    v0 = _mm512_dpbusd_epi32(v0, x, b0); v1 = _mm512_dpbusd_epi32(v1, x, b1)
+
+/* the tile as int32 into c (row stride ldc); corr: the panel's 32 corrections */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void mk_vnni(const uint8_t *const *rows, const int32_t *corr, const void *bp, int kg, int32_t *c, int ldc) {
+    __m512i s0 = _mm512_loadu_si512(corr), s1 = _mm512_loadu_si512(corr + 16);
+    VNNI_TILE(rows, s0, s1, bp, kg)
 #define ST(r, v0, v1) _mm512_storeu_si512(c + (r) * ldc, v0); _mm512_storeu_si512(c + (r) * ldc + 16, v1)
     ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31);
     ST(4, c40, c41); ST(5, c50, c51); ST(6, c60, c61); ST(7, c70, c71);
 #undef ST
 }
 
-/* sum of n int8 (vpdpbusd with u8 ones) */
+/* The requantization epilogue fused into mk_vnni (NHWC output): the 8 x 32 tile is
+ * requantized in registers and stored as int8, with no int32 round trip. MBQM and the rounding
+ * divide are done as ONE 64-bit floor: with p = (x << left) * q (exact in int64) and e the right
+ * shift,
+ *   h = floor((p + 2^30) / 2^31),  RoundingDivideByPOT(h, e) = floor((h + nud) / 2^e)
+ * where nud = 2^(e-1) (h >= 0), 2^(e-1) - 1 (h < 0), 0 (e = 0); nud is an integer, so the two
+ * floors merge: result = (p + 2^30 + nud * 2^31) >> (31 + e). The sign test may use p < 0
+ * instead of h < 0: for -2^30 <= p < 0 both constants give 0. |p| < 2^62, so nothing overflows.
+ * Per 16 channels the constants sit in one vq16 block, even channels in the even 64-bit lanes'
+ * terms (*e) and odd channels in the odd ones' (*o). */
+typedef struct {
+    __m512i bias, q, qo, left;      /* int32 per channel: bias (+ VNNI correction), q, left shift;
+                                     * qo: q of the odd channels in the even dwords */
+    __m512i ce, co, de, dO, se, so; /* int64: 2^30 + nud(h >= 0) * 2^31, the h < 0 difference, 31 + e */
+} vq16;
+
+typedef struct {
+    vq16 v[2];
+    __m512i lo, hi, zp, lim;        /* lo/hi: clamp bounds (minus zp when no residual) */
+    __mmask16 m[2];                 /* channels of the panel that exist */
+    int left;                       /* some channel shifts left */
+    const int32_t *ztab;
+} vq_panel;
+
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
-static int32_t rowsum_vnni(const int8_t *x, int n) {
-    __m512i acc = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
-    int i = 0;
-    for (; i + 64 <= n; i += 64) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_loadu_si512(x + i));
-    if (i < n) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8((1ULL << (n - i)) - 1, x + i));
-    return _mm512_reduce_add_epi32(acc);
+static void vq_prepare(vq_panel *v, const ei_int8_conv_args *a, const int32_t *corr, int ch0, int nch) {
+    int32_t b[32], q[32], l[32];
+    int64_t ce[32], dd[32], ss[32];
+    v->left = 0;
+    for (int i = 0; i < 32; i++) {
+        int ch = ch0 + i, ok = i < nch;
+        int32_t sh = ok ? a->shift[ch] : 0;
+        int e = sh > 0 ? 0 : -sh;
+        b[i] = (int32_t)((uint32_t)(ok ? a->bias[ch] : 0) + (uint32_t)corr[i]);
+        q[i] = ok ? a->mult[ch] : 0;
+        l[i] = sh > 0 ? sh : 0;
+        v->left |= l[i];
+        ce[i] = (1LL << 30) + (e > 0 ? (1LL << (30 + e)) : 0);
+        dd[i] = e > 0 ? -(1LL << 31) : 0;
+        ss[i] = 31 + e;
+    }
+    for (int h = 0; h < 2; h++) {
+        vq16 *o = &v->v[h];
+        int64_t te[8], to[8], de[8], dO[8], se[8], so[8];
+        int32_t qo[16];
+        for (int j = 0; j < 8; j++) {
+            int c = 16 * h + 2 * j;
+            te[j] = ce[c]; to[j] = ce[c + 1]; de[j] = dd[c]; dO[j] = dd[c + 1]; se[j] = ss[c]; so[j] = ss[c + 1];
+            qo[2 * j] = q[c + 1]; qo[2 * j + 1] = 0;
+        }
+        o->bias = _mm512_loadu_si512(b + 16 * h); o->q = _mm512_loadu_si512(q + 16 * h);
+        o->qo = _mm512_loadu_si512(qo); o->left = _mm512_loadu_si512(l + 16 * h);
+        o->ce = _mm512_loadu_si512(te); o->co = _mm512_loadu_si512(to);
+        o->de = _mm512_loadu_si512(de); o->dO = _mm512_loadu_si512(dO);
+        o->se = _mm512_loadu_si512(se); o->so = _mm512_loadu_si512(so);
+        int n = nch - 16 * h;
+        v->m[h] = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+    }
+    v->ztab = a->ztab;
+    v->zp = _mm512_set1_epi32(a->zp_y);
+    v->lim = _mm512_set1_epi32(EI_RQ_LIMIT);
+    v->lo = _mm512_set1_epi32(a->ztab ? a->lo : a->lo - a->zp_y);
+    v->hi = _mm512_set1_epi32(a->ztab ? a->hi : a->hi - a->zp_y);
+}
+
+/* 16 accumulators (bias included) -> requantized int32 (before zp_y), as ei_mbqm */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static inline __m512i vq_mbqm(__m512i x, const vq16 *k, int left) {
+    const __m512i zero = _mm512_setzero_si512();
+    if (left) x = _mm512_sllv_epi32(x, k->left);
+    __m512i pe = _mm512_mul_epi32(x, k->q), po = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), k->qo);
+    __mmask8 ne = _mm512_cmplt_epi64_mask(pe, zero), no = _mm512_cmplt_epi64_mask(po, zero);
+    pe = _mm512_add_epi64(pe, k->ce); po = _mm512_add_epi64(po, k->co);
+    pe = _mm512_mask_add_epi64(pe, ne, pe, k->de); po = _mm512_mask_add_epi64(po, no, po, k->dO);
+    pe = _mm512_srav_epi64(pe, k->se); po = _mm512_srav_epi64(po, k->so);
+    return _mm512_mask_shuffle_epi32(pe, (__mmask16)0xAAAA, po, _MM_PERM_CDAB);
+}
+
+/* one row's 16 channels: requantize, clamp, store int8 under the channel mask */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static inline void vq_store(const vq_panel *v, int h, __m512i acc, int8_t *y, const int8_t *z) {
+    __m512i r = vq_mbqm(acc, &v->v[h], v->left);
+    if (v->ztab) {
+        r = _mm512_max_epi32(_mm512_min_epi32(r, v->lim), _mm512_sub_epi32(_mm512_setzero_si512(), v->lim));
+        __m512i zi = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)v->m[h], z)));
+        r = _mm512_add_epi32(_mm512_add_epi32(r, v->zp), _mm512_i32gather_epi32(zi, v->ztab, 4));
+        r = _mm512_max_epi32(_mm512_min_epi32(r, v->hi), v->lo);
+    } else {
+        r = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(r, v->hi), v->lo), v->zp);
+    }
+    _mm512_mask_cvtepi32_storeu_epi8(y, v->m[h], r);
+}
+
+/* mk_vnni with the fused epilogue: rows 0 .. nrow - 1 of the tile go to y + r * ys (int8,
+ * channels-last), residual z at the same offsets */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void mk_vnni_rq(const uint8_t *const *rows, const void *bp, int kg, const vq_panel *v, int nrow, int8_t *y,
+                       int64_t ys, const int8_t *z) {
+    VNNI_TILE(rows, v->v[0].bias, v->v[1].bias, bp, kg)
+#define ST(r, v0, v1) if (r < nrow) { vq_store(v, 0, v0, y + r * ys, z ? z + r * ys : NULL); \
+                                      vq_store(v, 1, v1, y + r * ys + 16, z ? z + r * ys + 16 : NULL); }
+    ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31);
+    ST(4, c40, c41); ST(5, c50, c51); ST(6, c60, c61); ST(7, c70, c71);
+#undef ST
+}
+
+/* dst[0 .. n) = src ^ 0x80 (int8 -> u8 x + 128) */
+__attribute__((target("avx512f,avx512bw")))
+static void xor80(uint8_t *dst, const int8_t *src, int64_t n) {
+    const __m512i k = _mm512_set1_epi8((char)0x80);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        _mm512_storeu_si512(dst + i, _mm512_xor_si512(_mm512_loadu_si512(src + i), k));
+    if (i < n) {
+        __mmask64 m = (n - i) >= 64 ? ~0ULL : ((1ULL << (n - i)) - 1);
+        _mm512_mask_storeu_epi8(dst + i, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, src + i), k));
+    }
 }
 
 __attribute__((target("avx2,fma")))
@@ -301,7 +420,7 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     int64_t mb = (96 * 1024) / (arow > 0 ? arow : 1);
     mb = mb / k->mr * k->mr;
     if (mb < k->mr) mb = k->mr;
-    if (mb > 16 * k->mr) mb = 16 * k->mr;
+    if (mb > 16 * k->mr) mb = (a->kind == KIND_VNNI ? EI_MIN(mb, 64 * k->mr) : 16 * k->mr);
     int64_t rpad = (p->R + k->mr - 1) / k->mr * k->mr;
     if (mb > rpad) mb = rpad;
     p->mb = (int)mb;
@@ -314,11 +433,9 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->off_rows = 0;
     p->off_apack = align64(p->direct ? 0 : (int64_t)p->mb * p->K);
     p->off_acc = p->off_apack + align64((int64_t)p->mb * arow);
-    if (a->kind == KIND_VNNI) {     /* rows (stride K rounded up to 4) + a zero row; row sums */
-        int64_t k4 = (int64_t)p->kg * 4;
-        if (p->K % 4) p->direct = 0;
-        p->off_apack = align64((p->direct ? 0 : (int64_t)p->mb * k4) + k4);
-        p->off_acc = p->off_apack + align64((int64_t)p->mb * 4);
+    if (a->kind == KIND_VNNI) {     /* u8 rows, stride K rounded up to 4; no packed A */
+        p->off_apack = align64((int64_t)p->mb * p->kg * 4);
+        p->off_acc = p->off_apack;
     }
     p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4);
 }
@@ -360,6 +477,51 @@ static const int8_t *a_row(const ei_int8_conv_args *a, const plan_t *p, int64_t 
     return buf;
 }
 
+#if defined(__x86_64__)
+/* n bytes of x ^ 0x80 / of v, n <= 64 in one masked load/store */
+__attribute__((target("avx512f,avx512bw")))
+static inline void xor80_short(uint8_t *d, const int8_t *s, int n) {
+    if (n > 64) { xor80(d, s, n); return; }
+    __mmask64 m = n == 64 ? ~0ULL : ((1ULL << n) - 1);
+    _mm512_mask_storeu_epi8(d, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, s), _mm512_set1_epi8((char)0x80)));
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static inline void fill_short(uint8_t *d, uint8_t v, int n) {
+    if (n > 64) { memset(d, v, (size_t)n); return; }
+    _mm512_mask_storeu_epi8(d, n == 64 ? ~0ULL : ((1ULL << n) - 1), _mm512_set1_epi8((char)v));
+}
+
+/* im2col of rows r0 .. r0 + nrows - 1 of an NHWC input straight into u8 (x + 128) rows of
+ * stride k4 (zero-padded past K): a kernel row inside the image is kw * C contiguous bytes
+ * (dilation 1), copied at once; the pixel position advances without divisions */
+__attribute__((target("avx512f,avx512bw")))
+static void im2col_u8_nhwc(const ei_int8_conv_args *a, const plan_t *p, int64_t r0, int nrows, uint8_t *ub, int64_t k4) {
+    int64_t b = r0 / p->P;
+    int pix = (int)(r0 - b * p->P), oy = pix / a->ow, ox = pix - oy * a->ow;
+    int C = a->c, span = a->kw * C;
+    uint8_t pad = (uint8_t)(a->zp_x ^ 0x80);
+    for (int i = 0; i < nrows; i++) {
+        uint8_t *d = ub + i * k4;
+        int ix0 = ox * a->sw - a->pl;
+        int inside = ix0 >= 0 && ix0 + (a->kw - 1) * a->dw < a->w && (a->dw == 1 || a->kw == 1);
+        for (int ky = 0; ky < a->kh; ky++, d += span) {
+            int iy = oy * a->sh - a->pt + ky * a->dh;
+            if (iy < 0 || iy >= a->h) { fill_short(d, pad, span); continue; }
+            const int8_t *xr = a->x + ((b * a->h + iy) * a->w) * (int64_t)C;
+            if (inside) { xor80_short(d, xr + (int64_t)ix0 * C, span); continue; }
+            for (int kx = 0; kx < a->kw; kx++) {
+                int ix = ix0 + kx * a->dw;
+                if (ix < 0 || ix >= a->w) fill_short(d + kx * C, pad, C);
+                else xor80_short(d + kx * C, xr + (int64_t)ix * C, C);
+            }
+        }
+        if (k4 > p->K) fill_short(ub + i * k4 + p->K, 0, (int)(k4 - p->K));
+        if (++ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
+    }
+}
+#endif
+
 typedef struct { const ei_int8_conv_args *a; plan_t p; mk_fn mk; int simd; int nslots; } conv_ctx;
 
 static void run_task(const conv_ctx *cx, int t, char *scratch) {
@@ -374,21 +536,25 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int32_t *acc = (int32_t *)(scratch + p->off_acc);
     int64_t mp_bytes = (int64_t)p->kg * k->mr * k->kr * k->es;
     int nmp = (nrows + k->mr - 1) / k->mr;
-    const int8_t *rows[16], *vrows[16 * 8];
+    const int8_t *rows[16];
+    const uint8_t *vrows[64 * 8];
     int vnni = a->kind == KIND_VNNI;
-    int32_t *init = (int32_t *)apack;
     if (vnni) {
 #if defined(__x86_64__)
         int64_t k4 = (int64_t)p->kg * 4;
-        int8_t *zero = rowbuf + (p->direct ? 0 : (int64_t)p->mb * k4);
-        memset(zero, 0, (size_t)k4);
-        for (int i = 0; i < nmp * k->mr; i++) {
-            if (i >= nrows) { vrows[i] = zero; init[i] = 0; continue; }
-            const int8_t *row = a_row(a, p, r0 + i, rowbuf + i * k4);
-            if (!p->direct) memset(rowbuf + i * k4 + p->K, 0, (size_t)(k4 - p->K));
-            vrows[i] = row;
-            init[i] = -128 * rowsum_vnni(row, p->K);
+        uint8_t *ub = (uint8_t *)rowbuf;
+        if (p->direct && k4 == p->K && a->sh == 1 && a->sw == 1 && a->oh == a->h && a->ow == a->w) {
+            xor80(ub, a->x + r0 * p->K, (int64_t)nrows * p->K);          /* contiguous rows */
+        } else if (!a->in_nchw) {
+            im2col_u8_nhwc(a, p, r0, nrows, ub, k4);
+        } else {
+            for (int i = 0; i < nrows; i++) {
+                int8_t *buf = rowbuf + i * k4;
+                xor80(ub + i * k4, a_row(a, p, r0 + i, buf), p->K);
+                if (k4 > p->K) memset(buf + p->K, 0, (size_t)(k4 - p->K));
+            }
         }
+        for (int i = 0; i < nmp * k->mr; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
 #endif
     } else {
         for (int mp = 0; mp < nmp; mp++) {
@@ -402,18 +568,31 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     ei_rq rq = { a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
     int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
     int64_t pb = panel_bytes(k, p->K);
+    const int32_t *corr = (const int32_t *)((const char *)a->wpack + p->npan * pb);     /* VNNI only */
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
+        int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
+#if defined(__x86_64__)
+        if (vnni && !a->out_nchw) {
+            vq_panel v;
+            vq_prepare(&v, a, corr + ch0, ch0, nch);
+            for (int mp = 0; mp < nmp; mp++) {
+                int64_t off = (r0 + mp * 8) * a->m + ch0;
+                mk_vnni_rq(vrows + mp * 8, bp, p->kg, &v, EI_MIN(8, nrows - mp * 8), a->y + off, a->m,
+                           a->z ? a->z + off : NULL);
+            }
+            continue;
+        }
+#endif
         for (int mp = 0; mp < nmp; mp++) {
 #if defined(__x86_64__)
             if (vnni) {
-                mk_vnni(vrows + mp * 8, init + mp * 8, bp, p->kg, acc + mp * k->mr * k->nr, k->nr);
+                mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * k->mr * k->nr, k->nr);
                 continue;
             }
 #endif
             cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, NULL);
         }
-        int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
         for (int i = 0; i < nrows; i++) {
             int64_t r = r0 + i, off, ys;
             if (a->out_nchw) { int64_t b = r / p->P; off = (b * a->m + ch0) * p->P + r % p->P; ys = p->P; }
@@ -515,6 +694,8 @@ EI_API int ei_selftest_int8_gemm(void) {
             bias[i] = (int32_t)(st_rand() % 100000) - 50000;
             mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
             shift[i] = -(int32_t)(6 + st_rand() % 12) + (trial == 5);
+            if (trial % 8 == 3) shift[i] = (int32_t)(st_rand() % 34) - 31;   /* 31 right .. 2 left */
+            if (trial % 8 == 7) mult[i] = (int32_t)(st_rand() & 0x7fffffff);
         }
         a.x = x; a.bias = bias; a.mult = mult; a.shift = shift;
         if (trial % 2) { a.z = z; a.ztab = ztab; }
