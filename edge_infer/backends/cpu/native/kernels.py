@@ -292,6 +292,14 @@ def isa_name() -> str:
     return "scalar"
 
 
+def dw_int8_isa_name(channels_last: bool) -> str:
+    """The SIMD of the native int8 depthwise kernel: channels-last picks AVX-512 VNNI (vpdpwssd,
+    requantized in registers) exactly where the int8 GEMM does."""
+    if channels_last and _fn("ei_int8_gemm_kind", ctypes.c_int)() == 4:
+        return "AVX-512 VNNI vpdpwssd"
+    return isa_name()
+
+
 def kind_name() -> str:
     """The int8 GEMM micro-kernel prepare picks on this machine (with the current ISA mask)."""
     k = _fn("ei_int8_gemm_kind", ctypes.c_int)()

@@ -19,6 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#define DW_VQ_BYTES ((int64_t)sizeof(ei_vq16))
+#else
+#define DW_VQ_BYTES 0
+#endif
+
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_HARDSWISH = 3, ACT_HARDSIGMOID = 4, ACT_LEAKYRELU = 5 };
 
 typedef struct {
@@ -35,9 +41,12 @@ typedef struct {
     float a0, a1;               /* Clip min/max, HardSigmoid alpha/beta, LeakyRelu alpha */
 } ei_dw_args;
 
+/* NHWC int8: the accumulators of one pixel, and (AVX-512) the epilogue constants of every 16
+ * channels; a multiple of 64 bytes (each thread slot's part stays 64-byte aligned) */
 EI_API int64_t ei_dw_scratch(const ei_dw_args *a) {
     if (!a->is_int8) return 64;
-    return a->nchw ? (int64_t)a->ow * 16 + 64 : (int64_t)a->c * 4 + 64;
+    if (a->nchw) return ((int64_t)a->ow * 16 + 127) / 64 * 64;
+    return ((int64_t)a->c * 4 + 63) / 64 * 64 + 64 + ((int64_t)a->c + 15) / 16 * DW_VQ_BYTES;
 }
 
 #define INLINE static inline __attribute__((always_inline))
@@ -275,6 +284,71 @@ static void dw8_rows_avx2(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
 }
 #endif
 
+#if defined(__x86_64__)
+static int has_vnni(void) {
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"); }
+    return v && ei_has(EI_AVX512);
+}
+
+/* AVX-512 VNNI: 16 channels per vector; each tap is one vpdpwssd of x (int8 sign-extended to
+ * int32: high half 0 or -1) by w (int16 zero-extended: high half 0), i.e. x * w exactly; even
+ * and odd taps in two accumulators (shorter dependency chains); the epilogue in registers
+ * (ei_vq_store). The channel tail runs under masks. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void dw8_rows_vnni(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    const int8_t *ptr[DW8_MAX_TAPS];
+    const int16_t *w = (const int16_t *)a->wt;
+    const int32_t *bias = (const int32_t *)a->bias;
+    int C = a->c, taps = a->kh * a->kw, ng = (C + 15) / 16, full = C / 16;
+    ei_vq16 *vq = (ei_vq16 *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
+    int left = 0;
+    for (int g = 0; g < ng; g++)
+        left |= ei_vq16_prepare(&vq[g], bias + 16 * g, NULL, a->mult + 16 * g, a->shift + 16 * g, EI_MIN(16, C - 16 * g));
+    ei_vqc vc;
+    ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
+    __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
+    for (int64_t row = r0; row < r1; row++) {
+        int b = (int)(row / a->oh), oy = (int)(row % a->oh);
+        for (int ox = 0; ox < a->ow; ox++) {
+            int64_t opix = ((int64_t)b * a->oh + oy) * a->ow + ox;
+            int8_t *y = (int8_t *)a->y + opix * C;
+            const int8_t *z = a->z ? (const int8_t *)a->z + opix * C : NULL;
+            dw8_tap_rows(a, b, oy, ox, ptr);
+            for (int g = 0; g < full; g++) {
+                int c = 16 * g, t = 0;
+                __m512i s0 = vq[g].bias, s1 = _mm512_setzero_si512();
+                for (; t + 2 <= taps; t += 2) {
+                    __m512i x0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(ptr[t] + c)));
+                    __m512i x1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(ptr[t + 1] + c)));
+                    __m512i w0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + (int64_t)t * C + c)));
+                    __m512i w1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + (int64_t)(t + 1) * C + c)));
+                    s0 = _mm512_dpwssd_epi32(s0, x0, w0);
+                    s1 = _mm512_dpwssd_epi32(s1, x1, w1);
+                }
+                if (t < taps) {
+                    __m512i x0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(ptr[t] + c)));
+                    __m512i w0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + (int64_t)t * C + c)));
+                    s0 = _mm512_dpwssd_epi32(s0, x0, w0);
+                }
+                ei_vq_store(&vc, &vq[g], (__mmask16)0xFFFF, _mm512_add_epi32(s0, s1), y + c, z ? z + c : NULL);
+            }
+            if (tm) {
+                int c = 16 * full;
+                __m512i s = vq[full].bias;
+                for (int t = 0; t < taps; t++) {
+                    __m512i x0 = _mm512_cvtepi8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)tm, ptr[t] + c)));
+                    __m512i w0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                        _mm512_maskz_loadu_epi16((__mmask32)tm, w + (int64_t)t * C + c)));
+                    s = _mm512_dpwssd_epi32(s, x0, w0);
+                }
+                ei_vq_store(&vc, &vq[full], tm, s, y + c, z ? z + c : NULL);
+            }
+        }
+    }
+}
+#endif
+
 #if defined(__aarch64__)
 static void dw8_rows_neon(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
     (void)scratch;
@@ -335,6 +409,7 @@ static void dw_slots(void *vctx, int64_t s0, int64_t s1) {
 static rows_fn pick(const ei_dw_args *a) {
     int dw8 = a->is_int8 && !a->nchw && a->kh * a->kw <= DW8_MAX_TAPS;
 #if defined(__x86_64__)
+    if (dw8 && has_vnni()) return dw8_rows_vnni;
     if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
     if (ei_has(EI_NEON)) return dw8 ? dw8_rows_neon : dw_rows_neon;
@@ -404,6 +479,7 @@ EI_API int ei_selftest_depthwise(void) {
             else { ((float *)bias)[i] = (float)((int32_t)(st_rand() % 2001) - 1000) * 1e-3f; ((float *)pad)[i] = 0.0f; }
             mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
             shift[i] = -(int32_t)(5 + st_rand() % 10);
+            if (trial % 8 == 5) shift[i] = (int32_t)(st_rand() % 34) - 31;    /* 31 right .. 2 left */
         }
         a.x = x; a.wt = wt; a.bias = (trial % 5 == 4 && !a.is_int8) ? NULL : bias; a.mult = mult; a.shift = shift;
         a.pad = pad;
@@ -417,6 +493,14 @@ EI_API int ei_selftest_depthwise(void) {
         a.y = y1;
         ei_depthwise(&a);
         if (memcmp(y0, y1, ys * es) != 0) fails++;
+#if defined(__x86_64__)
+        if (a.is_int8 && !a.nchw && ei_has(EI_AVX2)) {     /* the AVX2 kernel too where VNNI took over */
+            memset(y1, 0, ys * es);
+            dw_ctx c2 = { &a, dw8_rows_avx2, c.rows, 1, c.per };
+            dw_slots(&c2, 0, 1);
+            if (memcmp(y0, y1, ys * es) != 0) fails++;
+        }
+#endif
         free(x); free(z); free(y0); free(y1); free(wt); free(bias); free(pad); free(mult); free(shift); free(scr);
     }
     return fails;

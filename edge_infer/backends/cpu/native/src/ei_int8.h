@@ -90,6 +90,102 @@ static inline __m128i ei_rq8_avx2(const ei_rq *rq, __m256i a, int ch, const int8
     __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     return _mm_packs_epi16(p16, p16);
 }
+
+/* AVX-512: 16 channels' epilogue on accumulators in registers (the int8 GEMM and depthwise
+ * kernels with VNNI). MBQM and the rounding divide are done as ONE 64-bit floor: with
+ * p = (x << left) * q (exact in int64) and e the right shift,
+ *   h = floor((p + 2^30) / 2^31),  RoundingDivideByPOT(h, e) = floor((h + nud) / 2^e)
+ * where nud = 2^(e-1) (h >= 0), 2^(e-1) - 1 (h < 0), 0 (e = 0); nud is an integer, so the two
+ * floors merge: result = (p + 2^30 + nud * 2^31) >> (31 + e). The sign test may use p < 0
+ * instead of h < 0: for -2^30 <= p < 0 both constants give 0. |p| < 2^62: nothing overflows.
+ * The constants of 16 channels sit in one ei_vq16: even channels in the even 64-bit lanes'
+ * terms (*e), odd channels in the odd ones' (*o). */
+typedef struct {
+    __m512i bias, q, qo, left;      /* int32 per channel: bias (+ a kernel's correction), q, left
+                                     * shift; qo: q of the odd channels in the even dwords */
+    __m512i ce, co, de, dO, se, so; /* int64: 2^30 + nud(h >= 0) * 2^31, the h < 0 difference, 31 + e */
+} ei_vq16;
+
+typedef struct {
+    __m512i lo, hi, zp, lim;        /* lo/hi: clamp bounds (minus zp_y when there is no residual) */
+    int left;                       /* some channel shifts left */
+    const int32_t *ztab;
+} ei_vqc;
+
+/* channels 0 .. n - 1 (n <= 16) of bias (or NULL), corr (added to the bias, or NULL), mult and
+ * shift; the others get neutral constants. Returns nonzero when a channel shifts left. */
+__attribute__((target("avx512f,avx512bw")))
+static inline int ei_vq16_prepare(ei_vq16 *o, const int32_t *bias, const int32_t *corr, const int32_t *mult,
+                                  const int32_t *shift, int n) {
+    int32_t b[16], q[16], l[16], qo[16];
+    int64_t ce[16], dd[16], ss[16], te[8], to[8], de[8], dO[8], se[8], so[8];
+    int left = 0;
+    for (int i = 0; i < 16; i++) {
+        int ok = i < n;
+        int32_t sh = ok ? shift[i] : 0;
+        int e = sh > 0 ? 0 : -sh;
+        b[i] = (int32_t)((uint32_t)(ok && bias ? bias[i] : 0) + (uint32_t)(corr ? corr[i] : 0));
+        q[i] = ok ? mult[i] : 0;
+        l[i] = sh > 0 ? sh : 0;
+        left |= l[i];
+        ce[i] = (1LL << 30) + (e > 0 ? (1LL << (30 + e)) : 0);
+        dd[i] = e > 0 ? -(1LL << 31) : 0;
+        ss[i] = 31 + e;
+    }
+    for (int j = 0; j < 8; j++) {
+        te[j] = ce[2 * j]; to[j] = ce[2 * j + 1]; de[j] = dd[2 * j]; dO[j] = dd[2 * j + 1];
+        se[j] = ss[2 * j]; so[j] = ss[2 * j + 1];
+        qo[2 * j] = q[2 * j + 1]; qo[2 * j + 1] = 0;
+    }
+    o->bias = _mm512_loadu_si512(b); o->q = _mm512_loadu_si512(q);
+    o->qo = _mm512_loadu_si512(qo); o->left = _mm512_loadu_si512(l);
+    o->ce = _mm512_loadu_si512(te); o->co = _mm512_loadu_si512(to);
+    o->de = _mm512_loadu_si512(de); o->dO = _mm512_loadu_si512(dO);
+    o->se = _mm512_loadu_si512(se); o->so = _mm512_loadu_si512(so);
+    return left;
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static inline void ei_vqc_prepare(ei_vqc *c, const int32_t *ztab, int32_t zp_y, int32_t lo, int32_t hi, int left) {
+    c->ztab = ztab;
+    c->left = left;
+    c->zp = _mm512_set1_epi32(zp_y);
+    c->lim = _mm512_set1_epi32(EI_RQ_LIMIT);
+    c->lo = _mm512_set1_epi32(ztab ? lo : lo - zp_y);
+    c->hi = _mm512_set1_epi32(ztab ? hi : hi - zp_y);
+}
+
+/* 16 accumulators (bias included) -> requantized int32 (before zp_y), as ei_mbqm */
+__attribute__((target("avx512f,avx512bw")))
+static inline __m512i ei_vq_mbqm(__m512i x, const ei_vq16 *k, int left) {
+    const __m512i zero = _mm512_setzero_si512();
+    if (left) x = _mm512_sllv_epi32(x, k->left);
+    __m512i pe = _mm512_mul_epi32(x, k->q), po = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), k->qo);
+    __mmask8 ne = _mm512_cmplt_epi64_mask(pe, zero), no = _mm512_cmplt_epi64_mask(po, zero);
+    pe = _mm512_add_epi64(pe, k->ce); po = _mm512_add_epi64(po, k->co);
+    pe = _mm512_mask_add_epi64(pe, ne, pe, k->de); po = _mm512_mask_add_epi64(po, no, po, k->dO);
+    pe = _mm512_srav_epi64(pe, k->se); po = _mm512_srav_epi64(po, k->so);
+    return _mm512_mask_shuffle_epi32(pe, (__mmask16)0xAAAA, po, _MM_PERM_CDAB);
+}
+
+/* 16 channels: requantize, add zp_y (and the residual z's table value), clamp, store int8 under
+ * mask m (z read under the same mask) */
+__attribute__((target("avx512f,avx512bw")))
+static inline void ei_vq_store(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, __m512i acc, int8_t *y,
+                               const int8_t *z) {
+    __m512i r = ei_vq_mbqm(acc, k, c->left);
+    if (c->ztab) {
+        r = _mm512_max_epi32(_mm512_min_epi32(r, c->lim), _mm512_sub_epi32(_mm512_setzero_si512(), c->lim));
+        __m512i zi = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)m, z)));
+        r = _mm512_add_epi32(_mm512_add_epi32(r, c->zp), _mm512_i32gather_epi32(zi, c->ztab, 4));
+        r = _mm512_max_epi32(_mm512_min_epi32(r, c->hi), c->lo);
+    } else {
+        r = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(r, c->hi), c->lo), c->zp);
+    }
+    __m128i b = _mm512_cvtepi32_epi8(r);        /* the register form: vpmovdb to memory is slow on Zen 4 */
+    if (m == 0xFFFF) _mm_storeu_si128((__m128i *)y, b);
+    else _mm512_mask_storeu_epi8(y, (__mmask64)m, _mm512_castsi128_si512(b));
+}
 #endif
 
 #if defined(__aarch64__)

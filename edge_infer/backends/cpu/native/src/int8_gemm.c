@@ -202,96 +202,23 @@ static void mk_vnni(const uint8_t *const *rows, const int32_t *corr, const void 
 }
 
 /* The requantization epilogue fused into mk_vnni (NHWC output): the 8 x 32 tile is
- * requantized in registers and stored as int8, with no int32 round trip. MBQM and the rounding
- * divide are done as ONE 64-bit floor: with p = (x << left) * q (exact in int64) and e the right
- * shift,
- *   h = floor((p + 2^30) / 2^31),  RoundingDivideByPOT(h, e) = floor((h + nud) / 2^e)
- * where nud = 2^(e-1) (h >= 0), 2^(e-1) - 1 (h < 0), 0 (e = 0); nud is an integer, so the two
- * floors merge: result = (p + 2^30 + nud * 2^31) >> (31 + e). The sign test may use p < 0
- * instead of h < 0: for -2^30 <= p < 0 both constants give 0. |p| < 2^62, so nothing overflows.
- * Per 16 channels the constants sit in one vq16 block, even channels in the even 64-bit lanes'
- * terms (*e) and odd channels in the odd ones' (*o). */
+ * requantized in registers (ei_vq16, ei_int8.h) and stored as int8, with no int32 round trip. */
 typedef struct {
-    __m512i bias, q, qo, left;      /* int32 per channel: bias (+ VNNI correction), q, left shift;
-                                     * qo: q of the odd channels in the even dwords */
-    __m512i ce, co, de, dO, se, so; /* int64: 2^30 + nud(h >= 0) * 2^31, the h < 0 difference, 31 + e */
-} vq16;
-
-typedef struct {
-    vq16 v[2];
-    __m512i lo, hi, zp, lim;        /* lo/hi: clamp bounds (minus zp when no residual) */
+    ei_vq16 v[2];
+    ei_vqc c;
     __mmask16 m[2];                 /* channels of the panel that exist */
-    int left;                       /* some channel shifts left */
-    const int32_t *ztab;
 } vq_panel;
 
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void vq_prepare(vq_panel *v, const ei_int8_conv_args *a, const int32_t *corr, int ch0, int nch) {
-    int32_t b[32], q[32], l[32];
-    int64_t ce[32], dd[32], ss[32];
-    v->left = 0;
-    for (int i = 0; i < 32; i++) {
-        int ch = ch0 + i, ok = i < nch;
-        int32_t sh = ok ? a->shift[ch] : 0;
-        int e = sh > 0 ? 0 : -sh;
-        b[i] = (int32_t)((uint32_t)(ok ? a->bias[ch] : 0) + (uint32_t)corr[i]);
-        q[i] = ok ? a->mult[ch] : 0;
-        l[i] = sh > 0 ? sh : 0;
-        v->left |= l[i];
-        ce[i] = (1LL << 30) + (e > 0 ? (1LL << (30 + e)) : 0);
-        dd[i] = e > 0 ? -(1LL << 31) : 0;
-        ss[i] = 31 + e;
-    }
+    int left = 0;
     for (int h = 0; h < 2; h++) {
-        vq16 *o = &v->v[h];
-        int64_t te[8], to[8], de[8], dO[8], se[8], so[8];
-        int32_t qo[16];
-        for (int j = 0; j < 8; j++) {
-            int c = 16 * h + 2 * j;
-            te[j] = ce[c]; to[j] = ce[c + 1]; de[j] = dd[c]; dO[j] = dd[c + 1]; se[j] = ss[c]; so[j] = ss[c + 1];
-            qo[2 * j] = q[c + 1]; qo[2 * j + 1] = 0;
-        }
-        o->bias = _mm512_loadu_si512(b + 16 * h); o->q = _mm512_loadu_si512(q + 16 * h);
-        o->qo = _mm512_loadu_si512(qo); o->left = _mm512_loadu_si512(l + 16 * h);
-        o->ce = _mm512_loadu_si512(te); o->co = _mm512_loadu_si512(to);
-        o->de = _mm512_loadu_si512(de); o->dO = _mm512_loadu_si512(dO);
-        o->se = _mm512_loadu_si512(se); o->so = _mm512_loadu_si512(so);
-        int n = nch - 16 * h;
-        v->m[h] = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+        int n = EI_MAX(0, EI_MIN(16, nch - 16 * h));
+        left |= ei_vq16_prepare(&v->v[h], a->bias + ch0 + 16 * h, corr + 16 * h, a->mult + ch0 + 16 * h,
+                                a->shift + ch0 + 16 * h, n);
+        v->m[h] = (__mmask16)((1u << n) - 1);
     }
-    v->ztab = a->ztab;
-    v->zp = _mm512_set1_epi32(a->zp_y);
-    v->lim = _mm512_set1_epi32(EI_RQ_LIMIT);
-    v->lo = _mm512_set1_epi32(a->ztab ? a->lo : a->lo - a->zp_y);
-    v->hi = _mm512_set1_epi32(a->ztab ? a->hi : a->hi - a->zp_y);
-}
-
-/* 16 accumulators (bias included) -> requantized int32 (before zp_y), as ei_mbqm */
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static inline __m512i vq_mbqm(__m512i x, const vq16 *k, int left) {
-    const __m512i zero = _mm512_setzero_si512();
-    if (left) x = _mm512_sllv_epi32(x, k->left);
-    __m512i pe = _mm512_mul_epi32(x, k->q), po = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), k->qo);
-    __mmask8 ne = _mm512_cmplt_epi64_mask(pe, zero), no = _mm512_cmplt_epi64_mask(po, zero);
-    pe = _mm512_add_epi64(pe, k->ce); po = _mm512_add_epi64(po, k->co);
-    pe = _mm512_mask_add_epi64(pe, ne, pe, k->de); po = _mm512_mask_add_epi64(po, no, po, k->dO);
-    pe = _mm512_srav_epi64(pe, k->se); po = _mm512_srav_epi64(po, k->so);
-    return _mm512_mask_shuffle_epi32(pe, (__mmask16)0xAAAA, po, _MM_PERM_CDAB);
-}
-
-/* one row's 16 channels: requantize, clamp, store int8 under the channel mask */
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static inline void vq_store(const vq_panel *v, int h, __m512i acc, int8_t *y, const int8_t *z) {
-    __m512i r = vq_mbqm(acc, &v->v[h], v->left);
-    if (v->ztab) {
-        r = _mm512_max_epi32(_mm512_min_epi32(r, v->lim), _mm512_sub_epi32(_mm512_setzero_si512(), v->lim));
-        __m512i zi = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)v->m[h], z)));
-        r = _mm512_add_epi32(_mm512_add_epi32(r, v->zp), _mm512_i32gather_epi32(zi, v->ztab, 4));
-        r = _mm512_max_epi32(_mm512_min_epi32(r, v->hi), v->lo);
-    } else {
-        r = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(r, v->hi), v->lo), v->zp);
-    }
-    _mm512_mask_cvtepi32_storeu_epi8(y, v->m[h], r);
+    ei_vqc_prepare(&v->c, a->ztab, a->zp_y, a->lo, a->hi, left);
 }
 
 /* mk_vnni with the fused epilogue: rows 0 .. nrow - 1 of the tile go to y + r * ys (int8,
@@ -300,8 +227,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void mk_vnni_rq(const uint8_t *const *rows, const void *bp, int kg, const vq_panel *v, int nrow, int8_t *y,
                        int64_t ys, const int8_t *z) {
     VNNI_TILE(rows, v->v[0].bias, v->v[1].bias, bp, kg)
-#define ST(r, v0, v1) if (r < nrow) { vq_store(v, 0, v0, y + r * ys, z ? z + r * ys : NULL); \
-                                      vq_store(v, 1, v1, y + r * ys + 16, z ? z + r * ys + 16 : NULL); }
+#define ST(r, v0, v1) if (r < nrow) { ei_vq_store(&v->c, &v->v[0], v->m[0], v0, y + r * ys, z ? z + r * ys : NULL); \
+        ei_vq_store(&v->c, &v->v[1], v->m[1], v1, y + r * ys + 16, z ? z + r * ys + 16 : NULL); }
     ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31);
     ST(4, c40, c41); ST(5, c50, c51); ST(6, c60, c61); ST(7, c70, c71);
 #undef ST
