@@ -308,13 +308,25 @@ static void dw8_rows_vnni(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
     ei_vqc vc;
     ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
     __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
+    /* output columns [oxa, oxb) read every kernel column inside the image: there the taps'
+     * pointers advance by a fixed step per column (0 on rows of padding) */
+    int oxa = (a->pl + a->sw - 1) / a->sw, lastx = a->w - 1 - (a->kw - 1) * a->dw + a->pl;
+    int oxb = lastx < 0 ? 0 : EI_MIN(a->ow, lastx / a->sw + 1);
+    if (oxa > a->ow) oxa = a->ow;
+    if (oxb < oxa) oxb = oxa;
+    int64_t step[DW8_MAX_TAPS];
     for (int64_t row = r0; row < r1; row++) {
         int b = (int)(row / a->oh), oy = (int)(row % a->oh);
+        if (oxa < oxb) {
+            dw8_tap_rows(a, b, oy, oxa, ptr);
+            for (int t = 0; t < taps; t++) step[t] = ptr[t] == (const int8_t *)a->pad ? 0 : (int64_t)a->sw * C;
+        }
         for (int ox = 0; ox < a->ow; ox++) {
             int64_t opix = ((int64_t)b * a->oh + oy) * a->ow + ox;
             int8_t *y = (int8_t *)a->y + opix * C;
             const int8_t *z = a->z ? (const int8_t *)a->z + opix * C : NULL;
-            dw8_tap_rows(a, b, oy, ox, ptr);
+            if (ox > oxa && ox < oxb) for (int t = 0; t < taps; t++) ptr[t] += step[t];
+            else dw8_tap_rows(a, b, oy, ox, ptr);
             for (int g = 0; g < full; g++) {
                 int c = 16 * g, t = 0;
                 __m512i s0 = vq[g].bias, s1 = _mm512_setzero_si512();
@@ -445,10 +457,10 @@ EI_API int ei_selftest_depthwise(void) {
         a.n = 1 + (int)(st_rand() % 2); a.c = 1 + (int)(st_rand() % 41);
         a.h = 1 + (int)(st_rand() % 12); a.w = 1 + (int)(st_rand() % 12);
         a.kh = a.kw = (trial % 3 == 2) ? 5 : 3;
-        a.sh = a.sw = 1 + (int)(st_rand() % 2); a.dh = a.dw = 1;
+        a.sh = a.sw = 1 + (int)(st_rand() % 2); a.dh = a.dw = 1 + (trial % 6 == 1);
         a.pt = a.pl = a.kh / 2;
-        a.oh = (a.h + 2 * a.pt - a.kh) / a.sh + 1; a.ow = (a.w + 2 * a.pl - a.kw) / a.sw + 1;
-        if (a.oh < 1 || a.ow < 1) continue;
+        a.oh = (a.h + 2 * a.pt - a.dh * (a.kh - 1) - 1) / a.sh + 1; a.ow = (a.w + 2 * a.pl - a.dw * (a.kw - 1) - 1) / a.sw + 1;
+        if (a.h + 2 * a.pt - a.dh * (a.kh - 1) < 1 || a.w + 2 * a.pl - a.dw * (a.kw - 1) < 1) continue;
         a.act = (int)(st_rand() % 6); a.a0 = 0.0f; a.a1 = 6.0f;
         if (a.act == ACT_HARDSIGMOID) { a.a0 = 0.2f; a.a1 = 0.5f; }
         if (a.act == ACT_LEAKYRELU) a.a0 = 0.1f;
