@@ -47,6 +47,9 @@ EI_API void ei_run_steps(const ei_step *steps, int64_t n);
  * concurrent runtimes never deadlock or oversubscribe. */
 typedef void (*ei_range_fn)(void *ctx, int64_t begin, int64_t end);
 EI_API void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int threads);
+/* how long idle workers (and a caller waiting for them) spin before they sleep, in
+ * microseconds (default 200, or EDGE_INFER_SPIN_US); returns the previous value */
+EI_API int ei_set_spin_us(int us);
 
 #define EI_MAX_THREADS 64
 #define EI_MIN(a, b) ((a) < (b) ? (a) : (b))

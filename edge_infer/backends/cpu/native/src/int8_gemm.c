@@ -546,9 +546,9 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     cx.mk = kernel_of(a->kind);
     cx.simd = ei_rq_simd();
     int t = a->threads < 1 ? 1 : a->threads;
-    /* a thread slot gets at least ~2^21 multiply-adds (2^23 with VNNI): waking a pool thread
+    /* a thread slot gets at least ~2^18 multiply-adds (2^19 with VNNI): waking a pool thread
      * costs more than a small layer's share of the work */
-    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = a->kind == KIND_VNNI ? (1 << 23) : (1 << 21);
+    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = a->kind == KIND_VNNI ? (1 << 19) : (1 << 18);
     int64_t by_work = macs / per > 1 ? macs / per : 1;
     cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), by_work);
     ei_parallel_for(cx.nslots, 1, conv_slots, &cx, cx.nslots);
