@@ -177,17 +177,23 @@ def litert_runner(graph, threads: int):
     return run, ""
 
 
-def interleaved(engines, feed, rounds: int, warmup: int = 2):
-    """{name: (min ms, median ms)} timing ``engines`` {name: fn(x)} one run each per round."""
+def interleaved(engines, feed, rounds: int, warmup: int = 2, block: int = 4):
+    """{name: (min ms, median ms)} timing ``engines`` {name: fn(x)}: per round, each engine runs
+    ``block`` times back to back and the first run of each block is not counted. Engines whose
+    thread pools spin after a run (onnxruntime, XNNPACK, OpenBLAS, ours) would otherwise be
+    timed while the previous engine's threads still hold the cores; load from other processes
+    still hits every engine alike."""
     for _ in range(warmup):
         for fn in engines.values():
             fn(feed)
     ts = {k: [] for k in engines}
     for _ in range(rounds):
         for k, fn in engines.items():
-            t0 = time.perf_counter()
-            fn(feed)
-            ts[k].append(time.perf_counter() - t0)
+            for i in range(block):
+                t0 = time.perf_counter()
+                fn(feed)
+                if i:
+                    ts[k].append(time.perf_counter() - t0)
     return {k: (min(v) * 1e3, float(np.median(v)) * 1e3) for k, v in ts.items()}
 
 
@@ -232,7 +238,7 @@ def bench_model(name: str, threads: int, rounds: int, tmp: str) -> None:
     agree = int(np.argmax(ours8.run({in_name: feed})[out_name]) == np.argmax(ref[out_name]))
     res = interleaved(engines, feed, rounds)
     base = res["ours int8"][0]
-    print(f"\n### {name} (batch 1, {threads} thread(s), {rounds} interleaved rounds)\n")
+    print(f"\n### {name} (batch 1, {threads} thread(s), {rounds} interleaved rounds of 3 timed runs per engine)\n")
     print(f"int8 plan: {n_native} of {len(plan.notes)} ops native, {n_int8} int8 nodes; top-1 int8 == fp32: "
           f"{bool(agree)}\n")
     print("| engine | min ms | median ms | min / ours int8 |")
