@@ -134,7 +134,7 @@ def fold_node(node: Node, graph: Graph) -> None:
 
 
 def group_native(steps: List[Callable[[], None]]) -> List[Callable[[], None]]:
-    """``steps`` with every run of two or more consecutive native steps (closures carrying
+    """``steps`` with every run of consecutive native steps (closures carrying
     ``.native_step``) replaced by one closure that runs them in one C call, GIL released:
     the compiled execution loop. Order and effects are those of the original list."""
     if native.lib is None:
@@ -143,10 +143,10 @@ def group_native(steps: List[Callable[[], None]]) -> List[Callable[[], None]]:
     run: List[Callable[[], None]] = []
 
     def flush():
-        if len(run) > 1:
+        # a single step too: ei_run_steps also sends the native pool's spinning workers to
+        # sleep before the numpy/BLAS step that follows needs the cores
+        if run:
             out.append(native.run_steps_call(run))
-        else:
-            out.extend(run)
         run.clear()
     for step in steps:
         if getattr(step, "native_step", None) is not None:

@@ -433,8 +433,11 @@ static rows_fn pick(const ei_dw_args *a) {
 EI_API void ei_depthwise(const ei_dw_args *a) {
     dw_ctx c = { a, pick(a), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a) };
     int t = a->threads < 1 ? 1 : a->threads;
-    int64_t work = (int64_t)a->n * a->c * a->oh * a->ow * a->kh * a->kw;   /* ~2^16 per slot at least */
-    c.slots = (int)EI_MIN(EI_MIN((int64_t)t, c.rows), EI_MAX(work >> 16, (int64_t)1));
+    /* at least ~2^16 taps per slot in int8 graphs (all native: the pool's workers are awake);
+     * 2^20 in fp32 ones, where the layer sits between BLAS calls whose spinning threads hold
+     * the other cores, and waking ours costs more (measured on MobileNet-v2, 2 threads) */
+    int64_t work = (int64_t)a->n * a->c * a->oh * a->ow * a->kh * a->kw;
+    c.slots = (int)EI_MIN(EI_MIN((int64_t)t, c.rows), EI_MAX(work >> (a->is_int8 ? 16 : 20), (int64_t)1));
     if (c.slots < 1) return;
     ei_parallel_for(c.slots, 1, dw_slots, &c, c.slots);
 }
