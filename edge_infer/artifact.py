@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import secrets
 import struct
 import threading
 import zlib
@@ -283,7 +282,7 @@ def _pack_header(version: Tuple[int, int], flags: int, file_size: int, count: in
 
 def _atomic_write(path: str, write: Callable) -> None:
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
     # os.open with 0o666 so the umask applies, as for a plain open(path, "wb")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
