@@ -22,6 +22,7 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.shape_rules_nn import channels_last, split_layout
+from ..native import ops as native_ops
 from .conv import padded_input, view_as
 from .int8_common import QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multipliers, scratch
 from .pool import _geometry, _window_counts, separable_reduce
@@ -136,6 +137,11 @@ def int8_global_average_pool(node: Node, ctx) -> Callable[[], None]:
     y2 = view_as(y, (n, c))
     x3 = view_as(x, (n, p, c)) if last else view_as(x, (n, c, p))
     axis = 1 if last else 2
+    if same:
+        fast = native_ops.global_pool_s8_step(x, y, "avg", last, ctx.threads)
+        if fast is not None:
+            ctx.note(node, f"int8 native mean over {p} positions (TFLite rounded mean)")
+            return fast
     final = rounded_mean_step(acc, p, y2, ctx) if same else \
         _requant_mean_step(acc, p, s_x, zp_x, s_y, zp_y, y2, ctx)
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ....ir import Node
+from ..native import ops as native_ops
 from ..registry import kernel
 
 
@@ -48,6 +49,11 @@ def quantize_linear(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"QuantizeLinear {node.name!r}: output {y.dtype} (int8/uint8 only)")
     scale, zp = _params(node, ctx, x)
     info = np.iinfo(y.dtype)
+    if scale.ndim == 0:
+        fast = native_ops.qdq_step(x, y, float(scale), int(zp), ctx.threads)
+        if fast is not None:
+            ctx.note(node, f"native quantize to {y.dtype} (per tensor)")
+            return fast
     tmp = ctx.workspace(y.shape, np.float32)
     zpf = zp.astype(np.float32)
     div, rint, add, clip = np.divide, np.rint, np.add, np.clip
@@ -71,6 +77,11 @@ def dequantize_linear(node: Node, ctx) -> Callable[[], None]:
     if ctx.const(node.inputs[0]) is not None:
         val = ((x.astype(np.int64) - zp).astype(np.float32) * scale).astype(y.dtype)
         return lambda: np.copyto(y, val)
+    if scale.ndim == 0:
+        fast = native_ops.qdq_step(x, y, float(scale), int(zp), ctx.threads)
+        if fast is not None:
+            ctx.note(node, f"native dequantize {x.dtype} (per tensor)")
+            return fast
     zpf = zp.astype(np.float32)
     copyto, sub, mul = np.copyto, np.subtract, np.multiply
 

@@ -110,9 +110,12 @@ def max_pool(node: Node, ctx) -> Callable[[], None]:
         return lambda: None
     kdesc = "x".join(map(str, ks))
     if not want_idx and len(ks) == 2:
-        fast = native_ops.pool2d_step(x, y, "max", ks, strides, dil, pads, last, threads=ctx.threads)
+        if x.dtype == np.int8:
+            fast = native_ops.maxpool_s8_step(x, y, ks, strides, dil, pads, last, threads=ctx.threads)
+        else:
+            fast = native_ops.pool2d_step(x, y, "max", ks, strides, dil, pads, last, threads=ctx.threads)
         if fast is not None:
-            ctx.note(node, f"native {'NHWC ' if last else ''}max pool {kdesc}")
+            ctx.note(node, f"native {'NHWC ' if last else ''}{'int8 ' if x.dtype == np.int8 else ''}max pool {kdesc}")
             return fast
     xp, pad_step = padded_input(ctx, x, pads, extra, fill=_lowest(x.dtype), last=last)
     if not want_idx:
@@ -227,8 +230,13 @@ def _global(node: Node, ctx, reduce) -> Callable[[], None]:
     p = int(np.prod(sp))
     if x.size == 0:
         return lambda: None
-    fast = native_ops.global_pool_step(x, y, "max" if reduce is np.max else "avg", last, ctx.threads)
+    op = "max" if reduce is np.max else "avg"
+    if x.dtype == np.int8:      # max only: the int8 mean is int8_pool.py's
+        fast = native_ops.global_pool_s8_step(x, y, op, last, ctx.threads) if op == "max" else None
+    else:
+        fast = native_ops.global_pool_step(x, y, op, last, ctx.threads)
     if fast is not None:
+        ctx.note(node, f"native {ctx.notes.get(node.name, '')}")
         return fast
     y2 = view_as(y, (n, c))
     if last:

@@ -283,3 +283,79 @@ def global_pool_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threads:
     args = GlobalPoolArgs(x.ctypes.data, y.ctypes.data, n, c, p, 0 if op == "max" else 1, int(bool(nhwc)),
                           _threads(threads), 0)
     return native_step("ei_global_pool_f32", args, x, y)
+
+
+# -- int8 boundaries and pools (src/int8_misc.c) ------------------------------------------------
+
+class QdqArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("scale", ctypes.c_float), ("zp", ctypes.c_float),
+                ("is_u8", ctypes.c_int32), ("threads", ctypes.c_int32)]
+
+
+class GlobalPoolS8Args(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("c", ctypes.c_int64), ("p", ctypes.c_int64), ("op", ctypes.c_int32),
+                ("nhwc", ctypes.c_int32), ("threads", ctypes.c_int32), ("pad_", ctypes.c_int32)]
+
+
+class MaxPoolS8Args(ctypes.Structure):
+    _fields_ = ([("x", ctypes.c_void_p), ("y", ctypes.c_void_p)] +
+                [(f, ctypes.c_int64) for f in ("n", "c", "h", "w", "oh", "ow")] +
+                [(f, ctypes.c_int32) for f in ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "nhwc", "threads")])
+
+
+def _dense(*arrays) -> bool:
+    return all(isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.aligned for a in arrays)
+
+
+def qdq_step(x: np.ndarray, y: np.ndarray, scale: float, zero_point: int, threads: int = 1
+             ) -> Optional[Callable[[], None]]:
+    """Per-tensor QuantizeLinear (float32 x -> int8/uint8 y) or DequantizeLinear (int8/uint8 x ->
+    float32 y), by the dtypes; None where the native kernel does not cover the case."""
+    if x.shape != y.shape or not _dense(x, y) or x.size == 0:
+        return None
+    quant = _f32(x) and y.dtype in (np.int8, np.uint8)
+    dequant = _f32(y) and x.dtype in (np.int8, np.uint8)
+    fn = "ei_quantize_f32" if quant else "ei_dequantize_f32"
+    if not (quant or dequant) or not _has(fn):
+        return None
+    small = y if quant else x
+    args = QdqArgs(x.ctypes.data, y.ctypes.data, x.size, float(np.float32(scale)), float(np.float32(zero_point)),
+                   int(small.dtype == np.uint8), _threads(threads))
+    return native_step(fn, args, x, y)
+
+
+def global_pool_s8_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threads: int = 1
+                        ) -> Optional[Callable[[], None]]:
+    """int8 GlobalMaxPool ("max") or GlobalAveragePool at equal input/output parameters ("avg":
+    TFLite's rounded mean) of x (N, C, *sp) or (N, *sp, C)."""
+    if not _has("ei_global_pool_s8") or x.ndim < 3 or x.dtype != np.int8 or y.dtype != np.int8:
+        return None
+    if not _dense(x, y) or x.size == 0:
+        return None
+    n, c = x.shape[0], x.shape[-1] if nhwc else x.shape[1]
+    p = x.size // (n * c)
+    if p >= 1 << 24:
+        return None
+    args = GlobalPoolS8Args(x.ctypes.data, y.ctypes.data, n, c, p, int(op == "avg"), int(bool(nhwc)),
+                            _threads(threads), 0)
+    return native_step("ei_global_pool_s8", args, x, y)
+
+
+def maxpool_s8_step(x: np.ndarray, y: np.ndarray, kernel: Sequence[int], strides: Sequence[int],
+                    dilations: Sequence[int], pads: Sequence[int], nhwc: bool, threads: int = 1
+                    ) -> Optional[Callable[[], None]]:
+    """2-D int8 MaxPool of (N,C,H,W) or (N,H,W,C) x; pads ONNX order (top, left, bottom, right)."""
+    if not _has("ei_maxpool_s8") or x.ndim != 4 or x.dtype != np.int8 or y.dtype != np.int8:
+        return None
+    if not _dense(x, y) or y.size == 0:
+        return None
+    if nhwc:
+        (n, h, w, c), (oh, ow) = x.shape, y.shape[1:3]
+    else:
+        (n, c, h, w), (oh, ow) = x.shape, y.shape[2:4]
+    args = MaxPoolS8Args(x.ctypes.data, y.ctypes.data, n, c, h, w, oh, ow, kernel[0], kernel[1], strides[0],
+                         strides[1], dilations[0], dilations[1], pads[0], pads[1], int(bool(nhwc)),
+                         _threads(threads))
+    return native_step("ei_maxpool_s8", args, x, y)

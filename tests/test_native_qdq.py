@@ -1,0 +1,141 @@
+"""Native int8 boundary and pooling kernels (native/src/int8_misc.c): QuantizeLinear and
+DequantizeLinear per tensor, int8 GlobalAveragePool (TFLite rounded mean), GlobalMaxPool and
+2-D MaxPool, against the numpy kernels they replace, bit for bit, SIMD and scalar paths.
+
+Oracle: the same one-node graph prepared with the native library switched off
+(``native.lib = None``: every builder returns None and the numpy closure serves).
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from edge_infer.backends.cpu import native
+from edge_infer.backends.cpu.executor import CpuBackend
+from edge_infer.ir import Graph
+from edge_infer.runtime import specialize
+
+pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
+
+SETTINGS = dict(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(params=[-1, 0], ids=["simd", "scalar"])
+def isa(request):
+    old = native.set_isa_mask(request.param)
+    yield request.param
+    native.set_isa_mask(old)
+
+
+def q(scale, zp):
+    return {"scale": [float(np.float32(scale))], "zero_point": [int(zp)], "axis": None}
+
+
+def prepare(g, feeds, native_on, monkeypatch):
+    g = specialize(g, {k: v.shape for k, v in feeds.items()})
+    if not native_on:
+        monkeypatch.setattr(native, "lib", None)
+    try:
+        return CpuBackend().prepare(g, threads=2)
+    finally:
+        monkeypatch.undo()
+
+
+def both(monkeypatch, make_graph, feeds):
+    """Outputs (native, numpy) of the graph; asserts which path each one took."""
+    fast = prepare(make_graph(), feeds, True, monkeypatch)
+    slow = prepare(make_graph(), feeds, False, monkeypatch)
+    assert all(getattr(s, "native_step", None) is not None or hasattr(s, "native_keep") for s in fast.steps), \
+        fast.notes
+    assert any("native" in v for v in fast.notes.values()), fast.notes
+    assert not any("native" in v for v in slow.notes.values()), slow.notes
+    with np.errstate(all="ignore"):
+        return fast.run(feeds), slow.run(feeds)
+
+
+def qdq_graph(shape, scale, zp, dtype):
+    def make():
+        g = Graph("qdq")
+        g.add_input("x", "float32", shape)
+        g.add_const("s", np.array(scale, np.float32))
+        g.add_const("z", np.array(zp, dtype))
+        g.add_node("QuantizeLinear", ["x", "s", "z"], ["q"])
+        g.add_node("DequantizeLinear", ["q", "s", "z"], ["y"])
+        g.outputs = ["q", "y"]
+        return g
+    return make
+
+
+@settings(**SETTINGS)
+@given(shape=st.lists(st.integers(1, 23), min_size=1, max_size=4), scale=st.floats(1e-3, 2.0),
+       zp=st.integers(-128, 127), u8=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_quantize_dequantize_bit_exact(monkeypatch, isa, shape, scale, zp, u8, seed):
+    rng = np.random.default_rng(seed)
+    scale = np.float32(scale)
+    x = (rng.standard_normal(shape) * 100 * scale).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::3] = (np.rint(flat[::3] / scale) + 0.5) * scale          # ties (or as near as float32 gets)
+    flat[::11] = np.float32(1e30) * np.sign(flat[::11] + 0.5)        # saturation
+    dtype = np.uint8 if u8 else np.int8
+    zp = zp + 128 if u8 else zp
+    got, want = both(monkeypatch, qdq_graph(tuple(shape), scale, zp, dtype), {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_quantize_large_tensor_uses_threads_and_matches(monkeypatch):
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    got, want = both(monkeypatch, qdq_graph(x.shape, 0.02, -3, np.int8), {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def int8_graph(op, shape, attrs, params_out=None):
+    def make():
+        g = Graph(op)
+        g.add_input("x", "int8", shape).quant = q(0.05, 3)
+        g.add_node(op, ["x"], ["y"], **attrs)
+        g.outputs = ["y"]
+        g.tensors["y"].quant = params_out or q(0.05, 3)
+        return g
+    return make
+
+
+@settings(**SETTINGS)
+@given(n=st.integers(1, 2), c=st.integers(1, 300), h=st.integers(1, 9), w=st.integers(1, 9),
+       nhwc=st.booleans(), op=st.sampled_from(["GlobalAveragePool", "GlobalMaxPool"]),
+       seed=st.integers(0, 2 ** 16))
+def test_int8_global_pools_bit_exact(monkeypatch, isa, n, c, h, w, nhwc, op, seed):
+    shape = (n, h, w, c) if nhwc else (n, c, h, w)
+    x = np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8)
+    attrs = {"data_layout": "NHWC"} if nhwc else {}
+    got, want = both(monkeypatch, int8_graph(op, shape, attrs), {"x": x})
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_int8_mean_rounds_half_away_from_zero(monkeypatch):
+    # sums of +-2 over 4 positions: exact .5 means, rounded away from zero as TFLite does
+    x = np.array([1, 1, 0, 0, -1, -1, 0, 0, 127, 127, 127, 127, -128, -128, -128, -127],
+                 np.int8).reshape(1, 4, 2, 2)
+    got, want = both(monkeypatch, int8_graph("GlobalAveragePool", x.shape, {}), {"x": x})
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["y"].reshape(-1), [1, -1, 127, -128])
+
+
+@settings(**SETTINGS)
+@given(c=st.integers(1, 40), h=st.integers(1, 12), w=st.integers(1, 12), k=st.integers(1, 3),
+       s=st.integers(1, 2), pad=st.integers(0, 1), nhwc=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_int8_maxpool_bit_exact(monkeypatch, isa, c, h, w, k, s, pad, nhwc, seed):
+    pad = min(pad, k - 1)
+    if h + 2 * pad < k or w + 2 * pad < k:
+        return
+    shape = (2, h, w, c) if nhwc else (2, c, h, w)
+    x = np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8)
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [pad] * 4}
+    if nhwc:
+        attrs["data_layout"] = "NHWC"
+    got, want = both(monkeypatch, int8_graph("MaxPool", shape, attrs), {"x": x})
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_selftest_int8_misc():
+    assert native.lib.ei_selftest_int8_misc() == 0
