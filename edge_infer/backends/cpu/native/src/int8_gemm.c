@@ -234,6 +234,31 @@ static void mk_vnni_rq(const uint8_t *const *rows, const void *bp, int kg, const
 #undef ST
 }
 
+/* one row of the tile (a batch-1 fully-connected layer, the last row of a 7x7 map): the
+ * 8-row tile would do 8x the work; two interleaved K halves keep 4 dpbusd chains in flight */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void mk_vnni_rq1(const uint8_t *row, const void *bp, int kg, const vq_panel *v, int8_t *y,
+                        const int8_t *z) {
+    const __m512i *b = (const __m512i *)bp;
+    __m512i a0 = v->v[0].bias, a1 = v->v[1].bias, e0 = _mm512_setzero_si512(), e1 = e0;
+    int g = 0;
+    for (; g + 2 <= kg; g += 2, b += 4) {
+        __m512i x0 = _mm512_set1_epi32(*(const int32_t *)(row + 4 * (int64_t)g));
+        __m512i x1 = _mm512_set1_epi32(*(const int32_t *)(row + 4 * (int64_t)g + 4));
+        a0 = _mm512_dpbusd_epi32(a0, x0, _mm512_loadu_si512(b));
+        a1 = _mm512_dpbusd_epi32(a1, x0, _mm512_loadu_si512(b + 1));
+        e0 = _mm512_dpbusd_epi32(e0, x1, _mm512_loadu_si512(b + 2));
+        e1 = _mm512_dpbusd_epi32(e1, x1, _mm512_loadu_si512(b + 3));
+    }
+    if (g < kg) {
+        __m512i x0 = _mm512_set1_epi32(*(const int32_t *)(row + 4 * (int64_t)g));
+        a0 = _mm512_dpbusd_epi32(a0, x0, _mm512_loadu_si512(b));
+        a1 = _mm512_dpbusd_epi32(a1, x0, _mm512_loadu_si512(b + 1));
+    }
+    ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(a0, e0), y, z);
+    ei_vq_store(&v->c, &v->v[1], v->m[1], _mm512_add_epi32(a1, e1), y + 16, z ? z + 16 : NULL);
+}
+
 /* dst[0 .. n) = src ^ 0x80 (int8 -> u8 x + 128) */
 __attribute__((target("avx512f,avx512bw")))
 static void xor80(uint8_t *dst, const int8_t *src, int64_t n) {
@@ -505,8 +530,14 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
             vq_prepare(&v, a, corr + ch0, ch0, nch);
             for (int mp = 0; mp < nmp; mp++) {
                 int64_t off = (r0 + mp * 8) * a->m + ch0;
-                mk_vnni_rq(vrows + mp * 8, bp, p->kg, &v, EI_MIN(8, nrows - mp * 8), a->y + off, a->m,
-                           a->z ? a->z + off : NULL);
+                int nrow = EI_MIN(8, nrows - mp * 8);
+                if (nrow <= 2) {        /* row by row is cheaper than a mostly empty tile */
+                    for (int r = 0; r < nrow; r++)
+                        mk_vnni_rq1(vrows[mp * 8 + r], bp, p->kg, &v, a->y + off + r * a->m,
+                                    a->z ? a->z + off + r * a->m : NULL);
+                    continue;
+                }
+                mk_vnni_rq(vrows + mp * 8, bp, p->kg, &v, nrow, a->y + off, a->m, a->z ? a->z + off : NULL);
             }
             continue;
         }
