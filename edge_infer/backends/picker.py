@@ -27,10 +27,8 @@ marked, and the first later process that finds the machine quiet measures it aga
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -83,6 +81,7 @@ def _save(fname: str, data: dict) -> None:
     _memory_cache[path] = data
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        import tempfile
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
@@ -103,12 +102,14 @@ def device_fingerprint() -> str:
     cuda = [(d.get("name"), d.get("compute_capability")) for d in info.get("cuda", {}).get("devices", [])]
     key = json.dumps([cpu.get("arch"), cpu.get("model"), cpu.get("logical_cpus"), board.get("device_tree_model"),
                       board.get("nv_tegra_release"), ocl, cuda, __version__], default=str)
+    import hashlib      # not at module level: it maps libcrypto (~3 MB RSS) into every runtime
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def model_key(graph: Graph, threads: int) -> str:
     """Hash of a specialized graph's structure (ops, attributes, tensor dtypes and shapes:
     what timing depends on, not the weight values) and the thread count."""
+    import hashlib
     h = hashlib.sha256()
     for n in graph.nodes:
         h.update(json.dumps([n.op, n.inputs, n.outputs, n.attrs], sort_keys=True, default=str).encode())
