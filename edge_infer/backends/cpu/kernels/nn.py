@@ -227,7 +227,9 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
         chan = lambda a, b: (slice(None), slice(a, b))
     sqp.fill(0)
     sq = sqp[chan(before, before + c)]
-    ss = ctx.workspace(y.shape, y.dtype)
+    # the window sums accumulate in y itself (x is read once more at the end, elementwise),
+    # unless the arena gave y x's place
+    ss = y if not np.may_share_memory(x, y) else ctx.workspace(y.shape, y.dtype)
     shifted = [sqp[chan(j, j + c)] for j in range(size)]
     k = alpha / size
 
