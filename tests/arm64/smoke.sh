@@ -127,7 +127,7 @@ print('sysroot python', platform.python_version(), platform.machine(), 'numpy', 
       'psutil', psutil.__version__, 'pytest', pytest.__version__)
 assert platform.machine() == 'aarch64'
 a = numpy.arange(16.0).reshape(4, 4); assert (a @ a)[0, 0] == 56.0" || return 1
-    rm -rf "$SYSROOT" && mv "$tmp" "$SYSROOT"
+    rm -rf "$SYSROOT" && mv "$tmp" "$SYSROOT" && rm -rf "$apt"      # the .debs are not needed again
 }
 export -f build_sysroot
 if [ -x "$PY" ] && [ "$(cat "$SYSROOT/.complete" 2>/dev/null)" = "$PACKAGES" ]; then
