@@ -254,7 +254,9 @@ def test_default_limit_from_artifact_then_target_then_psutil(tmp_path):
 _CAPPED_CHILD = textwrap.dedent("""
     import resource, sys, numpy as np
     from edge_infer.runtime import Runtime
-    path, x_path, out_path, limit, headroom = sys.argv[1:6]
+    path, x_path, out_path, limit, headroom, cap = sys.argv[1:7]
+    from edge_infer.backends.cpu.kernels import conv
+    conv.COLS_CAP = float(cap)               # inf: whole-matrix im2col unless a limit asks for less
     x = np.load(x_path)
     rt = Runtime(path, backend="cpu", memory_limit=limit)
     a = np.ones((1024, 1024), np.float32)
@@ -270,12 +272,15 @@ _CAPPED_CHILD = textwrap.dedent("""
 """)
 
 
-def test_run_under_capped_address_space_equals_unlimited(tmp_path):
+def test_run_under_capped_address_space_equals_unlimited(tmp_path, monkeypatch):
     """In a child whose address space is capped (RLIMIT_AS) 24 MiB above what it has mapped
     after loading, a model whose whole-matrix im2col needs more than that runs in bands
-    under memory_limit=12MB, with the unlimited run's outputs; without the limit it fails."""
+    under memory_limit=12MB, with the unlimited run's outputs; without the limit (and
+    without the default column cap, conv.COLS_CAP) it fails."""
     from edge_infer.artifact import save_artifact
-    g = _chain_graph(c=32, hw=128, depth=4)
+    from edge_infer.backends.cpu.kernels import conv
+    monkeypatch.setattr(conv, "COLS_CAP", float("inf"))
+    g = _chain_graph(c=40, hw=128, depth=4)      # untiled: ~31 MB, well over the 24 MiB cap
     path, xp, outp = tmp_path / "chain.eim", tmp_path / "x.npy", tmp_path / "y.npy"
     save_artifact(str(path), g, {})
     x = np.random.default_rng(2).standard_normal((1, 3, 128, 128)).astype(np.float32)
@@ -287,15 +292,16 @@ def test_run_under_capped_address_space_equals_unlimited(tmp_path):
     assert whole.arena_plan.size + whole.workspace_bytes > headroom   # untiled cannot fit the cap
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 
-    def child(limit):
+    def child(limit, cap="inf"):
         out = subprocess.run([sys.executable, "-c", _CAPPED_CHILD, str(path), str(xp), str(outp), limit,
-                              str(headroom)], capture_output=True, text=True, env=env, timeout=120)
+                              str(headroom), cap], capture_output=True, text=True, env=env, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout.split()
     res = child("12MB")
     assert res[0] == "ok" and int(res[1]) <= 12 << 20, res
     np.testing.assert_allclose(np.load(outp), ref, rtol=1e-6, atol=1e-6)
     assert child("4GB")[0] == "memoryerror"
+    assert child("4GB", str(1 << 20))[0] == "ok"   # the default column cap: fits unlimited too
 
 
 # -- the dynamic pool ---------------------------------------------------------------------------
