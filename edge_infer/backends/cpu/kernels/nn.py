@@ -206,6 +206,33 @@ def instance_norm(node: Node, ctx) -> Callable[[], None]:
     return inorm
 
 
+def _lrn_scratch(ctx, role: str, shape, dtype) -> np.ndarray:
+    """A view of shape ``shape`` into the plan's LRN scratch for ``role``, one buffer per
+    role and dtype sized for the largest LRN of the graph (Inception-v1: 12 MB -> 6 MB)."""
+    dt = np.dtype(dtype)
+    need = int(np.prod(shape, dtype=np.int64))
+    store = ctx.__dict__.setdefault("_lrn_scratch", {}) if hasattr(ctx, "__dict__") else {}
+    buf = store.get((role, dt.str))
+    if buf is None:
+        most = need
+        for n in getattr(getattr(ctx, "graph", None), "nodes", ()):
+            t = ctx.graph.tensors.get(n.inputs[0]) if n.op == "LRN" and n.inputs else None
+            if t is None or t.shape is None or not all(isinstance(d, (int, np.integer)) for d in t.shape):
+                continue
+            ch = t.shape[-1] if channels_last(n) else t.shape[1]
+            elems = int(np.prod(t.shape, dtype=np.int64))
+            if role == "squares" and ch:
+                elems = elems // int(ch) * (int(ch) + int(n.attrs.get("size", 1)) - 1)
+            most = max(most, elems)
+        buf = store[(role, dt.str)] = ctx.workspace((most,), dt)
+    if buf.size < need:
+        return ctx.workspace(shape, dt)
+    if buf.strides[0] == 0:                       # an over-budget placeholder
+        from ....memory.budget import placeholder
+        return placeholder(shape, dt)
+    return buf[:need].reshape(shape)
+
+
 @kernel("LRN")
 def lrn(node: Node, ctx) -> Callable[[], None]:
     """y = x / (bias + alpha/size * sum of x^2 over a window of channels) ** beta."""
@@ -220,20 +247,25 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
     # in a channel-padded workspace whose zero border is written once
     before = (size - 1) // 2
     if last:
-        sqp = ctx.workspace(x.shape[:-1] + (c + size - 1,), y.dtype)
+        sq_shape = x.shape[:-1] + (c + size - 1,)
         chan = lambda a, b: (Ellipsis, slice(a, b))
     else:
-        sqp = ctx.workspace((x.shape[0], c + size - 1) + x.shape[2:], y.dtype)
+        sq_shape = (x.shape[0], c + size - 1) + x.shape[2:]
         chan = lambda a, b: (slice(None), slice(a, b))
-    sqp.fill(0)
+    # the scratch is shared by the plan's LRNs (steps run one at a time), so each run
+    # zeroes its own border of (size - 1) channels rather than once here
+    sqp = _lrn_scratch(ctx, "squares", sq_shape, y.dtype)
     sq = sqp[chan(before, before + c)]
+    border = [v for v in (sqp[chan(0, before)], sqp[chan(before + c, c + size - 1)]) if v.size]
     # the window sums accumulate in y itself (x is read once more at the end, elementwise),
     # unless the arena gave y x's place
-    ss = y if not np.may_share_memory(x, y) else ctx.workspace(y.shape, y.dtype)
+    ss = y if not np.may_share_memory(x, y) else _lrn_scratch(ctx, "sums", y.shape, y.dtype)
     shifted = [sqp[chan(j, j + c)] for j in range(size)]
     k = alpha / size
 
     def run():
+        for v in border:
+            v.fill(0)
         np.multiply(x, x, out=sq)
         if size > 1:
             np.add(shifted[0], shifted[1], out=ss)
