@@ -521,6 +521,7 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
     int64_t pb = panel_bytes(k, p->K);
     const int32_t *corr = (const int32_t *)((const char *)a->wpack + p->npan * pb);     /* VNNI only */
+    (void)corr; (void)vrows;                 /* unused where there is no VNNI (aarch64) */
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
         int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
