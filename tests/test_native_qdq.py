@@ -139,3 +139,50 @@ def test_int8_maxpool_bit_exact(monkeypatch, isa, c, h, w, k, s, pad, nhwc, seed
 
 def test_selftest_int8_misc():
     assert native.lib.ei_selftest_int8_misc() == 0
+
+
+# -- the input transpose NCHW -> NHWC of 2-4 channels (native/src/layout.c's plane interleave) --
+
+def transpose_graph(shape, dtype, perm):
+    def make():
+        g = Graph("t")
+        g.add_input("x", dtype, shape)
+        g.add_node("Transpose", ["x"], ["y"], perm=list(perm))
+        g.outputs = ["y"]
+        return g
+    return make
+
+
+@settings(**SETTINGS)
+@given(n=st.integers(1, 3), c=st.integers(1, 5), h=st.integers(1, 13), w=st.integers(1, 37),
+       dtype=st.sampled_from(["int8", "uint8", "float32", "int32", "float16"]), seed=st.integers(0, 2 ** 16))
+def test_transpose_to_nhwc_matches_numpy(isa, n, c, h, w, dtype, seed):
+    x = (np.random.default_rng(seed).standard_normal((n, c, h, w)) * 50).astype(dtype)
+    g = specialize(transpose_graph(x.shape, dtype, (0, 2, 3, 1))(), {"x": x.shape})
+    plan = CpuBackend().prepare(g, threads=2)
+    assert getattr(plan.steps[0], "native_step", None) is not None
+    np.testing.assert_array_equal(plan.run({"x": x})["y"], x.transpose(0, 2, 3, 1))
+
+
+def test_interleave_covers_image_inputs_only():
+    from edge_infer.backends.cpu.native import ops
+    x = np.zeros((1, 3, 224, 224), np.int8)
+    y = np.empty((1, 224, 224, 3), np.int8)
+    assert ops.interleave_step(y, x.transpose(0, 2, 3, 1)) is not None
+    assert ops.interleave_step(y.astype(np.float32), x.astype(np.float32).transpose(0, 2, 3, 1)) is not None
+    assert ops.interleave_step(y[:, :, :, :1], x[:, :1].transpose(0, 2, 3, 1)) is None      # one plane: a copy
+    x8 = np.zeros((1, 8, 5, 5), np.int8)
+    assert ops.interleave_step(np.empty((1, 5, 5, 8), np.int8), x8.transpose(0, 2, 3, 1)) is None
+    assert ops.interleave_step(np.empty((1, 5, 5, 8), np.int16), x8.astype(np.int16).transpose(0, 2, 3, 1)) is None
+
+
+def test_transpose_batch_and_large_tensor_threads():
+    from edge_infer.backends.cpu.native import ops
+    x = np.random.default_rng(1).integers(-128, 128, (3, 4, 301, 299), dtype=np.int8)
+    y = np.empty((3, 301, 299, 4), np.int8)
+    ops.interleave_step(y, x.transpose(0, 2, 3, 1), threads=2)()
+    np.testing.assert_array_equal(y, x.transpose(0, 2, 3, 1))
+
+
+def test_selftest_layout():
+    assert native.lib.ei_selftest_layout() == 0

@@ -23,11 +23,11 @@ from ..registry import kernel
 from .elementwise import operands, quiet
 
 
-def copy_steps(pairs):
+def copy_steps(pairs, threads=1):
     """One step doing ``np.copyto(dst, src)`` for each pair in order: the native strided
     copy (batched with its native neighbours) where it covers the arrays, else numpy."""
     pairs = list(pairs)
-    fast = native_ops.copy_step(pairs)
+    fast = native_ops.copy_step(pairs, threads)
     if fast is not None:
         return fast
     if len(pairs) == 1:
@@ -84,7 +84,7 @@ def reshape(node, ctx):
 @kernel("Transpose")
 def transpose(node, ctx):
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    return copy_steps([(y, x.transpose(transpose_perm(node, x.ndim)))])
+    return copy_steps([(y, x.transpose(transpose_perm(node, x.ndim)))], ctx.threads)
 
 
 @kernel("Concat")

@@ -69,6 +69,12 @@ class CopyArgs(ctypes.Structure):
     _fields_ = [("descs", ctypes.c_void_p), ("count", ctypes.c_int64)]
 
 
+class InterleaveArgs(ctypes.Structure):
+    _fields_ = [("src", ctypes.c_void_p), ("dst", ctypes.c_void_p)] + \
+               [(f, ctypes.c_int64) for f in ("outer", "planes", "len", "s_outer", "s_plane", "d_outer")] + \
+               [("elsize", ctypes.c_int32), ("threads", ctypes.c_int32)]
+
+
 class Pool2dArgs(ctypes.Structure):
     _fields_ = ([("x", ctypes.c_void_p), ("y", ctypes.c_void_p)] +
                 [(f, ctypes.c_int64) for f in ("n", "c", "h", "w", "oh", "ow")] +
@@ -219,11 +225,37 @@ def _long_inner(shape, ss, ds, elsize):
     return shape, ss, ds
 
 
-def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callable[[], None]]:
+def interleave_step(dst: np.ndarray, src: np.ndarray, threads: int = 1) -> Optional[Callable[[], None]]:
+    """``np.copyto(dst, src)`` where it interleaves 2-4 planes (NCHW -> NHWC of an image
+    input) of 1- or 4-byte elements: src/layout.c's block copy; else None."""
+    if not (_has("ei_interleave") and isinstance(dst, np.ndarray) and isinstance(src, np.ndarray)):
+        return None
+    es = dst.itemsize
+    if (dst.dtype != src.dtype or es not in (1, 4) or dst.dtype.hasobject or src.shape != dst.shape
+            or not (dst.flags.aligned and src.flags.aligned and dst.flags.writeable) or dst.size == 0):
+        return None
+    shape, (ss, ds) = _collapse(dst.shape, src.strides, dst.strides)
+    if not 2 <= len(shape) <= 3:
+        return None
+    (length, planes), (s_in, s_plane), (d_in, d_plane) = shape[-2:], ss[-2:], ds[-2:]
+    if not (2 <= planes <= 4 and s_in == es and d_plane == es and d_in == planes * es):
+        return None
+    outer, s_outer, d_outer = (shape[0], ss[0], ds[0]) if len(shape) == 3 else (1, 0, 0)
+    args = InterleaveArgs(src.ctypes.data, dst.ctypes.data, outer, planes, length, s_outer, s_plane, d_outer,
+                          es, _threads(threads))
+    return native_step("ei_interleave", args, dst, src)
+
+
+def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], threads: int = 1) -> Optional[Callable[[], None]]:
     """``np.copyto(dst, src)`` for each pair, in order, as one native step: any numpy views
-    (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging."""
+    (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging.
+    A single pair that interleaves a few planes takes interleave_step (threads: for that one)."""
     if not _has("ei_copy"):
         return None
+    if len(pairs) == 1:
+        fast = interleave_step(*pairs[0], threads=threads)
+        if fast is not None:
+            return fast
     descs = []
     keep = []
     for dst, src in pairs:
