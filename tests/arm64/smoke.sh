@@ -12,7 +12,7 @@
 #   EDGE_INFER_ARM64_PYTHON  host python (default: REPO/.venv/bin/python, else python3)
 #   EDGE_INFER_ARM64_TESTS   pytest files run on aarch64 (default below; "" to skip)
 #   EDGE_INFER_ARM64_REBUILD=1  rebuild the sysroot and the native library from scratch
-#   EDGE_INFER_ARM64_SUITE   Debian suite of the sysroot (default: the host's, else bookworm)
+#   (the sysroot comes from the host's own Debian apt entries: its suite and mirror, arm64)
 set -u -o pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -74,24 +74,28 @@ export REPO CACHE PACKAGES QEMU CC CFLAGS HOSTPY SYSROOT PY RUN NATIVE SO ONNX W
 
 # --- 1. the arm64 sysroot: Debian's python3.11 + numpy + psutil + pytest, unpacked -----------
 build_sysroot() {
-    local suite=${EDGE_INFER_ARM64_SUITE:-}
-    if [ -z "$suite" ]; then
-        suite=$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}")
-        [ -n "$suite" ] || suite=bookworm
-    fi
+    local suite
+    suite=$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-?}")
     local apt=$CACHE/apt tmp=$CACHE/sysroot.tmp
     rm -rf "$apt" "$tmp"
     mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/etc/sources.list.d" "$apt/etc/preferences.d" "$tmp"
     : > "$apt/status"
-    # Private sources: the Debian archive for $suite (arm64 is in the main archive). Keyring:
-    # the host's Debian archive keyring when present.
-    local key=/usr/share/keyrings/debian-archive-keyring.gpg
-    local signed=""; [ -f "$key" ] && signed=" signed-by=$key"
-    {
-        echo "deb [arch=arm64$signed] http://deb.debian.org/debian $suite main"
-        echo "deb [arch=arm64$signed] http://deb.debian.org/debian $suite-updates main"
-        echo "deb [arch=arm64$signed] http://deb.debian.org/debian-security $suite-security main"
-    } > "$apt/etc/sources.list"
+    # Private sources: the host's own Debian archive entries (its mirror, its keyring), for
+    # arm64 instead of the host's architecture; no archive address is written here.
+    local src n=0
+    for src in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$src" ] && grep -q '^URIs:.*/debian' "$src" || continue
+        sed -e '/^Architectures:/d' -e 's/^Types:.*/&\nArchitectures: arm64/' "$src" \
+            > "$apt/etc/sources.list.d/$(basename "$src")"
+        n=$((n + 1))
+    done
+    if [ -f /etc/apt/sources.list ]; then
+        grep -E '^deb [^#]*/debian' /etc/apt/sources.list | sed -E 's/^deb (\[[^]]*\] )?/deb [arch=arm64] /' \
+            > "$apt/etc/sources.list" || true
+    else
+        : > "$apt/etc/sources.list"
+    fi
+    [ "$n" -gt 0 ] || [ -s "$apt/etc/sources.list" ] || { echo "no Debian archive in the host's apt sources" >&2; return 1; }
     local opts=(-o APT::Architecture=arm64 -o APT::Architectures::=arm64
                 -o Dir::Etc::SourceList="$apt/etc/sources.list" -o Dir::Etc::SourceParts="$apt/etc/sources.list.d"
                 -o Dir::Etc::Preferences="$apt/etc/preferences" -o Dir::Etc::PreferencesParts="$apt/etc/preferences.d"
