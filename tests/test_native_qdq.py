@@ -186,3 +186,44 @@ def test_transpose_batch_and_large_tensor_threads():
 
 def test_selftest_layout():
     assert native.lib.ei_selftest_layout() == 0
+
+
+@settings(**SETTINGS)
+@given(c=st.integers(1, 300), h=st.integers(1, 12), w=st.integers(1, 12), k=st.integers(1, 4),
+       s=st.integers(1, 3), pad=st.integers(0, 2), d=st.integers(1, 2), ceil=st.booleans(),
+       nhwc=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_int8_average_pool_bit_exact(monkeypatch, isa, c, h, w, k, s, pad, d, ceil, nhwc, seed):
+    pad = min(pad, k - 1)
+    span = (k - 1) * d + 1
+    if h + 2 * pad < span or w + 2 * pad < span or (pad and d > 1):
+        return
+    shape = (2, h, w, c) if nhwc else (2, c, h, w)
+    x = np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8)
+    x.reshape(-1)[::5] = 127                                    # sums near the int8 limits, ties
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [pad] * 4, "dilations": [d, d],
+             "ceil_mode": int(ceil)}
+    if nhwc:
+        attrs["data_layout"] = "NHWC"
+    try:
+        got, want = both(monkeypatch, int8_graph("AveragePool", shape, attrs), {"x": x})
+    except Exception as e:                  # geometry the numpy kernel refuses: so must the native one
+        assert "padding" in str(e) or "ceil" in str(e), e
+        return
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_int8_average_pool_ties_round_away_from_zero(monkeypatch):
+    x = np.array([1, 0, -1, 0, 3, 0, -3, 0], np.int8).reshape(1, 2, 1, 4)     # 2x1 windows: .5 means
+    attrs = {"kernel_shape": [1, 2], "strides": [1, 2]}
+    got, want = both(monkeypatch, int8_graph("AveragePool", x.shape, attrs), {"x": x})
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["y"].reshape(-1), [1, -1, 2, -2])
+
+
+def test_int8_average_pool_native_only_where_exact(monkeypatch):
+    shape = (1, 4, 6, 6)
+    attrs = {"kernel_shape": [3, 3], "pads": [1] * 4}
+    for make in (int8_graph("AveragePool", shape, dict(attrs, count_include_pad=1)),
+                 int8_graph("AveragePool", shape, attrs, params_out=q(0.1, -2))):
+        plan = prepare(make(), {"x": np.zeros(shape, np.int8)}, True, monkeypatch)
+        assert not any("native" in v for v in plan.notes.values()), plan.notes

@@ -85,9 +85,6 @@ def int8_average_pool(node: Node, ctx) -> Callable[[], None]:
     if include_pad and any(extra):
         raise UnsupportedOpError(f"AveragePool {node.name!r}: int8 with count_include_pad and ceil_mode "
                                  "overhang is not supported")
-    # pads hold raw 0 (not counted) or zp (a counted real zero)
-    xp, pad_step = padded_input(ctx, x, pads, extra, fill=zp_x if include_pad else 0, last=last)
-    xf = scratch(ctx, "in_f32", xp.shape, np.float32)
     cnt = np.ones(osp, np.int64)
     for i in range(nsp):
         lo = 0 if include_pad else pads[i]
@@ -98,6 +95,14 @@ def int8_average_pool(node: Node, ctx) -> Callable[[], None]:
         cnt = cnt * c.reshape(shape)
     if (cnt == 0).any():
         raise ShapeError(f"AveragePool {node.name!r}: a window lies entirely in padding")
+    if same and not include_pad and nsp == 2:
+        fast = native_ops.maxpool_s8_step(x, y, ks, strides, dil, pads, last, ctx.threads, op="avg")
+        if fast is not None:
+            ctx.note(node, f"int8 native average pool {'x'.join(map(str, ks))} (TFLite rounded mean)")
+            return fast
+    # pads hold raw 0 (not counted) or zp (a counted real zero)
+    xp, pad_step = padded_input(ctx, x, pads, extra, fill=zp_x if include_pad else 0, last=last)
+    xf = scratch(ctx, "in_f32", xp.shape, np.float32)
     if last:
         cnt = cnt[..., None]
     count = int(cnt.flat[0]) if (cnt == cnt.flat[0]).all() else cnt

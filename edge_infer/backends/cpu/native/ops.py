@@ -376,10 +376,15 @@ def global_pool_s8_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threa
 
 
 def maxpool_s8_step(x: np.ndarray, y: np.ndarray, kernel: Sequence[int], strides: Sequence[int],
-                    dilations: Sequence[int], pads: Sequence[int], nhwc: bool, threads: int = 1
-                    ) -> Optional[Callable[[], None]]:
-    """2-D int8 MaxPool of (N,C,H,W) or (N,H,W,C) x; pads ONNX order (top, left, bottom, right)."""
-    if not _has("ei_maxpool_s8") or x.ndim != 4 or x.dtype != np.int8 or y.dtype != np.int8:
+                    dilations: Sequence[int], pads: Sequence[int], nhwc: bool, threads: int = 1,
+                    op: str = "max") -> Optional[Callable[[], None]]:
+    """2-D int8 MaxPool of (N,C,H,W) or (N,H,W,C) x; pads ONNX order (top, left, bottom, right).
+    op="avg": AveragePool at equal input/output parameters, count_include_pad=0 (TFLite's
+    rounded mean over the taps inside the input; the caller rejects windows with none)."""
+    fn = "ei_avgpool_s8" if op == "avg" else "ei_maxpool_s8"
+    if not _has(fn) or x.ndim != 4 or x.dtype != np.int8 or y.dtype != np.int8:
+        return None
+    if op == "avg" and kernel[0] * kernel[1] >= 1 << 22:       # int32 sums, exact double quotients
         return None
     if not _dense(x, y) or y.size == 0:
         return None
@@ -390,4 +395,4 @@ def maxpool_s8_step(x: np.ndarray, y: np.ndarray, kernel: Sequence[int], strides
     args = MaxPoolS8Args(x.ctypes.data, y.ctypes.data, n, c, h, w, oh, ow, kernel[0], kernel[1], strides[0],
                          strides[1], dilations[0], dilations[1], pads[0], pads[1], int(bool(nhwc)),
                          _threads(threads))
-    return native_step("ei_maxpool_s8", args, x, y)
+    return native_step(fn, args, x, y)

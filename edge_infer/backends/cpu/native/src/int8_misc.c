@@ -6,7 +6,8 @@
  * divide, rint, add, clip (a NaN input gives 0 here; numpy's cast of NaN is undefined);
  * dequantize is ((float)x - zp) * scale, two float32 operations; the average is TFLite's
  * rounded integer mean (|sum| + n/2) / n with the sign put back; max commutes with the
- * monotone quantization. Threads split rows only where a tensor is large: these ops are a
+ * monotone quantization; the 2-D average pool is the same rounded mean over the taps inside
+ * the input. Threads split rows only where a tensor is large: these ops are a
  * few microseconds each and a wake-up would cost more.
  */
 #pragma GCC optimize("fp-contract=off", "no-math-errno")
@@ -241,6 +242,62 @@ EI_API void ei_maxpool_s8(const ei_maxpool_s8_args *a) {
     int64_t rows = (a->nhwc ? a->n : a->n * a->c) * a->oh;
     int64_t work = a->n * a->c * a->oh * a->ow * a->kh * a->kw;
     ei_parallel_for(rows, 1, maxpool_s8_range, (void *)a, work >= 4 * PAR_ELEMS ? a->threads : 1);
+}
+
+/* 2-D int8 AveragePool at equal input/output parameters, count_include_pad=0: the TFLite
+ * rounded mean over the taps inside the input (the pads are never counted, so ceil_mode's
+ * overhang needs nothing). Same geometry struct as the max pool; int32 sums (k*k*128 < 2^31). */
+/* rounded_mean in doubles, so a row of channels vectorizes (an integer divide is ~20 cycles
+ * per value): truncating the correctly rounded u / n is exact for u < 2^31, n < 2^22 (a
+ * non-integer quotient lies >= 1/n from the next integer, the rounding error is < 2^-22) */
+static inline int8_t rounded_mean_f64(int32_t acc, double n, double half) {
+    double u = acc < 0 ? -(double)acc : (double)acc;
+    int32_t q = (int32_t)((u + half) / n);
+    q = acc < 0 ? -q : q;
+    return (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+}
+
+static void avg_pixel_nhwc(const ei_maxpool_s8_args *a, int64_t plane, int64_t oy, int64_t ox,
+                           int ky0, int ky1, int kx0, int kx1) {
+    int64_t iy0 = oy * a->sh - a->pt, ix0 = ox * a->sw - a->pl, cnt = (int64_t)(ky1 - ky0) * (kx1 - kx0);
+    int8_t *y = a->y + ((plane * a->oh + oy) * a->ow + ox) * a->c;
+    for (int64_t c0 = 0; c0 < a->c; c0 += CBLOCK) {
+        int64_t cn = EI_MIN(CBLOCK, a->c - c0);
+        int32_t acc[CBLOCK] = {0};
+        for (int ky = ky0; ky < ky1; ky++)
+            for (int kx = kx0; kx < kx1; kx++) {
+                const int8_t *x = a->x + ((plane * a->h + iy0 + ky * a->dh) * a->w + ix0 + kx * a->dw) * a->c + c0;
+                for (int64_t j = 0; j < cn; j++) acc[j] += x[j];
+            }
+        double n = (double)cnt, half = (double)(cnt / 2);
+        for (int64_t j = 0; j < cn; j++) y[c0 + j] = rounded_mean_f64(acc[j], n, half);
+    }
+}
+
+static void avgpool_s8_range(void *ctx, int64_t b, int64_t e) {
+    const ei_maxpool_s8_args *a = (const ei_maxpool_s8_args *)ctx;
+    for (int64_t r = b; r < e; r++) {
+        int64_t oy = r % a->oh, plane = r / a->oh;
+        int ky0, ky1;
+        taps_inside(oy, a->sh, a->pt, a->dh, a->kh, a->h, &ky0, &ky1);
+        for (int64_t ox = 0; ox < a->ow; ox++) {
+            int kx0, kx1;
+            taps_inside(ox, a->sw, a->pl, a->dw, a->kw, a->w, &kx0, &kx1);
+            if (a->nhwc) { avg_pixel_nhwc(a, plane, oy, ox, ky0, ky1, kx0, kx1); continue; }
+            const int8_t *x = a->x + plane * a->h * a->w;
+            int64_t iy0 = oy * a->sh - a->pt, ix0 = ox * a->sw - a->pl;
+            int32_t acc = 0;
+            for (int ky = ky0; ky < ky1; ky++)
+                for (int kx = kx0; kx < kx1; kx++) acc += x[(iy0 + ky * a->dh) * a->w + ix0 + kx * a->dw];
+            a->y[(plane * a->oh + oy) * a->ow + ox] = rounded_mean(acc, (int64_t)(ky1 - ky0) * (kx1 - kx0));
+        }
+    }
+}
+
+EI_API void ei_avgpool_s8(const ei_maxpool_s8_args *a) {
+    int64_t rows = (a->nhwc ? a->n : a->n * a->c) * a->oh;
+    int64_t work = a->n * a->c * a->oh * a->ow * a->kh * a->kw;
+    ei_parallel_for(rows, 1, avgpool_s8_range, (void *)a, work >= 4 * PAR_ELEMS ? a->threads : 1);
 }
 
 /* ---- self-test: the SIMD quantize/dequantize against the scalar ones, bit for bit ---- */
