@@ -1,4 +1,4 @@
-"""Native int8 boundary and pooling kernels (native/src/int8_misc.c): QuantizeLinear and
+"""Native int8 boundary and pooling kernels (native/src/int8_misc.c; per-axis QDQ: qdq.c): QuantizeLinear and
 DequantizeLinear per tensor, int8 GlobalAveragePool (TFLite rounded mean), GlobalMaxPool and
 2-D MaxPool, against the numpy kernels they replace, bit for bit, SIMD and scalar paths.
 
@@ -227,3 +227,82 @@ def test_int8_average_pool_native_only_where_exact(monkeypatch):
                  int8_graph("AveragePool", shape, attrs, params_out=q(0.1, -2))):
         plan = prepare(make(), {"x": np.zeros(shape, np.int8)}, True, monkeypatch)
         assert not any("native" in v for v in plan.notes.values()), plan.notes
+
+
+# -- per-axis QuantizeLinear / DequantizeLinear (native/src/qdq.c) --
+
+def qdq_axis_graph(shape, scales, zps, dtype, axis):
+    def make():
+        g = Graph("qdq_axis")
+        g.add_input("x", "float32", shape)
+        g.add_const("s", np.asarray(scales, np.float32))
+        g.add_const("z", np.asarray(zps, dtype))
+        g.add_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=axis)
+        g.add_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=axis)
+        g.outputs = ["q", "y"]
+        return g
+    return make
+
+
+@settings(**SETTINGS)
+@given(shape=st.lists(st.integers(1, 19), min_size=1, max_size=4), data=st.data(), u8=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
+def test_quantize_dequantize_per_axis_bit_exact(monkeypatch, isa, shape, data, u8, seed):
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    c = shape[axis]
+    if c == 1:                                    # one scale: the per-tensor kernel's case
+        shape[axis] = c = 2
+    rng = np.random.default_rng(seed)
+    scales = rng.uniform(1e-3, 0.5, c).astype(np.float32)
+    zps = rng.integers(0, 256, c) if u8 else rng.integers(-128, 128, c)
+    bshape = [1] * rank
+    bshape[axis] = c
+    s = scales.reshape(bshape)
+    x = (rng.standard_normal(shape) * 100 * s).astype(np.float32)
+    ties = (np.rint(x / s) + 0.5) * s                                   # ties (or as near as float32 gets)
+    x = np.where(rng.random(shape) < 0.3, ties, x).astype(np.float32)
+    x.reshape(-1)[::11] = np.float32(1e30) * np.sign(x.reshape(-1)[::11] + 0.5)      # saturation
+    dtype = np.uint8 if u8 else np.int8
+    got, want = both(monkeypatch, qdq_axis_graph(tuple(shape), scales, zps, dtype, axis), {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+@pytest.mark.parametrize("axis", [1, 3])
+def test_per_axis_large_tensor_threads_and_note(monkeypatch, axis):
+    x = np.random.default_rng(2).standard_normal((1, 32, 56, 64)).astype(np.float32)
+    c = x.shape[axis]
+    scales = np.linspace(0.01, 0.05, c, dtype=np.float32)
+    zps = np.arange(c) % 21 - 10
+    got, want = both(monkeypatch, qdq_axis_graph(x.shape, scales, zps, np.int8, axis), {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+    plan = prepare(qdq_axis_graph(x.shape, scales, zps, np.int8, axis)(), {"x": x}, True, monkeypatch)
+    assert all("native" in v and "per axis" in v for v in plan.notes.values()), plan.notes
+
+
+def test_selftest_qdq():
+    assert native.lib.ei_selftest_qdq() == 0
+
+
+def test_transpose_notes_native_path(monkeypatch):
+    for shape, perm, word in (((1, 3, 8, 8), (0, 2, 3, 1), "interleave"), ((2, 8, 5, 6), (0, 2, 3, 1), "strided")):
+        x = np.zeros(shape, np.int8)
+        plan = prepare(transpose_graph(shape, "int8", perm)(), {"x": x}, True, monkeypatch)
+        note = next(iter(plan.notes.values()))
+        assert "native" in note and word in note, plan.notes
+
+
+@pytest.mark.parametrize("u8", [False, True])
+def test_exact_ties_round_half_to_even_per_axis(monkeypatch, isa, u8):
+    # power-of-two scales: x / scale is exactly k + 0.5, so rounding must pick the even k
+    scales = np.array([0.25, 0.5, 1.0, 2.0, 4.0], np.float32)
+    k = np.arange(-140, 140, dtype=np.float32)
+    x = ((k[:, None] + 0.5) * scales[None, :]).astype(np.float32).reshape(1, -1, 5)   # axis 2: 5 channels
+    zps = np.array([0, 3, 128, 255, 1]) if u8 else np.array([0, 3, -1, -128, 127])
+    got, want = both(monkeypatch, qdq_axis_graph(x.shape, scales, zps, np.uint8 if u8 else np.int8, 2), {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+    lo, hi = (0, 255) if u8 else (-128, 127)
+    np.testing.assert_array_equal(got["q"], np.clip(np.rint(x / scales) + zps, lo, hi).astype(got["q"].dtype))

@@ -42,6 +42,18 @@ def _params(node: Node, ctx, x: np.ndarray):
     return scale, zp
 
 
+def _kind(scale: np.ndarray) -> str:
+    return "per axis" if scale.ndim else "per tensor"
+
+
+def _native(x: np.ndarray, y: np.ndarray, scale: np.ndarray, zp: np.ndarray, threads: int):
+    """The native step for _params' scale / zero point (scalars, or shaped 1 but on the axis)."""
+    if scale.ndim == 0:
+        return native_ops.qdq_step(x, y, float(scale), int(zp), threads)
+    axis = next(i for i, d in enumerate(scale.shape) if d != 1)
+    return native_ops.qdq_axis_step(x, y, scale, zp, axis, threads)
+
+
 @kernel("QuantizeLinear")
 def quantize_linear(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
@@ -49,11 +61,10 @@ def quantize_linear(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"QuantizeLinear {node.name!r}: output {y.dtype} (int8/uint8 only)")
     scale, zp = _params(node, ctx, x)
     info = np.iinfo(y.dtype)
-    if scale.ndim == 0:
-        fast = native_ops.qdq_step(x, y, float(scale), int(zp), ctx.threads)
-        if fast is not None:
-            ctx.note(node, f"native quantize to {y.dtype} (per tensor)")
-            return fast
+    fast = _native(x, y, scale, zp, ctx.threads)
+    if fast is not None:
+        ctx.note(node, f"native quantize to {y.dtype} ({_kind(scale)})")
+        return fast
     tmp = ctx.workspace(y.shape, np.float32)
     zpf = zp.astype(np.float32)
     div, rint, add, clip = np.divide, np.rint, np.add, np.clip
@@ -77,11 +88,10 @@ def dequantize_linear(node: Node, ctx) -> Callable[[], None]:
     if ctx.const(node.inputs[0]) is not None:
         val = ((x.astype(np.int64) - zp).astype(np.float32) * scale).astype(y.dtype)
         return lambda: np.copyto(y, val)
-    if scale.ndim == 0:
-        fast = native_ops.qdq_step(x, y, float(scale), int(zp), ctx.threads)
-        if fast is not None:
-            ctx.note(node, f"native dequantize {x.dtype} (per tensor)")
-            return fast
+    fast = _native(x, y, scale, zp, ctx.threads)
+    if fast is not None:
+        ctx.note(node, f"native dequantize {x.dtype} ({_kind(scale)})")
+        return fast
     zpf = zp.astype(np.float32)
     copyto, sub, mul = np.copyto, np.subtract, np.multiply
 

@@ -84,7 +84,15 @@ def reshape(node, ctx):
 @kernel("Transpose")
 def transpose(node, ctx):
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    return copy_steps([(y, x.transpose(transpose_perm(node, x.ndim)))], ctx.threads)
+    src = x.transpose(transpose_perm(node, x.ndim))
+    fast = native_ops.interleave_step(y, src, ctx.threads)
+    if fast is not None:
+        ctx.note(node, f"native plane interleave ({src.shape[-1]} planes of {y.dtype})")
+        return fast
+    step = copy_steps([(y, src)], ctx.threads)
+    if getattr(step, "native_step", None) is not None:
+        ctx.note(node, f"native strided copy ({y.dtype})")
+    return step
 
 
 @kernel("Concat")

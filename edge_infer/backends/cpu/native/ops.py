@@ -396,3 +396,35 @@ def maxpool_s8_step(x: np.ndarray, y: np.ndarray, kernel: Sequence[int], strides
                          strides[1], dilations[0], dilations[1], pads[0], pads[1], int(bool(nhwc)),
                          _threads(threads))
     return native_step(fn, args, x, y)
+
+
+# -- per-axis QuantizeLinear / DequantizeLinear (src/qdq.c) ---------------------------------------
+
+class QdqAxisArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("scale", ctypes.c_void_p),
+                ("zp", ctypes.c_void_p), ("outer", ctypes.c_int64), ("c", ctypes.c_int64),
+                ("inner", ctypes.c_int64), ("is_u8", ctypes.c_int32), ("threads", ctypes.c_int32)]
+
+
+def qdq_axis_step(x: np.ndarray, y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int,
+                  threads: int = 1) -> Optional[Callable[[], None]]:
+    """Per-axis QuantizeLinear (float32 x -> int8/uint8 y) or DequantizeLinear (int8/uint8 x ->
+    float32 y), by the dtypes: one scale and zero point per index of ``axis``; else None."""
+    if x.shape != y.shape or not _dense(x, y) or x.size == 0 or not 0 <= axis < x.ndim:
+        return None
+    c = x.shape[axis]
+    scale = np.ascontiguousarray(np.asarray(scale, np.float32).reshape(-1))
+    zpf = np.ascontiguousarray(np.asarray(zero_point).reshape(-1).astype(np.float32))
+    if scale.size != c or zpf.size != c:
+        return None
+    quant = _f32(x) and y.dtype in (np.int8, np.uint8)
+    dequant = _f32(y) and x.dtype in (np.int8, np.uint8)
+    fn = "ei_quantize_axis_f32" if quant else "ei_dequantize_axis_f32"
+    if not (quant or dequant) or not _has(fn):
+        return None
+    small = y if quant else x
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    args = QdqAxisArgs(x.ctypes.data, y.ctypes.data, scale.ctypes.data, zpf.ctypes.data, outer, c, inner,
+                       int(small.dtype == np.uint8), _threads(threads))
+    return native_step(fn, args, x, y, scale, zpf)

@@ -1,0 +1,192 @@
+/* Per-axis QuantizeLinear / DequantizeLinear (float32 <-> int8 / uint8, one scale and zero
+ * point per channel of one axis); the per-tensor case lives in int8_misc.c.
+ *
+ * Bit-exact with kernels/int8_qdq.py, which broadcasts the same float32 operations:
+ * quantize is x / scale[c], rounded half to even, + (float)zp[c], clamped (a NaN gives 0, as
+ * in int8_misc.c); dequantize is ((float)x - (float)zp[c]) * scale[c]. No FMA contraction, so
+ * the two roundings of dequantize stay two.
+ *
+ * The tensor is viewed as (outer, c, inner). With inner > 1 a row is one channel's inner run
+ * (scale broadcast); with inner == 1 (the last axis) a row is one outer index's c channels,
+ * and the scales are loaded as vectors next to the data.
+ */
+#pragma GCC optimize("fp-contract=off", "no-math-errno")
+#include "simd_f32.h"
+
+#include <math.h>
+#include <string.h>
+
+#define QDQ_PAR_ELEMS 65536   /* below this one thread: a wake-up costs more than the op */
+
+typedef struct {
+    const void *x; void *y;
+    const float *scale, *zp;  /* c each; zp already float32, as the numpy kernel adds it */
+    int64_t outer, c, inner;
+    int32_t is_u8, threads;
+} ei_qdq_axis_args;
+
+/* one row: n elements from element `off`; channel params advance by `step` (0 or 1) per element */
+typedef struct { int64_t off, n; const float *s, *z; int step; } qdq_span;
+
+static qdq_span row_span(const ei_qdq_axis_args *a, int64_t r) {
+    if (a->inner == 1) return (qdq_span){ r * a->c, a->c, a->scale, a->zp, 1 };
+    int64_t ch = r % a->c;
+    return (qdq_span){ r * a->inner, a->inner, a->scale + ch, a->zp + ch, 0 };
+}
+
+static int64_t row_count(const ei_qdq_axis_args *a) {
+    return a->inner == 1 ? a->outer : a->outer * a->c;
+}
+
+static void quant_span_scalar(const ei_qdq_axis_args *a, qdq_span sp, int64_t i0) {
+    const float *x = (const float *)a->x + sp.off;
+    float lo = a->is_u8 ? 0.0f : -128.0f, hi = a->is_u8 ? 255.0f : 127.0f;
+    for (int64_t i = i0; i < sp.n; i++) {
+        float t = rintf(x[i] / sp.s[i * sp.step]) + sp.z[i * sp.step];
+        int32_t q = t != t ? 0 : (int32_t)(t < lo ? lo : t > hi ? hi : t);
+        if (a->is_u8) ((uint8_t *)a->y)[sp.off + i] = (uint8_t)q;
+        else ((int8_t *)a->y)[sp.off + i] = (int8_t)q;
+    }
+}
+
+static void dequant_span_scalar(const ei_qdq_axis_args *a, qdq_span sp, int64_t i0) {
+    float *y = (float *)a->y + sp.off;
+    for (int64_t i = i0; i < sp.n; i++) {
+        float v = a->is_u8 ? (float)((const uint8_t *)a->x)[sp.off + i] : (float)((const int8_t *)a->x)[sp.off + i];
+        y[i] = (v - sp.z[i * sp.step]) * sp.s[i * sp.step];
+    }
+}
+
+/* VW int32 lanes (already clamped to the output range) -> VW bytes, and back */
+#if defined(__x86_64__)
+static inline VATTR void store_bytes(void *p, __m256i q, int u8) {
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    w = u8 ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+    _mm_storel_epi64((__m128i *)p, w);
+}
+
+static inline VATTR __m256i load_bytes(const void *p, int u8) {
+    __m128i raw = _mm_loadl_epi64((const __m128i *)p);
+    return u8 ? _mm256_cvtepu8_epi32(raw) : _mm256_cvtepi8_epi32(raw);
+}
+#elif defined(__aarch64__)
+static inline void store_bytes(void *p, int32x4_t q, int u8) {
+    (void)u8;                 /* in range: the low byte is the int8 / uint8 value either way */
+    int16x4_t h = vmovn_s32(q);
+    int8x8_t b = vmovn_s16(vcombine_s16(h, h));
+    uint32_t w = vget_lane_u32(vreinterpret_u32_s8(b), 0);
+    memcpy(p, &w, 4);
+}
+
+static inline int32x4_t load_bytes(const void *p, int u8) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    uint8x8_t b = vreinterpret_u8_u32(vdup_n_u32(w));
+    int16x8_t h = u8 ? vreinterpretq_s16_u16(vmovl_u8(b)) : vmovl_s8(vreinterpret_s8_u8(b));
+    return vmovl_s16(vget_low_s16(h));
+}
+#endif
+
+#if defined(EI_SIMD_READY)
+static VATTR void quant_span_simd(const ei_qdq_axis_args *a, qdq_span sp) {
+    const float *x = (const float *)a->x + sp.off;
+    char *y = (char *)a->y + sp.off;
+    VF lo = vset(a->is_u8 ? 0.0f : -128.0f), hi = vset(a->is_u8 ? 255.0f : 127.0f), zero = vset(0.0f);
+    VF s = vset(sp.s[0]), z = vset(sp.z[0]);
+    int64_t i = 0;
+    for (; i + VW <= sp.n; i += VW) {
+        if (sp.step) { s = vload(sp.s + i); z = vload(sp.z + i); }
+        VF t = vadd(vrint(vdiv(vload(x + i), s)), z);
+        t = vmin(hi, vmax(lo, t));                      /* NaN survives both clamps ... */
+        store_bytes(y + i, vcvt_i(vsel(visnan(t), zero, t)), a->is_u8);   /* ... and becomes 0 */
+    }
+    quant_span_scalar(a, sp, i);
+}
+
+static VATTR void dequant_span_simd(const ei_qdq_axis_args *a, qdq_span sp) {
+    const char *x = (const char *)a->x + sp.off;
+    float *y = (float *)a->y + sp.off;
+    VF s = vset(sp.s[0]), z = vset(sp.z[0]);
+    int64_t i = 0;
+    for (; i + VW <= sp.n; i += VW) {
+        if (sp.step) { s = vload(sp.s + i); z = vload(sp.z + i); }
+        vstore(y + i, vmul(vsub(vcvt_f(load_bytes(x + i, a->is_u8)), z), s));
+    }
+    dequant_span_scalar(a, sp, i);
+}
+#endif
+
+static void quant_rows(void *ctx, int64_t b, int64_t e) {
+    const ei_qdq_axis_args *a = (const ei_qdq_axis_args *)ctx;
+    for (int64_t r = b; r < e; r++) {
+#if defined(EI_SIMD_READY)
+        if (ei_has(EI_SIMD_ISA)) { quant_span_simd(a, row_span(a, r)); continue; }
+#endif
+        quant_span_scalar(a, row_span(a, r), 0);
+    }
+}
+
+static void dequant_rows(void *ctx, int64_t b, int64_t e) {
+    const ei_qdq_axis_args *a = (const ei_qdq_axis_args *)ctx;
+    for (int64_t r = b; r < e; r++) {
+#if defined(EI_SIMD_READY)
+        if (ei_has(EI_SIMD_ISA)) { dequant_span_simd(a, row_span(a, r)); continue; }
+#endif
+        dequant_span_scalar(a, row_span(a, r), 0);
+    }
+}
+
+static void run_rows(const ei_qdq_axis_args *a, ei_range_fn fn) {
+    int64_t total = a->outer * a->c * a->inner, rows = row_count(a), len = total / EI_MAX(rows, 1);
+    int t = total >= QDQ_PAR_ELEMS ? a->threads : 1;
+    ei_parallel_for(rows, EI_MAX(1, QDQ_PAR_ELEMS / 2 / EI_MAX(len, 1)), fn, (void *)a, t);
+}
+
+EI_API void ei_quantize_axis_f32(const ei_qdq_axis_args *a) { run_rows(a, quant_rows); }
+
+EI_API void ei_dequantize_axis_f32(const ei_qdq_axis_args *a) { run_rows(a, dequant_rows); }
+
+/* ---- self-test: the SIMD spans against the scalar ones, bit for bit, every row layout ---- */
+static int selftest_geometry(int64_t outer, int64_t c, int64_t inner, uint32_t *st) {
+    enum { N = 2048, C = 64 };
+    static float x[N], back[2][N], scale[C], zp[C];
+    static uint8_t q[2][N];
+    int64_t n = outer * c * inner;
+    int fails = 0;
+    for (int64_t j = 0; j < c; j++) {
+        *st = *st * 1664525u + 1013904223u;
+        scale[j] = 0.001f + (float)(*st >> 12) / 1048576.0f * 0.05f;
+        zp[j] = (float)((int)(*st % 200) - 100);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        *st = *st * 1664525u + 1013904223u;
+        float s = scale[(i / inner) % c];
+        x[i] = ((float)(*st >> 8) / 16777216.0f - 0.5f) * 300.0f * s;
+        if (i % 5 == 0) x[i] = (rintf(x[i] / s) + 0.5f) * s;       /* near ties */
+    }
+    if (n > 5) { x[1] = 1e30f; x[2] = -1e30f; x[3] = NAN; x[4] = INFINITY; }
+    for (int u = 0; u < 2; u++) {
+        if (u) for (int64_t j = 0; j < c; j++) zp[j] += 100.0f;
+        ei_qdq_axis_args a = { x, q[0], scale, zp, outer, c, inner, u, 1 };
+        ei_qdq_axis_args s = a;
+        s.y = q[1];
+        quant_rows(&a, 0, row_count(&a));
+        for (int64_t r = 0; r < row_count(&s); r++) quant_span_scalar(&s, row_span(&s, r), 0);
+        fails += memcmp(q[0], q[1], (size_t)n) != 0;
+        ei_qdq_axis_args d = { q[0], back[0], scale, zp, outer, c, inner, u, 1 };
+        ei_qdq_axis_args ds = d;
+        ds.y = back[1];
+        dequant_rows(&d, 0, row_count(&d));
+        for (int64_t r = 0; r < row_count(&ds); r++) dequant_span_scalar(&ds, row_span(&ds, r), 0);
+        fails += memcmp(back[0], back[1], (size_t)n * sizeof(float)) != 0;
+    }
+    return fails;
+}
+
+EI_API int ei_selftest_qdq(void) {
+    static const int64_t geo[][3] = { {1, 3, 97}, {2, 5, 1}, {3, 64, 1}, {4, 7, 3}, {1, 2, 1}, {2, 13, 9}, {1, 1, 1} };
+    uint32_t st = 7;
+    int fails = 0;
+    for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) fails += selftest_geometry(geo[g][0], geo[g][1], geo[g][2], &st);
+    return fails;
+}
