@@ -82,7 +82,7 @@ def test_quantize_dequantize_bit_exact(monkeypatch, isa, shape, scale, zp, u8, s
     np.testing.assert_array_equal(got["y"], want["y"])
 
 
-def test_quantize_large_tensor_uses_threads_and_matches(monkeypatch):
+def test_quantize_image_sized_tensor_matches(monkeypatch):
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     got, want = both(monkeypatch, qdq_graph(x.shape, 0.02, -3, np.int8), {"x": x})
     np.testing.assert_array_equal(got["q"], want["q"])
