@@ -1,5 +1,5 @@
-"""Native int8 boundary and pooling kernels (native/src/int8_misc.c; per-axis QDQ: qdq.c): QuantizeLinear and
-DequantizeLinear per tensor, int8 GlobalAveragePool (TFLite rounded mean), GlobalMaxPool and
+"""Native int8 boundary and pooling kernels (native/src/qdq.c, int8_misc.c): QuantizeLinear and
+DequantizeLinear per tensor and per axis, int8 GlobalAveragePool (TFLite rounded mean), GlobalMaxPool and
 2-D MaxPool, against the numpy kernels they replace, bit for bit, SIMD and scalar paths.
 
 Oracle: the same one-node graph prepared with the native library switched off
@@ -135,10 +135,6 @@ def test_int8_maxpool_bit_exact(monkeypatch, isa, c, h, w, k, s, pad, nhwc, seed
         attrs["data_layout"] = "NHWC"
     got, want = both(monkeypatch, int8_graph("MaxPool", shape, attrs), {"x": x})
     np.testing.assert_array_equal(got["y"], want["y"])
-
-
-def test_selftest_int8_misc():
-    assert native.lib.ei_selftest_int8_misc() == 0
 
 
 # -- the input transpose NCHW -> NHWC of 2-4 channels (native/src/layout.c's plane interleave) --
@@ -283,6 +279,7 @@ def test_per_axis_large_tensor_threads_and_note(monkeypatch, axis):
 
 
 def test_selftest_qdq():
+    # SIMD against scalar: per-axis row layouts, and the per-tensor entry points
     assert native.lib.ei_selftest_qdq() == 0
 
 

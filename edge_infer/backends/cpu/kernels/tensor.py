@@ -23,11 +23,11 @@ from ..registry import kernel
 from .elementwise import operands, quiet
 
 
-def copy_steps(pairs, threads=1):
+def copy_steps(pairs):
     """One step doing ``np.copyto(dst, src)`` for each pair in order: the native strided
     copy (batched with its native neighbours) where it covers the arrays, else numpy."""
     pairs = list(pairs)
-    fast = native_ops.copy_step(pairs, threads)
+    fast = native_ops.copy_step(pairs)
     if fast is not None:
         return fast
     if len(pairs) == 1:
@@ -89,7 +89,7 @@ def transpose(node, ctx):
     if fast is not None:
         ctx.note(node, f"native plane interleave ({src.shape[-1]} planes of {y.dtype})")
         return fast
-    step = copy_steps([(y, src)], ctx.threads)
+    step = copy_steps([(y, src)])
     if getattr(step, "native_step", None) is not None:
         ctx.note(node, f"native strided copy ({y.dtype})")
     return step

@@ -246,16 +246,11 @@ def interleave_step(dst: np.ndarray, src: np.ndarray, threads: int = 1) -> Optio
     return native_step("ei_interleave", args, dst, src)
 
 
-def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], threads: int = 1) -> Optional[Callable[[], None]]:
+def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callable[[], None]]:
     """``np.copyto(dst, src)`` for each pair, in order, as one native step: any numpy views
-    (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging.
-    A single pair that interleaves a few planes takes interleave_step (threads: for that one)."""
+    (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging."""
     if not _has("ei_copy"):
         return None
-    if len(pairs) == 1:
-        fast = interleave_step(*pairs[0], threads=threads)
-        if fast is not None:
-            return fast
     descs = []
     keep = []
     for dst, src in pairs:
@@ -317,7 +312,7 @@ def global_pool_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threads:
     return native_step("ei_global_pool_f32", args, x, y)
 
 
-# -- int8 boundaries and pools (src/int8_misc.c) ------------------------------------------------
+# -- int8 boundaries (src/qdq.c) and pools (src/int8_misc.c) ------------------------------------------------
 
 class QdqArgs(ctypes.Structure):
     _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n", ctypes.c_int64),

@@ -51,6 +51,17 @@ EI_API void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx,
  * microseconds (default 200, or EDGE_INFER_SPIN_US); returns the previous value */
 EI_API int ei_set_spin_us(int us);
 
+/* [lo, hi) of the window taps k (0 <= k < kernel) with 0 <= o*stride - pad + k*dil < size:
+ * the taps of output position o that lie inside the input (pools skip the padding) */
+static inline void ei_tap_range(int64_t o, int stride, int pad, int dil, int kernel, int64_t size,
+                                int *lo, int *hi) {
+    int64_t start = o * stride - pad;
+    int a = 0, b = kernel;
+    while (a < kernel && start + (int64_t)a * dil < 0) a++;
+    while (b > a && start + (int64_t)(b - 1) * dil >= size) b--;
+    *lo = a; *hi = b;
+}
+
 #define EI_MAX_THREADS 64
 #define EI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EI_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -16,15 +16,6 @@
 
 static inline float fmaxn(float a, float b) { return (a != a || a > b) ? a : b; }
 
-/* [lo, hi) of kernel taps k with 0 <= o*s - p + k*d < size */
-static inline void tap_range(int64_t o, int s, int p, int d, int k, int64_t size, int *lo, int *hi) {
-    int64_t start = o * s - p;
-    int a = 0, b = k;
-    while (a < k && start + (int64_t)a * d < 0) a++;
-    while (b > a && start + (int64_t)(b - 1) * d >= size) b--;
-    *lo = a; *hi = b;
-}
-
 /* the divisor count of one output position along one dim (kernels/pool.py _window_counts) */
 static inline int64_t tap_count(int64_t o, int s, int p, int pe, int d, int k, int64_t size, int include_pad) {
     int64_t start = o * s - p, lo = include_pad ? -p : 0, hi = include_pad ? size + pe : size, c = 0;
@@ -121,7 +112,7 @@ static void pool_nchw_planes(const ei_pool2d_f32_args *a, int64_t pb, int64_t pe
     int cw[ROW_MAX];
     for (int64_t ox = 0; ox < a->ow; ox++) {
         int l, h;
-        tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &l, &h);
+        ei_tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &l, &h);
         xlo[ox] = (short)l; xhi[ox] = (short)h;
         cw[ox] = (int)tap_count(ox, a->sw, a->pl, a->pr, a->dw, a->kw, a->w, a->count_include_pad);
     }
@@ -133,7 +124,7 @@ static void pool_nchw_planes(const ei_pool2d_f32_args *a, int64_t pb, int64_t pe
         float *y = a->y + pl * a->oh * a->ow;
         for (int64_t oy = 0; oy < a->oh; oy++) {
             int y0, y1;
-            tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
+            ei_tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
             if (avg) {      /* the numpy kernel's divisor: float32 of 1 / (count_h * count_w) */
                 int64_t ch = tap_count(oy, a->sh, a->pt, a->pb, a->dh, a->kh, a->h, a->count_include_pad);
                 for (int64_t ox = 0; ox < a->ow; ox++) inv[ox] = (float)(1.0 / (double)(ch * cw[ox]));
@@ -161,11 +152,11 @@ static void pool_nchw_direct(const ei_pool2d_f32_args *a, int64_t pb, int64_t pe
         float *y = a->y + pl * a->oh * a->ow;
         for (int64_t oy = 0; oy < a->oh; oy++) {
             int y0, y1;
-            tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
+            ei_tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
             int64_t iy0 = oy * a->sh - a->pt;
             for (int64_t ox = 0; ox < a->ow; ox++) {
                 int x0, x1;
-                tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &x0, &x1);
+                ei_tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &x0, &x1);
                 int64_t ix0 = ox * a->sw - a->pl;
                 float acc = avg ? 0.0f : NEG_INF;
                 for (int kx = x0; kx < x1; kx++) {
@@ -191,12 +182,12 @@ static void pool_nhwc_rows_scalar(const ei_pool2d_f32_args *a, int64_t rb, int64
     for (int64_t r = rb; r < re; r++) {
         int64_t n = r / a->oh, oy = r % a->oh;
         int y0, y1;
-        tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
+        ei_tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
         int64_t iy0 = oy * a->sh - a->pt;
         const float *xn = a->x + n * a->h * a->w * C;
         for (int64_t ox = 0; ox < a->ow; ox++) {
             int x0, x1;
-            tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &x0, &x1);
+            ei_tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &x0, &x1);
             int64_t ix0 = ox * a->sw - a->pl;
             float *y = a->y + ((n * a->oh + oy) * a->ow + ox) * C;
             float sc = avg ? avg_scale(a, oy, ox) : 1.0f;
@@ -226,12 +217,12 @@ static VATTR void VNAME(pool_nhwc_rows)(const ei_pool2d_f32_args *a, int64_t rb,
     for (int64_t r = rb; r < re; r++) {
         int64_t n = r / a->oh, oy = r % a->oh;
         int y0, y1;
-        tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
+        ei_tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &y0, &y1);
         int64_t iy0 = oy * a->sh - a->pt;
         const float *xn = a->x + n * a->h * row_stride;
         for (int64_t ox = 0; ox < a->ow; ox++) {
             int x0, x1;
-            tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &x0, &x1);
+            ei_tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &x0, &x1);
             int64_t ix0 = ox * a->sw - a->pl;
             float *y = a->y + ((n * a->oh + oy) * a->ow + ox) * C;
             float sc = avg ? avg_scale(a, oy, ox) : 1.0f;
