@@ -79,7 +79,8 @@ def parse_cpuinfo(text: str) -> Dict[str, Any]:
             "arm_cores": cores, "implementer": implementer, "hardware": hardware}
 
 
-def _meminfo(root: str) -> Dict[str, Any]:
+def read_meminfo(root: str = "/") -> Dict[str, Any]:
+    """Total and available memory from ``root``/proc/meminfo (bytes and MB), or why not."""
     text = _read(os.path.join(root, "proc/meminfo"))
     if text is None:
         return {"unavailable": "unavailable because /proc/meminfo is not readable"}
@@ -251,7 +252,7 @@ def probe(root: str = "/", accelerators: bool = True, arch: Optional[str] = None
             cpu["physical_cores"] = None
     cpu["frequency"] = _freq(root)
     info["cpu"] = cpu
-    info["memory"] = _meminfo(root)
+    info["memory"] = read_meminfo(root)
     if is_host:
         info["memory"].update(_psutil_memory())
     model = _read(os.path.join(root, "proc/device-tree/model"))

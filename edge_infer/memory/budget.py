@@ -61,7 +61,8 @@ def default_memory_limit(meta: dict) -> Tuple[Optional[int], str]:
     target = meta.get("target") or {}
     if target.get("memory_budget_mb"):
         return int(float(target["memory_budget_mb"]) * 2**20), f"target {target.get('name', '?')}"
-    avail = _meminfo_available()   # Linux: read /proc directly (psutil costs ~1 MB of RSS)
+    from ..probe import read_meminfo     # Linux: /proc directly (psutil costs ~1 MB of RSS)
+    avail = read_meminfo().get("available_bytes")
     if avail is not None:
         return avail, "available memory (/proc/meminfo, as psutil reports it)"
     try:
@@ -69,18 +70,6 @@ def default_memory_limit(meta: dict) -> Tuple[Optional[int], str]:
         return int(psutil.virtual_memory().available), "available memory (psutil)"
     except (ImportError, OSError):   # no psutil, or no /proc: unbounded
         return None, "unbounded"
-
-
-def _meminfo_available() -> Optional[int]:
-    """MemAvailable from /proc/meminfo in bytes (what psutil reports on Linux), else None."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def placeholder(shape, dtype) -> np.ndarray:
