@@ -233,7 +233,7 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     plan = ex.arena_plan.summary()
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
             **plan, "workspace_bytes": int(ex.workspace_bytes), "memory_limit": memory_limit,
-            "tiled": {n: t for n, t in getattr(ex, "notes", {}).items() if " bands of " in t}}
+            "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t}}
 
 
 def partition_plan(path: str, backend: str = "auto", input_shapes=None) -> tuple:
@@ -241,7 +241,7 @@ def partition_plan(path: str, backend: str = "auto", input_shapes=None) -> tuple
     from .backends.picker import partition_for
     from .runtime import Runtime, specialize
     rt = Runtime(path, backend=backend)
-    shapes = {**(rt._default_shapes() or {}), **(input_shapes or {})}
+    shapes = {**(rt.default_shapes() or {}), **(input_shapes or {})}
     g = specialize(rt.graph, shapes)
     return partition_for(g, backend, (rt.meta.get("target") or {}).get("backends") or (), rt.threads)
 

@@ -148,7 +148,9 @@ class Runtime:
         return [TensorInfo(t.name, tuple(t.shape) if t.shape is not None else None, t.dtype) for t in info]
 
     # backend choice ------------------------------------------------------------
-    def _default_shapes(self) -> Optional[Dict[str, Tuple[int, ...]]]:
+    def default_shapes(self) -> Optional[Dict[str, Tuple[int, ...]]]:
+        """Concrete input shapes the model is planned for before its first run (symbolic dims
+        1), or None where an input's shape is unknown."""
         shapes = {}
         for n in self.graph.inputs:
             shape = self.graph.tensors[n].shape
@@ -175,13 +177,13 @@ class Runtime:
         """The backend of the latest plan (before any run: the choice for the default input
         shapes, symbolic dims as 1). A partition is a backend named like ``opencl+cpu``."""
         if self._choice is None:
-            self._choose(self._default_shapes())
+            self._choose(self.default_shapes())
         return self._choice.backend
 
     def backend_report(self, shapes: Optional[Dict[str, Tuple[int, ...]]] = None) -> dict:
         """Why the backend was chosen: candidates, availability, coverage, estimated and measured
         costs, the choice (for ``shapes``; default: the latest plan's). ``format_report`` prints it."""
-        choice = self._choose(shapes) if shapes is not None else (self._choice or self._choose(self._default_shapes()))
+        choice = self._choose(shapes) if shapes is not None else (self._choice or self._choose(self.default_shapes()))
         return dict(choice.report)
 
     # running -----------------------------------------------------------------
@@ -223,7 +225,7 @@ class Runtime:
                     pool = self._new_pool(g, backend, key)
                     ex = pool.acquire()  # build one now: errors surface here
                     pool.release(ex)
-                    if (getattr(ex, "arena_plan", None) is None and self.requested_backend == "auto"
+                    if (ex.arena_plan is None and self.requested_backend == "auto"
                             and self.memory_limit_source == "argument" and backend.name != "cpu"):
                         # a memory limit the caller set is checked on plans that size their memory
                         # up front: keep to the CPU backend rather than run unchecked
@@ -270,10 +272,10 @@ class Runtime:
         # Refuse before the first run, saying the least memory this plan needs (backends
         # that plan under the limit themselves, as the CPU one, refuse earlier); then cap
         # the concurrent runs of this shape at what the limit holds.
-        plan = getattr(ex, "arena_plan", None)
+        plan = ex.arena_plan
         if self.memory_limit is None or plan is None:
             return
-        need = plan.size + int(getattr(ex, "workspace_bytes", 0))
+        need = plan.size + int(ex.workspace_bytes)
         if need > self.memory_limit:
             raise MemoryBudgetError(
                 f"model needs at least {mib(need)} for activations and workspace "
@@ -298,18 +300,18 @@ class Runtime:
         if self._slots is not None:             # dynamic: plans live in the slots' blocks
             for k, slot in enumerate(list(self._slots.slots)):
                 for key, ex in list(slot.plans.items()):
-                    plan = getattr(ex, "arena_plan", None)
+                    plan = ex.arena_plan
                     plans.append({"input_shapes": [list(s) for s in key], "slot": k,
                                   "arena_bytes": plan.size if plan is not None else None,
-                                  "workspace_bytes": int(getattr(ex, "workspace_bytes", 0))})
+                                  "workspace_bytes": int(ex.workspace_bytes)})
             held = self._slots.held_bytes()
         else:
             for key, pool in list(self._plans.items()):
                 ex = pool._idle[-1] if pool._idle else None
-                plan = getattr(ex, "arena_plan", None)
+                plan = ex.arena_plan if ex is not None else None
                 plans.append({"input_shapes": [list(s) for s in key], "executables": pool.size,
                               "arena_bytes": plan.size if plan is not None else None,
-                              "workspace_bytes": int(getattr(ex, "workspace_bytes", 0)) if ex is not None else None})
+                              "workspace_bytes": int(ex.workspace_bytes) if ex is not None else None})
             held = sum(((p["arena_bytes"] or 0) + (p["workspace_bytes"] or 0)) * p["executables"] for p in plans)
         return {"memory_limit": self.memory_limit, "memory_limit_source": self.memory_limit_source,
                 "dynamic": self.dynamic, "plans": plans, "held_bytes": held,

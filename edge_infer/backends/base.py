@@ -12,18 +12,30 @@ and the partitioner ask who covers which node.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..ir import Graph, Node
 
+if TYPE_CHECKING:
+    from ..memory.arena import ArenaPlan
+
 
 class Executable:
-    """A prepared graph, ready to run many times."""
+    """A prepared graph, ready to run many times.
 
-    #: per node: (node name, op, planned algorithm/notes)
+    What callers (the runtime's memory checks, ``inspect``, ``memory_stats``, the run slots)
+    read of a plan is declared here, so no caller probes for it: ``arena_plan`` is the
+    activation arena's plan (``memory.arena.ArenaPlan``) where the backend sizes its memory up
+    front, else None (LiteRT, which allocates inside its own interpreter); ``workspace_bytes``
+    is the scratch outside the arena; ``notes`` maps a node name to the algorithm chosen."""
+
+    #: the nodes that run, in order
     nodes: List[Node]
+    arena_plan: Optional["ArenaPlan"] = None
+    workspace_bytes: int = 0
+    notes: Dict[str, str] = {}
 
     def run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Run once. ``feeds`` maps every graph input name to an array of the

@@ -243,8 +243,8 @@ class PartitionedExecutable(Executable):
         self.parts = [(s, backends[s.backend].prepare(subgraph(graph, s, k), threads=threads, **options))
                       for k, s in enumerate(segments)]
         self.nodes = [n for s in segments for n in s.nodes]
-        self.workspace_bytes = sum(int(getattr(ex, "workspace_bytes", 0)) for _, ex in self.parts)
-        self.notes = {k: v for _, ex in self.parts for k, v in (getattr(ex, "notes", None) or {}).items()}
+        self.workspace_bytes = sum(int(ex.workspace_bytes) for _, ex in self.parts)
+        self.notes = {k: v for _, ex in self.parts for k, v in ex.notes.items()}
         self._const_out = {o: graph.tensors[o].data for o in graph.outputs if graph.tensors[o].is_const}
 
     def _collect(self, env, feeds):

@@ -46,7 +46,7 @@ class Slot:
     def held_bytes(self) -> int:
         """The block plus the workspaces of the plans kept."""
         return (0 if self.block is None else self.block.size) + sum(
-            int(getattr(ex, "workspace_bytes", 0)) for ex in self.plans.values())
+            int(ex.workspace_bytes) for ex in self.plans.values())
 
 
 def _release_block(holder: List[Optional[Callable[[], None]]]) -> None:
