@@ -17,7 +17,7 @@ not have.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..ir import Graph
 
@@ -45,9 +45,11 @@ def _reaches_output(g: Graph, tensor: str, cons) -> bool:
 
 
 def find_heterogeneous(g: Graph, ranges: Dict[str, Tuple[float, float]],
-                       min_levels: float = MIN_LEVELS) -> List[dict]:
+                       min_levels: Optional[float] = None) -> List[dict]:
     """Concat nodes of ``g`` whose inputs' calibrated ranges are far apart (module docstring):
     ``[{"node", "inputs": [{"tensor", "range", "levels"}], "min_levels", "output_concat"}]``."""
+    if min_levels is None:
+        min_levels = MIN_LEVELS
     cons = g.consumers()
     found = []
     for n in g.nodes:

@@ -603,12 +603,12 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
     hetero = find_heterogeneous(g, ranges)
     out_concats = {h["node"]: describe(h) for h in hetero if h["output_concat"] and h["node"] not in keep}
     plan, q, names, nqdq = attempt(keep)
-    ev = judge(q, names, plan)
+    ev = judge(q, names, plan, per_layer=not out_concats)
     if out_concats:
         # the verifier decides: per-branch int8 with the concat in float32, or the int8 concat
         forced.update(out_concats)
         plan_f, q_f, names_f, nqdq_f = attempt(keep)
-        ev_f = judge(q_f, names_f, plan_f)
+        ev_f = judge(q_f, names_f, plan_f, per_layer=False)
         kept = ev_f["accuracy_drop"] <= ev["accuracy_drop"]
         for h in hetero:
             if h["node"] in out_concats:
@@ -618,9 +618,10 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
             f"{ev['accuracy_drop']:.4f} int8 vs {ev_f['accuracy_drop']:.4f} float32 after per-branch int8"
             + ("" if kept else " (int8 kept)"))
         if kept:
-            plan, q, names, nqdq, ev = plan_f, q_f, names_f, nqdq_f, ev_f
+            plan, q, names, nqdq = plan_f, q_f, names_f, nqdq_f
         else:
             forced.clear()
+        ev = judge(q, names, plan)                        # with the per-layer numbers
     for h in hetero:
         if not h["output_concat"]:
             h["decision"] = "int8 (internal concat: per-channel-group scales would need int8 kernels that have none)"
