@@ -14,14 +14,13 @@
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ..ir import Graph, Node
-from .report import SQNR_CAP, dequantize
+from .report import dequantize, sqnr_cosine_of_sums
 
 #: kept lists up to this long are pruned one layer at a time after the bisection
 PRUNE_MAX = 12
@@ -92,12 +91,7 @@ def layer_sensitivity(g: Graph, plan, cands: Sequence[str], feeds_batches: List[
                 sums[name][k] += (r @ r, d @ d, r @ x, x @ x)
     rows = []
     for name, per in sums.items():
-        worst = None
-        for rr, dd, rx, xx in per:
-            sq = SQNR_CAP if dd == 0 else (-SQNR_CAP if rr == 0 else min(SQNR_CAP, 10 * math.log10(rr / dd)))
-            cos = 1.0 if rr == 0 and xx == 0 else (0.0 if rr == 0 or xx == 0 else rx / math.sqrt(rr * xx))
-            if worst is None or sq < worst[0]:
-                worst = (sq, cos)
+        worst = min(sqnr_cosine_of_sums(*row) for row in per)
         rows.append({"node": name, "op": nodes[name].op, "local_sqnr_db": round(float(worst[0]), 3),
                      "local_cosine": round(float(worst[1]), 6)})
     rows.sort(key=lambda e: e["local_sqnr_db"])

@@ -48,6 +48,13 @@ def cosine(ref: np.ndarray, test: np.ndarray) -> float:
     return float(np.dot(a, b) / (na * nb))
 
 
+def sqnr_cosine_of_sums(rr: float, dd: float, rx: float, xx: float):
+    """(SQNR dB, cosine) from streamed sums: sum r^2, sum (r - x)^2, sum r x, sum x^2."""
+    sq = SQNR_CAP if dd == 0 else (-SQNR_CAP if rr == 0 else min(SQNR_CAP, 10 * math.log10(rr / dd)))
+    cos = 1.0 if rr == 0 and xx == 0 else (0.0 if rr == 0 or xx == 0 else rx / math.sqrt(rr * xx))
+    return sq, cos
+
+
 def dequantize(arr: np.ndarray, quant: dict) -> np.ndarray:
     s = np.asarray(quant["scale"], np.float32)
     zp = np.asarray(quant["zero_point"], np.int64)
@@ -142,9 +149,7 @@ def evaluate(q: Graph, g: Graph, ref: FloatReference, names: Dict[str, str], pla
             sums[t] += (rv @ rv, d @ d, rv @ xv, xv @ xv)
     layers = {}
     for t, qn, quant in pairs:
-        rr, dd, rx, xx = sums[t]
-        sq = SQNR_CAP if dd == 0 else (-SQNR_CAP if rr == 0 else min(SQNR_CAP, 10 * math.log10(rr / dd)))
-        cos = 1.0 if rr == 0 and xx == 0 else (0.0 if rr == 0 or xx == 0 else rx / math.sqrt(rr * xx))
+        sq, cos = sqnr_cosine_of_sums(*sums[t])
         layers[t] = {"sqnr_db": round(float(sq), 3), "cosine": round(float(cos), 6),
                      "value": "int8" if quant is not None else "float32"}
     outputs = {}
