@@ -162,8 +162,8 @@ def test_metric_callback_drives_report_and_budget():
 
 SHAPE = {"images": [1, 3, 320, 320]}
 #: measured on the bundled model (see edge_infer/data/yolo_shapes/README.md), with margin
-F1_FP32_MIN = 0.0
-BUDGET_MAX_FLOAT = 0
+F1_FP32_MIN = 0.85           # 0.894 on the 40 test scenes, 0.901 on 200
+BUDGET_MAX_FLOAT = 3         # 1 (the output concat), found in 1 measurement
 
 
 def _calib(n=32):
