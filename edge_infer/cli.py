@@ -117,7 +117,7 @@ def quantize_options(args) -> dict:
                                 ("--calib-recipe", None if pruning else args.calib_recipe),
                                 ("--keep-float", args.keep_float),
                                 ("--max-accuracy-drop", None if pruning else args.max_accuracy_drop),
-                                ("--report", args.report))
+                                ("--report", args.report), ("--task", args.task))
                  if v is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} need(s) --quantize int8" + ("" if pruning else " (or --sparsity)"))
@@ -135,7 +135,8 @@ def quantize_options(args) -> dict:
     keep = [k.strip() for k in (args.keep_float or "").split(",") if k.strip()]
     return {"quantize": args.quantize, "calib": args.calib, "calib_samples": args.calib_samples,
             "calib_recipe": args.calib_recipe, "calib_method": args.calib_method, "keep_float": keep,
-            "max_accuracy_drop": args.max_accuracy_drop, "report": args.report}
+            "max_accuracy_drop": args.max_accuracy_drop, "report": args.report,
+            **({"task": args.task} if args.task else {})}
 
 
 def cmd_export(args) -> int:
@@ -511,9 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="activation range observer (default minmax)")
     c.add_argument("--keep-float", metavar="A,B", help="node names that stay float32")
     c.add_argument("--max-accuracy-drop", type=float, metavar="X", help="keep the most damaging layers "
-                   "float32 until the top-1 drop vs fp32 on held-out samples is <= X (a fraction); with "
+                   "float32 until the drop vs fp32 on held-out samples (of --task's metric) is <= X (a fraction); with "
                    "--sparsity also the pruning budget (per-layer sparsity from a sensitivity analysis)")
     c.add_argument("--report", metavar="FILE.json", help="write the quantization accuracy report")
+    c.add_argument("--task", choices=("auto", "classify", "detect", "segment", "generic"),
+                   help="what the int8 accuracy report and --max-accuracy-drop measure: top-1, detection F1, "
+                        "map IoU or per-output SQNR (default auto: from the output shapes)")
     c.add_argument("--memory-limit", metavar="SIZE", help="record a memory budget (e.g. 256MB) for "
                    "activations + workspaces that runtimes use by default")
     c.add_argument("--sparsity", type=float, metavar="X", help="magnitude-prune compute layers to this fraction "

@@ -103,7 +103,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             sparsity: Optional[float] = None, sparse_pattern: str = "unstructured",
             sparse_layers: Optional[Dict[str, float]] = None, sparse_scope: str = "layer",
             sparse_max_accuracy_drop: Optional[float] = None, sparse_encode: bool = True,
-            memory_limit: Union[int, str, None] = None, **options) -> dict:
+            memory_limit: Union[int, str, None] = None, task: Optional[str] = None,
+            metric=None, **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
     ``quantize="int8"``: after the fp32 graph is optimized and verified, quantize it
@@ -112,7 +113,10 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     samples, images preprocessed by ``calib_recipe``; ``calib_method`` minmax, ema,
     percentile, entropy or mse; ``keep_float`` node names stay fp32;
     ``max_accuracy_drop`` (a fraction) keeps the most damaging layers fp32 until the
-    drop holds; ``report`` writes the accuracy report as JSON (also in the result).
+    drop holds; ``report`` writes the accuracy report as JSON (also in the result);
+    ``task`` (auto, classify, detect, segment, generic) picks the metric of the report and
+    the budget (default: from the output shapes), ``metric(reference, candidate)`` (dicts of
+    output arrays, higher is better) replaces it (see quantize/metrics.py).
 
     ``layout``: the data layout the level-3 layout pass puts spatial ops in: "nchw",
     "nhwc", or "auto" (the target profile's ``preferred_layout``, else the CPU
@@ -178,7 +182,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         optimized, qreport = quantize_model(optimized, calib, calib_samples=calib_samples,
                                             calib_recipe=calib_recipe, calib_method=calib_method,
                                             keep_float=keep_float, max_accuracy_drop=max_accuracy_drop,
-                                            report=report)
+                                            report=report, task=task, metric=metric)
     meta = {
         "provenance": {
             "source": os.path.basename(src),
@@ -203,7 +207,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             "calib_samples": calib_samples,
             "calib_recipe": calib_recipe if isinstance(calib_recipe, (str, type(None))) else "dict",
             "calib_method": calib_method, "keep_float": list(keep_float),
-            "max_accuracy_drop": max_accuracy_drop}
+            "max_accuracy_drop": max_accuracy_drop, "task": qreport.get("task")}
         meta["quantization"] = {k: v for k, v in qreport.items() if k != "layers"}   # full: report=
     if sparse_encode:            # last: the weights stay encoded in the artifact and in memory
         from .sparse import encode_model

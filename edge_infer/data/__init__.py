@@ -1,7 +1,9 @@
-"""Bundled fixtures: a small trained CNN on 8x8 digits and its held-out samples.
+"""Bundled fixtures: a small trained CNN on 8x8 digits and its held-out samples; a small
+trained YOLO-style detector of shapes and the generator of its (synthetic) scenes.
 
-See edge_infer/data/digits/README.md for what the model is and how it was made. Only numpy is
-needed here (no scikit-learn, torch or onnx at run time).
+See edge_infer/data/digits/README.md and edge_infer/data/yolo_shapes/README.md for what the
+models are and how they were made. Only numpy is needed here (no scikit-learn, torch or onnx
+at run time).
 """
 from __future__ import annotations
 
@@ -9,17 +11,19 @@ import os
 
 import numpy as np
 
-__all__ = ["DIGITS_DIR", "digits_model_path", "digits_samples_path", "load_digits_samples"]
+__all__ = ["DIGITS_DIR", "digits_model_path", "digits_samples_path", "load_digits_samples",
+           "YOLO_SHAPES_DIR", "yolo_shapes_model_path", "yolo_shapes_scenes"]
 
 DIGITS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits")
+YOLO_SHAPES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "yolo_shapes")
 
 
-def _existing(name: str) -> str:
-    path = os.path.join(DIGITS_DIR, name)
+def _existing(name: str, folder: str = DIGITS_DIR, script: str = "digits/train_digits_cnn.py") -> str:
+    path = os.path.join(folder, name)
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"bundled fixture {name!r} is missing at {path}; regenerate it with "
-            f"`python edge_infer/data/digits/train_digits_cnn.py`")
+            f"`python edge_infer/data/{script}`")
     return path
 
 
@@ -44,3 +48,18 @@ def load_digits_samples() -> tuple[np.ndarray, np.ndarray]:
         x = np.ascontiguousarray(data["x"], dtype=np.float32)
         y = np.ascontiguousarray(data["y"], dtype=np.int64)
     return x, y
+
+
+def yolo_shapes_model_path() -> str:
+    """Path of the bundled YOLO-style detector: input `images` float32 [N,3,320,320] (RGB in
+    [0,1]), output `output0` float32 [N,7,2100] (cx, cy, w, h in pixels, then the probabilities
+    of circle, square, triangle), as the YOLOv8 exporters write it."""
+    return _existing("yolo_shapes.onnx", YOLO_SHAPES_DIR, "yolo_shapes/train_yolo_shapes.py")
+
+
+def yolo_shapes_scenes(n: int, start: int = 0):
+    """``n`` held-out scenes the detector never trained on (seeds from 1,000,000 + ``start``),
+    drawn deterministically with numpy: (images float32 [n,3,320,320], [(boxes xyxy [k,4],
+    classes [k]) per scene])."""
+    from .yolo_shapes.scenes import eval_scenes
+    return eval_scenes(n, start)

@@ -9,6 +9,9 @@
 * ``quantizer.py``: the graph rewrite (int8 tensors with ``quant``, int8 weights, int32 bias,
   Quantize/DequantizeLinear at fp32 boundaries), mixed precision and the accuracy budget;
 * ``report.py``: per-layer SQNR / cosine, output agreement, what stayed fp32 and why;
+* ``metrics.py``: task-aware accuracy (top-1, detection F1, map IoU, SQNR), the task from shapes;
+* ``heterogeneous.py``: concats whose inputs' ranges are far apart (YOLO's boxes + probabilities);
+* ``budget.py``: one-pass layer sensitivity and the search for the fewest float32 layers;
 * ``export_onnx.py``: the quantized graph as an ONNX QDQ model.
 
 The int8 kernels themselves live in ``backends/cpu/kernels/int8_*.py``.
@@ -34,9 +37,10 @@ def quantize_model(graph: Graph, calib, *, calib_samples: Optional[int] = None,
                    keep_float: Sequence[str] = (), max_accuracy_drop: Optional[float] = None,
                    report: Union[str, os.PathLike, None] = None, percentile: float = 99.99,
                    held_out: Optional[float] = None, seed: int = 0, show_progress: bool = False,
-                   log=None) -> Tuple[Graph, dict]:
+                   log=None, task: Optional[str] = None, metric=None) -> Tuple[Graph, dict]:
     """Calibrate on ``calib`` and quantize ``graph`` (fp32, optimized) to int8.
 
+    ``task`` / ``metric``: what the report and the budget measure (``metrics.py``).
     Returns (int8 graph, report). ``report``: also write the report there as JSON.
     """
     if calib_method not in CALIB_METHODS:
@@ -47,7 +51,8 @@ def quantize_model(graph: Graph, calib, *, calib_samples: Optional[int] = None,
                              show_progress=show_progress)
     qgraph, rep = quantize_graph(graph, feeds, method=calib_method, keep_float=keep_float,
                                  max_accuracy_drop=max_accuracy_drop, percentile=percentile,
-                                 held_out=held_out, show_progress=show_progress, log=log)
+                                 held_out=held_out, show_progress=show_progress, log=log,
+                                 task=task, metric=metric)
     rep["calibration"]["source"] = calib if isinstance(calib, str) else type(calib).__name__
     if calib_recipe is not None:
         rep["calibration"]["recipe"] = calib_recipe if isinstance(calib_recipe, str) else "dict"

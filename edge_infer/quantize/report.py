@@ -9,8 +9,9 @@ accuracy budget measures each layer quantized alone.
 
 Per model output: top-1 agreement (argmax over the last axis), max and mean absolute error,
 relative L2 error, SQNR, and the max difference in output quantization steps. The
-``accuracy_drop`` the budget checks is 1 - top-1 agreement for outputs with a class axis
-(last dim > 1), else the relative L2 error of the first output.
+``accuracy_drop`` the budget checks comes from the task (``metrics.py``: top-1 for
+classifiers, detection F1 for YOLO-style outputs, map IoU for dense maps, relative L2 error
+otherwise), or from a user metric; ``task`` and ``task_score`` say which and how much.
 """
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ def cosine(ref: np.ndarray, test: np.ndarray) -> float:
     if na == 0.0 or nb == 0.0:
         return 0.0
     return float(np.dot(a, b) / (na * nb))
+
+
+def sqnr_cosine_of_sums(rr: float, dd: float, rx: float, xx: float):
+    """(SQNR dB, cosine) from streamed sums: sum r^2, sum (r - x)^2, sum r x, sum x^2."""
+    sq = SQNR_CAP if dd == 0 else (-SQNR_CAP if rr == 0 else min(SQNR_CAP, 10 * math.log10(rr / dd)))
+    cos = 1.0 if rr == 0 and xx == 0 else (0.0 if rr == 0 or xx == 0 else rx / math.sqrt(rr * xx))
+    return sq, cos
 
 
 def dequantize(arr: np.ndarray, quant: dict) -> np.ndarray:
@@ -105,9 +113,13 @@ class FloatReference:
 
 
 def evaluate(q: Graph, g: Graph, ref: FloatReference, names: Dict[str, str], plan,
-             per_layer: bool = True) -> dict:
+             per_layer: bool = True, task: Optional[str] = None, metric=None) -> dict:
     """Run the int8 graph ``q`` on the reference's held-out batches and compare with the float
-    graph: per-layer SQNR / cosine (streamed sums) and the model outputs' metrics."""
+    graph: per-layer SQNR / cosine (streamed sums) and the model outputs' metrics.
+
+    ``task`` (classify, detect, segment, generic; see ``metrics.py``) or a user ``metric``
+    decides the accuracy drop; without either, the drop is 1 - top-1 agreement for outputs
+    with a class axis, else the first output's relative L2 error."""
     from ..runtime import Runtime
     want = list(q.outputs)
     pairs = []                                  # (float tensor, q tensor, quant or None)
@@ -137,9 +149,7 @@ def evaluate(q: Graph, g: Graph, ref: FloatReference, names: Dict[str, str], pla
             sums[t] += (rv @ rv, d @ d, rv @ xv, xv @ xv)
     layers = {}
     for t, qn, quant in pairs:
-        rr, dd, rx, xx = sums[t]
-        sq = SQNR_CAP if dd == 0 else (-SQNR_CAP if rr == 0 else min(SQNR_CAP, 10 * math.log10(rr / dd)))
-        cos = 1.0 if rr == 0 and xx == 0 else (0.0 if rr == 0 or xx == 0 else rx / math.sqrt(rr * xx))
+        sq, cos = sqnr_cosine_of_sums(*sums[t])
         layers[t] = {"sqnr_db": round(float(sq), 3), "cosine": round(float(cos), 6),
                      "value": "int8" if quant is not None else "float32"}
     outputs = {}
@@ -147,6 +157,15 @@ def evaluate(q: Graph, g: Graph, ref: FloatReference, names: Dict[str, str], pla
         step = plan.params[name][0] if name in plan.params else None
         outputs[name] = output_metrics(np.concatenate(outs_ref[name]), np.concatenate(outs_q[name]), step)
     first = outputs[g.outputs[0]]
+    if task is not None or metric is not None:
+        from .metrics import METRIC_NAMES, accuracy_drop
+        full_ref = {k: np.concatenate(v) for k, v in outs_ref.items()}
+        full_q = {k: np.concatenate(v) for k, v in outs_q.items()}
+        drop, score = accuracy_drop(task or "generic", full_ref, full_q, list(g.outputs), metric)
+        key = "custom" if metric is not None else task
+        return {"layers": layers, "outputs": outputs, "accuracy_drop": float(drop), "drop_metric": METRIC_NAMES[key],
+                "task": key, "task_score": float(score),
+                "output_sqnr_db": first["sqnr_db"], "output_rel_error": first["rel_l2_error"]}
     if "top1_agreement" in first:
         drop, metric = 1.0 - first["top1_agreement"], "1 - top-1 agreement with fp32"
     else:
@@ -196,6 +215,7 @@ def build_report(source: Graph, g: Graph, q: Graph, plan, ranges, ev: dict, *, m
         "keep_float": keep_float,
         "outputs": ev["outputs"],
         "accuracy_drop": ev["accuracy_drop"], "accuracy_drop_metric": ev["drop_metric"],
+        **({"task": ev["task"], "task_score": ev["task_score"]} if "task" in ev else {}),
         "weights": {"float_bytes": wb_f, "int8_graph_bytes": wb_q,
                     "ratio": round(wb_q / max(wb_f, 1), 4)},
         "layers": layers,
@@ -217,9 +237,15 @@ def format_summary(rep: dict, max_layers: int = 12) -> str:
                  f"{nd['quantize_dequantize_inserted']} Quantize/DequantizeLinear inserted")
     w = rep["weights"]
     lines.append(f"  weights: {w['float_bytes']:,} B fp32 -> {w['int8_graph_bytes']:,} B ({w['ratio']:.2f}x)")
+    if "task" in rep:
+        lines.append(f"  task {rep['task']}: score {rep['task_score']:.4f} vs fp32 "
+                     f"(accuracy drop {rep['accuracy_drop']:.4f} = {rep['accuracy_drop_metric']})")
+    for h in rep.get("heterogeneous", []):
+        lines.append(f"  heterogeneous concat {h['node']} (an input gets {h['min_levels']:.1f} of 256 levels): "
+                     f"{h.get('decision', '')}")
     for name, m in rep["outputs"].items():
         s = f"  output {name}: "
-        if "top1_agreement" in m:
+        if "top1_agreement" in m and rep.get("task", "classify") == "classify":
             s += f"top-1 agreement {m['top1_agreement']:.2%}, "
         s += f"SQNR {m['sqnr_db']:.1f} dB, max |err| {m['max_abs_error']:.4g}"
         if "max_error_steps" in m:
@@ -243,5 +269,6 @@ def format_summary(rep: dict, max_layers: int = 12) -> str:
         state = "met" if b.get("met") else "NOT met"
         lines.append(f"  accuracy budget {b['max_accuracy_drop']:g} ({b['metric']}): {state}; drop "
                      f"{b['initial_drop']:.4f} -> {b['final_drop']:.4f}"
-                     + (f", kept fp32: {', '.join(b['kept_float'])}" if b['kept_float'] else ""))
+                     + (f", kept fp32 ({len(b['kept_float'])}): {', '.join(b['kept_float'])}" if b['kept_float'] else "")
+                     + (f" ({b['seconds']:.1f} s)" if "seconds" in b else ""))
     return "\n".join(lines)

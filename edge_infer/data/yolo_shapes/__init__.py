@@ -1,0 +1,1 @@
+"""The YOLO-style shapes detector fixture: see README.md here; ``scenes`` draws its scenes."""
