@@ -288,7 +288,7 @@ def _conv_transpose_numpy(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads, 
 
     def run():
         for b in range(n):
-            np.subtract(xs[b], zp_x, out=xc, casting="unsafe")
+            np.subtract(xs[b], np.float32(zp_x), out=xc, dtype=np.float32)
             gemm()
             acc[...] = b3
             for dst, src in taps:

@@ -74,6 +74,8 @@ def _rows(arr: np.ndarray, inner: int):
         return shape[0], st[0]
     if len(shape) == 1 and st[0] == 1 and shape[0] == inner:
         return 1, inner
+    if len(shape) == 1 and inner == 1:
+        return shape[0], st[0]
     return None
 
 
@@ -88,7 +90,11 @@ def lut_step(x: np.ndarray, y: np.ndarray, tables: np.ndarray, ctx=None, per: st
     tables = np.ascontiguousarray(np.asarray(tables, np.int8).reshape(-1, 256))
     ntab = tables.shape[0]
     if per == "tensor":
-        inner = y.size if y.flags.c_contiguous else _collapse(y.shape, y.strides)[0][-1]
+        if y.flags.c_contiguous:
+            inner = y.size
+        else:
+            shp, (sty,) = _collapse(y.shape, y.strides)
+            inner = shp[-1] if sty[-1] == 1 else 1      # rows of one value (a 1-channel slice)
     elif per == "row":
         inner = x.size // (x.shape[0] * ntab) if x.ndim >= 2 else 0
     else:
