@@ -115,7 +115,8 @@ def bcast_step(op: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, ctx, *, tab
     if not _has("ei_int8_bcast") or not (0 <= int(q) < (1 << 31)) or not -31 <= int(shift) <= 30:
         return None
     for arr in (a, b, y):
-        if arr.dtype != np.int8 or not arr.flags.c_contiguous or not arr.flags.aligned:
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.int8 or not arr.flags.c_contiguous \
+                or not arr.flags.aligned:
             return None
     try:
         if np.broadcast_shapes(a.shape, b.shape) != y.shape or y.size == 0:
