@@ -28,7 +28,7 @@ from ..errors import EdgeInferError
 from ..ir import Graph, Node, infer_shapes
 from .observers import (Observer, activation_qparams, make_observer, quantize_weights, weight_scales)
 
-ANCHOR_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
+ANCHOR_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "ConvTranspose")
 BINARY_OPS = ("Add", "Sub", "Mul")
 SAME_PARAM_OPS = ("MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
                   "Transpose", "Squeeze", "Unsqueeze", "Pad", "Resize", "Identity", "Slice", "Split",
@@ -38,8 +38,10 @@ CONCAT_OPS = ("Concat",)
 from ..backends.cpu.kernels.int8_elementwise import LUT_OPS  # noqa: E402
 
 #: fixed output parameters (TFLite's int8 spec for LOGISTIC and TANH)
-FIXED_OUTPUT = {"Sigmoid": (1.0 / 256.0, -128), "Tanh": (1.0 / 128.0, 0)}
-INT8_OPS = frozenset(ANCHOR_OPS + BINARY_OPS + SAME_PARAM_OPS + CLAMP_OPS + CONCAT_OPS + LUT_OPS)
+FIXED_OUTPUT = {"Sigmoid": (1.0 / 256.0, -128), "Tanh": (1.0 / 128.0, 0), "Softmax": (1.0 / 256.0, -128)}
+#: other ops with an int8 kernel (PRelu: per-channel tables; Softmax: integer exp table)
+OTHER_INT8_OPS = ("PRelu", "Softmax")
+INT8_OPS = frozenset(ANCHOR_OPS + BINARY_OPS + SAME_PARAM_OPS + CLAMP_OPS + CONCAT_OPS + LUT_OPS + OTHER_INT8_OPS)
 #: ops whose int8 output carries its input's parameters (pure data movement / max / mean)
 PASS_THROUGH = frozenset(SAME_PARAM_OPS)
 #: pure data movement (no arithmetic at all)
@@ -179,7 +181,7 @@ def data_inputs(node: Node, g: Graph) -> List[int]:
         return [0] + ([3] if _opt(node, 3) else [])
     if op in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul"):
         return [0] + ([] if const(1) else [1])
-    if op in BINARY_OPS or op in CONCAT_OPS:
+    if op in BINARY_OPS or op in CONCAT_OPS or op == "PRelu":
         return [i for i, n in enumerate(node.inputs) if n]
     return [0]
 
@@ -194,7 +196,7 @@ def int8_support(node: Node, g: Graph) -> Tuple[bool, str]:
         name = node.inputs[i]
         if T[name].dtype != "float32":
             return False, f"input {name!r} is {T[name].dtype}, not float32"
-        if T[name].is_const and op not in BINARY_OPS + CONCAT_OPS:
+        if T[name].is_const and op not in BINARY_OPS + CONCAT_OPS and not (op == "PRelu" and i == 1):
             return False, f"data input {name!r} is a constant"
     for o in node.outputs:
         if o and T[o].dtype != "float32":
@@ -230,7 +232,28 @@ def int8_support(node: Node, g: Graph) -> Tuple[bool, str]:
             if not bt.is_const or bt.data.size not in (1, n) or (bt.data.size == n and bt.data.shape[-1] != n):
                 return False, "bias is not a per-column constant"
     if op == "Resize" and node.attrs.get("mode", "nearest") != "nearest":
-        return False, f"Resize mode {node.attrs.get('mode')} has no int8 kernel (nearest only)"
+        from ..backends.cpu.kernels.int8_spatial import BILINEAR_MODES, resize_axes
+        x, y = T[node.inputs[0]], T[node.outputs[0]]
+        ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+        if node.attrs.get("mode") != "linear" or ctm not in BILINEAR_MODES or node.attrs.get("antialias") \
+                or not (x.is_static and y.is_static) or resize_axes(x.shape, y.shape) is None:
+            return False, (f"Resize {node.attrs.get('mode')} ({ctm}) has no int8 kernel (nearest, and linear "
+                           "over two spatial axes)")
+    if op == "PRelu" and (len(node.inputs) < 2 or not T[node.inputs[1]].is_const
+                          or sum(d != 1 for d in T[node.inputs[1]].data.shape) > 1):
+        return False, "PRelu slope is not a constant along one axis"
+    if op == "Softmax":
+        x = T[node.inputs[0]]
+        ax = int(node.attrs.get("axis", -1)) % max(len(x.shape or ()), 1)
+        if x.shape is None or any(d != 1 for d in x.shape[ax + 1:]):
+            return False, "int8 Softmax runs over the last axis"
+    if op == "ConvTranspose":
+        w = T[node.inputs[1]]
+        if not w.is_const or w.data.ndim != 4 or int(node.attrs.get("group", 1)) != 1 \
+                or any(int(d) != 1 for d in (node.attrs.get("dilations") or [1, 1])):
+            return False, "int8 ConvTranspose covers 2-D, group 1, dilation 1, constant weights"
+        if _opt(node, 2) and not T[_opt(node, 2)].is_const:
+            return False, "bias is not a constant"
     if op == "Pad":
         cv = _opt(node, 2)
         if cv and not T[cv].is_const:
@@ -484,6 +507,9 @@ class _Builder:
         if op in ("Conv", "FusedConv"):
             axis = 0
             n_out = w.shape[0]
+        elif op == "ConvTranspose":                  # W (C_in, C_out, kh, kw): per output channel
+            axis = 1
+            n_out = w.shape[1]
         elif op in ("Gemm", "FusedGemm"):
             alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
             w = w * alpha

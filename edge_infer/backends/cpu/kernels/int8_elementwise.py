@@ -24,7 +24,9 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
+from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
+from ..native.ops import copy_step, sequence_step
 from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
                           requantize, round_half_away, scratch)
 
@@ -111,10 +113,19 @@ def requant_table(s_x: float, zp_x: int, s_y: float, zp_y: int, lo: int = QMIN, 
     return np.clip(r, lo, hi).astype(np.int8)
 
 
-def gather_step(ctx, x: np.ndarray, y: np.ndarray, table: np.ndarray) -> Callable[[], None]:
-    """y = table[x + 128] as one np.take on the uint8 view of x."""
+def by_bits(table: np.ndarray) -> np.ndarray:
+    """A table over v = -128..127 (index v + 128) reordered to index by v's uint8 bit pattern."""
     tu = np.empty(256, np.int8)
-    tu[(_VALUES.astype(np.int8)).view(np.uint8)] = table         # index by the uint8 bit pattern
+    tu[(_VALUES.astype(np.int8)).view(np.uint8)] = table
+    return tu
+
+
+def gather_step(ctx, x: np.ndarray, y: np.ndarray, table: np.ndarray) -> Callable[[], None]:
+    """y = table[x + 128]: the native LUT kernel, else one np.take on the uint8 view of x."""
+    tu = by_bits(table)
+    step = native_int8.lut_step(x, y, tu, ctx)
+    if step is not None:
+        return step
     xu = x.view(np.uint8)
     take, copyto = np.take, np.copyto
     if np.shares_memory(x, y):                  # in place: gather into scratch, then copy
@@ -137,8 +148,13 @@ def int8_lut(node: Node, ctx) -> Callable[[], None]:
     s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
     table = lut_table(activation_fn(node.op, node.attrs), s_x, zp_x, s_y, zp_y)
-    ctx.note(node, f"int8 {node.op}: 256-entry lookup table")
-    return gather_step(ctx, x, y, table)
+    step = gather_step(ctx, x, y, table)
+    ctx.note(node, f"int8 {node.op}: 256-entry lookup table" + _native_lut_note(step))
+    return step
+
+
+def _native_lut_note(step) -> str:
+    return f" native ({native_int8.lut_isa()})" if getattr(step, "native_step", None) is not None else ""
 
 
 def _clip_bounds(node: Node, ctx):
@@ -178,8 +194,10 @@ def int8_clamp(node: Node, ctx) -> Callable[[], None]:
     if f32(s_x) == f32(s_y) and zp_x == zp_y:
         ctx.note(node, f"int8 {node.op}: clamp to [{lo}, {hi}]")
         return lambda: np.clip(x, lo, hi, out=y)
-    ctx.note(node, f"int8 {node.op}: requantize + clamp to [{lo}, {hi}] (exact 256-entry table)")
-    return gather_step(ctx, x, y, requant_table(s_x, zp_x, s_y, zp_y, lo, hi))
+    step = gather_step(ctx, x, y, requant_table(s_x, zp_x, s_y, zp_y, lo, hi))
+    ctx.note(node, f"int8 {node.op}: requantize + clamp to [{lo}, {hi}] (exact 256-entry table)"
+             + _native_lut_note(step))
+    return step
 
 
 # -- Add / Sub / Mul -----------------------------------------------------------------------------
@@ -210,6 +228,18 @@ def add_params(s1: float, s2: float, s_y: float, sub: bool = False):
     return q1, q2, qy
 
 
+def add_tables(inputs) -> list:
+    """TFLite ADD's per-operand terms MBQM((v - zp) << 20, q, shift) for v = -128..127, as int64
+    (256,) tables indexed by v's uint8 bit pattern."""
+    idx = _VALUES.astype(np.int8).view(np.uint8)
+    out = []
+    for zp, q, sh in inputs:
+        t = np.empty(256, np.int64)
+        t[idx] = requantize((_VALUES - zp) << LEFT_SHIFT, q, sh)
+        out.append(t)
+    return out
+
+
 @int8_kernel("Add", "Sub")
 def int8_add(node: Node, ctx) -> Callable[[], None]:
     a, b, y = _binary_inputs(node, ctx)
@@ -218,6 +248,9 @@ def int8_add(node: Node, ctx) -> Callable[[], None]:
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
     (q1, sh1), (q2, sh2), (qy, shy) = add_params(s1, s2, s_y, node.op == "Sub")
     step = native_kernels.int8_add_step(ctx, a, b, y, [(zp1, q1, sh1), (zp2, q2, sh2)], qy, shy, zp_y)
+    if step is None and a.shape != b.shape:
+        step = native_int8.bcast_step("Add", a, b, y, ctx, tables=add_tables([(zp1, q1, sh1), (zp2, q2, sh2)]),
+                                      q=qy, shift=shy, zp_y=zp_y)
     if step is not None:
         ctx.note(node, f"int8 {node.op} native ({native_kernels.isa_name()}; TFLite: each input's "
                        f"(x - zp) << {LEFT_SHIFT} rescaled through a 256-entry table, summed, requantized)")
@@ -266,6 +299,11 @@ def int8_mul(node: Node, ctx) -> Callable[[], None]:
     s2, zp2 = per_tensor(ctx, node.inputs[1], "B")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
     q, sh = quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
+    step = native_int8.bcast_step("Mul", a, b, y, ctx, zp1=zp1, zp2=zp2, q=q, shift=sh, zp_y=zp_y)
+    if step is not None:
+        ctx.note(node, f"int8 Mul native{' broadcast' if a.shape != b.shape else ''} (TFLite: (x1 - zp1)(x2 - zp2) "
+                       "requantized)")
+        return step
     shape = y.shape
     acc = scratch(ctx, "acc_i64", shape, np.int64)
     tmp = scratch(ctx, "add_in1_i64", shape, np.int64)
@@ -318,9 +356,13 @@ def int8_concat(node: Node, ctx) -> Callable[[], None]:
         dst = y[(slice(None),) * axis + (slice(at, at + k),)]
         at += k
         if np.float32(s) == np.float32(s_y) and zp == zp_y:
-            steps.append(lambda dst=dst, v=v: np.copyto(dst, v))
+            steps.append(copy_step([(dst, v)]) or (lambda dst=dst, v=v: np.copyto(dst, v)))
         else:
             requantized += 1
+            nat = native_int8.lut_step(v, dst, by_bits(requant_table(s, zp, s_y, zp_y)), ctx)
+            if nat is not None:
+                steps.append(nat)
+                continue
             tu = np.empty(256, np.int8)
             tu[_VALUES.astype(np.int8).view(np.uint8)] = requant_table(s, zp, s_y, zp_y)
             tmp = ctx.workspace(v.shape, np.int8)
@@ -333,8 +375,71 @@ def int8_concat(node: Node, ctx) -> Callable[[], None]:
     if at != y.shape[axis]:
         raise ShapeError(f"Concat {node.name!r}: inputs give {at} along axis {axis}, output has {y.shape[axis]}")
 
+    nat = sequence_step(steps)
+    ctx.note(node, f"int8 Concat{' native' if nat is not None else ''} ({requantized} input(s) requantized "
+                   "through exact tables)")
+    if nat is not None:
+        return nat
+
     def run():
         for st in steps:
             st()
-    ctx.note(node, f"int8 Concat ({requantized} input(s) requantized through exact tables)")
+    return run
+
+
+# -- PRelu ---------------------------------------------------------------------------------------
+
+def prelu_tables(s_x: float, zp_x: int, slope_q: np.ndarray, s_a: float, zp_a: int, s_y: float, zp_y: int
+                 ) -> np.ndarray:
+    """TFLite int8 PRELU as one exact table per slope value (C, 256; index v + 128):
+    v >= zp_x: zp_y + MBQM(v - zp_x, s_x / s_y); else zp_y + MBQM((v - zp_x)(a - zp_a), s_x s_a / s_y)."""
+    f32 = np.float32
+    q1, sh1 = quantize_multiplier(float(f32(s_x)) / float(f32(s_y)))
+    q2, sh2 = quantize_multiplier(float(f32(s_x)) * float(f32(s_a)) / float(f32(s_y)))
+    d = (_VALUES - zp_x)[None, :]
+    a = np.asarray(slope_q, np.int64).reshape(-1, 1) - zp_a
+    pos = requantize(np.broadcast_to(d, (a.shape[0], 256)), q1, sh1)
+    neg = requantize(d * a, q2, sh2)
+    return np.clip(np.where(d >= 0, pos, neg) + zp_y, QMIN, QMAX).astype(np.int8)
+
+
+@int8_kernel("PRelu")
+def int8_prelu(node: Node, ctx) -> Callable[[], None]:
+    """int8 PRelu with a constant slope broadcast along one axis (or a scalar): one table per slope
+    value (TFLite's integer PRELU, exactly), run by the LUT kernel per channel."""
+    x, y = _check_io(node, ctx)
+    s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    slope = ctx.const(node.inputs[1])
+    if slope is None or slope.dtype != np.int8:
+        raise UnsupportedOpError(f"PRelu {node.name!r}: int8 PRelu needs a constant int8 slope")
+    s_a, zp_a = per_tensor(ctx, node.inputs[1], "slope")
+    full = [1] * (x.ndim - slope.ndim) + list(slope.shape)
+    axes = [k for k, d in enumerate(full) if d != 1]
+    if len(axes) > 1 or (axes and x.shape[axes[0]] != full[axes[0]]):
+        raise UnsupportedOpError(f"PRelu {node.name!r}: int8 slope must vary along one axis, got {slope.shape}")
+    tabs = prelu_tables(s_x, zp_x, slope.reshape(-1), s_a, zp_a, s_y, zp_y)
+    tu = np.stack([by_bits(t) for t in tabs])                        # (C, 256) by bit pattern
+    axis = axes[0] if axes else None
+    inner = int(np.prod(x.shape[axis + 1:])) if axis is not None else x.size
+    step = None
+    if axis is None:
+        step = native_int8.lut_step(x, y, tu, ctx)
+    elif axis == x.ndim - 1:
+        step = native_int8.lut_step(x, y, tu, ctx, per="col", channels=x.shape[-1])
+    elif axis == 1 or int(np.prod(x.shape[:axis])) == 1:
+        step = native_int8.lut_step(x, y, tu, ctx, per="row")
+    ctx.note(node, f"int8 PRelu: {tu.shape[0]} exact 256-entry table(s)" + _native_lut_note(step))
+    if step is not None:
+        return step
+    c = tu.shape[0]
+    outer = x.size // (c * inner)
+    idx = (np.arange(c, dtype=np.intp) * 256).reshape(1, c, 1)
+    flat = tu.reshape(-1)
+    x3, y3 = x.reshape(outer, c, inner), y.reshape(outer, c, inner)
+    tmp = ctx.workspace((outer, c, inner), np.intp)
+
+    def run():
+        np.add(x3.view(np.uint8), idx, out=tmp)
+        np.take(flat, tmp, out=y3)
     return run

@@ -261,19 +261,13 @@ def int8_add_step(ctx, a: np.ndarray, b: np.ndarray, y: np.ndarray, inputs, qy: 
     ``inputs``: [(zp_i, q_i, shift_i)] per operand. Each operand's term
     MBQM((x - zp) << 20, q_i, shift_i) depends on its int8 value alone: a 256-entry table made
     here with the numpy kernels' own integer requantization."""
-    from ..kernels.int8_common import requantize
+    from ..kernels.int8_elementwise import add_tables
     if _native.lib is None or not (a.shape == b.shape == y.shape):
         return None
     for arr in (a, b, y):
         if not arr.flags.c_contiguous or arr.dtype != np.int8:
             return None
-    values = np.arange(-128, 128, dtype=np.int64)
-    idx = values.astype(np.int8).view(np.uint8)
-    tables = []
-    for zp, q, sh in inputs:
-        t = np.empty(256, np.int64)
-        t[idx] = requantize((values - zp) << 20, q, sh)
-        tables.append(t)
+    tables = add_tables(inputs)
     if int(np.abs(tables[0]).max() + np.abs(tables[1]).max()) >= INT32_LIMIT or not requant_ok([qy], [shy]):
         return None
     t1, t2 = (np.ascontiguousarray(t, np.int32) for t in tables)

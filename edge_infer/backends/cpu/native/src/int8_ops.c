@@ -1,0 +1,359 @@
+/* int8 element-wise and data-movement kernels of the MobileNetV3 / detector families:
+ *
+ *   ei_lut_s8            256-entry lookup tables (activations, requantizing Relu/Clip/Concat
+ *                        inputs, per-channel PRelu): AVX-512 VBMI vpermi2b, AVX2 pshufb over 16
+ *                        sub-tables, NEON tbl/tbx over four 64-byte quarters, scalar
+ *   ei_int8_bcast        broadcast int8 Add (TFLite ADD: per-value terms from two tables, summed,
+ *                        requantized) and Mul (TFLite MUL: (a - zp1)(b - zp2) requantized)
+ *   ei_runs_s8           byte-run gathers (nearest Resize: runs of contiguous source bytes)
+ *   ei_bilinear_s8       TFLite's integer bilinear Resize (10-bit weights, rounded / 2^20)
+ *   ei_softmax_s8        int8 Softmax: integer exp table by distance to the row max, int64 sums,
+ *                        exact rounded quotients
+ *
+ * Bit-exact with the numpy kernels (kernels/int8_elementwise.py, int8_spatial.py): tables and
+ * multipliers are made there, at prepare; everything here is integer arithmetic.
+ */
+#include "ei_int8.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+#define PAR_BYTES 65536       /* below this an op runs on the calling thread */
+#define CHUNK 16384           /* bytes of one row a thread task covers */
+
+/* ---- lookup tables ---- */
+
+typedef struct {
+    const int8_t *x; int8_t *y;
+    const int8_t *tab;          /* ntab tables of 256 entries, indexed by x's uint8 bit pattern */
+    int64_t rows, inner;        /* rows of `inner` contiguous values */
+    int64_t xs, ys;             /* row strides (elements) */
+    int32_t ntab, per_col;      /* table of row r: r % ntab; per_col: of element j: j % ntab */
+    int32_t threads, pad_;
+} ei_lut_s8_args;
+
+static void lut_scalar(const int8_t *t, const int8_t *x, int8_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = t[(uint8_t)x[i]];
+}
+
+#if defined(__x86_64__)
+static int has_vbmi(void) {
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw"); }
+    return v && ei_has(EI_AVX512);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static void lut_vbmi(const int8_t *t, const int8_t *x, int8_t *y, int64_t n) {
+    __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
+    __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
+    int64_t i = 0;
+    for (; i < n; i += 64) {
+        __mmask64 m = n - i >= 64 ? ~0ULL : ((1ULL << (n - i)) - 1);
+        __m512i u = _mm512_maskz_loadu_epi8(m, x + i);
+        __m512i lo = _mm512_permutex2var_epi8(t0, u, t1), hi = _mm512_permutex2var_epi8(t2, u, t3);
+        __m512i r = _mm512_mask_blend_epi8(_mm512_movepi8_mask(u), lo, hi);
+        _mm512_mask_storeu_epi8(y + i, m, r);
+    }
+}
+
+__attribute__((target("avx2")))
+static void lut_avx2(const int8_t *t, const int8_t *x, int8_t *y, int64_t n) {
+    __m256i sub[16];
+    for (int k = 0; k < 16; k++) sub[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(t + 16 * k)));
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(x + i));
+        __m256i lo = _mm256_and_si256(u, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), lo4);
+        __m256i r = _mm256_setzero_si256();
+        for (int k = 0; k < 16; k++) {
+            __m256i m = _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)k));
+            r = _mm256_or_si256(r, _mm256_and_si256(m, _mm256_shuffle_epi8(sub[k], lo)));
+        }
+        _mm256_storeu_si256((__m256i *)(y + i), r);
+    }
+    lut_scalar(t, x + i, y + i, n - i);
+}
+#endif
+
+#if defined(__aarch64__)
+static void lut_neon(const int8_t *t, const int8_t *x, int8_t *y, int64_t n) {
+    uint8x16x4_t q[4];
+    for (int k = 0; k < 4; k++) q[k] = vld1q_u8_x4((const uint8_t *)t + 64 * k);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint8x16_t u = vld1q_u8((const uint8_t *)x + i);
+        uint8x16_t r = vqtbl4q_u8(q[0], u);
+        r = vqtbx4q_u8(r, q[1], vsubq_u8(u, vdupq_n_u8(64)));
+        r = vqtbx4q_u8(r, q[2], vsubq_u8(u, vdupq_n_u8(128)));
+        r = vqtbx4q_u8(r, q[3], vsubq_u8(u, vdupq_n_u8(192)));
+        vst1q_u8((uint8_t *)y + i, r);
+    }
+    lut_scalar(t, x + i, y + i, n - i);
+}
+#endif
+
+typedef void (*lut_fn)(const int8_t *, const int8_t *, int8_t *, int64_t);
+
+static lut_fn lut_kernel(void) {
+#if defined(__x86_64__)
+    if (has_vbmi()) return lut_vbmi;
+    if (ei_has(EI_AVX2)) return lut_avx2;
+#elif defined(__aarch64__)
+    if (ei_has(EI_NEON)) return lut_neon;
+#endif
+    return lut_scalar;
+}
+
+/* the SIMD the LUT kernel uses under the current ISA mask (for the plan notes) */
+EI_API int ei_lut_isa(void) {
+    lut_fn f = lut_kernel();
+#if defined(__x86_64__)
+    if (f == lut_vbmi) return 3;
+    if (f == lut_avx2) return 1;
+#elif defined(__aarch64__)
+    if (f == lut_neon) return 2;
+#endif
+    return 0;
+}
+
+typedef struct { const ei_lut_s8_args *a; lut_fn fn; int64_t nchunk; } lut_ctx;
+
+static void lut_range(void *vctx, int64_t b, int64_t e) {
+    const lut_ctx *c = (const lut_ctx *)vctx;
+    const ei_lut_s8_args *a = c->a;
+    for (int64_t it = b; it < e; it++) {
+        int64_t r = it / c->nchunk, j0 = (it % c->nchunk) * CHUNK, len = EI_MIN((int64_t)CHUNK, a->inner - j0);
+        const int8_t *x = a->x + r * a->xs + j0;
+        int8_t *y = a->y + r * a->ys + j0;
+        if (a->per_col) {
+            for (int64_t j = 0; j < len; j++) y[j] = a->tab[((j0 + j) % a->ntab) * 256 + (uint8_t)x[j]];
+        } else {
+            c->fn(a->tab + (r % a->ntab) * 256, x, y, len);
+        }
+    }
+}
+
+EI_API void ei_lut_s8(const ei_lut_s8_args *a) {
+    if (a->rows <= 0 || a->inner <= 0) return;
+    lut_ctx c = { a, lut_kernel(), (a->inner + CHUNK - 1) / CHUNK };
+    int64_t items = a->rows * c.nchunk;
+    int t = a->rows * a->inner >= 4 * PAR_BYTES ? a->threads : 1;
+    ei_parallel_for(items, 1, lut_range, &c, t);
+}
+
+/* ---- broadcast Add / Mul ---- */
+
+typedef struct {
+    const int8_t *a, *b; int8_t *y;
+    const int32_t *t1, *t2;             /* Add: MBQM((v - zp_i) << 20, M_i) per value; Mul: NULL */
+    int64_t shape[4], sa[4], sb[4];     /* collapsed dims (outermost first), element strides; y dense */
+    int32_t op;                         /* 0 Add, 1 Mul */
+    int32_t zp1, zp2, q, shift, zp_y, lo, hi, threads, pad_;
+} ei_int8_bcast_args;
+
+typedef struct { const ei_int8_bcast_args *a; int simd; } bcast_ctx;
+
+static void bcast_range(void *vctx, int64_t r0, int64_t r1) {
+    const bcast_ctx *c = (const bcast_ctx *)vctx;
+    const ei_int8_bcast_args *a = c->a;
+    enum { BLK = 256 };
+    int32_t acc[BLK], sh[BLK], q[BLK];
+    for (int i = 0; i < BLK; i++) { sh[i] = a->shift; q[i] = a->q; }
+    ei_rq rq = { NULL, q, sh, NULL, a->zp_y, a->lo, a->hi };
+    int64_t n = a->shape[3], s3a = a->sa[3], s3b = a->sb[3];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i2 = r % a->shape[2], i1 = (r / a->shape[2]) % a->shape[1], i0 = r / (a->shape[2] * a->shape[1]);
+        const int8_t *pa = a->a + i0 * a->sa[0] + i1 * a->sa[1] + i2 * a->sa[2];
+        const int8_t *pb = a->b + i0 * a->sb[0] + i1 * a->sb[1] + i2 * a->sb[2];
+        int8_t *y = a->y + r * n;
+        for (int64_t s = 0; s < n; s += BLK) {
+            int len = (int)EI_MIN((int64_t)BLK, n - s);
+            const int8_t *xa = pa + s * s3a, *xb = pb + s * s3b;
+            if (a->op == 0) {
+                if (s3b == 0) { int32_t tb = a->t2[(uint8_t)xb[0]]; for (int i = 0; i < len; i++) acc[i] = a->t1[(uint8_t)xa[i * s3a]] + tb; }
+                else if (s3a == 0) { int32_t ta = a->t1[(uint8_t)xa[0]]; for (int i = 0; i < len; i++) acc[i] = ta + a->t2[(uint8_t)xb[i * s3b]]; }
+                else for (int i = 0; i < len; i++) acc[i] = a->t1[(uint8_t)xa[i * s3a]] + a->t2[(uint8_t)xb[i * s3b]];
+            } else {
+                if (s3a == 1 && s3b == 1) for (int i = 0; i < len; i++) acc[i] = (xa[i] - a->zp1) * (xb[i] - a->zp2);
+                else if (s3a == 1 && s3b == 0) { int32_t vb = xb[0] - a->zp2; for (int i = 0; i < len; i++) acc[i] = (xa[i] - a->zp1) * vb; }
+                else if (s3a == 0 && s3b == 1) { int32_t va = xa[0] - a->zp1; for (int i = 0; i < len; i++) acc[i] = va * (xb[i] - a->zp2); }
+                else for (int i = 0; i < len; i++) acc[i] = (xa[i * s3a] - a->zp1) * (xb[i * s3b] - a->zp2);
+            }
+            ei_rq_run(c->simd, &rq, acc, 0, len, y + s, 1, NULL);
+        }
+    }
+}
+
+EI_API void ei_int8_bcast(const ei_int8_bcast_args *a) {
+    bcast_ctx c = { a, ei_rq_simd() };
+    int64_t rows = a->shape[0] * a->shape[1] * a->shape[2], total = rows * a->shape[3];
+    if (total <= 0) return;
+    int64_t grain = EI_MAX((int64_t)1, 4096 / EI_MAX(a->shape[3], (int64_t)1));
+    ei_parallel_for(rows, grain, bcast_range, &c, total >= 2 * PAR_BYTES ? a->threads : 1);
+}
+
+/* ---- byte-run gathers ---- */
+
+typedef struct {
+    const int8_t *x; int8_t *y;
+    const int64_t *seg;         /* nseg triples (dst offset, src offset, length), per lead block */
+    int64_t nseg, lead, x_lead, y_lead;
+    int32_t threads, pad_;
+} ei_runs_s8_args;
+
+static void runs_range(void *vctx, int64_t b, int64_t e) {
+    const ei_runs_s8_args *a = (const ei_runs_s8_args *)vctx;
+    for (int64_t it = b; it < e; it++) {
+        int64_t l = it / a->nseg, s = it % a->nseg;
+        const int64_t *g = a->seg + 3 * s;
+        memcpy(a->y + l * a->y_lead + g[0], a->x + l * a->x_lead + g[1], (size_t)g[2]);
+    }
+}
+
+EI_API void ei_runs_s8(const ei_runs_s8_args *a) {
+    int64_t items = a->lead * a->nseg;
+    int t = a->lead * a->y_lead >= 4 * PAR_BYTES ? a->threads : 1;
+    ei_parallel_for(items, 64, runs_range, (void *)a, t);
+}
+
+/* ---- TFLite integer bilinear Resize ---- */
+
+typedef struct {
+    const int8_t *x; int8_t *y;
+    const int32_t *ry, *rx;     /* per output row / column: lower index, upper index, offset d */
+    int64_t n, c, h, w, oh, ow;
+    int32_t nhwc, threads;
+} ei_bilinear_s8_args;
+
+/* (v + sign(v) 2^19) / 2^20, C division (TFLite without single rounding) */
+static inline int8_t bl_round(int32_t v) {
+    int32_t r = (v + (v > 0 ? (1 << 19) : -(1 << 19))) / (1 << 20);
+    return (int8_t)(r < -128 ? -128 : r > 127 ? 127 : r);
+}
+
+static void bilinear_range(void *vctx, int64_t b, int64_t e) {
+    const ei_bilinear_s8_args *a = (const ei_bilinear_s8_args *)vctx;
+    for (int64_t r = b; r < e; r++) {          /* r: (n, oy) in NHWC; (n, c, oy) in NCHW */
+        int64_t oy = r % a->oh, plane = r / a->oh;
+        int32_t y0 = a->ry[3 * oy], y1 = a->ry[3 * oy + 1], dy = a->ry[3 * oy + 2];
+        int32_t wy0 = (1 << 10) - dy, wy1 = dy;
+        if (a->nhwc) {
+            const int8_t *r0 = a->x + (plane * a->h + y0) * a->w * a->c, *r1 = a->x + (plane * a->h + y1) * a->w * a->c;
+            int8_t *out = a->y + (plane * a->oh + oy) * a->ow * a->c;
+            for (int64_t ox = 0; ox < a->ow; ox++, out += a->c) {
+                int32_t x0 = a->rx[3 * ox], x1 = a->rx[3 * ox + 1], dx = a->rx[3 * ox + 2];
+                int32_t w00 = wy0 * ((1 << 10) - dx), w01 = wy0 * dx, w10 = wy1 * ((1 << 10) - dx), w11 = wy1 * dx;
+                const int8_t *p00 = r0 + x0 * a->c, *p01 = r0 + x1 * a->c, *p10 = r1 + x0 * a->c, *p11 = r1 + x1 * a->c;
+                for (int64_t ch = 0; ch < a->c; ch++)
+                    out[ch] = bl_round(p00[ch] * w00 + p10[ch] * w10 + p01[ch] * w01 + p11[ch] * w11);
+            }
+        } else {
+            const int8_t *xp = a->x + plane * a->h * a->w;
+            int8_t *out = a->y + (plane * a->oh + oy) * a->ow;
+            for (int64_t ox = 0; ox < a->ow; ox++) {
+                int32_t x0 = a->rx[3 * ox], x1 = a->rx[3 * ox + 1], dx = a->rx[3 * ox + 2];
+                int32_t v = xp[y0 * a->w + x0] * (wy0 * ((1 << 10) - dx)) + xp[y1 * a->w + x0] * (wy1 * ((1 << 10) - dx))
+                          + xp[y0 * a->w + x1] * (wy0 * dx) + xp[y1 * a->w + x1] * (wy1 * dx);
+                out[ox] = bl_round(v);
+            }
+        }
+    }
+}
+
+EI_API void ei_bilinear_s8(const ei_bilinear_s8_args *a) {
+    int64_t rows = (a->nhwc ? a->n : a->n * a->c) * a->oh;
+    int64_t total = a->n * a->c * a->oh * a->ow;
+    ei_parallel_for(rows, 1, bilinear_range, (void *)a, total >= 2 * PAR_BYTES ? a->threads : 1);
+}
+
+/* ---- int8 Softmax over the last axis ---- */
+
+typedef struct {
+    const int8_t *x; int8_t *y;
+    const int32_t *etab;        /* 256: round(2^20 exp(-beta s d)) for d = max - x */
+    int64_t rows, cols;
+    int32_t threads, pad_;
+} ei_softmax_s8_args;
+
+static void softmax_s8_range(void *vctx, int64_t b, int64_t e) {
+    const ei_softmax_s8_args *a = (const ei_softmax_s8_args *)vctx;
+    for (int64_t r = b; r < e; r++) {
+        const int8_t *x = a->x + r * a->cols;
+        int8_t *y = a->y + r * a->cols;
+        int32_t mx = -128;
+        for (int64_t j = 0; j < a->cols; j++) mx = x[j] > mx ? x[j] : mx;
+        int64_t sum = 0;
+        for (int64_t j = 0; j < a->cols; j++) sum += a->etab[mx - x[j]];
+        for (int64_t j = 0; j < a->cols; j++) {
+            int64_t v = (512 * (int64_t)a->etab[mx - x[j]] + sum) / (2 * sum) - 128;
+            y[j] = (int8_t)(v > 127 ? 127 : v);
+        }
+    }
+}
+
+EI_API void ei_softmax_s8(const ei_softmax_s8_args *a) {
+    int64_t grain = EI_MAX((int64_t)1, 2048 / EI_MAX(a->cols, (int64_t)1));
+    ei_parallel_for(a->rows, grain, softmax_s8_range, (void *)a, a->rows * a->cols >= PAR_BYTES ? a->threads : 1);
+}
+
+/* ---- self-test: the dispatched paths vs plain loops, seeded random data ---- */
+static uint64_t st_state;
+static uint32_t st_rand(void) {
+    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(st_state >> 33);
+}
+
+EI_API int ei_selftest_int8_ops(void) {
+    int fails = 0;
+    st_state = 4242;
+    enum { N = 3 * 4096 + 77 };
+    static int8_t x[N], b[N], y0[N], y1[N], tab[3 * 256];
+    for (int i = 0; i < N; i++) { x[i] = (int8_t)st_rand(); b[i] = (int8_t)st_rand(); }
+    for (int i = 0; i < 3 * 256; i++) tab[i] = (int8_t)st_rand();
+    /* LUT: one table, rows with strides, per-row and per-column tables */
+    for (int mode = 0; mode < 3; mode++) {
+        int64_t rows = mode == 0 ? 1 : 7, inner = mode == 0 ? N : 1000 + mode;
+        ei_lut_s8_args a = { x, y1, tab, rows, inner, inner + (mode ? 3 : 0), inner + (mode ? 5 : 0), mode == 0 ? 1 : 3, mode == 2, 2, 0 };
+        memset(y0, 0, N); memset(y1, 0, N);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < inner; j++) {
+                int t = mode == 2 ? (int)(j % 3) : (int)(r % a.ntab);
+                y0[r * a.ys + j] = tab[t * 256 + (uint8_t)x[r * a.xs + j]];
+            }
+        if ((rows - 1) * EI_MAX(a.xs, a.ys) + inner > N) return fails + 1000;
+        ei_lut_s8(&a);
+        fails += memcmp(y0, y1, N) != 0;
+    }
+    /* broadcast Add / Mul: (R, C) x (1, C) and (R, C) x (R, 1) */
+    int32_t t1[256], t2[256];
+    for (int i = 0; i < 256; i++) { t1[i] = (int32_t)(st_rand() % 2000000) - 1000000; t2[i] = (int32_t)(st_rand() % 2000000) - 1000000; }
+    for (int trial = 0; trial < 4; trial++) {
+        int64_t R = 37, C = 300;
+        int col = trial & 1, op = trial >> 1;
+        ei_int8_bcast_args a;
+        memset(&a, 0, sizeof a);
+        a.a = x; a.b = b; a.y = y1; a.t1 = t1; a.t2 = t2; a.op = op;
+        a.shape[0] = a.shape[1] = 1; a.shape[2] = R; a.shape[3] = C;
+        a.sa[2] = C; a.sa[3] = 1;
+        a.sb[2] = col ? 0 : 1; a.sb[3] = col ? 1 : 0;
+        a.zp1 = (int32_t)(st_rand() % 256) - 128; a.zp2 = (int32_t)(st_rand() % 256) - 128;
+        a.q = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1))); a.shift = op ? -(int32_t)(st_rand() % 10) : -20;
+        a.zp_y = (int32_t)(st_rand() % 256) - 128; a.lo = -128; a.hi = 127; a.threads = 2;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < C; j++) {
+                int8_t va = x[r * C + j], vb = col ? b[j] : b[r];
+                int32_t acc = op ? (va - a.zp1) * (vb - a.zp2) : t1[(uint8_t)va] + t2[(uint8_t)vb];
+                y0[r * C + j] = ei_rq_one(acc, a.q, a.shift, a.zp_y, 0, -128, 127);
+            }
+        ei_int8_bcast(&a);
+        fails += memcmp(y0, y1, (size_t)(R * C)) != 0;
+    }
+    return fails;
+}
