@@ -19,6 +19,7 @@ from ..cpu.kernels.int8_conv import conv_requant_params
 from ..cpu.kernels.int8_elementwise import (LUT_OPS, _clip_bounds, activation_fn, add_params, lut_table,
                                             requant_table, round_half_away)
 from ..cpu.kernels.int8_gemm import _b_scales, _bias
+from ..cpu.kernels.int8_spatial import softmax_s8_params
 from ..cpu.kernels.pool import _window_counts
 from .ops import BLOCK, _opt, broadcast_meta, copy_step, gemm_grid, grid_1d, i32, i64, launcher
 from .ops_nn import ConvGeom, _conv_setup, _pool_geom
@@ -229,6 +230,16 @@ def _lut_step(ctx, node, table, x=None, y=None):
     n = int(np.prod(y.shape, dtype=np.int64))
     ctx.note(node, "int8 256-entry lookup table")
     return [ctx.launch("lut_s8", grid_1d(n), (BLOCK,), (x, y, ctx.upload(np.asarray(table, np.int8)), i64(n)))]
+
+
+@launcher("Softmax", int8=True)
+def int8_softmax(node: Node, ctx):
+    x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
+    t = ctx.tensor(node.inputs[0])
+    table, cols = softmax_s8_params(node, ctx, t.shape, t.dtype, ctx.tensor(node.outputs[0]).dtype)
+    rows = int(np.prod(t.shape, dtype=np.int64)) // max(cols, 1)
+    ctx.note(node, f"int8 Softmax over {cols} (integer exp table, exact rounded quotient)")
+    return [ctx.launch("softmax_s8", grid_1d(rows), (BLOCK,), (x, y, ctx.upload(table), i64(rows), i64(cols)))]
 
 
 @launcher("Relu", "Clip", int8=True)

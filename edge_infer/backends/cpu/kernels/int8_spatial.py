@@ -19,7 +19,7 @@
 """
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable, List, Tuple
 
 import numpy as np
 
@@ -310,20 +310,24 @@ def softmax_exp_table(s_x: float, beta: float = 1.0) -> np.ndarray:
     return np.rint(np.exp(-float(beta) * float(np.float32(s_x)) * d) * (1 << 20)).astype(np.int32)
 
 
-@int8_kernel("Softmax")
-def int8_softmax(node: Node, ctx) -> Callable[[], None]:
-    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    if x.dtype != np.int8 or y.dtype != np.int8:
+def softmax_s8_params(node: Node, ctx, shape, x_dtype, y_dtype) -> Tuple[np.ndarray, int]:
+    """(exp table, row length) of an int8 Softmax, checked: what every backend's kernel needs."""
+    if np.dtype(x_dtype) != np.int8 or np.dtype(y_dtype) != np.int8:
         raise UnsupportedOpError(f"Softmax {node.name!r}: int8 kernel wants int8 in and out")
     s_x, _ = per_tensor(ctx, node.inputs[0], "input")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
     if (np.float32(s_y), zp_y) != (np.float32(SOFTMAX_OUTPUT[0]), SOFTMAX_OUTPUT[1]):
         raise UnsupportedOpError(f"Softmax {node.name!r}: int8 output must be (1/256, -128), got ({s_y}, {zp_y})")
-    axis = int(node.attrs.get("axis", -1)) % x.ndim
-    if any(d != 1 for d in x.shape[axis + 1:]):
+    axis = int(node.attrs.get("axis", -1)) % len(shape)
+    if any(d != 1 for d in shape[axis + 1:]):
         raise UnsupportedOpError(f"Softmax {node.name!r}: int8 Softmax runs over the last axis")
-    etab = softmax_exp_table(s_x)
-    cols = x.shape[axis]
+    return softmax_exp_table(s_x), int(shape[axis])
+
+
+@int8_kernel("Softmax")
+def int8_softmax(node: Node, ctx) -> Callable[[], None]:
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    etab, cols = softmax_s8_params(node, ctx, x.shape, x.dtype, y.dtype)
     nat = native_int8.softmax_s8_step(x.reshape(-1, cols), y.reshape(-1, cols), etab, ctx)
     desc = f"int8 Softmax over {cols} (integer exp table, exact rounded quotient)"
     if nat is not None:

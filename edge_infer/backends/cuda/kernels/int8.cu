@@ -145,6 +145,24 @@ extern "C" __global__ void lut_s8(const i8* x, i8* y, const i8* table, i64 n) {
     GRID_STRIDE(i, n) { y[i] = table[(int)x[i] + 128]; }
 }
 
+// int8 SOFTMAX over rows of `cols` (output fixed at 1/256, -128 as TFLite): e = table[max - x]
+// (round(2^20 exp(-s_x d))), y = min(127, floor((512 e + sum) / (2 sum)) - 128): the CPU
+// kernel's exact rounded quotient, so both backends agree bit for bit. One thread per row.
+extern "C" __global__ void softmax_s8(const i8* x, i8* y, const int* table, i64 rows, i64 cols) {
+    GRID_STRIDE(r, rows) {
+        const i8* xr = x + r * cols;
+        i8* yr = y + r * cols;
+        int mx = -128;
+        for (i64 c = 0; c < cols; c++) mx = (int)xr[c] > mx ? (int)xr[c] : mx;
+        i64 tot = 0;
+        for (i64 c = 0; c < cols; c++) tot += table[mx - (int)xr[c]];
+        for (i64 c = 0; c < cols; c++) {
+            i64 q = ((i64)table[mx - (int)xr[c]] * 512 + tot) / (2 * tot) - 128;
+            yr[c] = (i8)(q < 127 ? q : 127);
+        }
+    }
+}
+
 // int8 ADD / SUB (TFLite integer_ops/add.h; SUB: q2 negated on the host):
 //   v_k = MBQM((x_k - zp_k) << 20, q_k, sh_k); y = clamp(zp_y + MBQM(v_1 + v_2, qy, shy))
 // MUL (op 1): y = clamp(zp_y + MBQM((x_1 - zp_1)(x_2 - zp_2), qy, shy)).
