@@ -445,6 +445,14 @@ def test_int8_unary_bit_exact(op):
         check_exact(g, f)
 
 
+def test_int8_softmax_bit_exact():
+    """int8 Softmax (fixed output 1/256, -128) on rows of several lengths: OpenCL == CPU bit for bit."""
+    for shape in ((4, 10), (2, 3, 257), (1, 1)):
+        g, f = int8_graph("Softmax", [("x", i8(*shape), qd(float(R.uniform(0.02, 0.3)), int(R.integers(-20, 20))), False)],
+                          qd(1.0 / 256.0, -128), dict(axis=-1))
+        check_exact(g, f)
+
+
 @pytest.mark.parametrize("last", [False, True])
 def test_int8_pools_concat_bit_exact(last):
     s, zp = rq()

@@ -607,6 +607,9 @@ def lrn(node: Node, pc) -> None:
 
 @op("Softmax", "LogSoftmax")
 def softmax(node: Node, pc) -> None:
+    if node.op == "Softmax" and is_int8(pc, node):
+        from .ops_int8 import int8_softmax
+        return int8_softmax(node, pc)
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
     xs = pc.shape(x)

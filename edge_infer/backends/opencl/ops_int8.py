@@ -76,6 +76,16 @@ def int8_unary(node: Node, pc) -> None:
     pc.note(node, f"int8 {node.op}: requantize + clamp (exact table)")
 
 
+def int8_softmax(node: Node, pc) -> None:
+    """int8 Softmax over the last axis: the CPU kernel's integer exp table and exact quotient."""
+    from ..cpu.kernels.int8_spatial import softmax_s8_params
+    x, y = node.inputs[0], node.outputs[0]
+    table, cols = softmax_s8_params(node, pc, pc.shape(x), pc.dtype(x), pc.dtype(y))
+    rows = int(np.prod(pc.shape(x))) // max(cols, 1)
+    launch1d(pc, node, "int8", "softmax_i8", rows, [*pc.ref(x), *pc.ref(y), rows, cols, pc.upload(table)])
+    pc.note(node, f"int8 Softmax over {cols} (integer exp table, exact rounded quotient)")
+
+
 def int8_binary(node: Node, pc) -> None:
     if node.op not in ("Add", "Sub", "Mul") or len(node.inputs) != 2:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: no int8 OpenCL kernel")

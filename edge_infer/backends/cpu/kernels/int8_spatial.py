@@ -97,10 +97,8 @@ def int8_resize(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
     if x.dtype != np.int8 or y.dtype != np.int8:
         raise UnsupportedOpError(f"Resize {node.name!r}: int8 kernel wants int8 in and out")
-    for role, name in (("input", node.inputs[0]), ("output", node.outputs[0])):
-        per_tensor(ctx, name, role)
     mode = node.attrs.get("mode", "nearest")
-    if mode == "nearest":
+    if mode == "nearest":                                   # a gather: values pass unchanged, no parameters needed
         step = float_resize(node, ctx)                      # dtype-generic gather (the numpy path)
         nat = native_int8.runs_step(x.reshape(1, -1), y.reshape(1, -1), _nearest_sources(node, ctx, x, y), ctx)
         note = ctx.notes.get(node.name, "nearest")

@@ -57,3 +57,21 @@ __kernel void dequantize_i8(__global const char* x, int xo, __global float* y, i
     int c = (i / inner) % C;
     y[yo + i] = ((float)x[xo + i] - zp[c]) * scale[c];
 }
+
+/* int8 SOFTMAX over rows of `cols` (output 1/256, -128): e = table[max - x] (round(2^20 exp(-s_x d))),
+ * y = min(127, floor((512 e + sum) / (2 sum)) - 128), as the CPU kernel, bit for bit */
+__kernel void softmax_i8(__global const char* x, int xo, __global char* y, int yo, int rows, int cols,
+                         __global const int* table) {
+    int r = get_global_id(0);
+    if (r >= rows) return;
+    __global const char* xr = x + xo + (long)r * cols;
+    __global char* yr = y + yo + (long)r * cols;
+    int mx = -128;
+    for (int c = 0; c < cols; c++) mx = max(mx, (int)xr[c]);
+    long tot = 0;
+    for (int c = 0; c < cols; c++) tot += table[mx - (int)xr[c]];
+    for (int c = 0; c < cols; c++) {
+        long q = ((long)table[mx - (int)xr[c]] * 512 + tot) / (2 * tot) - 128;
+        yr[c] = (char)(q < 127 ? q : 127);
+    }
+}
