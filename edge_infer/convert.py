@@ -28,7 +28,7 @@ def _graph_stats(g: Graph) -> Dict[str, int]:
 
 
 def _cost(graph_cost, g: Graph) -> dict:
-    """ops, parameters, FLOPs and bytes moved (passes/report.py); {} if shapes don't resolve."""
+    """ops, parameters, FLOPs and bytes moved (ir/cost.py); {} if shapes don't resolve."""
     from .errors import EdgeInferError
     try:
         return graph_cost(g)
@@ -61,7 +61,7 @@ def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence
     random inputs (plus ``feeds``). Returns (optimized graph, report)."""
     from .passes import optimize
     from .verify import VerificationError, compare, random_inputs
-    from .passes.report import graph_cost
+    from .ir.cost import graph_cost
     original = graph
     g = graph.copy()
     before = {**_graph_stats(original), **_cost(graph_cost, original)}

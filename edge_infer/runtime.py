@@ -8,6 +8,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from .backends import Backend, Executable, get_backend
+from .backends.specialize import specialize  # noqa: F401  (public here since 0.1)
 from .errors import EdgeInferError, InputError
 from .ir import Graph, infer_shapes
 from .memory.budget import MemoryBudgetError, default_memory_limit, mib, parse_size  # noqa: F401
@@ -18,17 +19,6 @@ class TensorInfo(NamedTuple):
     name: str
     shape: Tuple
     dtype: str
-
-
-def specialize(graph: Graph, input_shapes: Dict[str, Tuple[int, ...]]) -> Graph:
-    """A copy of ``graph`` with concrete input shapes, every shape inferred and
-    every computable-ahead value (shape arithmetic) folded into a constant."""
-    from .backends.cpu import fold_node
-    g = graph.copy()
-    for name, shape in input_shapes.items():
-        g.tensors[name].shape = tuple(int(d) for d in shape)
-    infer_shapes(g, fold=fold_node)
-    return g
 
 
 def _bind_symbols(declared: Tuple, actual: Tuple, symbols: Dict[str, int], name: str) -> None:

@@ -22,7 +22,7 @@ from edge_infer.passes.fold_scale_bias import fold_scale_bias
 from edge_infer.passes.fuse_conv_activation import fuse_conv_activation
 from edge_infer.passes.fuse_residual_add import fuse_residual_add
 from edge_infer.passes.recognize_activations import recognize_activations
-from edge_infer.passes.report import graph_cost
+from edge_infer.ir.cost import graph_cost
 from edge_infer.runtime import Runtime
 from edge_infer.verify import compare, random_inputs
 

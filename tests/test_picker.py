@@ -181,6 +181,44 @@ def test_microbenchmark_skips_what_a_backend_lacks():
     assert "dense" not in prof and "grouped" not in prof and "int8_dense" not in prof
 
 
+def test_profiling_a_device_does_not_import_the_converter():
+    """measure_profile in a fresh process: every key measured, and no converter module
+    (passes, quantizer, frontends) imported: a runtime-only install can profile."""
+    import subprocess
+    import sys
+    code = ("import sys; from edge_infer.backends import get_backend; "
+            "from edge_infer.backends.throughput import measure_profile; "
+            "p = measure_profile(get_backend('cpu'), 1); "
+            "print(sorted(p)); print([m for m in sys.modules if m.split('.')[1:2] in "
+            "(['passes'], ['quantize'], ['convert'], ['frontends'])])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    keys, converter = out.stdout.strip().splitlines()
+    for k in ("dense", "dense_op_s", "group_dense", "grouped", "int8_dense", "int8_memory", "memory", "op_s"):
+        assert repr(k) in keys, (k, keys)
+    assert converter == "[]", converter
+
+
+def test_bundled_microbench_graphs_are_what_the_converter_makes():
+    """The artifacts in edge_infer/data/microbench match the converter's output today (same
+    ops, attributes, shapes, dtypes, weights; quantization scales to float tolerance):
+    regenerate them with ``python -m edge_infer.data.microbench.make_microbench`` when not."""
+    from edge_infer.artifact import load_artifact
+    from edge_infer.data.microbench.make_microbench import GRAPHS, convert_graph, path_of
+    for key in GRAPHS:
+        made, (bundled, _) = convert_graph(key), load_artifact(path_of(key))
+        assert [(n.op, n.attrs) for n in made.nodes] == [(n.op, n.attrs) for n in bundled.nodes], key
+        assert made.inputs == bundled.inputs and made.outputs == bundled.outputs, key
+        for name, t in made.tensors.items():
+            b = bundled.tensors[name]
+            assert (t.dtype, tuple(t.shape)) == (b.dtype, tuple(b.shape)), (key, name)
+            if t.is_const:
+                np.testing.assert_allclose(np.asarray(b.data, np.float64), np.asarray(t.data, np.float64),
+                                           rtol=1e-5, atol=1, err_msg=f"{key}: {name}")
+            if t.quant is not None:
+                np.testing.assert_allclose(b.quant["scale"], t.quant["scale"], rtol=1e-4, err_msg=f"{key}: {name}")
+                np.testing.assert_allclose(b.quant["zero_point"], t.quant["zero_point"], atol=1, err_msg=f"{key}: {name}")
+
+
 def test_runtime_auto_and_cli(register, tmp_path, capsys, cache):
     from edge_infer import convert
     from edge_infer.cli import main

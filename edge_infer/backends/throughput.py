@@ -19,8 +19,10 @@ int8_dense    the small CNN quantized to int8                    FLOP/s of int8 
 int8_memory   Conv + 8 MaxPool 3x3 on 8x128x128, int8        bytes/s of int8 others
 ============  ================================================  =====================
 
-The conv graphs go through the optimizer at level 3 first (fused ops, NHWC), as models
-do; the layout transposes this adds are subtracted at their estimated cost.
+The conv graphs are timed as the converter leaves them (optimizer level 3: fused ops, NHWC;
+the int8 ones quantized), read from artifacts bundled in ``edge_infer/data/microbench``
+(built by its ``make_microbench.py``): profiling a device never imports the converter. The
+layout transposes the optimizer adds are subtracted at their estimated cost.
 A graph the backend does not cover leaves that key out (``estimate`` then uses
 the CPU's value). Profiles are cached per device fingerprint in
 ``<cache dir>/throughput.json`` (see ``picker.cache_dir``), so a device pays
@@ -28,11 +30,12 @@ the microbenchmark (well under a second per backend) once.
 
 The estimated time of a node: ``dense_op_s + flops / rate[class]`` for dense and grouped
 ops, ``op_s + bytes / memory`` for the rest (they are bandwidth-bound); FLOPs and
-bytes come from ``passes.report.node_flops`` and the tensors' sizes; window ops (pools,
+bytes come from ``ir.cost.node_flops`` and the tensors' sizes; window ops (pools,
 reductions) make one pass per window element, so a "memory" op moves at least 8 B per FLOP.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -40,10 +43,12 @@ import numpy as np
 
 from ..errors import EdgeInferError
 from ..ir import Graph, Node
+from ..ir.cost import node_flops
 from .base import Backend
+from .specialize import specialize
 
 #: bump when the microbenchmark changes, so cached profiles are re-measured
-MICROBENCH_VERSION = 5
+MICROBENCH_VERSION = 6
 
 DENSE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"})
 INT8 = ("int8", "uint8")
@@ -87,7 +92,6 @@ def node_class(node: Node, graph: Graph) -> str:
 
 def node_work(node: Node, graph: Graph) -> Dict[str, float]:
     """{"flops", "bytes", "class"} of one node of a shape-inferred graph."""
-    from ..passes.report import node_flops
     try:
         flops = node_flops(node, graph)
     except Exception:  # noqa: BLE001  (an op the counter does not know: count its bytes only)
@@ -122,53 +126,6 @@ def node_seconds(work: Dict[str, float], profile: Dict[str, float],
 
 # -- the microbenchmark ----------------------------------------------------------------
 
-def _conv_graph(c_in: int, c_out: int, hw: int, group: int) -> Graph:
-    rng = np.random.default_rng(0)
-    g = Graph("microbench_conv")
-    g.add_input("x", "float32", (1, c_in, hw, hw))
-    g.add_const("w", rng.standard_normal((c_out, c_in // group, 3, 3)).astype(np.float32) * 0.1)
-    g.add_const("b", rng.standard_normal(c_out).astype(np.float32))
-    g.add_node("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-               strides=[1, 1], dilations=[1, 1], group=group, auto_pad="NOTSET")
-    g.outputs = ["y"]
-    return g
-
-
-def _mini_cnn() -> Graph:
-    """The convolutions of a small CNN (107 MFLOP): a 7x7/2 stem on 3 channels, 3x3, 1x1 and
-    3x3/2 layers with ReLU, global pooling and a classifier: the layer mix models have."""
-    rng = np.random.default_rng(0)
-    g = Graph("microbench_cnn")
-    g.add_input("x", "float32", (1, 3, 56, 56))
-    prev, c_in = "x", 3
-    for k, (c_out, ks, stride) in enumerate(((32, 7, 2), (64, 3, 1), (128, 1, 1), (128, 3, 2))):
-        g.add_const(f"w{k}", rng.standard_normal((c_out, c_in, ks, ks)).astype(np.float32) * (2.0 / (c_in * ks * ks)) ** 0.5)
-        g.add_const(f"b{k}", np.zeros(c_out, np.float32))
-        g.add_node("Conv", [prev, f"w{k}", f"b{k}"], [f"c{k}"], name=f"conv{k}", kernel_shape=[ks, ks],
-                   pads=[ks // 2] * 4, strides=[stride, stride], dilations=[1, 1], group=1, auto_pad="NOTSET")
-        g.add_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")
-        prev, c_in = f"r{k}", c_out
-    g.add_node("GlobalAveragePool", [prev], ["gap"], name="gap")
-    g.add_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1)
-    g.add_const("wf", rng.standard_normal((c_in, 100)).astype(np.float32) * 0.1)
-    g.add_const("bf", np.zeros(100, np.float32))
-    g.add_node("Gemm", ["flat", "wf", "bf"], ["y"], name="fc", alpha=1.0, beta=1.0, transA=0, transB=0)
-    g.outputs = ["y"]
-    return g
-
-
-def _group_conv() -> Graph:
-    """A ShuffleNet-style grouped 1x1 Conv: 4 groups, 136 -> 544 channels on 28x28 (58 MFLOP)."""
-    rng = np.random.default_rng(0)
-    g = Graph("microbench_group_conv")
-    g.add_input("x", "float32", (1, 136, 28, 28))
-    g.add_const("w", rng.standard_normal((544, 34, 1, 1)).astype(np.float32) * 0.1)
-    g.add_node("Conv", ["x", "w"], ["y"], name="gconv", kernel_shape=[1, 1], pads=[0, 0, 0, 0],
-               strides=[1, 1], dilations=[1, 1], group=4, auto_pad="NOTSET")
-    g.outputs = ["y"]
-    return g
-
-
 def _add_chain(n_ops: int, numel: int) -> Graph:
     """``n_ops`` chained ``x + c_k`` (distinct scalars: no runtime can merge or drop them)."""
     g = Graph("microbench_add")
@@ -182,65 +139,28 @@ def _add_chain(n_ops: int, numel: int) -> Graph:
     return g
 
 
-def _conv_chain(n_ops: int) -> Graph:
-    """``n_ops`` chained 3x3 Convs on 1x8x4x4: per-op cost of a dense op where the math is nothing."""
-    rng = np.random.default_rng(0)
-    g = Graph("microbench_conv_chain")
-    g.add_input("x", "float32", (1, 8, 4, 4))
-    g.add_const("w", rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.1)
-    prev = "x"
-    for k in range(n_ops):
-        g.add_node("Conv", [prev, "w"], [f"c{k}"], name=f"conv{k}", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                   strides=[1, 1], dilations=[1, 1], group=1, auto_pad="NOTSET")
-        prev = f"c{k}"
-    g.outputs = [prev]
-    return g
-
-
-def _pool_chain(n_ops: int) -> Graph:
-    """A 1x1 Conv then ``n_ops`` 3x3 MaxPools on 8x128x128 (int8 once quantized: pools stay int8)."""
-    g = _conv_graph(8, 8, 128, 1)
-    prev = "y"
-    for k in range(n_ops):
-        g.add_node("MaxPool", [prev], [f"p{k}"], name=f"pool{k}", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                   strides=[1, 1], dilations=[1, 1], ceil_mode=0, auto_pad="NOTSET", storage_order=0)
-        prev = f"p{k}"
-    g.outputs = [prev]
-    return g
-
-
 def _specialized(g: Graph) -> Graph:
-    from ..runtime import specialize
     return specialize(g, {n: g.tensors[n].shape for n in g.inputs})
 
 
-def _converted(g: Graph) -> Graph:
-    """``g`` as the converter leaves a model (opt level 3: fused ops, the layout pass's NHWC
-    convolutions), so every backend sees the op forms it sees in artifacts."""
+def _bundled(key: str) -> Optional[Graph]:
+    """Microbenchmark graph ``key`` as the converter leaves a model (opt level 3: fused ops,
+    NHWC convolutions; int8 ones quantized), read from the bundled artifacts
+    (edge_infer/data/microbench: measuring a device never imports the converter), specialized;
+    None if the file is missing or unreadable."""
+    from ..artifact import load_artifact
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "microbench", f"{key}.eim")
     try:
-        from ..passes import optimize
-        g = g.copy()
-        optimize(g, 3)
-    except Exception:  # noqa: BLE001  (keep the plain graph)
-        pass
-    return _specialized(g)
+        g, _ = load_artifact(path)
+        return _specialized(g)
+    except (EdgeInferError, OSError):
+        return None
 
 
 def _rest_seconds(graph: Graph, nodes: List[Node], prof: Dict[str, float]) -> float:
     """Estimated seconds of the running nodes of ``graph`` other than ``nodes`` (layout transposes)."""
     skip = {id(n) for n in nodes}
     return sum(node_seconds(node_work(n, graph), prof) for n in running_nodes(graph) if id(n) not in skip)
-
-
-def _quantized(g: Graph) -> Optional[Graph]:
-    """``g`` quantized to int8 (random calibration), or None where quantization is unavailable."""
-    try:
-        from ..quantize import quantize_graph
-        from ..quantize.calibration import random_feeds
-        q, _ = quantize_graph(g, random_feeds(g, 4))
-        return q
-    except Exception:  # noqa: BLE001  (a runtime-only install: no int8 profile then)
-        return None
 
 
 def _covered(backend: Backend, g: Graph) -> bool:
@@ -294,21 +214,15 @@ def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
         prof["memory"] = 2 * 4 * big / per_op
         transfer_s = max(t_big1 - per_op - op_s - prof["run_s"], 0.02 * t_big1)
         prof["transfer"] = 2 * 4 * big / transfer_s
-    chain1, chain8 = _converted(_conv_chain(1)), _converted(_conv_chain(8))
-    t_conv1 = time_graph(backend, chain1, threads, reps=9)
-    t_conv8 = time_graph(backend, chain8, threads, reps=9)
+    chain1, chain8 = _bundled("conv_chain1"), _bundled("conv_chain8")
+    t_conv1 = None if chain1 is None else time_graph(backend, chain1, threads, reps=9)
+    t_conv8 = None if chain8 is None else time_graph(backend, chain8, threads, reps=9)
     if t_conv1 is not None and t_conv8 is not None:
         prof["dense_op_s"] = max((t_conv8 - t_conv1) / 7, op_s)
-    graphs = [("dense", _mini_cnn(), None), ("grouped", _conv_graph(64, 64, 56, 64), None),
-              ("group_dense", _group_conv(), None),
-              ("int8_dense", _mini_cnn(), "int8"), ("int8_memory", _pool_chain(8), "int8")]
-    for key, g, quant in graphs:
-        sg = _converted(g)
-        if quant:
-            q = _quantized(sg)
-            if q is None:
-                continue
-            sg = _specialized(q)
+    for key in ("dense", "grouped", "group_dense", "int8_dense", "int8_memory"):
+        sg = _bundled(key)
+        if sg is None:
+            continue
         t = time_graph(backend, sg, threads)
         nodes = [n for n in running_nodes(sg) if node_class(n, sg) == key]
         if t is None or not nodes:

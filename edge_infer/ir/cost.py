@@ -23,8 +23,8 @@ from typing import Dict
 import numpy as np
 
 from ..errors import EdgeInferError
-from ..ir import Graph, Node, infer_shapes
-from ..ir.shape_inference import infer_node
+from .graph import Graph, Node
+from .shape_inference import infer_node, infer_shapes
 
 ELEMENTWISE_FREE = frozenset({
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice",
