@@ -14,8 +14,8 @@ from conftest import run_graph
 from edge_infer.errors import EdgeInferError, ShapeError, UnsupportedOpError
 from edge_infer.ir import Graph, infer_shapes
 from edge_infer.passes.cancel_transposes import cancel_transposes
-from edge_infer.passes.convert_layout import (NHWC, convert_layout, preferred_layout, reshape_layout,
-                                              resolve_layout)
+from edge_infer.passes.convert_layout import convert_layout, preferred_layout, resolve_layout
+from edge_infer.passes.layout_perms import NHWC, reshape_layout
 from edge_infer.passes.eliminate_dead_code import eliminate_dead_code
 from edge_infer.verify import compare, random_inputs
 
