@@ -169,15 +169,15 @@ class ModelWriter:
         return self.opcodes[key]
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], options: Optional[dict] = None,
-           custom: str = "", version: int = 1) -> None:
+           custom: str = "", version: int = 1, custom_options: bytes = b"") -> None:
         """Add an operator: a builtin ``name`` ("CONV_2D") with its ``options`` fields
-        (schema names: {"padding": SAME, "stride_w": 1, ...}), or ``name="CUSTOM"`` and
-        ``custom`` the custom code."""
+        (schema names: {"padding": SAME, "stride_w": 1, ...}), or ``name="CUSTOM"``,
+        ``custom`` the custom code and ``custom_options`` its raw option bytes."""
         if name != "CUSTOM":
             builtin_code(name)              # KeyError for an unknown name: a caller bug
         self.ops.append({"opcode": self.opcode(name, custom, version), "name": name,
                          "inputs": [int(i) for i in inputs], "outputs": [int(o) for o in outputs],
-                         "options": dict(options or {})})
+                         "options": dict(options or {}), "custom_options": bytes(custom_options)})
 
     # -- serialisation --------------------------------------------------------------------------
     def finish(self, inputs: Sequence[int], outputs: Sequence[int], name: str = "main") -> bytes:
@@ -238,6 +238,7 @@ class ModelWriter:
             ins, outs = ivec(op["inputs"]), ivec(op["outputs"])
             table = OPTIONS.get(op["name"])
             opt = self._options(b, table, op["options"], ivec) if table else None
+            copts = ivec(np.frombuffer(op["custom_options"], np.uint8), np.uint8) if op["custom_options"] else None
             O.OperatorStart(b)
             O.OperatorAddOpcodeIndex(b, op["opcode"])
             O.OperatorAddInputs(b, ins)
@@ -245,6 +246,8 @@ class ModelWriter:
             if opt is not None:
                 O.OperatorAddBuiltinOptionsType(b, opt_codes[table])
                 O.OperatorAddBuiltinOptions(b, opt)
+            if copts is not None:
+                O.OperatorAddCustomOptions(b, copts)
             op_offs.append(O.OperatorEnd(b))
 
         def table_vec(start, offs):

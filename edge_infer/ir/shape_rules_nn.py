@@ -390,3 +390,29 @@ def _upsample(node: Node, ins):
             raise ShapeError("Upsample needs scales")
         scales = Tensor("scales", "float32", (len(sc),), np.asarray(sc, np.float32))
     return _resize_shape(node, x, scales, None)
+
+
+@rule("MaxUnpool")
+def _max_unpool(node: Node, ins):
+    """Y's shape: the ``output_shape`` input when constant, else each spatial dim
+    (in - 1) * stride + kernel - pads (ONNX's default)."""
+    x = ins[0]
+    fixed = ins[2] if len(ins) > 2 else None
+    if fixed is not None and fixed.data is not None:
+        shape = [int(v) for v in np.asarray(fixed.data).reshape(-1)]
+        if x.shape is not None and len(shape) != len(x.shape) or any(d < 0 for d in shape):
+            raise ShapeError(f"MaxUnpool output_shape {shape} does not fit input rank / is negative")
+        return [(x.dtype, tuple(shape))]
+    if x.shape is None:
+        return [(x.dtype, None)]
+    if fixed is not None:            # a computed output_shape: known only when it is (value-dependent)
+        return [(x.dtype, tuple(_sym(node, i) for i in range(len(x.shape))))]
+    kernel = node.attrs.get("kernel_shape")
+    n_sp = len(x.shape) - 2
+    if not kernel or len(kernel) != n_sp:
+        raise ShapeError(f"MaxUnpool needs kernel_shape of {n_sp} dims, got {kernel}")
+    strides = node.attrs.get("strides") or [1] * n_sp
+    pads = node.attrs.get("pads") or [0] * (2 * n_sp)
+    out = [((d - 1) * int(s) + int(k) - int(pads[i]) - int(pads[i + n_sp])) if _is_int(d) else _sym(node, 2 + i)
+           for i, (d, k, s) in enumerate(zip(x.shape[2:], kernel, strides))]
+    return [(x.dtype, (x.shape[0], x.shape[1], *out))]

@@ -258,3 +258,43 @@ def global_average_pool(node: Node, ctx) -> Callable[[], None]:
 def global_max_pool(node: Node, ctx) -> Callable[[], None]:
     ctx.note(node, ("NHWC " if channels_last(node) else "") + "max over spatial dims")
     return _global(node, ctx, np.max)
+
+
+@kernel("MaxUnpool")
+def max_unpool(node: Node, ctx) -> Callable[[], None]:
+    """Y = zeros, Y.flat[I] = X (ONNX MaxUnpool: I as MaxPool's Indices output gives it, flat
+    positions into the unpooled tensor of the default shape, (in - 1) * stride + kernel - pads;
+    a larger ``output_shape`` pads that tensor with zeros at the end of each dim, as ONNX's
+    reference does). I is data: every run checks it lies inside."""
+    x, ind, y = ctx.value(node.inputs[0]), ctx.value(node.inputs[1]), ctx.value(node.outputs[0])
+    if ind.shape != x.shape or ind.dtype != np.int64:
+        raise ShapeError(f"MaxUnpool {node.name!r}: indices {ind.dtype}{ind.shape} must be int64 of X's shape {x.shape}")
+    if channels_last(node):
+        raise UnsupportedOpError(f"MaxUnpool {node.name!r}: only data_layout NCHW")
+    nsp = x.ndim - 2
+    ks = [int(k) for k in node.attrs.get("kernel_shape") or []]
+    strides = [int(s) for s in node.attrs.get("strides") or [1] * nsp]
+    pads = [int(p) for p in node.attrs.get("pads") or [0] * (2 * nsp)]
+    if len(ks) != nsp or len(strides) != nsp or len(pads) != 2 * nsp:
+        raise ShapeError(f"MaxUnpool {node.name!r}: kernel_shape/strides/pads do not fit rank {x.ndim}")
+    default = x.shape[:2] + tuple((d - 1) * s + k - pads[i] - pads[i + nsp]
+                                  for i, (d, k, s) in enumerate(zip(x.shape[2:], ks, strides)))
+    if any(d > e for d, e in zip(default, y.shape)):
+        raise ShapeError(f"MaxUnpool {node.name!r}: output_shape {y.shape} is smaller than {default}")
+    dense = y if default == y.shape else ctx.workspace(default, y.dtype)
+    corner = tuple(slice(0, d) for d in default)
+    flat = dense.reshape(-1)
+    if not np.shares_memory(flat, dense):
+        raise UnsupportedOpError(f"MaxUnpool {node.name!r}: output is not contiguous")
+    xf, idx, size = x.reshape(-1), ind.reshape(-1), dense.size
+
+    def unpool():
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= size):
+            raise ShapeError(f"MaxUnpool {node.name!r}: an index lies outside the {size}-element output")
+        flat.fill(0)
+        flat[idx] = xf
+        if dense is not y:
+            y.fill(0)
+            y[corner] = dense
+    ctx.note(node, f"max unpool {x.shape} -> {y.shape} (scatter)")
+    return unpool
