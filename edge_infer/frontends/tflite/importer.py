@@ -10,13 +10,14 @@ from ...errors import UnsupportedOpError
 from ...ir import Graph
 from ...tflite_format import (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH, DENSE,
                               INDEX_VECTORS, TFL_TYPES, TYPE_NAMES, _schema, builtin_name)
+from .ops_custom import CustomOps
 from .ops_nn import NnOps
 from .ops_tensor import TensorOps
 from .reader import MAX_ELEMENTS, _File, _Malformed, decode_sparse
 from .tables import _BINARY, _REDUCE, _UNARY, IMPORTED_OPS, INT8_OPS, INT8_SAME_PARAMS
 
 
-class _Importer(NnOps, TensorOps):
+class _Importer(NnOps, TensorOps, CustomOps):
     """One import: the file, the IR graph being built, the TFLite tensor -> IR name maps."""
 
     def __init__(self, buf: bytes, input_shapes: Optional[Dict[str, Sequence[int]]] = None):
@@ -28,6 +29,8 @@ class _Importer(NnOps, TensorOps):
         self.dequant_cache: Dict[str, str] = {}
         self.declared: Dict[str, int] = {}         # IR name -> tflite index, for the shape check
         self._resize_nearest = False
+        #: MaxPoolingWithArgmax2D index tensor -> (IR int64 indices, the pool's NCHW input)
+        self.argmax_of: Dict[int, Tuple[str, str]] = {}
         #: tflite tensors computed at import (DEQUANTIZE / DENSIFY of constants), TFLite dtype
         self.folded: Dict[int, np.ndarray] = {}
 
@@ -61,6 +64,8 @@ class _Importer(NnOps, TensorOps):
         bad: Dict[str, int] = {}
         for _, _, (code, custom) in ops:
             name = builtin_name(code)
+            if (name == "CUSTOM" or custom) and custom in self.CUSTOM_CONVERTERS:
+                continue
             if name == "CUSTOM" or custom:
                 key = f"custom op {custom!r}"
             elif name is None:
@@ -79,9 +84,13 @@ class _Importer(NnOps, TensorOps):
         self.g.metadata["preferred_layout"] = "NHWC"
         for i in self.index_list(sg, "Inputs"):
             self.graph_input(i)
-        for k, op, (code, _) in ops:
+        for k, op, (code, custom) in ops:
             self.op_index = k
-            self.convert_op(builtin_name(code), op)
+            if custom in self.CUSTOM_CONVERTERS:
+                getattr(self, self.CUSTOM_CONVERTERS[custom])(op, self.index_list(op, "Inputs"),
+                                                              self.index_list(op, "Outputs"))
+            else:
+                self.convert_op(builtin_name(code), op)
         for i in self.index_list(sg, "Outputs"):
             self.graph_output(i)
         return self.g
@@ -312,6 +321,9 @@ class _Importer(NnOps, TensorOps):
         self.names[i] = name
 
     def graph_output(self, i: int) -> None:
+        if i in self.argmax_of:
+            raise UnsupportedOpError("MaxPoolingWithArgmax2D indices as a graph output are not supported "
+                                     "(XNNPACK's uint32-in-float32 window positions)")
         name = self.value(i)
         _, _, ttype = self.tinfo(i)
         if TFL_TYPES.get(ttype) == "uint8" and self.quant(i) is not None and name not in self.g.inputs:

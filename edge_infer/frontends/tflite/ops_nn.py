@@ -69,20 +69,27 @@ class NnOps:
         self.need(ins, 3, "TRANSPOSE_CONV")
         o = _options(op, "TransposeConvOptions")
         out_shape = self.const_ints(ins[0], "TRANSPOSE_CONV output shape")
-        w, wq, _ = self.weights(ins[1])                                      # (O, H, W, I)
-        x = self.value(ins[2])
-        xs = self.shape_of(ins[2])
+        self.transpose_conv(ins[2], ins[1], ins[3] if len(ins) > 3 else -1, outs[0], out_shape,
+                            int(_opt(o, "StrideH", 1)), int(_opt(o, "StrideW", 1)),
+                            _opt(o, "Padding", SAME) == VALID, int(_opt(o, "FusedActivationFunction", 0)))
+
+    def transpose_conv(self, x_i: int, w_i: int, b_i: int, y_i: int, out_shape, sh: int, sw: int,
+                       valid: bool, act: int, what: str = "TRANSPOSE_CONV") -> None:
+        """A 2-D transposed convolution (TRANSPOSE_CONV, MediaPipe's Convolution2DTransposeBias):
+        weights OHWI, NHWC activations, output of ``out_shape``."""
+        w, wq, _ = self.weights(w_i)                                          # (O, H, W, I)
+        x = self.value(x_i)
+        xs = self.shape_of(x_i)
         if w.ndim != 4 or len(out_shape) != 4 or len(xs) != 4:
-            raise UnsupportedOpError("TRANSPOSE_CONV: only 2-D on 4-D NHWC tensors is supported")
-        sh, sw = int(_opt(o, "StrideH", 1)), int(_opt(o, "StrideW", 1))
+            raise UnsupportedOpError(f"{what}: only 2-D on 4-D NHWC tensors is supported")
         if min(sh, sw) < 1:
-            raise _Malformed("TRANSPOSE_CONV: strides must be positive")
+            raise _Malformed(f"{what}: strides must be positive")
         kh, kw = w.shape[1], w.shape[2]
         pads, opad = [], []
         for ins_, out_, k, s in ((xs[1], out_shape[1], kh, sh), (xs[2], out_shape[2], kw, sw)):
             full = s * (ins_ - 1) + k
             total = full - out_
-            if _opt(o, "Padding", SAME) == VALID and total > 0:
+            if valid and total > 0:
                 total = max(0, total)                 # VALID: the output keeps the first out_ rows
                 pads.append((0, total))
                 opad.append(0)
@@ -93,9 +100,9 @@ class NnOps:
                 pads.append((0, 0))
                 opad.append(-total)
         wir = np.ascontiguousarray(w.transpose(3, 0, 1, 2))                   # (I, O, H, W)
-        wname = self.weight_const(ins[1], wir, wq, lambda a: 1 if a == 0 else a)
-        b = self.bias(ins[3] if len(ins) > 3 else -1, True)
-        y = self.output(outs[0])
+        wname = self.weight_const(w_i, wir, wq, lambda a: 1 if a == 0 else a)
+        b = self.bias(b_i, True)
+        y = self.output(y_i)
         xf = self.float_of(x)
         wf = self.float_of(wname)
         xn = self.temp(xf, "_nchw", "float32", None)
@@ -105,7 +112,6 @@ class NnOps:
         self.node("ConvTranspose", [xn, wf, b], [yn], kernel_shape=[int(kh), int(kw)], strides=[sh, sw],
                   dilations=[1, 1], pads=[pads[0][0], pads[1][0], pads[0][1], pads[1][1]],
                   output_padding=opad, auto_pad="NOTSET", group=1)
-        act = int(_opt(o, "FusedActivationFunction", 0))
         if self.g.tensors[y].quant is not None:
             yf = self.temp(y, "_float", "float32", None)
             self._emit_float("Transpose", [yn], yf, act, {"perm": [0, 2, 3, 1]})

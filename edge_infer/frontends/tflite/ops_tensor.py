@@ -189,3 +189,33 @@ class TensorOps:
         r = len(self.shape_of(ins[0]))
         self.emit("Gather", [self.value(ins[0]), self.value(ins[1])], self.output(outs[0]),
                   axis=int(_opt(o, "Axis", 0)) % max(r, 1))
+
+    def op_depth_to_space(self, op, ins, outs) -> None:
+        self._space_depth(op, ins, outs, "DEPTH_TO_SPACE", "DepthToSpaceOptions")
+
+    def op_space_to_depth(self, op, ins, outs) -> None:
+        self._space_depth(op, ins, outs, "SPACE_TO_DEPTH", "SpaceToDepthOptions")
+
+    def _space_depth(self, op, ins, outs, name: str, table: str) -> None:
+        """NHWC DEPTH_TO_SPACE / SPACE_TO_DEPTH as Reshape -> Transpose -> Reshape, in NHWC
+        (data movement: int8 stays int8, TFLite requires equal parameters)."""
+        self.need(ins, 1, name)
+        b = int(_opt(_options(op, table), "BlockSize", 0))
+        xs = self.shape_of(ins[0])
+        if b < 1 or len(xs) != 4:
+            raise _Malformed(f"{name}: block size {b} on shape {xs}")
+        n, h, w, c = xs
+        if name == "DEPTH_TO_SPACE":
+            if c % (b * b):
+                raise _Malformed(f"DEPTH_TO_SPACE: {c} channels not divisible by {b}x{b}")
+            mid, out = (n, h, w, b, b, c // (b * b)), (n, h * b, w * b, c // (b * b))
+        else:
+            if h % b or w % b:
+                raise _Malformed(f"SPACE_TO_DEPTH: {h}x{w} not divisible by block {b}")
+            mid, out = (n, h // b, b, w // b, b, c), (n, h // b, w // b, b * b * c)
+        x = self.value(ins[0])
+        y = self.output(outs[0])
+        r1, t = self.temp(y, "_blocks"), self.temp(y, "_moved")
+        self.emit("Reshape", [x, self.const("shape", np.array(mid, np.int64))], r1, allowzero=0)
+        self.emit("Transpose", [r1], t, perm=[0, 1, 3, 2, 4, 5])
+        self.emit("Reshape", [t, self.const("shape", np.array(out, np.int64))], y, allowzero=0)
