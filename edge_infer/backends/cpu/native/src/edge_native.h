@@ -41,12 +41,17 @@ typedef struct { ei_step_fn fn; const void *args; } ei_step;
 EI_API void ei_run_steps(const ei_step *steps, int64_t n);
 
 /* ---- threads ----
- * fn(ctx, begin, end) over [0, n) split into at most `threads` contiguous chunks of at least
- * `grain` items; the caller runs the first chunk. One pool per process: a call made while
+ * fn(ctx, begin, end) over [0, n) split into contiguous chunks of at least `grain` items,
+ * taken dynamically by the caller and up to threads - 1 workers. One pool per process: a call made while
  * the pool is busy (another thread's run, or a nested call) runs serially in the caller, so
  * concurrent runtimes never deadlock or oversubscribe. */
 typedef void (*ei_range_fn)(void *ctx, int64_t begin, int64_t end);
 EI_API void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int threads);
+/* inside fn: which participant runs this range, in [0, threads) (0: the caller); at most one
+ * range runs per slot at a time, so per-thread scratch can be indexed by it. The pool cuts
+ * [0, n) into up to 4 chunks per thread, handed out dynamically: fn must not assume one
+ * range per thread. */
+int ei_pool_slot(void);
 /* how long idle workers (and a caller waiting for them) spin before they sleep, in
  * microseconds (default 200, or EDGE_INFER_SPIN_US); returns the previous value */
 EI_API int ei_set_spin_us(int us);

@@ -1,0 +1,285 @@
+/* fp32 convolution (NHWC) and GEMM with constant B on the packed SGEMM of sgemm.c.
+ *
+ * Output rows are the output pixels (n, oy, ox) of one group, columns its output channels:
+ * Y[p, g*mg + j] = sum_k A[p, k] W_g[k, j], k = (ky, kx, ci) over the group's cg channels.
+ * A 1x1 stride-1 unpadded conv (and a GEMM: h = rows, w = 1) reads A straight from the input
+ * (row stride c); any other conv packs the im2col rows of one tile (MC rows x KC taps) into
+ * per-thread scratch right before they are used, so no whole column matrix is ever
+ * materialised and the tile is in cache for the micro-kernels.
+ *
+ * Work items are (group, row block, column block); the pool hands them out dynamically, so a
+ * descheduled thread's items are taken by the others. Each item runs its K blocks in order
+ * and applies the fused epilogue to its tile when the last one is done: bias (initial value
+ * of the first block), residual, and the activation (Relu/Clip in the micro-kernel, the other
+ * unary activations of elementwise.c on the tile's rows while they are in cache). */
+#include "sgemm.h"
+#include "elementwise.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const float *x;         /* (n, h, w, c) */
+    float *y;               /* (n, oh, ow, m) */
+    const float *z;         /* residual like y, or NULL */
+    const float *wpack;     /* group, panel, K, 16 */
+    const float *bias;      /* m, or NULL */
+    float *scratch;         /* ei_conv_f32_scratch bytes */
+    int32_t n, c, h, w, m, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, group;
+    int32_t act;            /* EI_U_* (0: none) */
+    float p0, p1;
+    int32_t threads;
+} ei_conv_f32_args;
+
+enum { KC_MAX = 320, MC_MAX = 96 };
+
+typedef struct {
+    const ei_conv_f32_args *a;
+    ei_sg_kernel k;
+    int64_t rows, K, cg, mg, panels, kc, mc, nc_panels, nrb, ncb, items;
+    int direct;
+} cv_plan;
+
+static int is_direct(const ei_conv_f32_args *a) {
+    return a->kh == 1 && a->kw == 1 && a->sh == 1 && a->sw == 1 && a->pt == 0 && a->pl == 0 &&
+           a->oh == a->h && a->ow == a->w;
+}
+
+/* K blocks of at most KC_MAX, as even as possible (no thin last block) */
+static int64_t k_block(int64_t K) {
+    int64_t nb = (K + KC_MAX - 1) / KC_MAX;
+    return (K + nb - 1) / nb;
+}
+
+static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
+    p->a = a;
+    p->k = k;
+    p->rows = (int64_t)a->n * a->oh * a->ow;
+    p->cg = a->c / a->group;
+    p->mg = a->m / a->group;
+    p->K = p->cg * a->kh * a->kw;
+    p->panels = (p->mg + EI_SG_NR - 1) / EI_SG_NR;
+    p->kc = k_block(p->K);
+    p->direct = is_direct(a);
+    /* MC: a multiple of MR, ~MC_MAX; NC: up to 16 panels (256 columns: a KC x NC block of B
+     * is 320 KB at most, L2-sized). Then smaller blocks until there are a few items per
+     * thread, so the dynamic hand-out can balance. */
+    int64_t mr = k.mr, mc = (MC_MAX / mr) * mr, ncp = p->panels < 16 ? p->panels : 16;
+    int64_t rows_r = (p->rows + mr - 1) / mr * mr;
+    if (mc > rows_r) mc = rows_r;
+    int64_t t = a->threads < 1 ? 1 : a->threads, want = t > 1 ? 4 * t : 1;
+    for (;;) {
+        int64_t items = a->group * ((p->rows + mc - 1) / mc) * ((p->panels + ncp - 1) / ncp);
+        if (items >= want) break;
+        if (ncp > 4) ncp = (ncp + 1) / 2;
+        else if (mc > 2 * mr) mc = (mc / 2 + mr - 1) / mr * mr;
+        else break;
+    }
+    p->mc = mc;
+    p->nc_panels = ncp;
+    p->nrb = (p->rows + mc - 1) / mc;
+    p->ncb = (p->panels + ncp - 1) / ncp;
+    p->items = a->group * p->nrb * p->ncb;
+}
+
+/* bytes of scratch: one MC x KC tile per thread (none for direct convs) */
+EI_API int64_t ei_conv_f32_scratch(const ei_conv_f32_args *a) {
+    if (is_direct(a)) return 0;
+    int64_t t = a->threads < 1 ? 1 : a->threads;
+    return t * MC_MAX * KC_MAX * (int64_t)sizeof(float);
+}
+
+/* im2col rows [p0, p0 + nr) x taps [k0, k1) of group g into dst (row stride k1 - k0);
+ * padding taps are zeros */
+static void pack_tile(const cv_plan *p, int64_t g, int64_t p0, int64_t nr, int64_t k0, int64_t k1, float *dst) {
+    const ei_conv_f32_args *a = p->a;
+    const int64_t cg = p->cg, ld = k1 - k0, plane = (int64_t)a->oh * a->ow;
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t q = p0 + r, b = q / plane, rem = q % plane, oy = rem / a->ow, ox = rem % a->ow;
+        float *d = dst + r * ld;
+        int64_t k = k0;
+        while (k < k1) {
+            int64_t tap = k / cg, ci = k % cg, len = EI_MIN(cg - ci, k1 - k);
+            int64_t ky = tap / a->kw, kx = tap % a->kw;
+            int64_t iy = oy * a->sh - a->pt + ky * a->dh, ix = ox * a->sw - a->pl + kx * a->dw;
+            if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) memset(d, 0, (size_t)len * sizeof(float));
+            else memcpy(d, a->x + ((b * a->h + iy) * a->w + ix) * a->c + g * cg + ci, (size_t)len * sizeof(float));
+            d += len;
+            k += len;
+        }
+    }
+}
+
+static void run_item(const cv_plan *p, int64_t item, float *tile) {
+    const ei_conv_f32_args *a = p->a;
+    int64_t cb = item % p->ncb, rb = (item / p->ncb) % p->nrb, g = item / (p->ncb * p->nrb);
+    int64_t r0 = rb * p->mc, r1 = EI_MIN(p->rows, r0 + p->mc), nrows = r1 - r0;
+    int64_t pn0 = cb * p->nc_panels, pn1 = EI_MIN(p->panels, pn0 + p->nc_panels);
+    const int mr = p->k.mr;
+    const float *wg = a->wpack + g * p->panels * p->K * EI_SG_NR;
+    int inline_clamp = a->act == EI_U_RELU || a->act == EI_U_CLIP;
+    for (int64_t k0 = 0; k0 < p->K; k0 += p->kc) {
+        int64_t k1 = EI_MIN(p->K, k0 + p->kc), kcn = k1 - k0, lda;
+        const float *abase;
+        if (p->direct) {
+            abase = a->x + r0 * a->c + g * p->cg + k0;
+            lda = a->c;
+        } else {
+            pack_tile(p, g, r0, nrows, k0, k1, tile);
+            abase = tile;
+            lda = kcn;
+        }
+        int last = k1 == p->K;
+        for (int64_t pn = pn0; pn < pn1; pn++) {
+            int64_t col = g * p->mg + pn * EI_SG_NR;
+            int nr = (int)EI_MIN((int64_t)EI_SG_NR, p->mg - pn * EI_SG_NR);
+            const float *bp = wg + (pn * p->K + k0) * EI_SG_NR;
+            ei_sg_ep ep = { k0 == 0 && a->bias ? a->bias + col : NULL, NULL, a->m, 0.0f, 0.0f, k0 > 0, 0 };
+            if (last && inline_clamp) {
+                ep.clamp = 1;
+                ep.lo = a->act == EI_U_RELU ? 0.0f : a->p0;
+                ep.hi = a->act == EI_U_RELU ? INFINITY : a->p1;
+            }
+            /* the bias can only ride on the first block; without one, a bias-less first
+             * block still starts from zero (load_c 0) */
+            for (int64_t i = 0; i < nrows; i += mr) {
+                int m_rows = (int)EI_MIN((int64_t)mr, nrows - i);
+                float *cp = a->y + (r0 + i) * a->m + col;
+                ep.z = last && a->z ? a->z + (r0 + i) * a->m + col : NULL;
+                p->k.fn(m_rows, kcn, abase + i * lda, lda, bp, cp, a->m, nr, &ep);
+            }
+        }
+    }
+    if (a->act != 0 && !inline_clamp) {
+        int64_t c0 = g * p->mg + pn0 * EI_SG_NR, c1 = g * p->mg + EI_MIN(p->mg, pn1 * EI_SG_NR);
+        for (int64_t r = r0; r < r1; r++) {
+            float *row = a->y + r * a->m + c0;
+            ei_unary_f32_range(a->act, row, row, c1 - c0, a->p0, a->p1);
+        }
+    }
+}
+
+typedef struct { cv_plan p; } cv_ctx;
+
+static void cv_range(void *vctx, int64_t i0, int64_t i1) {
+    const cv_ctx *c = (const cv_ctx *)vctx;
+    float *tile = c->p.direct ? NULL : c->p.a->scratch + (int64_t)ei_pool_slot() * MC_MAX * KC_MAX;
+    for (int64_t i = i0; i < i1; i++) run_item(&c->p, i, tile);
+}
+
+static void conv_with(const ei_conv_f32_args *a, ei_sg_kernel k) {
+    cv_ctx c;
+    make_plan(a, k, &c.p);
+    if (c.p.rows <= 0 || a->m <= 0) return;
+    if (c.p.K == 0) {                   /* no taps: bias (or zero), residual, activation */
+        for (int64_t r = 0; r < c.p.rows; r++)
+            for (int64_t j = 0; j < a->m; j++) {
+                float v = (a->bias ? a->bias[j] : 0.0f) + (a->z ? a->z[r * a->m + j] : 0.0f);
+                ei_unary_f32_range(a->act, &v, &v, 1, a->p0, a->p1);
+                a->y[r * a->m + j] = v;
+            }
+        return;
+    }
+    /* an item below ~2^18 multiply-adds is not worth a thread hand-off */
+    int64_t macs = c.p.rows * a->m * c.p.K, t = a->threads < 1 ? 1 : a->threads;
+    if (macs < ((int64_t)1 << 18)) t = 1;
+    ei_parallel_for(c.p.items, 1, cv_range, &c, (int)t);
+}
+
+EI_API void ei_conv_f32(const ei_conv_f32_args *a) { conv_with(a, ei_sg_pick()); }
+
+EI_API const char *ei_conv_f32_isa(void) { return ei_sg_pick().name; }
+
+/* ---- self-test: the dispatched micro-kernel vs the scalar one, and both vs a direct
+ * double-precision reference, on seeded shapes (odd sizes, groups, strides, dilations, pads,
+ * K blocking, residual, every inline and post-pass activation) ---- */
+static uint64_t st_state;
+static float st_unif(void) {
+    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((st_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
+}
+static int st_int(int lo, int hi) { return lo + (int)((st_unif() + 1.0f) * 0.5f * (hi - lo + 1)) % (hi - lo + 1); }
+
+static void st_pack(const float *w, int m, int cg, int kh, int kw, int group, float *pk) {
+    /* w: (m, cg, kh, kw) ONNX order -> group, panel, K = (ky, kx, ci), 16 */
+    int mg = m / group, panels = (mg + 15) / 16, K = cg * kh * kw;
+    memset(pk, 0, sizeof(float) * (size_t)group * panels * K * 16);
+    for (int g = 0; g < group; g++)
+        for (int j = 0; j < mg; j++)
+            for (int ci = 0; ci < cg; ci++)
+                for (int ky = 0; ky < kh; ky++)
+                    for (int kx = 0; kx < kw; kx++) {
+                        int k = (ky * kw + kx) * cg + ci;
+                        pk[(((int64_t)g * panels + j / 16) * K + k) * 16 + j % 16] =
+                            w[(((int64_t)(g * mg + j) * cg + ci) * kh + ky) * kw + kx];
+                    }
+}
+
+EI_API int ei_selftest_conv_f32(void) {
+    int fails = 0;
+    st_state = 777;
+    static const int acts[] = { 0, EI_U_RELU, EI_U_CLIP, EI_U_HSWISH, EI_U_SILU, EI_U_SIGMOID, EI_U_LEAKY };
+    for (int trial = 0; trial < 60; trial++) {
+        ei_conv_f32_args a;
+        memset(&a, 0, sizeof a);
+        a.group = trial % 5 == 3 ? st_int(2, 3) : 1;
+        a.n = st_int(1, 2);
+        a.c = a.group * st_int(1, trial % 7 == 0 ? 90 : 20);
+        a.m = a.group * st_int(1, 40);
+        a.h = st_int(1, 9); a.w = st_int(1, 11);
+        int one = trial % 4 == 0;
+        a.kh = one ? 1 : st_int(1, 3); a.kw = one ? 1 : st_int(1, 3);
+        a.sh = one ? 1 : st_int(1, 2); a.sw = one ? 1 : st_int(1, 2);
+        a.dh = one ? 1 : st_int(1, 2); a.dw = one ? 1 : st_int(1, 2);
+        a.pt = one ? 0 : st_int(0, 2); a.pl = one ? 0 : st_int(0, 2);
+        int pb = one ? 0 : st_int(0, 2), pr = one ? 0 : st_int(0, 2);
+        a.oh = (a.h + a.pt + pb - (a.kh - 1) * a.dh - 1) / a.sh + 1;
+        a.ow = (a.w + a.pl + pr - (a.kw - 1) * a.dw - 1) / a.sw + 1;
+        if (a.oh <= 0 || a.ow <= 0) continue;
+        a.act = acts[trial % 7];
+        a.p0 = a.act == EI_U_CLIP ? -0.3f : a.act == EI_U_HSWISH ? 1.0f / 6 : a.act == EI_U_LEAKY ? 0.1f : 0.0f;
+        a.p1 = a.act == EI_U_CLIP ? 0.4f : a.act == EI_U_HSWISH ? 0.5f : 0.0f;
+        a.threads = 1 + trial % 3;
+        int cg = a.c / a.group, mg = a.m / a.group, panels = (mg + 15) / 16, K = cg * a.kh * a.kw;
+        int64_t nx = (int64_t)a.n * a.h * a.w * a.c, ny = (int64_t)a.n * a.oh * a.ow * a.m;
+        float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * a.m * K), *bias = malloc(sizeof(float) * a.m);
+        float *z = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny);
+        float *pk = malloc(sizeof(float) * (size_t)a.group * panels * K * 16);
+        float *scr = malloc((size_t)ei_conv_f32_scratch(&a) + 64);
+        for (int64_t i = 0; i < nx; i++) x[i] = st_unif();
+        for (int64_t i = 0; i < (int64_t)a.m * K; i++) w[i] = st_unif();
+        for (int i = 0; i < a.m; i++) bias[i] = st_unif();
+        for (int64_t i = 0; i < ny; i++) z[i] = st_unif();
+        st_pack(w, a.m, cg, a.kh, a.kw, a.group, pk);
+        a.x = x; a.wpack = pk; a.scratch = scr;
+        a.bias = trial % 3 ? bias : NULL;
+        a.z = trial % 2 ? z : NULL;
+        a.y = y0;
+        conv_with(&a, ei_sg_scalar());
+        a.y = y1;
+        conv_with(&a, ei_sg_pick());
+        for (int64_t q = 0; q < ny && fails < 1000; q++) {
+            int64_t j = q % a.m, pix = q / a.m, b = pix / (a.oh * a.ow), oy = pix / a.ow % a.oh, ox = pix % a.ow;
+            int64_t g = j / mg;
+            double s = a.bias ? bias[j] : 0.0, mag = fabs(s);
+            for (int ci = 0; ci < cg; ci++)
+                for (int ky = 0; ky < a.kh; ky++)
+                    for (int kx = 0; kx < a.kw; kx++) {
+                        int64_t iy = oy * a.sh - a.pt + ky * a.dh, ix = ox * a.sw - a.pl + kx * a.dw;
+                        if (iy < 0 || iy >= a.h || ix < 0 || ix >= a.w) continue;
+                        double t = (double)x[((b * a.h + iy) * a.w + ix) * a.c + g * cg + ci] *
+                                   w[((j * cg + ci) * a.kh + ky) * a.kw + kx];
+                        s += t;
+                        mag += fabs(t);
+                    }
+            if (a.z) { s += z[q]; mag += fabs(z[q]); }
+            float ref = (float)s;
+            ei_unary_f32_range(a.act, &ref, &ref, 1, a.p0, a.p1);
+            double tol = 1e-5 * (mag + 1.0);
+            if (fabs(y0[q] - ref) > tol || fabs(y1[q] - ref) > tol || fabs(y0[q] - y1[q]) > tol) fails++;
+        }
+        free(x); free(w); free(bias); free(z); free(y0); free(y1); free(pk); free(scr);
+    }
+    return fails;
+}

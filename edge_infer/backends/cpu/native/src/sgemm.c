@@ -1,0 +1,222 @@
+/* fp32 SGEMM micro-kernels on packed 16-column weight panels (see sgemm.h): scalar, AVX2+FMA
+ * 6x16, AVX-512 12x16 and NEON 6x16, chosen at run time.
+ *
+ * Each ISA has a "core" that computes a full MR x 16 tile with the accumulators in registers
+ * (the loops over rows and vectors have constant bounds and are unrolled, so the arrays below
+ * live in registers), reading A rows through clamped row pointers (rows past mr re-read the
+ * last valid row: never out of bounds). Partial tiles (fewer rows, or fewer than 16 columns)
+ * go through a staging tile on the stack. */
+#include "sgemm.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+typedef void (*sg_core)(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, const ei_sg_ep *ep);
+
+/* a partial tile: computed into a 16-wide staging tile, copied out */
+static void sg_staged(sg_core core, int mr, int64_t kc, const float *a, int64_t lda, const float *b,
+                      float *c, int64_t ldc, int nr, const ei_sg_ep *ep) {
+    float t[EI_SG_MR_MAX * EI_SG_NR], tz[EI_SG_MR_MAX * EI_SG_NR];
+    ei_sg_ep e = *ep;
+    memset(t, 0, sizeof t);
+    if (e.load_c)
+        for (int i = 0; i < mr; i++) memcpy(t + i * EI_SG_NR, c + i * ldc, (size_t)nr * sizeof(float));
+    if (e.z) {
+        memset(tz, 0, sizeof tz);
+        for (int i = 0; i < mr; i++) memcpy(tz + i * EI_SG_NR, e.z + i * e.ldz, (size_t)nr * sizeof(float));
+        e.z = tz;
+        e.ldz = EI_SG_NR;
+    }
+    core(mr, kc, a, lda, b, t, EI_SG_NR, &e);
+    for (int i = 0; i < mr; i++) memcpy(c + i * ldc, t + i * EI_SG_NR, (size_t)nr * sizeof(float));
+}
+
+/* ---- scalar ---- */
+#define S_MR 6
+static void core_scalar(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, const ei_sg_ep *ep) {
+    float acc[S_MR][EI_SG_NR];
+    const float *ar[S_MR];
+    for (int i = 0; i < S_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+    for (int i = 0; i < S_MR; i++)
+        for (int j = 0; j < EI_SG_NR; j++)
+            acc[i][j] = ep->load_c ? c[i * ldc + j] : ep->bias ? ep->bias[j] : 0.0f;
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR)
+        for (int i = 0; i < S_MR; i++) {
+            float av = ar[i][k];
+            for (int j = 0; j < EI_SG_NR; j++) acc[i][j] += av * b[j];
+        }
+    for (int i = 0; i < S_MR; i++)
+        for (int j = 0; j < EI_SG_NR; j++) {
+            float v = acc[i][j];
+            if (ep->z) v += ep->z[i * ep->ldz + j];
+            /* clamp keeps NaN, like the vector max/min below and numpy's clip */
+            if (ep->clamp) { v = v < ep->lo ? ep->lo : v; v = v > ep->hi ? ep->hi : v; }
+            c[i * ldc + j] = v;
+        }
+}
+
+static void ukr_scalar(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                       int64_t ldc, int nr, const ei_sg_ep *ep) {
+    if (mr == S_MR && nr == EI_SG_NR) core_scalar(mr, kc, a, lda, b, c, ldc, ep);
+    else sg_staged(core_scalar, mr, kc, a, lda, b, c, ldc, nr, ep);
+}
+
+/* ---- AVX2 + FMA: 6 rows x 2 vectors = 12 accumulators ---- */
+#if defined(__x86_64__)
+#define X_MR 6
+__attribute__((target("avx2,fma")))
+static void core_avx2(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                      int64_t ldc, const ei_sg_ep *ep) {
+    __m256 acc[X_MR][2];
+    const float *ar[X_MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < X_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+    if (ep->load_c) {
+#pragma GCC unroll 8
+        for (int i = 0; i < X_MR; i++) { acc[i][0] = _mm256_loadu_ps(c + i * ldc); acc[i][1] = _mm256_loadu_ps(c + i * ldc + 8); }
+    } else {
+        __m256 b0 = ep->bias ? _mm256_loadu_ps(ep->bias) : _mm256_setzero_ps();
+        __m256 b1 = ep->bias ? _mm256_loadu_ps(ep->bias + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int i = 0; i < X_MR; i++) { acc[i][0] = b0; acc[i][1] = b1; }
+    }
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
+        __m256 w0 = _mm256_loadu_ps(b), w1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 8
+        for (int i = 0; i < X_MR; i++) {
+            __m256 av = _mm256_broadcast_ss(ar[i] + k);
+            acc[i][0] = _mm256_fmadd_ps(av, w0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(av, w1, acc[i][1]);
+        }
+    }
+    if (ep->z) {
+#pragma GCC unroll 8
+        for (int i = 0; i < X_MR; i++) {
+            acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(ep->z + i * ep->ldz));
+            acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(ep->z + i * ep->ldz + 8));
+        }
+    }
+    if (ep->clamp) {
+        /* max(lo, v) / min(hi, v) return v when v is NaN (maxps returns its second operand) */
+        __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+#pragma GCC unroll 8
+        for (int i = 0; i < X_MR; i++) {
+            acc[i][0] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][0]));
+            acc[i][1] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][1]));
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < X_MR; i++) { _mm256_storeu_ps(c + i * ldc, acc[i][0]); _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]); }
+}
+
+__attribute__((target("avx2,fma")))
+static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                     int64_t ldc, int nr, const ei_sg_ep *ep) {
+    if (mr == X_MR && nr == EI_SG_NR) core_avx2(mr, kc, a, lda, b, c, ldc, ep);
+    else sg_staged(core_avx2, mr, kc, a, lda, b, c, ldc, nr, ep);
+}
+
+/* ---- AVX-512: 12 rows x 1 vector (compiled here, selected only where the CPU has it) ---- */
+#define Z_MR 12
+__attribute__((target("avx512f")))
+static void core_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, const ei_sg_ep *ep) {
+    __m512 acc[Z_MR];
+    const float *ar[Z_MR];
+#pragma GCC unroll 16
+    for (int i = 0; i < Z_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+    __m512 b0 = ep->bias ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < Z_MR; i++) acc[i] = ep->load_c ? _mm512_loadu_ps(c + i * ldc) : b0;
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
+        __m512 w = _mm512_loadu_ps(b);
+#pragma GCC unroll 16
+        for (int i = 0; i < Z_MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
+    }
+    __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+#pragma GCC unroll 16
+    for (int i = 0; i < Z_MR; i++) {
+        if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
+        if (ep->clamp) acc[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i]));
+        _mm512_storeu_ps(c + i * ldc, acc[i]);
+    }
+}
+
+__attribute__((target("avx512f")))
+static void ukr_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                       int64_t ldc, int nr, const ei_sg_ep *ep) {
+    if (mr == Z_MR && nr == EI_SG_NR) core_avx512(mr, kc, a, lda, b, c, ldc, ep);
+    else sg_staged(core_avx512, mr, kc, a, lda, b, c, ldc, nr, ep);
+}
+#endif
+
+/* ---- NEON: 6 rows x 4 vectors = 24 accumulators (of 32 registers) ---- */
+#if defined(__aarch64__)
+#define N_MR 6
+static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                      int64_t ldc, const ei_sg_ep *ep) {
+    float32x4_t acc[N_MR][4];
+    const float *ar[N_MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < N_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+#pragma GCC unroll 8
+    for (int i = 0; i < N_MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            acc[i][v] = ep->load_c ? vld1q_f32(c + i * ldc + 4 * v)
+                                   : ep->bias ? vld1q_f32(ep->bias + 4 * v) : vdupq_n_f32(0.0f);
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
+        float32x4_t w0 = vld1q_f32(b), w1 = vld1q_f32(b + 4), w2 = vld1q_f32(b + 8), w3 = vld1q_f32(b + 12);
+#pragma GCC unroll 8
+        for (int i = 0; i < N_MR; i++) {
+            float32x4_t av = vld1q_dup_f32(ar[i] + k);
+            acc[i][0] = vfmaq_f32(acc[i][0], av, w0);
+            acc[i][1] = vfmaq_f32(acc[i][1], av, w1);
+            acc[i][2] = vfmaq_f32(acc[i][2], av, w2);
+            acc[i][3] = vfmaq_f32(acc[i][3], av, w3);
+        }
+    }
+    float32x4_t lo = vdupq_n_f32(ep->lo), hi = vdupq_n_f32(ep->hi);
+#pragma GCC unroll 8
+    for (int i = 0; i < N_MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            float32x4_t r = acc[i][v];
+            if (ep->z) r = vaddq_f32(r, vld1q_f32(ep->z + i * ep->ldz + 4 * v));
+            if (ep->clamp) {
+                /* bsl keeps a NaN (fmax/fmin would propagate it too, but spell the numpy rule) */
+                r = vbslq_f32(vcltq_f32(r, lo), lo, r);
+                r = vbslq_f32(vcgtq_f32(r, hi), hi, r);
+            }
+            vst1q_f32(c + i * ldc + 4 * v, r);
+        }
+}
+
+static void ukr_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                     int64_t ldc, int nr, const ei_sg_ep *ep) {
+    if (mr == N_MR && nr == EI_SG_NR) core_neon(mr, kc, a, lda, b, c, ldc, ep);
+    else sg_staged(core_neon, mr, kc, a, lda, b, c, ldc, nr, ep);
+}
+#endif
+
+ei_sg_kernel ei_sg_scalar(void) {
+    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar" };
+    return k;
+}
+
+ei_sg_kernel ei_sg_pick(void) {
+#if defined(__x86_64__)
+    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, Z_MR, "AVX-512" }; return k; }
+    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2" }; return k; }
+#elif defined(__aarch64__)
+    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON" }; return k; }
+#endif
+    return ei_sg_scalar();
+}

@@ -1,0 +1,41 @@
+/* fp32 packed SGEMM micro-kernels (sgemm.c) and the NHWC convolution / GEMM driver on them
+ * (conv_f32.c).
+ *
+ * B (the weights) is packed once at prepare into panels of EI_SG_NR = 16 output channels:
+ * panel j holds rows k = 0..K-1 of 16 consecutive columns, contiguous (K x 16 floats), zero
+ * padded past the last column. The panel width is the same for every ISA, so a plan packed
+ * under one ISA runs under any other (the tests flip the ISA mask after prepare); only the
+ * number of rows a micro-kernel computes at once (mr) differs: AVX2 6, AVX-512 12, NEON 6,
+ * scalar 6. A (activation rows) is read row-major with a row stride: straight from the input
+ * for 1x1 stride-1 convs and GEMMs, from a per-thread im2col tile otherwise. */
+#ifndef EI_SGEMM_H
+#define EI_SGEMM_H
+
+#include "edge_native.h"
+
+#define EI_SG_NR 16
+#define EI_SG_MR_MAX 14
+
+/* what a micro-kernel applies to its tile: set C (or add onto it with load_c), bias per column
+ * (first K block only), then on the last K block a residual z and a clamp */
+typedef struct {
+    const float *bias;          /* EI_SG_NR values of this panel, or NULL */
+    const float *z;             /* residual rows (row stride ldz), or NULL */
+    int64_t ldz;
+    float lo, hi;               /* clamp when clamp != 0 */
+    int32_t load_c, clamp;
+} ei_sg_ep;
+
+/* c[i][0..nr) (= or +=) sum_k a[i*lda + k] * b[k*16 + j] for i < mr (mr <= the kernel's MR,
+ * nr <= 16), then the epilogue */
+typedef void (*ei_sg_ukr)(int mr, int64_t kc, const float *a, int64_t lda, const float *b,
+                          float *c, int64_t ldc, int nr, const ei_sg_ep *ep);
+
+typedef struct { ei_sg_ukr fn; int mr; const char *name; } ei_sg_kernel;
+
+/* the micro-kernel for the current ISA mask */
+ei_sg_kernel ei_sg_pick(void);
+/* the scalar one (self-tests) */
+ei_sg_kernel ei_sg_scalar(void);
+
+#endif
