@@ -58,7 +58,7 @@ def check_run(cmd, want_features):
     assert r.returncode == 0, out + r.stderr
     for name, on in want_features.items():
         assert f"{name} {int(on)}" in out.splitlines()[0], out
-    for g in ("pool", "epilogue", "int8_gemm", "depthwise"):
+    for g in ("pool", "epilogue", "int8_gemm", "depthwise", "conv_f32"):
         assert re.search(rf"^{g}\s+simd\s+ok", out, re.M) and re.search(rf"^{g}\s+scalar\s+ok", out, re.M), out
     assert re.search(r"^\d+ runs, 0 failed$", out, re.M), out
     return out

@@ -46,6 +46,7 @@ from ....ir.shape_rules_nn import (channels_last, conv_transpose_geometry, join_
                                    window_attrs)
 from ..native import kernels as native_kernels
 from ..registry import kernel
+from . import conv_native
 
 
 def view_as(a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
@@ -515,6 +516,9 @@ def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"Conv {node.name!r}: input dtype {x.dtype} != output dtype {dtype}")
     algo = conv_algorithm(group, c, cg, ksize, strides, pads)
     matmul, copyto = np.matmul, np.copyto
+    step = conv_native.conv_step(node, ctx)             # the native packed SGEMM, bias fused, or None
+    if step is not None:
+        return step
 
     # -- pointwise: the input is the column matrix, the whole batch in one GEMM ---------
     if algo == "pointwise":

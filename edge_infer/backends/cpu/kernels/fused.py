@@ -29,6 +29,7 @@ from ....ir import Node
 from ..native import kernels as native_kernels
 from ..native import ops as native_ops
 from ..registry import KERNELS, kernel
+from . import conv_native
 from .elementwise import make_erf, native_unary, quiet
 
 EPILOGUE_ATTRS = ("activation", "activation_params")
@@ -211,6 +212,8 @@ def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> 
 def fused_conv(node: Node, ctx) -> Callable[[], None]:
     """y = act(conv(x, w) + b + z)."""
     step = native_kernels.fp32_depthwise(node, ctx)     # depthwise with the epilogue fused, or None
+    if step is None:
+        step = conv_native.conv_step(node, ctx)         # the native SGEMM conv, epilogue fused, or None
     if step is not None:
         return step
     z = node.inputs[3] if len(node.inputs) > 3 else ""
@@ -220,12 +223,18 @@ def fused_conv(node: Node, ctx) -> Callable[[], None]:
 @kernel("FusedGemm")
 def fused_gemm(node: Node, ctx) -> Callable[[], None]:
     """y = act(alpha A'B' + beta C)."""
+    step = conv_native.gemm_step(node, ctx)
+    if step is not None:
+        return step
     return _fused(node, ctx, "Gemm", 3, [])
 
 
 @kernel("FusedMatMul")
 def fused_matmul(node: Node, ctx) -> Callable[[], None]:
     """y = act(A @ B + bias)."""
+    step = conv_native.gemm_step(node, ctx)
+    if step is not None:
+        return step
     bias = node.inputs[2] if len(node.inputs) > 2 else ""
     return _fused(node, ctx, "MatMul", 2, [(bias, "bias")])
 

@@ -17,6 +17,7 @@ from ....ir.shape_rules_nn import channels_last, resize_plan
 from ..native import ops as native_ops
 from ..registry import kernel
 from .conv import view_as
+from . import conv_native
 
 
 def _opt(node: Node, i: int) -> str:
@@ -33,6 +34,9 @@ def _opt_out(node: Node, i: int) -> str:
 
 @kernel("Gemm")
 def gemm(node: Node, ctx) -> Callable[[], None]:
+    step = conv_native.gemm_step(node, ctx)             # the native packed SGEMM, or None
+    if step is not None:
+        return step
     a, b = ctx.value(node.inputs[0]), ctx.value(node.inputs[1])
     y = ctx.value(node.outputs[0])
     alpha = float(node.attrs.get("alpha", 1.0))
@@ -74,6 +78,9 @@ def gemm(node: Node, ctx) -> Callable[[], None]:
 
 @kernel("MatMul")
 def matmul(node: Node, ctx) -> Callable[[], None]:
+    step = conv_native.gemm_step(node, ctx)             # constant B: the native packed SGEMM, or None
+    if step is not None:
+        return step
     a, b = ctx.value(node.inputs[0]), ctx.value(node.inputs[1])
     y = ctx.value(node.outputs[0])
     mm = np.matmul

@@ -1,0 +1,173 @@
+"""fp32 Conv / Gemm / MatMul on the native packed SGEMM (native/src/sgemm.c, conv_f32.c).
+
+Each ``*_step`` function is called first by the numpy kernel's prepare (conv.py's NHWC Conv,
+nn.py's Gemm and MatMul, fused.py's fused forms) and returns the native step, or None when
+the node does not fit it (then the numpy/BLAS kernel serves). Prepare packs the weights once
+into 16-column panels (``pack_panels``), sizes the per-thread im2col tile scratch from the
+plan's shared column scratch, and fills the argument struct; a run is one C call with no
+allocation, the fused epilogue (bias, residual, activation) applied to each output tile in
+the kernel, in the order of kernels/fused.py.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, Optional
+
+import numpy as np
+
+from ....ir import Node
+from ....ir.shape_rules_nn import channels_last
+from .. import native as _native
+from ..native import ops as native_ops
+from ..native.kernels import threads_of
+
+_P, _I = ctypes.c_void_p, ctypes.c_int32
+NR = 16      #: EI_SG_NR of src/sgemm.h: output channels per packed weight panel
+
+
+class ConvF32Args(ctypes.Structure):
+    """``ei_conv_f32_args`` of src/conv_f32.c."""
+    _fields_ = ([(f, _P) for f in ("x", "y", "z", "wpack", "bias", "scratch")]
+                + [(f, _I) for f in ("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw",
+                                     "pt", "pl", "group", "act")]
+                + [("p0", ctypes.c_float), ("p1", ctypes.c_float), ("threads", _I)])
+
+
+def _lib_ok() -> bool:
+    return _native.lib is not None and hasattr(_native.lib, "ei_conv_f32")
+
+
+def isa_name() -> str:
+    """The micro-kernel the current ISA mask selects (AVX-512, AVX2, NEON or scalar)."""
+    fn = _native.function("ei_conv_f32_isa", restype=ctypes.c_char_p)
+    return fn().decode() if fn is not None else "none"
+
+
+def pack_panels(w_gkm: np.ndarray) -> np.ndarray:
+    """(groups, K, Mg) weights -> (groups, panels, K, 16) float32, zero-padded columns."""
+    g, k, mg = w_gkm.shape
+    panels = -(-mg // NR)
+    out = np.zeros((g, k, panels * NR), np.float32)
+    out[:, :, :mg] = w_gkm
+    return np.ascontiguousarray(out.reshape(g, k, panels, NR).transpose(0, 2, 1, 3))
+
+
+def _f32c(a) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned
+
+
+def _epilogue(node: Node):
+    """(EI_U_* code, p0, p1) of the node's fused activation, or None when unknown."""
+    name = str(node.attrs.get("activation", "") or "") if node.op.startswith("Fused") else ""
+    params = [float(p) for p in node.attrs.get("activation_params", []) or []]
+    if name not in native_ops._EPILOGUE:
+        return None
+    if len(params) != {"Clip": 2, "HardSigmoid": 2, "LeakyRelu": 1}.get(name, 0):
+        return None
+    op, pp = native_ops._EPILOGUE[name]
+    p0, p1 = pp(params)
+    return native_ops.UNARY[op], float(p0), float(p1), name
+
+
+def _bias(ctx, name: str, m: int, scale: float = 1.0) -> Optional[np.ndarray]:
+    """A constant per-output-channel bias (any shape of m values broadcast over rows) as
+    float32, None for no bias; False when there is one the kernel cannot take."""
+    if not name:
+        return None
+    b = ctx.const(name)
+    if b is None or b.size != m or (b.ndim > 1 and b.shape[-1] != m):
+        return False
+    return np.ascontiguousarray((b.astype(np.float64) * scale if scale != 1.0 else b).reshape(m), np.float32)
+
+
+def _step(ctx, args: ConvF32Args, keep) -> Callable[[], None]:
+    return _native.native_step("ei_conv_f32", args, *keep)
+
+
+def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
+    """An NHWC float32 Conv / FusedConv (1-D or 2-D, constant weights, any group, stride,
+    dilation and padding) as the native kernel, or None."""
+    if not _lib_ok() or not channels_last(node) or ctx.const(node.inputs[1]) is None:
+        return None
+    from .conv import _conv_geometry, shared_cols
+    x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, True)
+    if nsp not in (1, 2) or not (_f32c(x) and _f32c(y)) or y.size == 0:
+        return None
+    if group == c and cg == 1 and group > 1:
+        return None         # depthwise: its own kernels (a 16-column panel per channel wastes 15/16)
+    ep = _epilogue(node)
+    if ep is None:
+        return None
+    z = None
+    if node.op == "FusedConv" and len(node.inputs) > 3 and node.inputs[3]:
+        z = ctx.value(node.inputs[3])
+        if not _f32c(z) or z.shape != y.shape or np.shares_memory(z, y):
+            return None
+    bias = _bias(ctx, node.inputs[2] if len(node.inputs) > 2 else "", m)
+    if bias is False:
+        return None
+    if nsp == 1:
+        h, wd, oh, ow, kh, kw = 1, x.shape[1], 1, osp[0], 1, kernel[0]
+        sh, sw, dh, dw, pt, pl = 1, strides[0], 1, dil[0], 0, pads[0]
+    else:
+        h, wd, (oh, ow), (kh, kw) = x.shape[1], x.shape[2], osp, kernel
+        (sh, sw), (dh, dw), pt, pl = strides, dil, pads[0], pads[1]
+    mg = m // group
+    # (M, Cg, kh, kw) -> per group (K = (ky, kx, ci), Mg): the im2col order of the kernel
+    wk = np.asarray(w, np.float32).reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(group, -1, mg)
+    wpack = pack_panels(wk)
+    args = ConvF32Args(x=x.ctypes.data, y=y.ctypes.data, z=None if z is None else z.ctypes.data,
+                       wpack=wpack.ctypes.data, bias=None if bias is None else bias.ctypes.data,
+                       n=n, c=c, h=h, w=wd, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
+                       pt=pt, pl=pl, group=group, act=ep[0], p0=ep[1], p1=ep[2], threads=threads_of(ctx))
+    fn = _native.function("ei_conv_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    nbytes = int(fn(ctypes.addressof(args)))
+    scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
+    args.scratch = None if scratch is None else scratch.ctypes.data
+    direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (h, wd)
+    extra = ", ".join((["bias"] if bias is not None else []) + (["residual"] if z is not None else [])
+                      + ([ep[3]] if ep[3] else []))
+    ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native SGEMM ({isa_name()}, "
+                   f"{'direct on the input' if direct else 'im2col per tile'}, {n * oh * ow}x{cg * kh * kw} @ "
+                   f"{cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "") + ")"
+                   + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)")
+    return _step(ctx, args, (x, y, z, wpack, bias, scratch))
+
+
+def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
+    """Gemm / FusedGemm (no transA) and MatMul / FusedMatMul with a constant 2-D B on float32
+    as the native kernel (rows of A as 1x1 conv pixels), or None."""
+    if not _lib_ok() or ctx.const(node.inputs[1]) is None:
+        return None
+    a, b, y = ctx.value(node.inputs[0]), ctx.value(node.inputs[1]), ctx.value(node.outputs[0])
+    if not (_f32c(a) and _f32c(y)) or b.ndim != 2 or a.ndim < 1 or y.size == 0:
+        return None
+    ep = _epilogue(node)
+    if ep is None:
+        return None
+    if node.op in ("Gemm", "FusedGemm"):
+        if node.attrs.get("transA", 0) or a.ndim != 2:
+            return None
+        alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+        bt = b.T if node.attrs.get("transB", 0) else b
+        cname = node.inputs[2] if len(node.inputs) > 2 and beta != 0.0 else ""
+        bk = bt.astype(np.float64) * alpha if alpha != 1.0 else bt
+        bias = _bias(ctx, cname, bt.shape[1], beta)
+    else:
+        bk = b
+        bias = _bias(ctx, node.inputs[2] if node.op == "FusedMatMul" and len(node.inputs) > 2 else "", b.shape[1])
+    if bias is False:
+        return None
+    k, m = bk.shape
+    rows = a.size // k if k else 0
+    if a.shape[-1] != k or y.size != rows * m or y.shape[-1] != m:
+        return None
+    wpack = pack_panels(np.asarray(bk, np.float32)[None])
+    args = ConvF32Args(x=a.ctypes.data, y=y.ctypes.data, z=None, wpack=wpack.ctypes.data,
+                       bias=None if bias is None else bias.ctypes.data, scratch=None,
+                       n=1, c=k, h=rows, w=1, m=m, oh=rows, ow=1, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
+                       pt=0, pl=0, group=1, act=ep[0], p0=ep[1], p1=ep[2], threads=threads_of(ctx))
+    ctx.note(node, f"native SGEMM ({isa_name()}, {rows}x{k} @ {k}x{m}, packed B)"
+                   + (" + bias" if bias is not None else "") + (f" + {ep[3]}" if ep[3] else "")
+                   + f"; {threads_of(ctx)} thread(s)")
+    return _step(ctx, args, (a, y, wpack, bias))
