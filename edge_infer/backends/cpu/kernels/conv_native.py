@@ -81,7 +81,14 @@ def _bias(ctx, name: str, m: int, scale: float = 1.0) -> Optional[np.ndarray]:
 
 
 def _step(ctx, args: ConvF32Args, keep) -> Callable[[], None]:
-    return _native.native_step("ei_conv_f32", args, *keep)
+    """The native step, its per-thread tile scratch taken from the plan's shared column
+    scratch (steps run one at a time, so every conv of a plan can use the same bytes)."""
+    from .conv import shared_cols
+    fn = _native.function("ei_conv_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    nbytes = int(fn(ctypes.addressof(args)))
+    scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
+    args.scratch = None if scratch is None else scratch.ctypes.data
+    return _native.native_step("ei_conv_f32", args, scratch, *keep)
 
 
 def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
@@ -89,7 +96,7 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     dilation and padding) as the native kernel, or None."""
     if not _lib_ok() or not channels_last(node) or ctx.const(node.inputs[1]) is None:
         return None
-    from .conv import _conv_geometry, shared_cols
+    from .conv import _conv_geometry
     x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, True)
     if nsp not in (1, 2) or not (_f32c(x) and _f32c(y)) or y.size == 0:
         return None
@@ -120,10 +127,6 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                        wpack=wpack.ctypes.data, bias=None if bias is None else bias.ctypes.data,
                        n=n, c=c, h=h, w=wd, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
                        pt=pt, pl=pl, group=group, act=ep[0], p0=ep[1], p1=ep[2], threads=threads_of(ctx))
-    fn = _native.function("ei_conv_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
-    nbytes = int(fn(ctypes.addressof(args)))
-    scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
-    args.scratch = None if scratch is None else scratch.ctypes.data
     direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (h, wd)
     extra = ", ".join((["bias"] if bias is not None else []) + (["residual"] if z is not None else [])
                       + ([ep[3]] if ep[3] else []))
@@ -131,7 +134,7 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                    f"{'direct on the input' if direct else 'im2col per tile'}, {n * oh * ow}x{cg * kh * kw} @ "
                    f"{cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "") + ")"
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)")
-    return _step(ctx, args, (x, y, z, wpack, bias, scratch))
+    return _step(ctx, args, (x, y, z, wpack, bias))
 
 
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
