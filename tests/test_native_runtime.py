@@ -51,7 +51,8 @@ def test_parallel_for_covers_each_index_once(n, grain, threads):
             hits[b:e] += 1
     par(n, grain, RANGE_FN(body), None, threads)
     assert (hits == 1).all()
-    assert len(chunks) <= max(1, min(threads, -(-n // grain)))
+    # dynamic hand-out: up to 4 chunks per thread, each of at least `grain` items
+    assert len(chunks) <= max(1, min(4 * threads, -(-n // grain)))
     assert all(e - b >= min(grain, n) or e == n for b, e in chunks)
 
 

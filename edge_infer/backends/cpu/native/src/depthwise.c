@@ -410,12 +410,10 @@ static void dw8_rows_neon(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
 typedef void (*rows_fn)(const ei_dw_args *, int64_t, int64_t, char *);
 typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; } dw_ctx;
 
-static void dw_slots(void *vctx, int64_t s0, int64_t s1) {
+/* rows [r0, r1), handed out by the pool in chunks; scratch: the running thread slot's */
+static void dw_range(void *vctx, int64_t r0, int64_t r1) {
     const dw_ctx *c = (const dw_ctx *)vctx;
-    for (int64_t s = s0; s < s1; s++) {
-        int64_t r0 = c->rows * s / c->slots, r1 = c->rows * (s + 1) / c->slots;
-        c->fn(c->a, r0, r1, (char *)c->a->scratch + s * c->per);
-    }
+    c->fn(c->a, r0, r1, (char *)c->a->scratch + (int64_t)ei_pool_slot() * c->per);
 }
 
 static rows_fn pick(const ei_dw_args *a) {
@@ -439,7 +437,7 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
     int64_t work = (int64_t)a->n * a->c * a->oh * a->ow * a->kh * a->kw;
     c.slots = (int)EI_MIN(EI_MIN((int64_t)t, c.rows), EI_MAX(work >> (a->is_int8 ? 16 : 20), (int64_t)1));
     if (c.slots < 1) return;
-    ei_parallel_for(c.slots, 1, dw_slots, &c, c.slots);
+    ei_parallel_for(c.rows, 1, dw_range, &c, c.slots);
 }
 
 /* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */
@@ -504,7 +502,7 @@ EI_API int ei_selftest_depthwise(void) {
         memset(y0, 0, ys * es); memset(y1, 0, ys * es);
         a.y = y0;
         dw_ctx c = { &a, dw_rows_scalar, (int64_t)a.n * (a.nchw ? a.c : 1) * a.oh, 1, ei_dw_scratch(&a) };
-        dw_slots(&c, 0, 1);
+        dw_range(&c, 0, c.rows);
         a.y = y1;
         ei_depthwise(&a);
         if (memcmp(y0, y1, ys * es) != 0) fails++;
@@ -512,7 +510,7 @@ EI_API int ei_selftest_depthwise(void) {
         if (a.is_int8 && !a.nchw && ei_has(EI_AVX2)) {     /* the AVX2 kernel too where VNNI took over */
             memset(y1, 0, ys * es);
             dw_ctx c2 = { &a, dw8_rows_avx2, c.rows, 1, c.per };
-            dw_slots(&c2, 0, 1);
+            dw_range(&c2, 0, c2.rows);
             if (memcmp(y0, y1, ys * es) != 0) fails++;
         }
 #endif

@@ -561,13 +561,12 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     }
 }
 
-static void conv_slots(void *vctx, int64_t s0, int64_t s1) {
+/* tasks [t0, t1), handed out by the pool in chunks (a descheduled thread's are taken by the
+ * others); scratch: the running thread slot's */
+static void conv_tasks(void *vctx, int64_t t0, int64_t t1) {
     const conv_ctx *cx = (const conv_ctx *)vctx;
-    for (int64_t s = s0; s < s1; s++) {
-        char *scratch = (char *)cx->a->scratch + s * cx->p.per_thread;
-        int t0 = (int)((int64_t)cx->p.ntasks * s / cx->nslots), t1 = (int)((int64_t)cx->p.ntasks * (s + 1) / cx->nslots);
-        for (int t = t0; t < t1; t++) run_task(cx, t, scratch);
-    }
+    char *scratch = (char *)cx->a->scratch + (int64_t)ei_pool_slot() * cx->p.per_thread;
+    for (int64_t t = t0; t < t1; t++) run_task(cx, (int)t, scratch);
 }
 
 EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
@@ -583,7 +582,7 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = a->kind == KIND_VNNI ? (1 << 19) : (1 << 18);
     int64_t by_work = macs / per > 1 ? macs / per : 1;
     cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), by_work);
-    ei_parallel_for(cx.nslots, 1, conv_slots, &cx, cx.nslots);
+    ei_parallel_for(cx.p.ntasks, 1, conv_tasks, &cx, cx.nslots);
 }
 
 /* ---- self-test: every available kind vs a direct int64 reference ---- */
