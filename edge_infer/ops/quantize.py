@@ -60,6 +60,8 @@ def _check_qdq(node: Node, graph: Graph) -> None:
             fail(node, "input 1 (scale)", "scales must be positive and finite")
         if s.size > 1:
             check_axis(node, "attribute 'axis'", node.attrs.get("axis", 1), rank(graph, node.inputs[0]))
+    if zp is not None and scale is not None and np.asarray(zp).size not in (1, np.asarray(scale).size):
+        fail(node, "input 2 (zero_point)", f"{np.asarray(zp).size} zero points for {np.asarray(scale).size} scales")
     q_name = node.outputs[0] if node.op == "QuantizeLinear" else node.inputs[0]
     qt = graph.tensors.get(q_name)
     if qt is None:
