@@ -28,5 +28,7 @@ SCHEMAS = {
     "AveragePool": op((1, 1), check=_check_pool, count_include_pad=BOOL, **_WINDOW),
     "GlobalAveragePool": op(data_layout=LAYOUT),
     "GlobalMaxPool": op(data_layout=LAYOUT),
+    "MaxUnpool": op((2, 3), kernel_shape=INTS(1, MAX_WINDOW), strides=INTS(1, MAX_WINDOW),
+                    pads=INTS(0, MAX_WINDOW)),
     "LRN": op(size=INT(1, MAX_WINDOW), alpha=FLOAT(), beta=FLOAT(), bias=FLOAT()),
 }

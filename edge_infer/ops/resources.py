@@ -155,7 +155,9 @@ def check_fold(node: Node, graph: Graph) -> None:
         t = graph.tensors.get(o) if o else None
         if t is None or t.shape is None:
             continue
-        if any(not known(d) or d < 0 for d in t.shape):
+        if any(not known(d) for d in t.shape):
+            return          # not static: nothing to fold here
+        if any(d < 0 for d in t.shape):
             raise ValidationError(f"node {node.name!r} ({node.op}): output {o!r} has shape {t.shape}")
         total += _count(t.shape) * np.dtype(t.dtype).itemsize
     if total <= GENERATED_DEFAULT >> 4:      # small: the common case costs no /proc read

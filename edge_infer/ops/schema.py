@@ -119,7 +119,9 @@ def check_node(node: Node, graph: Graph, schema: dict) -> None:
         fail(node, "outputs", f"{len(node.outputs)} given, the op has {lo}..{hi}")
     for name, spec in schema["attrs"].items():
         value = node.attrs.get(name)
-        if value is not None:
+        # null where a number goes reaches int()/float() in the kernels; lists and strings fall
+        # back to their defaults through ``or``
+        if value is not None or (name in node.attrs and spec["type"] in ("int", "float")):
             check_attr(node, name, value, spec)
     if schema["check"] is not None:
         schema["check"](node, graph)
