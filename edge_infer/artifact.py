@@ -767,7 +767,7 @@ def _build_graph(doc, c: _Container) -> Graph:
     return g
 
 
-def load_artifact(path: PathLike) -> Tuple[Graph, dict]:
+def load_artifact(path: PathLike, max_bytes: Optional[int] = None) -> Tuple[Graph, dict]:
     """Load the artifact at ``path``; return ``(graph, meta)``.
 
     Every checksum is verified and the graph is validated before it is
@@ -776,7 +776,9 @@ def load_artifact(path: PathLike) -> Tuple[Graph, dict]:
     lives. Replace artifacts atomically (as ``save_artifact`` does), never
     rewrite one in place while it is loaded. Raises ArtifactError when the file
     cannot be read or is truncated, corrupt, of an unsupported version or
-    otherwise malformed.
+    otherwise malformed, or when a node fails its op schema or the graph would allocate more
+    than ``max_bytes`` (default: the target profile's budget, else the memory available; see
+    ``ops.validate_graph``).
     """
     with _refuse_malformed():
         c = _open(path)
@@ -789,6 +791,9 @@ def load_artifact(path: PathLike) -> Tuple[Graph, dict]:
                 c.finish_weights_check()  # corruption explains any other error best
                 raise
             c.finish_weights_check()
+            from .ops import validate_graph, validate_meta   # semantic checks, before any backend
+            validate_meta(meta, "load")
+            validate_graph(graph, "load", max_bytes, meta.get("target"), count_constants=False)
         except BaseException:
             c.close()
             raise

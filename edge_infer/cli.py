@@ -65,7 +65,8 @@ def cmd_convert(args) -> int:
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
                   allow_drift=args.allow_drift, target=args.target, layout=args.layout,
-                  memory_limit=args.memory_limit, **quantize_options(args), **sparse_options(args))
+                  memory_limit=args.memory_limit, max_bytes=args.max_bytes,
+                  **quantize_options(args), **sparse_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
@@ -518,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--task", choices=("auto", "classify", "detect", "segment", "generic"),
                    help="what the int8 accuracy report and --max-accuracy-drop measure: top-1, detection F1, "
                         "map IoU or per-output SQNR (default auto: from the output shapes)")
+    c.add_argument("--max-bytes", metavar="SIZE", help="refuse a model whose graph would allocate more "
+                   "(a tensor, the constants, a ConstantOfShape/Expand/Tile/Range output; default: the "
+                   "target's budget or the memory available, 1GB for one generated tensor)")
     c.add_argument("--memory-limit", metavar="SIZE", help="record a memory budget (e.g. 256MB) for "
                    "activations + workspaces that runtimes use by default")
     c.add_argument("--sparsity", type=float, metavar="X", help="magnitude-prune compute layers to this fraction "

@@ -104,7 +104,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             sparse_layers: Optional[Dict[str, float]] = None, sparse_scope: str = "layer",
             sparse_max_accuracy_drop: Optional[float] = None, sparse_encode: bool = True,
             memory_limit: Union[int, str, None] = None, task: Optional[str] = None,
-            metric=None, **options) -> dict:
+            metric=None, max_bytes: Union[int, str, None] = None, **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
     ``quantize="int8"``: after the fp32 graph is optimized and verified, quantize it
@@ -136,6 +136,10 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     is stored encoded when that is smaller (``sparse_encode=False``: never), verified against
     its dense form; ``result["sparsity"]`` reports compression and accuracy.
 
+    ``max_bytes`` (bytes or "4GB"): what the graph may allocate (each tensor, the constants,
+    a ConstantOfShape/Expand/Tile/Range output, a constant fold); default: the target profile's
+    budget, else the memory available, and 1 GiB for one value-sized tensor (ops/resources.py).
+
     Returns a report dict: source and artifact sizes, node counts, what each
     pass did and the verified relative error of the optimized graph.
     """
@@ -150,7 +154,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     if options:
         raise ConversionError(f"unknown conversion option(s): {', '.join(sorted(options))}")
     from .memory.budget import parse_size
-    memory_limit = parse_size(memory_limit)
+    memory_limit, max_bytes = parse_size(memory_limit), parse_size(max_bytes)
     if quantize is not None:
         from .quantize import check_convert_options
         check_convert_options(quantize, calib, calib_method, max_accuracy_drop)
@@ -165,6 +169,10 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         from .targets import load_target
         profile = load_target(target)
         graph.metadata["target"] = profile       # the passes' cost model reads it
+    from .ops import validate_graph               # before the verification run executes anything
+    from .ops.resources import set_limit
+    validate_graph(graph, "convert", max_bytes, profile)
+    fold_limit = set_limit(max_bytes) if max_bytes is not None else None
     from .passes.convert_layout import resolve_layout
     graph.metadata["preferred_layout"] = resolve_layout(layout, profile)
     optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,
@@ -220,6 +228,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
                 meta["provenance"]["options"]["sparsity"] = {
                     "sparsity": sparsity, "pattern": sparse_pattern, "layers": dict(sparse_layers or {}),
                     "scope": sparse_scope, "max_accuracy_drop": sparse_max_accuracy_drop}
+    if max_bytes is not None:
+        set_limit(fold_limit)
     nbytes = save_artifact(dst, optimized, meta)
     result = {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
               "artifact_bytes": nbytes, **opt_report}

@@ -53,7 +53,7 @@ def make_graph() -> Graph:
         rest.append(name)
     g.add_node("MatMul", ["x", "w"], ["y"], name="mm")
     g.tensors["y"].shape = ("batch", 2)
-    g.add_node("Gemm", ["y", "w", ""], ["z"], name="gemm", alpha=1.0, beta=0.5, transA=0,
+    g.add_node("Gemm", ["y", "w", ""], ["z"], name="gemm", alpha=1.0, beta=0.5, transA=0, transB=1,
                perm=[1, 0], scales=[0.25, float("inf")], mode="nearest", names=["a", "b"])
     g.add_node("Custom", ["z", "scalar", "empty", "mask", "idx", "half", "q"] + rest, ["out"],
                name="custom")

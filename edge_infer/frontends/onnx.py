@@ -474,11 +474,10 @@ class _Converter:
         values = self._tensor_array(sp.values, what)
         idx = self._tensor_array(sp.indices, what).astype(np.int64)
         dims = tuple(int(d) for d in sp.dims)
+        from ..ops.resources import check_sparse_coo
+        idx = check_sparse_coo(idx, values, dims, what)   # numpy would wrap a negative index
         dense = np.zeros(dims, values.dtype)
-        if idx.ndim == 1:
-            dense.reshape(-1)[idx] = values
-        else:
-            dense[tuple(idx.T)] = values
+        dense.reshape(-1)[idx] = values
         return dense
 
     # main -----------------------------------------------------------------------

@@ -124,6 +124,8 @@ def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:
 
 def fold_node(node: Node, graph: Graph) -> None:
     """Evaluate a node whose inputs are all known, storing results as constants."""
+    from ...ops.resources import check_fold
+    check_fold(node, graph)     # before numpy is asked for the memory
     bufs = {o: np.empty(graph.tensors[o].shape, graph.tensors[o].dtype) for o in node.outputs if o}
     for o in bufs:  # a re-fold must write the fresh buffer, not the old constant
         graph.tensors[o].data = None

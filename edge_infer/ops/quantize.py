@@ -1,0 +1,93 @@
+"""QuantizeLinear / DequantizeLinear and the quantization parameters of every tensor."""
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, Tensor
+from .schema import BOOL, INT, ValidationError, check_axis, const, fail, op, rank
+
+#: the range a zero point may take for each quantized dtype
+ZP_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+            "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _numbers(v, what: str, integral: bool):
+    vals = v if isinstance(v, (list, tuple)) else [v]
+    for x in vals:
+        ok = isinstance(x, Integral) if integral else isinstance(x, Real) and math.isfinite(x)
+        if not ok or isinstance(x, bool):
+            raise ValidationError(f"{what}: {x!r} is not a{'n integer' if integral else ' finite number'}")
+    return list(vals)
+
+
+def check_quant(t: Tensor) -> None:
+    """A tensor's ``quant``: positive finite scales, zero points in the dtype's range, a valid axis."""
+    q, where = t.quant, f"tensor {t.name!r} quant"
+    if not isinstance(q, dict) or "scale" not in q:
+        return  # other keys (observers' ranges) carry no kernel parameter
+    scale = _numbers(q["scale"], f"{where} 'scale'", False)
+    if not scale or not all(s > 0 and np.isfinite(np.float32(s)) for s in scale):
+        raise ValidationError(f"{where} 'scale': {scale[:4]} must be positive and finite (as float32)")
+    zp = _numbers(q.get("zero_point", [0]), f"{where} 'zero_point'", True)
+    lo, hi = ZP_RANGE.get(t.dtype, (-2 ** 63, 2 ** 63 - 1))
+    if not all(lo <= z <= hi for z in zp):
+        raise ValidationError(f"{where} 'zero_point': {zp[:4]} outside the {t.dtype} range [{lo}, {hi}]")
+    if len(zp) not in (1, len(scale)):
+        raise ValidationError(f"{where}: {len(zp)} zero points for {len(scale)} scales")
+    axis = q.get("axis")
+    s = t.data.shape if t.data is not None else t.shape
+    if axis is not None:
+        if not isinstance(axis, Integral) or isinstance(axis, bool):
+            raise ValidationError(f"{where} 'axis': {axis!r} is not an integer")
+        if s is not None and not -len(s) <= axis < max(len(s), 1):
+            raise ValidationError(f"{where} 'axis': {axis} is out of range for rank {len(s)}")
+        if s is not None and len(scale) > 1 and len(s) and isinstance(s[axis], Integral) and s[axis] != len(scale):
+            raise ValidationError(f"{where}: {len(scale)} scales for axis {axis} of size {s[axis]}")
+    elif len(scale) > 1:
+        raise ValidationError(f"{where}: {len(scale)} scales need an axis")
+
+
+def _check_qdq(node: Node, graph: Graph) -> None:
+    scale = const(graph, node.inputs[1])
+    zname = node.inputs[2] if len(node.inputs) > 2 else ""
+    zp = const(graph, zname) if zname else None
+    if scale is not None:
+        s = np.asarray(scale, np.float64).reshape(-1)
+        if not s.size or not np.all(np.isfinite(s.astype(np.float32))) or not np.all(s > 0):
+            fail(node, "input 1 (scale)", "scales must be positive and finite")
+        if s.size > 1:
+            check_axis(node, "attribute 'axis'", node.attrs.get("axis", 1), rank(graph, node.inputs[0]))
+    if zp is not None and scale is not None and np.asarray(zp).size not in (1, np.asarray(scale).size):
+        fail(node, "input 2 (zero_point)", f"{np.asarray(zp).size} zero points for {np.asarray(scale).size} scales")
+    q_name = node.outputs[0] if node.op == "QuantizeLinear" else node.inputs[0]
+    qt = graph.tensors.get(q_name)
+    if qt is None:
+        return
+    if zp is not None:
+        z = np.asarray(zp).reshape(-1)
+        lo, hi = ZP_RANGE.get(qt.dtype, (-2 ** 63, 2 ** 63 - 1))
+        if z.dtype.kind not in "iu" or (z.size and (int(z.min()) < lo or int(z.max()) > hi)):
+            fail(node, "input 2 (zero_point)", f"zero points must be {qt.dtype} values in [{lo}, {hi}]")
+    q = qt.quant
+    if not isinstance(q, dict) or "scale" not in q or scale is None:
+        return
+    # the CPU kernel reads the inputs, an exported TFLite model the tensor's parameters: they must agree
+    qs = np.float32(np.asarray(q["scale"], np.float64).reshape(-1))
+    s32 = np.float32(np.asarray(scale, np.float64).reshape(-1))
+    if qs.size != s32.size and min(qs.size, s32.size) > 1 or not np.all(qs == s32):
+        fail(node, "input 1 (scale)", f"{s32[:4].tolist()} disagrees with tensor {q_name!r}'s quant scale "
+             f"{qs[:4].tolist()}")
+    qz = np.asarray(q.get("zero_point", [0]), np.int64).reshape(-1)
+    z = np.zeros(1, np.int64) if zp is None else np.asarray(zp).astype(np.int64).reshape(-1)
+    if not np.all(qz == z):
+        fail(node, "input 2 (zero_point)", f"{z[:4].tolist()} disagrees with tensor {q_name!r}'s quant "
+             f"zero point {qz[:4].tolist()}")
+
+
+SCHEMAS = {
+    "QuantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), saturate=BOOL, block_size=INT(0)),
+    "DequantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), block_size=INT(0)),
+}
