@@ -176,9 +176,10 @@ class _Exporter:
             self.w.op("LOGISTIC", [x], [s])
             self.w.op("MUL", [x, s], [y], {"fused_activation_function": ACT_NONE})
         elif act == "HardSigmoid":
-            if _q8(yt):
-                raise ExportError("int8 HardSigmoid has no TFLite form")
             a, b = (params + [0.2, 0.5])[:2] if len(params) < 2 else params[:2]
+            if _q8(yt):
+                self.hard_sigmoid_int8(float(a), float(b), x, y, yt)
+                return
             m = self.temp("hsig_mul", yname)
             self.w.op("MUL", [x, self.const("alpha", np.float32(a))], [m], {"fused_activation_function": ACT_NONE})
             p = self.temp("hsig_add", yname)
@@ -186,6 +187,35 @@ class _Exporter:
             self.w.op("RELU_0_TO_1", [p], [y])
         else:
             raise ExportError(f"activation {act!r} has no TFLite form")
+
+    def hard_sigmoid_int8(self, alpha: float, beta: float, x: int, y: int, yt) -> None:
+        """int8 clip(alpha x + beta, 0, 1) as builtins LiteRT runs in int8 (XNNPACK too):
+        ADD(x, beta / alpha) into u at (s_y / alpha, zp_y), so u holds y's very integers
+        (one rounding, as the IR's table), clamped to [0, 1 / alpha] (fused RELU6 when
+        1 / alpha = 6, PyTorch's hardsigmoid; else RELU + MINIMUM), then MUL by alpha
+        quantized exactly (127 s_c = alpha): multiplier 1/127 on 127 (u - zp_y), an identity."""
+        if alpha <= 0:
+            raise ExportError(f"int8 HardSigmoid with alpha {alpha} <= 0 has no TFLite form")
+        s_y, z_y = float(yt.quant["scale"][0]), int(yt.quant["zero_point"][0])
+        shape = self.w.tensors[y]["shape"]
+        uq = {"scale": [float(np.float32(s_y / alpha))], "zero_point": [z_y], "axis": 0}
+
+        def exact(v: float) -> Tuple[np.ndarray, dict]:
+            # a scalar int8 constant holding v exactly: 127 steps of |v| / 127
+            return (np.int8(127 if v >= 0 else -127),
+                    {"scale": [float(np.float32(abs(v) / 127.0 or 1.0))], "zero_point": [0], "axis": 0})
+        cv, cq = exact(beta / alpha)
+        u = self.w.tensor(f"hsig_u_{self.k}", "int8", shape, None, uq)
+        six = abs(1.0 / alpha - 6.0) < 1e-6
+        self.w.op("ADD", [x, self.const("hsig_shift", cv, "int8", cq)], [u],
+                  {"fused_activation_function": ACT_RELU6 if six else ACT_RELU})
+        if not six:
+            top = np.int8(np.clip(round(1.0 / alpha / float(uq["scale"][0])) + z_y, -128, 127))
+            u2 = self.w.tensor(f"hsig_u_{self.k}_top", "int8", shape, None, uq)
+            self.w.op("MINIMUM", [u, self.const("hsig_top", top, "int8", uq)], [u2])
+            u = u2
+        av, aq = exact(alpha)
+        self.w.op("MUL", [u, self.const("hsig_alpha", av, "int8", aq)], [y], {"fused_activation_function": ACT_NONE})
 
     def clip(self, x: int, y: int, lo, hi, yt) -> None:
         lo = None if lo is None or not np.isfinite(lo) else float(lo)
@@ -461,10 +491,13 @@ class _Exporter:
         if Bv is not None and Bv.ndim == 2:
             bias: Union[str, np.ndarray] = ""
             ev = self.cval(extra) if extra else None
-            if extra and (ev is None or ev.size != Bv.shape[1] or _q8(self.g.tensors[A])):
-                raise ExportError(f"node {node.name!r}: FusedMatMul bias must be a constant [N] (float)")
+            q8 = _q8(self.g.tensors[A])
+            if extra and (ev is None or ev.size != Bv.shape[1]
+                          or q8 and not (ev.dtype == np.int32 and self.g.tensors[extra].quant is not None)):
+                raise ExportError(f"node {node.name!r}: FusedMatMul bias must be a constant [N] "
+                                  "(float, or int32 at s_x s_w in int8)")
             if extra:
-                bias = ev.reshape(-1).astype(np.float32)
+                bias = extra if q8 else ev.reshape(-1).astype(np.float32)
             wq = dict(bt.quant, axis=0) if bt.quant is not None else None
             self.fc(node, A, np.ascontiguousarray(Bv.T), wq, bias, act, rest,
                     keep_dims=len(self.shape(A)) > 2)
@@ -482,9 +515,16 @@ class _Exporter:
         W = self.cval(wname)
         xs = self.shape(xname)
         ys = self.shape(node.outputs[0])
+        xt, yt, wt = self.g.tensors[xname], self.g.tensors[node.outputs[0]], self.g.tensors[wname]
+        q8 = _q8(xt)
         if W is None or W.ndim != 4 or len(xs) != 4 or int(a.get("group", 1)) != 1 \
-                or any(int(d) != 1 for d in (a.get("dilations") or [1, 1])) or _q8(self.g.tensors[xname]):
-            raise ExportError(f"node {node.name!r}: only float 2-D ConvTranspose (group 1, no dilation) exports")
+                or any(int(d) != 1 for d in (a.get("dilations") or [1, 1])):
+            raise ExportError(f"node {node.name!r}: only 2-D ConvTranspose (group 1, no dilation) exports")
+        if q8 and not (_q8(yt) and W.dtype == np.int8 and wt.quant is not None):
+            raise ExportError(f"node {node.name!r}: int8 ConvTranspose needs int8 output and weights")
+        nhwc = (a.get("data_layout") or "NCHW") == "NHWC"
+        if nhwc:                  # the geometry below reads NCHW shapes
+            xs, ys = (xs[0], xs[3], xs[1], xs[2]), (ys[0], ys[3], ys[1], ys[2])
         strides = [int(s) for s in (a.get("strides") or [1, 1])]
         from .ir.shape_rules_nn import conv_transpose_geometry
         pads, out = conv_transpose_geometry(list(xs[2:]), list(W.shape[2:]), a)
@@ -501,16 +541,31 @@ class _Exporter:
         if padding is None:
             raise ExportError(f"node {node.name!r}: ConvTranspose pads {pads} are neither SAME nor VALID")
         x = self.tid(xname)
-        xn = self.temp("ct_in", xname, shape=(xs[0], xs[2], xs[3], xs[1]))
-        self.w.op("TRANSPOSE", [x, self.ints([0, 2, 3, 1], "perm")], [xn])
-        yn = self.temp("ct_out", node.outputs[0], shape=(ys[0], ys[2], ys[3], ys[1]))
-        wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), "float32")     # (O, H, W, I)
-        ins = [self.ints([ys[0], ys[2], ys[3], ys[1]], "output_shape"), wid, xn]
-        if bname:
-            ins.append(self.const(bname, self.cval(bname).reshape(-1).astype(np.float32)))
+        if nhwc:
+            xn, yn = x, self.out_ids(node)[0]
+        else:
+            xn = self.temp("ct_in", xname, shape=(xs[0], xs[2], xs[3], xs[1]))
+            self.w.op("TRANSPOSE", [x, self.ints([0, 2, 3, 1], "perm")], [xn])
+            yn = self.temp("ct_out", node.outputs[0], shape=(ys[0], ys[2], ys[3], ys[1]))
+        m = W.shape[1]
+        if q8:
+            # (O, H, W, I) int8 weights per output channel (the IR's axis 1 -> TFLite's 0), an
+            # int32 bias at s_x s_w: the IR's own integers, so TFLite's accumulator is ours
+            sw = np.broadcast_to(np.asarray(wt.quant["scale"], np.float32).reshape(-1), (m,))
+            wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), "int8",
+                             {"scale": [float(v) for v in sw], "zero_point": [0] * m, "axis": 0})
+            bq = {"scale": [float(v) for v in (np.float32(xt.quant["scale"][0]) * sw).astype(np.float32)],
+                  "zero_point": [0] * m, "axis": 0}
+            bias = self.cval(bname).reshape(-1).astype(np.int32) if bname else np.zeros(m, np.int32)
+            bid = self.const("ct_bias", bias, "int32", bq)
+        else:
+            wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), "float32")     # (O, H, W, I)
+            bid = self.const(bname, self.cval(bname).reshape(-1).astype(np.float32)) if bname else None
+        ins = [self.ints([ys[0], ys[2], ys[3], ys[1]], "output_shape"), wid, xn] + ([bid] if bid is not None else [])
         self.w.op("TRANSPOSE_CONV", ins, [yn], {"padding": padding, "stride_w": strides[1], "stride_h": strides[0]},
-                  version=3 if bname else 1)
-        self.w.op("TRANSPOSE", [yn, self.ints([0, 3, 1, 2], "perm")], self.out_ids(node))
+                  version=3 if bid is not None else 1)
+        if not nhwc:
+            self.w.op("TRANSPOSE", [yn, self.ints([0, 3, 1, 2], "perm")], self.out_ids(node))
 
     def pool(self, node: Node, name: str) -> None:
         if (node.attrs.get("data_layout") or "NCHW") != "NHWC" or len(self.shape(node.inputs[0])) != 4:
@@ -846,6 +901,12 @@ class _Exporter:
             name, opt = "RESIZE_NEAREST_NEIGHBOR", "nearest"
         else:
             raise ExportError(f"node {node.name!r}: Resize mode {mode!r} has no TFLite form")
+        if ctm not in table and mode == "nearest":
+            found = _nearest_as_tflite(a, xs[1:3] if nhwc else xs[2:], ys[1:3] if nhwc else ys[2:],
+                                       self.cval(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None,
+                                       1 if nhwc else 2)
+            if found is not None:
+                table[ctm] = found
         if ctm not in table:
             raise ExportError(f"node {node.name!r}: Resize {mode} with {ctm} has no TFLite form")
         align, half = table[ctm]
@@ -937,6 +998,36 @@ class _Exporter:
         for o in g.outputs:
             outs.append(self.tid(o))
         return self.w.finish([self.ids[i] for i in g.inputs], outs, g.name or "main")
+
+
+def _tflite_nearest(out: int, inp: int, align: bool, half: bool) -> np.ndarray:
+    """Source index of each output of TFLite's RESIZE_NEAREST_NEIGHBOR along one axis."""
+    f = np.float32
+    scale = f(inp - 1) / f(out - 1) if align and out > 1 else f(inp) / f(out)
+    v = (np.arange(out, dtype=f) + (f(0.5) if half else f(0))) * scale
+    idx = np.round(v) if align else np.floor(v)
+    return np.clip(idx, 0, inp - 1).astype(np.int64)
+
+
+def _nearest_as_tflite(attrs: dict, in_sp, out_sp, scales, first_axis: int) -> Optional[Tuple[bool, bool]]:
+    """(align_corners, half_pixel_centers) of a TFLite nearest resize that reads the same
+    source pixels as ONNX nearest Resize ``attrs`` on these sizes (ONNX's half_pixel +
+    round_prefer_floor is asymmetric floor at integer upscales), or None."""
+    from .backends.cpu.kernels.nn import _nearest_index, _source_coords
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    mode = attrs.get("nearest_mode", "round_prefer_floor")
+    want = []
+    for i, (n_in, n_out) in enumerate(zip(in_sp, out_sp)):
+        sc = float(scales.reshape(-1)[first_axis + i]) if scales is not None and scales.size == 4 else n_out / n_in
+        try:
+            xo, outside = _source_coords(ctm, n_out, n_in, sc, None)
+            want.append(_nearest_index(xo, mode, sc, n_in))
+        except EdgeInferError:
+            return None
+    for align, half in ((False, False), (False, True), (True, False)):
+        if all(np.array_equal(_tflite_nearest(o, n, align, half), w) for o, n, w in zip(out_sp, in_sp, want)):
+            return align, half
+    return None
 
 
 class _Q:
