@@ -3,6 +3,13 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# CI runs the property tests on a fixed sequence of examples: a failure there is reproducible
+# and a landing does not depend on luck; locally they draw fresh examples each run
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -170,10 +170,34 @@ def test_banded_im2col_equals_whole_fp32(geo):
     if (k - 1) * dil + 1 > min(h, w) + 2 * pad or (h + 2 * pad - (k - 1) * dil - 1) // stride < 1:
         return                                   # no two output rows: nothing to band
     g, x = _conv_graph(layout, group, cg * group, mg * group, h, w, k, stride, dil, pad)
-    whole, ref, banded, out = _full_and_banded(g, x)
+    lib = native.lib
+    native.lib = None            # the numpy im2col (the native SGEMM tiles by itself, see below)
+    try:
+        whole, ref, banded, out = _full_and_banded(g, x)
+    finally:
+        native.lib = lib
     assert " bands of " in banded.notes["Conv_0"], banded.notes
     assert banded.arena_plan.size + banded.workspace_bytes <= banded.memory_limit
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6 * float(np.abs(ref).max()))
+
+
+@pytest.mark.skipif(native.lib is None, reason="native kernels not built")
+@pytest.mark.parametrize("geo", [(1, 1, 1, 3, 3, 2, 1, 0), (1, 2, 3, 9, 9, 3, 1, 1), (1, 3, 4, 13, 13, 3, 2, 1)])
+def test_native_conv_tile_sized_to_the_conv_and_budget(geo):
+    """The native SGEMM conv's per-thread tile is no larger than the conv needs, and under a
+    budget that its tile does not fit the plan falls back to the banded numpy im2col."""
+    group, c, m, h, w, k, stride, pad = geo
+    g, x = _conv_graph("NHWC", group, c * group, m * group, h, w, k, stride, 1, pad)
+    whole = CpuExecutable(g)
+    assert "native SGEMM" in whole.notes["Conv_0"], whole.notes
+    rows, kk = g.tensors["y"].shape[1] * g.tensors["y"].shape[2], c * k * k
+    tile = min(rows + 15, 96) * kk * 4          # one MC x KC tile (K <= KC here), one thread
+    # the plan's shared column scratch: the larger of this tile and the conv's whole im2col
+    assert whole.workspace_bytes <= max(tile, rows * group * kk * 4) < 30720 * 4
+    ref = whole.run({"x": x})["y"]
+    tight = CpuExecutable(g, memory_limit=whole.arena_plan.size + tile - 1)
+    assert "native SGEMM" not in tight.notes["Conv_0"], tight.notes
+    np.testing.assert_allclose(tight.run({"x": x})["y"], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
 
 @settings(max_examples=25, deadline=None)
@@ -404,7 +428,8 @@ def test_cli_memory_limit_convert_run_inspect(tmp_path, capsys):
     assert main(["inspect", str(eim), "--memory-limit", str(one.arena_plan.size + one.workspace_bytes - 500)]) == 0
     assert "tiled to fit" in capsys.readouterr().out
     assert main(["run", str(eim), "--input", f"input={x}", "--output", str(out), "--backend", "cpu"]) == 0
-    np.testing.assert_allclose(np.load(out)["logits"], rt.run(np.load(x))["logits"], rtol=1e-5, atol=1e-6)
+    ref = rt.run(np.load(x))["logits"]      # banded numpy vs native SGEMM: another summation order
+    np.testing.assert_allclose(np.load(out)["logits"], ref, rtol=1e-5, atol=1e-6 * float(np.abs(ref).max()))
     capsys.readouterr()
     assert main(["run", str(eim), "--input", f"input={x}", "--backend", "cpu", "--memory-limit", "20KB"]) == 2
     err = capsys.readouterr().err.strip()
