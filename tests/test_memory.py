@@ -181,25 +181,6 @@ def test_banded_im2col_equals_whole_fp32(geo):
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6 * float(np.abs(ref).max()))
 
 
-@pytest.mark.skipif(native.lib is None, reason="native kernels not built")
-@pytest.mark.parametrize("geo", [(1, 1, 1, 3, 3, 2, 1, 0), (1, 2, 3, 9, 9, 3, 1, 1), (1, 3, 4, 13, 13, 3, 2, 1)])
-def test_native_conv_tile_sized_to_the_conv_and_budget(geo):
-    """The native SGEMM conv's per-thread tile is no larger than the conv needs, and under a
-    budget that its tile does not fit the plan falls back to the banded numpy im2col."""
-    group, c, m, h, w, k, stride, pad = geo
-    g, x = _conv_graph("NHWC", group, c * group, m * group, h, w, k, stride, 1, pad)
-    whole = CpuExecutable(g)
-    assert "native SGEMM" in whole.notes["Conv_0"], whole.notes
-    rows, kk = g.tensors["y"].shape[1] * g.tensors["y"].shape[2], c * k * k
-    tile = min(rows + 15, 96) * kk * 4          # one MC x KC tile (K <= KC here), one thread
-    # the plan's shared column scratch: the larger of this tile and the conv's whole im2col
-    assert whole.workspace_bytes <= max(tile, rows * group * kk * 4) < 30720 * 4
-    ref = whole.run({"x": x})["y"]
-    tight = CpuExecutable(g, memory_limit=whole.arena_plan.size + tile - 1)
-    assert "native SGEMM" not in tight.notes["Conv_0"], tight.notes
-    np.testing.assert_allclose(tight.run({"x": x})["y"], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
-
-
 @settings(max_examples=25, deadline=None)
 @given(_geometry)
 def test_banded_im2col_equals_whole_int8_bit_exact(geo):

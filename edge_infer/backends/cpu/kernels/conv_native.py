@@ -56,12 +56,6 @@ def _f32c(a) -> bool:
     return isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned
 
 
-def _dense_const(ctx, name: str) -> bool:
-    """A constant dense weight: a sparse-encoded one is the sparse dispatch's to place
-    (kernels/sparse.py runs it sparse, or densifies it and comes back here)."""
-    return isinstance(ctx.const(name), np.ndarray)
-
-
 def _epilogue(node: Node):
     """(EI_U_* code, p0, p1) of the node's fused activation, or None when unknown."""
     name = str(node.attrs.get("activation", "") or "") if node.op.startswith("Fused") else ""
@@ -92,8 +86,6 @@ def _step(ctx, args: ConvF32Args, keep) -> Callable[[], None]:
     from .conv import shared_cols
     fn = _native.function("ei_conv_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
     nbytes = int(fn(ctypes.addressof(args)))
-    if nbytes > ctx.workspace_budget:
-        return None         # its tile does not fit what the memory budget leaves: the numpy conv bands
     scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
     args.scratch = None if scratch is None else scratch.ctypes.data
     return _native.native_step("ei_conv_f32", args, scratch, *keep)
@@ -102,7 +94,7 @@ def _step(ctx, args: ConvF32Args, keep) -> Callable[[], None]:
 def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     """An NHWC float32 Conv / FusedConv (1-D or 2-D, constant weights, any group, stride,
     dilation and padding) as the native kernel, or None."""
-    if not _lib_ok() or not channels_last(node) or not _dense_const(ctx, node.inputs[1]):
+    if not _lib_ok() or not channels_last(node) or ctx.const(node.inputs[1]) is None:
         return None
     from .conv import _conv_geometry
     x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, True)
@@ -148,7 +140,7 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     """Gemm / FusedGemm (no transA) and MatMul / FusedMatMul with a constant 2-D B on float32
     as the native kernel (rows of A as 1x1 conv pixels), or None."""
-    if not _lib_ok() or not _dense_const(ctx, node.inputs[1]):
+    if not _lib_ok() or ctx.const(node.inputs[1]) is None:
         return None
     a, b, y = ctx.value(node.inputs[0]), ctx.value(node.inputs[1]), ctx.value(node.outputs[0])
     if not (_f32c(a) and _f32c(y)) or b.ndim != 2 or a.ndim < 1 or y.size == 0:

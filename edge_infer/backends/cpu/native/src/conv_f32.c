@@ -86,21 +86,14 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
     p->items = a->group * p->nrb * p->ncb;
 }
 
-/* per thread: one MC x KC im2col tile, no larger than this conv needs (a small conv under a
- * memory budget must not hold a full-size tile). MC never exceeds the rows rounded up to the
- * micro-kernel's MR (at most 16), whichever kernel runs. */
-static int64_t tile_floats(const ei_conv_f32_args *a) {
-    int64_t rows = (int64_t)a->n * a->oh * a->ow, K = (int64_t)(a->c / (a->group > 0 ? a->group : 1)) * a->kh * a->kw;
-    if (rows <= 0 || K <= 0) return 0;
-    int64_t mc = rows + 15 < MC_MAX ? rows + 15 : MC_MAX;
-    return mc * k_block(K);
-}
+/* per thread: one MC x KC im2col tile */
+#define TILE_FLOATS ((int64_t)MC_MAX * KC_MAX)
 
 /* bytes of scratch: one tile per thread (none for direct convs and GEMMs) */
 EI_API int64_t ei_conv_f32_scratch(const ei_conv_f32_args *a) {
     if (is_direct(a)) return 0;
     int64_t t = a->threads < 1 ? 1 : a->threads;
-    return t * tile_floats(a) * (int64_t)sizeof(float);
+    return t * TILE_FLOATS * (int64_t)sizeof(float);
 }
 
 /* the im2col row of output pixel q, taps [k0, k1) of group g, into d; padding taps are zeros.
@@ -184,7 +177,7 @@ typedef struct { cv_plan p; } cv_ctx;
 
 static void cv_range(void *vctx, int64_t i0, int64_t i1) {
     const cv_ctx *c = (const cv_ctx *)vctx;
-    float *tile = c->p.direct ? NULL : c->p.a->scratch + (int64_t)ei_pool_slot() * tile_floats(c->p.a);
+    float *tile = c->p.direct ? NULL : c->p.a->scratch + (int64_t)ei_pool_slot() * TILE_FLOATS;
     for (int64_t i = i0; i < i1; i++) run_item(&c->p, i, tile);
 }
 
