@@ -158,29 +158,41 @@ def sign_artifact(path: Union[str, "os.PathLike[str]"], key) -> SignatureInfo:
     """Sign the artifact at ``path`` in place with the private ``key`` (a key file path, its
     bytes, or an ``Ed25519PrivateKey``); a signature it already has is replaced.
 
-    The file is loaded first with every check (an invalid artifact is not signed), then
-    rewritten atomically: its unsigned bytes and the new trailer go to a temporary file
-    that is renamed over ``path``, keeping the file's mode. Returns the new signature's info.
+    The container (the file without an old trailer) and the new trailer are written to a
+    temporary file next to ``path`` with the file's mode; that file is loaded with every
+    check, its new signature included (an invalid artifact is not signed), and only then
+    renamed over ``path``. Returns the new signature's info (verified).
     """
     from .artifact import _atomic_write, _open_map, load_artifact
     private_key = load_private_key(key)
+    public = _public_raw(private_key)
     path = os.fspath(path)
-    load_artifact(path)                       # vouch only for a loadable file
     mm, _ = _open_map(path)                   # the unsigned bytes (an old trailer left out)
+    size = len(mm)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{os.urandom(6).hex()}.signed")
     try:
-        mode = os.stat(path).st_mode & 0o7777
-        size = len(mm)
+        try:
+            mode = os.stat(path).st_mode & 0o7777
 
-        def copy(f) -> None:
-            if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), mode)
-            with memoryview(mm) as view:
-                for k in range(0, size, _HASH_STEP):
-                    f.write(view[k:k + _HASH_STEP])
-        _atomic_write(path, signed_writer(copy, private_key, size))
-    finally:
-        mm.close()
-    return SignatureInfo(signer_id(private_key), size, False)
+            def copy(f) -> None:
+                if hasattr(os, "fchmod"):
+                    os.fchmod(f.fileno(), mode)
+                with memoryview(mm) as view:
+                    for k in range(0, size, _HASH_STEP):
+                        f.write(view[k:k + _HASH_STEP])
+            _atomic_write(tmp, signed_writer(copy, private_key, size))
+        finally:
+            mm.close()
+        load_artifact(tmp, trusted_keys={key_id(public): public})   # vouch only for what loads
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return SignatureInfo(key_id(public), size, True)
 
 
 def check_required(meta: dict, sig: Optional[SignatureInfo]) -> None:

@@ -21,7 +21,7 @@ from edge_infer.artifact import load_artifact, read_info, save_artifact
 from edge_infer.cli import main
 from edge_infer.convert import convert
 from edge_infer.data import digits_model_path, load_digits_samples
-from edge_infer.errors import ArtifactError, ConversionError, KeyFileError
+from edge_infer.errors import ArtifactError, ConversionError, EdgeInferError, KeyFileError
 from edge_infer.runtime import Runtime
 from edge_infer.targets import load_target
 
@@ -233,6 +233,10 @@ def test_sign_refuses_a_corrupt_artifact(work, tmp_path):
     with pytest.raises(ArtifactError, match="checksum"):
         signing.sign_artifact(path, work / "alice")
     assert path.read_bytes() == bytes(buf) and sorted(os.listdir(tmp_path)) == ["bad.eim"]
+    path.write_bytes(b"\x89EIM" + bytes(200))
+    with pytest.raises(ArtifactError, match="magic"):
+        signing.sign_artifact(path, work / "alice")
+    assert sorted(os.listdir(tmp_path)) == ["bad.eim"]
 
 
 def test_key_formats(work, tmp_path):
@@ -287,6 +291,9 @@ def test_profile_requiring_signatures(work, tmp_path):
     _, out = _digits_outputs(tmp_path / "s.eim", trusted_keys=[work / "alice.pub"])
     for k in ref:
         np.testing.assert_array_equal(out[k], ref[k])
+    signing.sign_artifact(tmp_path / "u.eim", work / "bob")      # signing (and re-signing) needs no trust
+    signing.sign_artifact(tmp_path / "u.eim", work / "alice")
+    assert (tmp_path / "u.eim").read_bytes() == (tmp_path / "s.eim").read_bytes()
     save_artifact(tmp_path / "v.eim", g, dict(meta, target={"require_signed": "yes"}))
     with pytest.raises(ArtifactError, match="true or false"):
         load_artifact(tmp_path / "v.eim")
@@ -294,6 +301,8 @@ def test_profile_requiring_signatures(work, tmp_path):
     with pytest.raises(ConversionError, match="requires signed artifacts"):
         convert(digits_model_path(), tmp_path / "c.eim", target=_profile(tmp_path, True))
     assert not (tmp_path / "c.eim").exists()
+    with pytest.raises(EdgeInferError, match="require_signed must be"):
+        load_target(_profile(tmp_path, 1))
 
 
 def test_cli_keygen_sign_convert_run_inspect(work, tmp_path, capsys):
@@ -376,3 +385,14 @@ print("after", "cryptography" in sys.modules)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "before False" in r.stdout and "after True" in r.stdout, r.stdout
+
+
+def test_other_loaders_read_signed_files(work, tmp_path):
+    from edge_infer.artifact import read_meta
+    from edge_infer.verify import verify
+    signed, unsigned = str(work / "digits-signed.eim"), str(work / "digits.eim")
+    assert verify(signed, unsigned, samples=2) == 0.0
+    assert read_meta(signed) == read_meta(unsigned)
+    for src in (signed, unsigned):
+        assert main(["export", src, "-o", str(tmp_path / (os.path.basename(src) + ".onnx"))]) == 0
+    assert (tmp_path / "digits-signed.eim.onnx").read_bytes() == (tmp_path / "digits.eim.onnx").read_bytes()
