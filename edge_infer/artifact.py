@@ -4,7 +4,9 @@ The byte layout is specified in ``docs/format.md``. In short: a 64-byte header
 with its own CRC32, a section table (CRC'd from the header), then 64-byte
 aligned sections, each with a CRC32: ``META`` (metadata JSON), ``GRPH`` (graph
 JSON) and ``WGHT`` (raw constant bytes). The gaps between sections must be zero,
-so every byte of a valid file is covered by a checksum or a zero check.
+so every byte of a valid file is covered by a checksum or a zero check. A signed
+file adds a 128-byte Ed25519 trailer after the container (``edge_infer.signing``);
+with trusted keys it is verified before the header is parsed.
 
 Loading maps the file with ``mmap`` and hands out constants as read-only
 ``np.frombuffer`` views on it: nothing is copied, and each array keeps the map

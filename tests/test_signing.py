@@ -378,6 +378,13 @@ for p in ({str(work / 'digits.eim')!r}, {str(work / 'digits-signed.eim')!r}):
     read_info(p)
     assert main(["run", p, "--input", {str(tmp_path / 'x.npy')!r}, "--backend", "cpu"]) == 0
 print("before", "cryptography" in sys.modules)
+sys.modules["cryptography"] = None          # as if not installed: keys then fail with a clear error
+from edge_infer.errors import KeyFileError
+try:
+    Runtime({str(work / 'digits-signed.eim')!r}, trusted_keys=[{str(work / 'alice.pub')!r}])
+except KeyFileError as e:
+    print("missing:", e)
+del sys.modules["cryptography"]
 Runtime({str(work / 'digits-signed.eim')!r}, backend="cpu", trusted_keys=[{str(work / 'alice.pub')!r}])
 print("after", "cryptography" in sys.modules)
 """
@@ -385,6 +392,7 @@ print("after", "cryptography" in sys.modules)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "before False" in r.stdout and "after True" in r.stdout, r.stdout
+    assert "missing: artifact signatures need the 'cryptography' package" in r.stdout, r.stdout
 
 
 def test_other_loaders_read_signed_files(work, tmp_path):
