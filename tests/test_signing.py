@@ -1,6 +1,7 @@
 """Signed artifacts (issue 16, item 4): the Ed25519 trailer, verified before anything else of
 the file is parsed; tampering with checksums recomputed as an attacker would; key handling;
 target profiles that require signatures; the CLI; no ``cryptography`` import without keys."""
+import hashlib
 import json
 import os
 import shutil
@@ -172,7 +173,7 @@ def test_trailer_fields_are_covered_by_the_signature(work, tmp_path):
     # the key id swapped for another trusted key's: that key's check fails
     signed = bytearray((work / "digits-signed.eim").read_bytes())
     bob = signing.load_public_key(work / "bob.pub")
-    signed[-T + 24:-T + 56] = signing.hashlib.sha256(bob).digest()
+    signed[-T + 24:-T + 56] = hashlib.sha256(bob).digest()
     (tmp_path / "s.eim").write_bytes(bytes(signed))
     with pytest.raises(ArtifactError, match="does not verify against key"):
         load_artifact(tmp_path / "s.eim", trusted_keys=[work / "alice.pub", work / "bob.pub"])
