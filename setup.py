@@ -19,8 +19,10 @@ EXTRAS = {
     "cuda": ["cupy>=12"],
     "tflite": ["ai-edge-litert>=1.0"],
     "plot": ["matplotlib>=3.5"],
+    # sign: Ed25519 signatures of artifacts (keygen, sign, --trust); imported only when used
+    "sign": ["cryptography>=3.4"],
 }
-EXTRAS["dev"] = sorted(set(EXTRAS["convert"] + EXTRAS["vision"] + EXTRAS["plot"] + [
+EXTRAS["dev"] = sorted(set(EXTRAS["convert"] + EXTRAS["vision"] + EXTRAS["plot"] + EXTRAS["sign"] + [
     "onnxruntime>=1.16", "pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "hypothesis>=6",
     "scikit-learn>=1.0", "threadpoolctl>=3", "tqdm>=4",
 ] + EXTRAS["opencl"] + EXTRAS["tflite"]))

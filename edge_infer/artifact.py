@@ -4,7 +4,9 @@ The byte layout is specified in ``docs/format.md``. In short: a 64-byte header
 with its own CRC32, a section table (CRC'd from the header), then 64-byte
 aligned sections, each with a CRC32: ``META`` (metadata JSON), ``GRPH`` (graph
 JSON) and ``WGHT`` (raw constant bytes). The gaps between sections must be zero,
-so every byte of a valid file is covered by a checksum or a zero check.
+so every byte of a valid file is covered by a checksum or a zero check. A signed
+file adds a 128-byte Ed25519 trailer after the container (``edge_infer.signing``);
+with trusted keys it is verified before the header is parsed.
 
 Loading maps the file with ``mmap`` and hands out constants as read-only
 ``np.frombuffer`` views on it: nothing is copied, and each array keeps the map
@@ -26,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from . import signing
 from .errors import ArtifactError, GraphError
 from .ir.graph import DTYPES, Graph, Node, Tensor
 from .sparse.encodings import BLOCKS, INDEX_DTYPES, SparseArray, validate as _validate_sparse
@@ -82,6 +85,8 @@ class ArtifactInfo:
     file_size: int
     sections: List[Section]
     meta: dict
+    #: None for an unsigned file; ``verified`` says whether trusted keys checked it
+    signature: Optional[signing.SignatureInfo] = None
 
     @property
     def weights_nbytes(self) -> int:
@@ -207,8 +212,11 @@ def _graph_doc(graph: Graph, entries: Dict[str, dict]) -> dict:
             "metadata": graph.metadata, "tensors": tensors, "nodes": nodes}
 
 
-def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None) -> int:
+def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None, sign_key=None) -> int:
     """Write ``graph`` and ``meta`` to ``path`` as an .eim artifact; return its size in bytes.
+
+    ``sign_key`` (an Ed25519 private key: file path, bytes or key object) appends a signature
+    trailer (``edge_infer.signing``), computed as the bytes are written.
 
     The graph is validated first (on a copy: ``validate`` reorders nodes), so a
     file that is written can be loaded. ``meta`` must be a JSON-able dict. The
@@ -222,6 +230,7 @@ def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None) -> 
         meta = {}
     if not isinstance(meta, dict):
         raise ArtifactError(f"meta must be a dict, not {type(meta).__name__}")
+    signer = None if sign_key is None else signing.load_private_key(sign_key)
     graph.copy().validate()
     _check_writable(graph)
     _check_json_value(meta, "meta")
@@ -259,8 +268,11 @@ def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None) -> 
             f.write(_bytes_view(arr))
             _pad_to(f, pos + arr.nbytes, _align(pos + arr.nbytes))
 
-    _atomic_write(os.fspath(path), write)
-    return file_size
+    if signer is None:
+        _atomic_write(os.fspath(path), write)
+        return file_size
+    _atomic_write(os.fspath(path), signing.signed_writer(write, signer, file_size))
+    return file_size + signing.TRAILER_SIZE
 
 
 def _bytes_view(arr: np.ndarray) -> memoryview:
@@ -317,6 +329,8 @@ class _Container:
         self.weights: Optional[np.ndarray] = None  # read-only uint8 view of WGHT
         self._weights_crc: Optional[int] = None
         self._crc_thread: Optional[threading.Thread] = None
+        #: the file's signature (verified or not), None for an unsigned file; set by _open
+        self.signature: Optional[signing.SignatureInfo] = None
 
     @property
     def newer_minor(self) -> bool:
@@ -386,16 +400,36 @@ class _Container:
             pass
 
 
-def _open_map(path) -> mmap.mmap:
+def _open_map(path, trust: Optional[signing.TrustedKeys] = None
+              ) -> Tuple[mmap.mmap, Optional[signing.SignatureInfo]]:
+    """Map the container: the file without its signature trailer, if it has one.
+
+    With ``trust`` (trusted keys by id) the file must be signed by one of them, and the
+    signature is verified here, before anything else of the file is parsed. The map covers
+    the signed bytes only, so the container checks see the file as an unsigned one.
+    """
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < HEADER_SIZE:
                 raise ArtifactError(f"{path}: truncated: {size} bytes, "
                                     f"the header alone is {HEADER_SIZE}")
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            trailer = signing.read_trailer(f, size)
+            if trailer is None and trust is not None:
+                raise ArtifactError(f"{path} is not signed; with trusted keys only signed artifacts load")
+            end = size if trailer is None else trailer.signed_length
+            mm = mmap.mmap(f.fileno(), end, access=mmap.ACCESS_READ)
     except OSError as e:
         raise ArtifactError(f"cannot read artifact {path}: {e}") from e
+    if trailer is None:
+        return mm, None
+    if trust is None:
+        return mm, signing.SignatureInfo(trailer.key_id, trailer.signed_length, False)
+    try:
+        return mm, signing.verify_trailer(trailer, mm, trust)
+    except BaseException:
+        mm.close()
+        raise
 
 
 def _check_header(mm: mmap.mmap) -> Tuple[Tuple[int, int], int]:
@@ -462,14 +496,16 @@ def _check_table(mm: mmap.mmap, version: Tuple[int, int], count: int) -> List[Se
     return sections
 
 
-def _open(path) -> _Container:
-    mm = _open_map(path)
+def _open(path, trust: Optional[signing.TrustedKeys] = None) -> _Container:
+    mm, sig = _open_map(path, trust)
     try:
         version, count = _check_header(mm)
-        return _Container(mm, version, _check_table(mm, version, count))
+        c = _Container(mm, version, _check_table(mm, version, count))
     except BaseException:
         mm.close()
         raise
+    c.signature = sig
+    return c
 
 
 @contextmanager
@@ -525,15 +561,20 @@ def read_meta(path: PathLike) -> dict:
     return read_info(path).meta
 
 
-def read_info(path: PathLike) -> ArtifactInfo:
-    """Return format version, size, section table and metadata of the artifact at ``path``.
+def read_info(path: PathLike, trusted_keys=None) -> ArtifactInfo:
+    """Return format version, size, section table, metadata and signature of the artifact at
+    ``path``.
 
-    Checks header, section table and META, like ``read_meta``.
+    Checks header, section table and META, like ``read_meta``; with ``trusted_keys`` (as for
+    ``load_artifact``) also the signature, first. ``file_size`` is the container's size: a
+    signed file is ``signing.TRAILER_SIZE`` bytes longer.
     """
+    trust = None if trusted_keys is None else signing.trusted_set(trusted_keys)
     with _refuse_malformed():
-        c = _open(path)
+        c = _open(path, trust)
         try:
-            return ArtifactInfo(os.fspath(path), c.version, len(c.mm), c.sections, _read_meta(c))
+            return ArtifactInfo(os.fspath(path), c.version, len(c.mm), c.sections, _read_meta(c),
+                                c.signature)
         finally:
             c.close()
 
@@ -767,8 +808,15 @@ def _build_graph(doc, c: _Container) -> Graph:
     return g
 
 
-def load_artifact(path: PathLike, max_bytes: Optional[int] = None) -> Tuple[Graph, dict]:
+def load_artifact(path: PathLike, max_bytes: Optional[int] = None,
+                  trusted_keys=None) -> Tuple[Graph, dict]:
     """Load the artifact at ``path``; return ``(graph, meta)``.
+
+    ``trusted_keys`` (Ed25519 public keys: file paths, bytes, or a ``signing.trusted_set``):
+    when given, even empty, the file must carry a signature by one of them, verified before
+    anything else of the file is parsed; an unsigned file, another signer or a bad signature
+    raises ArtifactError. Without it a signed file loads like an unsigned one, unless its
+    target profile says ``"require_signed": true`` (then ArtifactError: no key to verify).
 
     Every checksum is verified and the graph is validated before it is
     returned. Constants are read-only numpy views on a read-only memory map of
@@ -780,12 +828,14 @@ def load_artifact(path: PathLike, max_bytes: Optional[int] = None) -> Tuple[Grap
     than ``max_bytes`` (default: the target profile's budget, else the memory available; see
     ``ops.validate_graph``).
     """
+    trust = None if trusted_keys is None else signing.trusted_set(trusted_keys)
     with _refuse_malformed():
-        c = _open(path)
+        c = _open(path, trust)
         try:
             c.start_weights_check()
             try:
                 meta = _read_meta(c)
+                signing.check_required(meta, c.signature)
                 graph = _build_graph(_parse_json(c.read(KIND_GRAPH), "GRPH"), c)
             except ArtifactError:
                 c.finish_weights_check()  # corruption explains any other error best

@@ -65,7 +65,7 @@ def cmd_convert(args) -> int:
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
                   allow_drift=args.allow_drift, target=args.target, layout=args.layout,
-                  memory_limit=args.memory_limit, max_bytes=args.max_bytes,
+                  memory_limit=args.memory_limit, max_bytes=args.max_bytes, sign_key=args.sign,
                   **quantize_options(args), **sparse_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
@@ -75,6 +75,8 @@ def cmd_convert(args) -> int:
     print(f"  size {rep['source_bytes']:,} B (source) -> {rep['artifact_bytes']:,} B "
           f"({rep['artifact_bytes'] / max(rep['source_bytes'], 1):.2f}x)")
     print(f"  verified: max relative error {rep['max_relative_error']:.2e} (tolerance {rep['tolerance']:g})")
+    if rep.get("signed_by"):
+        print(f"  signed: Ed25519, key id {rep['signed_by']}")
     if rep.get("quantization"):
         from .quantize import format_summary
         print(format_summary(rep["quantization"]))
@@ -161,7 +163,8 @@ def cmd_export(args) -> int:
 
 def cmd_run(args) -> int:
     from .runtime import Runtime
-    rt = Runtime(args.artifact, backend=args.backend, threads=args.threads, memory_limit=args.memory_limit)
+    rt = Runtime(args.artifact, backend=args.backend, threads=args.threads, memory_limit=args.memory_limit,
+                 trusted_keys=trust_from_args(args))
     if not args.input:
         raise UsageError("give the inputs: --input NAME=FILE.npy (model inputs: "
                          + ", ".join(f"{i.name} {i.dtype}{list(i.shape)}" for i in rt.inputs) + ")")
@@ -183,13 +186,15 @@ def cmd_run(args) -> int:
     return 0
 
 
-def inspect_artifact(path: str, memory_limit=None) -> dict:
+def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
     """Everything ``inspect`` shows, as a dict (the memory plan under ``memory_limit``,
-    default: the artifact's recorded limit or its target's budget)."""
+    default: the artifact's recorded limit or its target's budget). With ``trusted_keys``
+    the artifact loads only if signed by one of them (``signature.verified`` is then true)."""
     from collections import Counter
-    from .artifact import load_artifact
+    from .artifact import load_artifact, read_info
     from .memory.budget import default_memory_limit, parse_size
-    graph, meta = load_artifact(path)
+    graph, meta = load_artifact(path, trusted_keys=trusted_keys)
+    sig = read_info(path).signature
     if memory_limit is None and (meta.get("memory_limit") or (meta.get("target") or {}).get("memory_budget_mb")):
         memory_limit = default_memory_limit(meta)[0]
     ops = Counter(n.op for n in graph.nodes)
@@ -200,6 +205,8 @@ def inspect_artifact(path: str, memory_limit=None) -> dict:
         return {"name": n, "dtype": t.dtype, "shape": list(t.shape) if t.shape is not None else None}
     return {
         "path": path, "file_bytes": os.path.getsize(path), "graph": graph.name,
+        "signature": {"signed": sig is not None, "key_id": sig.key_id if sig else None,
+                      "verified": sig is not None and trusted_keys is not None},
         "memory": memory_plan(graph, memory_limit=parse_size(memory_limit)),
         "inputs": [info(n) for n in graph.inputs], "outputs": [info(n) for n in graph.outputs],
         "nodes": len(graph.nodes), "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
@@ -238,11 +245,11 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
             "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t}}
 
 
-def partition_plan(path: str, backend: str = "auto", input_shapes=None) -> tuple:
+def partition_plan(path: str, backend: str = "auto", input_shapes=None, trusted_keys=None) -> tuple:
     """(choice, partition plan) of an artifact for its default input shapes (symbolic dims 1)."""
     from .backends.picker import partition_for
     from .runtime import Runtime, specialize
-    rt = Runtime(path, backend=backend)
+    rt = Runtime(path, backend=backend, trusted_keys=trusted_keys)
     shapes = {**(rt.default_shapes() or {}), **(input_shapes or {})}
     g = specialize(rt.graph, shapes)
     return partition_for(g, backend, (rt.meta.get("target") or {}).get("backends") or (), rt.threads)
@@ -252,7 +259,7 @@ def cmd_inspect(args) -> int:
     if getattr(args, "partition", False):
         from .backends.partition import format_plan
         from .backends.picker import format_report
-        choice, plan = partition_plan(args.artifact, args.backend or "auto")
+        choice, plan = partition_plan(args.artifact, args.backend or "auto", trusted_keys=trust_from_args(args))
         if args.json:
             print(json.dumps({"choice": choice.report, "plan": plan.summary()}, indent=2, default=str))
         else:
@@ -261,12 +268,20 @@ def cmd_inspect(args) -> int:
         return 0
     if args.backend:
         raise UsageError("--backend goes with --partition")
-    rep = inspect_artifact(args.artifact, args.memory_limit)
+    keys = trust_from_args(args)
+    rep = inspect_artifact(args.artifact, args.memory_limit, keys)
     if args.json:
         print(json.dumps(rep, indent=2, default=str))
         return 0
     p = rep["provenance"]
     print(f"{rep['path']}: {rep['file_bytes']:,} bytes, graph {rep['graph']!r}")
+    sig = rep["signature"]
+    if not sig["signed"]:
+        print("  signature: none (unsigned)")
+    else:
+        state = (f"verified against --trust ({len(keys)} key(s))" if sig["verified"]
+                 else "not verified (no --trust KEY.pub given)")
+        print(f"  signature: Ed25519 by key {sig['key_id']}, {state}")
     print(f"  source {p.get('source')} sha256 {str(p.get('source_sha256'))[:16]}…, "
           f"{p.get('converter')}, {p.get('created')}")
     for kind in ("inputs", "outputs"):
@@ -312,12 +327,13 @@ def peak_rss_mb() -> float:
 
 
 def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "auto",
-                   threads: Optional[int] = None, input_shapes=None, memory_limit=None) -> dict:
+                   threads: Optional[int] = None, input_shapes=None, memory_limit=None,
+                   trusted_keys=None) -> dict:
     """Time a model: latency percentiles and a per-op time table (under ``memory_limit``)."""
     import time
     from .runtime import Runtime
     from .verify import random_inputs
-    rt = Runtime(path, backend=backend, threads=threads, memory_limit=memory_limit)
+    rt = Runtime(path, backend=backend, threads=threads, memory_limit=memory_limit, trusted_keys=trusted_keys)
     feeds = random_inputs(rt.graph, 0, shapes=input_shapes)
     for _ in range(max(warmup, 1)):
         rt.run(feeds)
@@ -354,14 +370,15 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
     }
 
 
-def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, input_shapes=None) -> dict:
+def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, input_shapes=None,
+                   trusted_keys=None) -> dict:
     """Time each listed (or every available) backend on the model; store the medians in the
     picker's timings cache so that later ``backend="auto"`` picks use them."""
     from .backends import BACKENDS
     from .backends.picker import _instantiate, candidate_names, model_key, record_timing
     from .runtime import Runtime, specialize
     from .verify import random_inputs
-    probe_rt = Runtime(path, backend="cpu", threads=threads)
+    probe_rt = Runtime(path, backend="cpu", threads=threads, trusted_keys=trusted_keys)
     prefer = (probe_rt.meta.get("target") or {}).get("backends") or ()
     names = candidate_names(prefer) if which == "all" else [n.strip() for n in which.split(",") if n.strip()]
     unknown = [n for n in names if n not in BACKENDS and n != "native"]
@@ -376,7 +393,7 @@ def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, 
             skipped[name] = why
             continue
         try:
-            rep = bench_artifact(path, runs, warmup, name, threads, input_shapes)
+            rep = bench_artifact(path, runs, warmup, name, threads, input_shapes, trusted_keys=trusted_keys)
         except EdgeInferError as e:
             skipped[name] = str(e).splitlines()[0]
             continue
@@ -385,7 +402,7 @@ def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, 
     if not results:
         raise UsageError("no backend could run the model: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     fastest = min(results, key=lambda r: r["median_ms"])
-    choice = Runtime(path, backend="auto", threads=threads).backend_report(
+    choice = Runtime(path, backend="auto", threads=threads, trusted_keys=trusted_keys).backend_report(
         {k: v.shape for k, v in feeds.items()})
     return {"artifact": path, "model_key": key, "results": results, "skipped": skipped,
             "fastest": fastest["backend"], "choice": choice["choice"], "why": choice["why"]}
@@ -394,7 +411,7 @@ def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, 
 def cmd_bench(args) -> int:
     if getattr(args, "backends", None):
         rep = bench_backends(args.artifact, args.backends, args.runs, args.warmup, args.threads,
-                             parse_shape_args(args.input_shape))
+                             parse_shape_args(args.input_shape), trust_from_args(args))
         if args.json:
             print(json.dumps(rep, indent=2))
             return 0
@@ -409,7 +426,8 @@ def cmd_bench(args) -> int:
               f"auto now picks {rep['choice']}: {rep['why']}")
         return 0
     rep = bench_artifact(args.artifact, args.runs, args.warmup, args.backend, args.threads,
-                         parse_shape_args(args.input_shape), memory_limit=args.memory_limit)
+                         parse_shape_args(args.input_shape), memory_limit=args.memory_limit,
+                         trusted_keys=trust_from_args(args))
     latencies = rep.pop("latencies_ms")
     if getattr(args, "plot", None):
         from .monitor.plot import plot_bench
@@ -462,10 +480,34 @@ def cmd_stream(args) -> int:
                            postprocess=args.post, labels=args.labels, metrics_port=args.metrics_port,
                            metrics_host=args.metrics_host, metrics_jsonl=args.metrics_jsonl, monitor=args.monitor,
                            max_frames=args.max_frames, backend=args.backend, threads=args.threads,
-                           profile_every=args.profile_every)
+                           profile_every=args.profile_every, trusted_keys=trust_from_args(args))
     except ImportError as e:   # an optional dependency (OpenCV) is missing
         raise UsageError(str(e)) from None
     print("edge-infer: " + json.dumps(stats), file=sys.stderr)
+    return 0
+
+
+def trust_from_args(args):
+    """The ``--trust`` keys of a command as a trusted set (None without any): read and
+    checked here, so a bad key file fails before the model is touched."""
+    if not getattr(args, "trust", None):
+        return None
+    from .signing import trusted_set
+    return trusted_set(args.trust)
+
+
+def cmd_keygen(args) -> int:
+    from .signing import generate_key
+    kid = generate_key(args.output)
+    print(f"wrote private key {args.output} (mode 0600: keep it secret) and public key {args.output}.pub")
+    print(f"  key id {kid}")
+    return 0
+
+
+def cmd_sign(args) -> int:
+    from .signing import sign_artifact
+    sig = sign_artifact(args.artifact, args.key)
+    print(f"signed {args.artifact} ({sig.signed_length:,} bytes + signature), key id {sig.key_id}")
     return 0
 
 
@@ -532,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sparse-layer", action="append", metavar="NAME=X", help="per-layer sparsity (repeatable)")
     c.add_argument("--sparse-global", action="store_true", help="one magnitude threshold across layers")
     c.add_argument("--no-sparse", action="store_true", help="never store weights sparse-encoded")
+    c.add_argument("--sign", metavar="KEY", help="sign the artifact with this Ed25519 private key (keygen)")
     c.set_defaults(fn=cmd_convert)
 
     e = sub.add_parser("export", help="export an artifact (fp32 or int8) as ONNX QDQ or TFLite")
@@ -550,6 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(kernels tile to fit; a model that cannot fit is refused, naming the least it needs); "
                    "default: the artifact's, its target's, else the available memory")
     r.add_argument("--explain", action="store_true", help="say which backend ran and why")
+    r.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
+                   "this Ed25519 public key (repeatable: any of them)")
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="show an artifact's graph, sizes and provenance")
@@ -558,6 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.add_argument("--partition", action="store_true", help="show how the graph splits across backends")
     i.add_argument("--backend", help="with --partition: the backend to partition for (default: the picker's)")
+    i.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
+                   "this Ed25519 public key (repeatable: any of them)")
     i.set_defaults(fn=cmd_inspect)
 
     b = sub.add_parser("bench", help="latency percentiles and per-op times")
@@ -572,6 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--memory-limit", metavar="SIZE", help="bound activations + workspaces, as for run")
     b.add_argument("--json", action="store_true")
     b.add_argument("--plot", metavar="FILE.png", help="latency histogram and per-op times (needs matplotlib)")
+    b.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
+                   "this Ed25519 public key (repeatable: any of them)")
     b.set_defaults(fn=cmd_bench)
 
     o = sub.add_parser("ops", help="supported ops per backend")
@@ -599,7 +648,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile-every", type=int, default=0, metavar="N", help="per-op times every Nth frame")
     s.add_argument("--backend", default="auto")
     s.add_argument("--threads", type=int)
+    s.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
+                   "this Ed25519 public key (repeatable: any of them)")
     s.set_defaults(fn=cmd_stream)
+
+    kg = sub.add_parser("keygen", help="make an Ed25519 key pair to sign artifacts with")
+    kg.add_argument("-o", "--output", required=True, metavar="KEY", help="private key file (KEY.pub: the public key)")
+    kg.set_defaults(fn=cmd_keygen)
+
+    sg = sub.add_parser("sign", help="sign an artifact in place (replacing any signature)")
+    sg.add_argument("artifact", metavar="FILE.eim")
+    sg.add_argument("--key", required=True, metavar="KEY", help="Ed25519 private key (keygen)")
+    sg.set_defaults(fn=cmd_sign)
 
     pr = sub.add_parser("probe", help="describe this machine and the target profile that fits it")
     pr.add_argument("--json", action="store_true")

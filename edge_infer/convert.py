@@ -104,7 +104,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             sparse_layers: Optional[Dict[str, float]] = None, sparse_scope: str = "layer",
             sparse_max_accuracy_drop: Optional[float] = None, sparse_encode: bool = True,
             memory_limit: Union[int, str, None] = None, task: Optional[str] = None,
-            metric=None, max_bytes: Union[int, str, None] = None, **options) -> dict:
+            metric=None, max_bytes: Union[int, str, None] = None, sign_key=None, **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
     ``quantize="int8"``: after the fp32 graph is optimized and verified, quantize it
@@ -140,6 +140,11 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     a ConstantOfShape/Expand/Tile/Range output, a constant fold); default: the target profile's
     budget, else the memory available, and 1 GiB for one value-sized tensor (ops/resources.py).
 
+    ``sign_key`` (an Ed25519 private key: file path, bytes or key object; ``keygen``) signs
+    the artifact as it is written (``edge_infer.signing``, docs/format.md); the key is read
+    first, so a bad key fails before any work. A target profile with ``"require_signed":
+    true`` needs it (ConversionError without).
+
     Returns a report dict: source and artifact sizes, node counts, what each
     pass did and the verified relative error of the optimized graph.
     """
@@ -153,6 +158,10 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     dst = os.fspath(dst)
     if options:
         raise ConversionError(f"unknown conversion option(s): {', '.join(sorted(options))}")
+    signer = None
+    if sign_key is not None:
+        from .signing import load_private_key
+        signer = load_private_key(sign_key)
     from .memory.budget import parse_size
     memory_limit, max_bytes = parse_size(memory_limit), parse_size(max_bytes)
     if quantize is not None:
@@ -169,6 +178,9 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         from .targets import load_target
         profile = load_target(target)
         graph.metadata["target"] = profile       # the passes' cost model reads it
+        if profile.get("require_signed") and signer is None:
+            raise ConversionError(f"target profile {profile.get('name', target)!r} requires signed "
+                                  "artifacts: give a signing key (sign_key=, --sign KEY)")
     from .ops import validate_graph               # before the verification run executes anything
     from .ops.resources import set_limit
     validate_graph(graph, "convert", max_bytes, profile)
@@ -230,9 +242,12 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
                     "scope": sparse_scope, "max_accuracy_drop": sparse_max_accuracy_drop}
     if max_bytes is not None:
         set_limit(fold_limit)
-    nbytes = save_artifact(dst, optimized, meta)
+    nbytes = save_artifact(dst, optimized, meta, sign_key=signer)
     result = {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
               "artifact_bytes": nbytes, **opt_report}
+    if signer is not None:
+        from .signing import signer_id
+        result["signed_by"] = signer_id(signer)
     if qreport is not None:
         result["quantization"] = qreport
     if sreport.get("encoded") or pruning:

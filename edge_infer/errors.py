@@ -35,3 +35,8 @@ class InputError(EdgeInferError, ValueError):
 
 class BackendError(EdgeInferError):
     """A requested backend is unknown or unavailable on this machine."""
+
+
+class KeyFileError(EdgeInferError):
+    """A signing or trusted key is missing, unreadable or not an Ed25519 key (or the
+    ``cryptography`` package that signatures need is not installed)."""

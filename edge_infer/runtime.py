@@ -9,7 +9,7 @@ import numpy as np
 
 from .backends import Backend, Executable, get_backend
 from .backends.specialize import specialize  # noqa: F401  (public here since 0.1)
-from .errors import EdgeInferError, InputError
+from .errors import ArtifactError, EdgeInferError, InputError
 from .ir import Graph, infer_shapes
 from .memory.budget import MemoryBudgetError, default_memory_limit, mib, parse_size  # noqa: F401
 
@@ -78,15 +78,23 @@ class Runtime:
 
     ``model`` is a path to an ``.eim`` artifact (or an in-memory ``Graph``).
     A plan is built once per distinct set of input shapes and cached.
+
+    ``trusted_keys``: Ed25519 public keys (file paths or key bytes, e.g. ``["release.pub"]``).
+    Given, the artifact must be signed by one of them; its signature is verified before
+    anything else of the file is read, and an unsigned file, another signer or a changed
+    byte raises ArtifactError (docs/format.md, "Security: signatures").
     """
 
     def __init__(self, model: Union[str, os.PathLike, Graph], backend: str = "auto",
-                 threads: Optional[int] = None, memory_limit: Union[int, str, None] = None):
+                 threads: Optional[int] = None, memory_limit: Union[int, str, None] = None,
+                 trusted_keys=None):
         if isinstance(model, Graph):
+            if trusted_keys is not None:
+                raise ArtifactError("trusted_keys given, but an in-memory Graph carries no signature")
             self.graph, self.meta = model, {}
         else:
             from .artifact import load_artifact
-            self.graph, self.meta = load_artifact(os.fspath(model))
+            self.graph, self.meta = load_artifact(os.fspath(model), trusted_keys=trusted_keys)
         self._describe_shapes()
         #: the backend asked for; "auto" is chosen per input shapes by ``backends.picker``
         self.requested_backend = backend

@@ -2,6 +2,10 @@
 
 Profiles are JSON files in the top-level ``targets/`` folder (installed as the
 ``edge_infer._targets`` package). ``load_target`` also accepts a path to a JSON file.
+
+Optional ``"require_signed": true`` makes ``convert`` for the profile sign (it needs a key)
+and runtimes refuse the artifact unless trusted keys verify its signature (docs/format.md,
+"Security: signatures").
 """
 from __future__ import annotations
 
@@ -40,4 +44,6 @@ def load_target(name_or_path: str) -> Dict:
     missing = [k for k in REQUIRED if k not in prof]
     if missing:
         raise EdgeInferError(f"target profile {path} lacks {missing}")
+    if type(prof.get("require_signed", False)) is not bool:
+        raise EdgeInferError(f"target profile {path}: require_signed must be true or false")
     return prof

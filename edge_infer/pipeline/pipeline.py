@@ -404,12 +404,13 @@ def run_stream(artifact: str, source, sinks: Sequence[str] = ("-",), recipe=None
                labels=None, metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
                metrics_jsonl: Optional[str] = None, monitor: bool = False, max_frames: Optional[int] = None,
                backend: str = "auto", threads: Optional[int] = None, profile_every: int = 0,
-               stream=None) -> Dict[str, Any]:
-    """What ``edge-infer stream`` does: a pipeline with monitoring; returns the stats."""
+               stream=None, trusted_keys=None) -> Dict[str, Any]:
+    """What ``edge-infer stream`` does: a pipeline with monitoring; returns the stats.
+    ``trusted_keys``: as for ``Runtime`` (only artifacts signed by one of them load)."""
     from ..monitor import MetricsServer, Sampler, TerminalView
     from ..runtime import Runtime
     stream = stream or sys.stderr
-    rt = Runtime(artifact, backend=backend, threads=threads)
+    rt = Runtime(artifact, backend=backend, threads=threads, trusted_keys=trusted_keys)
     reg = Registry()
     pipe = Pipeline(rt, source, preprocess=recipe, postprocess=postprocess, sinks=sinks, registry=reg,
                     labels=labels, max_frames=max_frames, profile_every=profile_every)
