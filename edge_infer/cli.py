@@ -16,19 +16,19 @@ class UsageError(EdgeInferError):
     """A command-line argument is wrong."""
 
 
-def parse_shape_args(items: Optional[List[str]]) -> Dict[str, tuple]:
-    """``["x=1,3,224,224"]`` -> ``{"x": (1, 3, 224, 224)}``."""
+def parse_shape_args(items: Optional[List[str]], flag: str = "--input-shape") -> Dict[str, tuple]:
+    """``["x=1,3,224,224"]`` -> ``{"x": (1, 3, 224, 224)}`` (``flag`` names the option in errors)."""
     shapes = {}
     for item in items or []:
         name, sep, dims = item.rpartition("=")
         if not sep or not name:
-            raise UsageError(f"--input-shape wants NAME=D1,D2,...; got {item!r}")
+            raise UsageError(f"{flag} wants NAME=D1,D2,...; got {item!r}")
         try:
             shapes[name] = tuple(int(d) for d in dims.split(","))
         except ValueError:
-            raise UsageError(f"--input-shape {item!r}: dims must be integers") from None
+            raise UsageError(f"{flag} {item!r}: dims must be integers") from None
         if any(d <= 0 for d in shapes[name]):
-            raise UsageError(f"--input-shape {item!r}: dims must be positive")
+            raise UsageError(f"{flag} {item!r}: dims must be positive")
     return shapes
 
 
@@ -63,6 +63,7 @@ def cmd_convert(args) -> int:
     if not os.path.isfile(args.model):
         raise UsageError(f"model file not found: {args.model}")
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
+                  verify_shapes=parse_shape_args(args.verify_shape, "--verify-shape"),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
                   allow_drift=args.allow_drift, target=args.target, layout=args.layout,
                   memory_limit=args.memory_limit, max_bytes=args.max_bytes,
@@ -75,6 +76,10 @@ def cmd_convert(args) -> int:
     print(f"  size {rep['source_bytes']:,} B (source) -> {rep['artifact_bytes']:,} B "
           f"({rep['artifact_bytes'] / max(rep['source_bytes'], 1):.2f}x)")
     print(f"  verified: max relative error {rep['max_relative_error']:.2e} (tolerance {rep['tolerance']:g})")
+    if rep.get("verified_shapes"):
+        from .verify_shapes import format_shapes
+        print(f"  verified at: {format_shapes(rep['verified_shapes'], rep.get('dynamic_inputs') or {})} "
+              f"({rep['verified_shapes_source']})")
     if rep.get("quantization"):
         from .quantize import format_summary
         print(format_summary(rep["quantization"]))
@@ -495,7 +500,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="convert an ONNX or TFLite model to an .eim artifact")
     c.add_argument("model")
     c.add_argument("-o", "--output", help="artifact path (default: MODEL with .eim)")
-    c.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="pin an input's shape")
+    c.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="pin an input's shape "
+                   "(the artifact then accepts only that shape)")
+    c.add_argument("--verify-shape", action="append", metavar="NAME=D1,D2,...", help="verify (and count the "
+                   "cost) at this shape; the artifact stays dynamic (default: a size the model records, the "
+                   "target's or --calib-recipe's, else the smallest the graph accepts)")
     c.add_argument("--opt-level", type=int, default=3, choices=range(4), help="0 none .. 3 all passes")
     c.add_argument("--disable-pass", action="append", metavar="NAME", help="skip a pass (debugging)")
     c.add_argument("--allow-drift", action="store_true", help="warn instead of refusing a drifting result")
