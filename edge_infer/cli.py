@@ -9,7 +9,10 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .errors import EdgeInferError
+from .errors import EdgeInferError, QuantizationDriftError
+
+#: exit status of ``convert`` when int8 broke an output (and no --allow-drift); user errors exit 2
+EXIT_DRIFT = 3
 
 
 class UsageError(EdgeInferError):
@@ -62,12 +65,16 @@ def cmd_convert(args) -> int:
     from .convert import convert
     if not os.path.isfile(args.model):
         raise UsageError(f"model file not found: {args.model}")
-    rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
-                  verify_shapes=parse_shape_args(args.verify_shape, "--verify-shape"),
-                  opt_level=args.opt_level, disable_passes=args.disable_pass or (),
-                  allow_drift=args.allow_drift, target=args.target, layout=args.layout,
-                  memory_limit=args.memory_limit, max_bytes=args.max_bytes,
-                  **quantize_options(args), **sparse_options(args))
+    import warnings
+    from .convert import QuantizationDriftWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QuantizationDriftWarning)      # printed below, as the CLI does
+        rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
+                      verify_shapes=parse_shape_args(args.verify_shape, "--verify-shape"),
+                      opt_level=args.opt_level, disable_passes=args.disable_pass or (),
+                      allow_drift=args.allow_drift, target=args.target, layout=args.layout,
+                      memory_limit=args.memory_limit, max_bytes=args.max_bytes,
+                      **quantize_options(args), **sparse_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
@@ -85,6 +92,11 @@ def cmd_convert(args) -> int:
         print(format_summary(rep["quantization"]))
         if args.report:
             print(f"  report: {args.report}")
+        drift = rep["quantization"].get("drift") or {}
+        if drift.get("findings"):
+            from .quantize.drift import format_drift
+            print("edge-infer: warning: " + format_drift(drift["findings"], drift["blame"], rep["quantization"])
+                  + "\n  written anyway (--allow-drift)", file=sys.stderr)
     if rep.get("sparsity"):
         from .sparse import format_summary as sparse_summary
         print(sparse_summary(rep["sparsity"]))
@@ -507,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "target's or --calib-recipe's, else the smallest the graph accepts)")
     c.add_argument("--opt-level", type=int, default=3, choices=range(4), help="0 none .. 3 all passes")
     c.add_argument("--disable-pass", action="append", metavar="NAME", help="skip a pass (debugging)")
-    c.add_argument("--allow-drift", action="store_true", help="warn instead of refusing a drifting result")
+    c.add_argument("--allow-drift", action="store_true", help="warn instead of refusing a drifting result "
+                   "(an optimization pass that changes the outputs; an int8 output that collapsed: exit 3 without it)")
     c.add_argument("--target", help="device profile (rpi4, rpi5, jetson-nano, ...)")
     c.add_argument("--layout", choices=("auto", "nchw", "nhwc"), default="auto",
                    help="data layout of spatial ops after optimization (level 3); inputs and "
@@ -631,6 +644,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if hasattr(args, "artifact"):
             _check_file(args.artifact, "artifact")
         return args.fn(args)
+    except QuantizationDriftError as e:
+        if args.debug:
+            raise
+        print(f"edge-infer: error: {e}", file=sys.stderr)          # several lines: what, blame, fixes
+        return EXIT_DRIFT
     except (EdgeInferError, OSError, MemoryError) as e:
         if args.debug:
             raise

@@ -7,7 +7,7 @@ import platform
 import warnings
 from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
-from .errors import ConversionError
+from .errors import ConversionError, QuantizationDriftError
 from .ir import VERIFY_SHAPES_KEY, Graph
 from .version import __version__
 
@@ -52,6 +52,25 @@ def find_culprit(original: Graph, level: int, disabled: Iterable[str], feeds, to
         if not changed:
             break
     return "unknown"
+
+
+class QuantizationDriftWarning(UserWarning):
+    """convert(allow_drift=True) wrote an int8 model whose output collapsed (quantize/drift.py)."""
+
+
+def check_drift(qreport: dict, allow_drift: bool, report_path=None) -> None:
+    """Raise QuantizationDriftError when the int8 report finds a broken output (``drift``),
+    unless ``allow_drift``: then warn (QuantizationDriftWarning)."""
+    from .quantize.drift import format_drift
+    drift = qreport.get("drift") or {}
+    if not drift.get("findings"):
+        return
+    msg = format_drift(drift["findings"], drift["blame"], qreport)
+    if report_path is not None:
+        msg += f"\n  report: {os.fspath(report_path)}"
+    if not allow_drift:
+        raise QuantizationDriftError(msg + "\n  nothing written", qreport)
+    warnings.warn(msg, QuantizationDriftWarning, stacklevel=3)
 
 
 def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence[str] = (),
@@ -127,7 +146,12 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     drop holds; ``report`` writes the accuracy report as JSON (also in the result);
     ``task`` (auto, classify, detect, segment, generic) picks the metric of the report and
     the budget (default: from the output shapes), ``metric(reference, candidate)`` (dicts of
-    output arrays, higher is better) replaces it (see quantize/metrics.py).
+    output arrays, higher is better) replaces it (see quantize/metrics.py). When the report
+    shows an output broken by int8 (task accuracy drop >= 0.5, output SQNR < 6 dB, or an
+    output or channel that quantizes to one level: quantize/drift.py), ``convert`` raises
+    ``QuantizationDriftError`` naming the layers to blame and the fixes, and writes nothing,
+    unless ``allow_drift`` (then a ``QuantizationDriftWarning``; ``result["quantization"]
+    ["drift"]`` holds the findings either way).
 
     ``layout``: the data layout the level-3 layout pass puts spatial ops in: "nchw",
     "nhwc", or "auto" (the target profile's ``preferred_layout``, else the CPU
@@ -209,6 +233,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
                                             calib_recipe=calib_recipe, calib_method=calib_method,
                                             keep_float=keep_float, max_accuracy_drop=max_accuracy_drop,
                                             report=report, task=task, metric=metric)
+        check_drift(qreport, allow_drift, report)
     meta = {
         "provenance": {
             "source": os.path.basename(src),

@@ -2,6 +2,7 @@
 converter verifies at shapes the model accepts (``verify_shapes.py``), the artifact stays
 dynamic, and it runs at real sizes like onnxruntime does."""
 import json
+import re
 
 import numpy as np
 import onnx
@@ -145,3 +146,131 @@ def test_inspect_records_verified_shapes(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["optimization"]["verified_shapes"] == {"x": [1, 3, 64, 64]}
     assert info["memory"]["input_shapes"] == {"x": [1, 3, 64, 64]}          # planned where it runs
+
+
+# -- int8 that breaks an output: said loudly, nothing written unless --allow-drift -----------------
+
+def _calib(tmp_path, n=20):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "cal.npy"
+    np.save(path, rng.random((n, 3, 64, 64), dtype=np.float32))     # images in [0, 1]
+    return str(path)
+
+
+@pytest.fixture
+def crushed_concat(monkeypatch):
+    """The heterogeneous-concat handling off: boxes (0..640) and probabilities (0..1) share one
+    int8 scale, and every probability rounds to one level."""
+    from edge_infer.quantize import heterogeneous
+    monkeypatch.setattr(heterogeneous, "MIN_LEVELS", 0.0)
+
+
+def test_default_int8_of_dynamic_detector_is_fine(tmp_path):
+    src = save(yolo_style(), tmp_path / "yolo.onnx")
+    rep = convert(src, str(tmp_path / "y8.eim"), quantize="int8", calib=_calib(tmp_path))["quantization"]
+    assert rep["task"] == "detect"                       # guessed at the calibration size, not [batch, 7, anchors]
+    assert rep["drift"] == {"findings": [], "blame": []} and rep["accuracy_drop"] < 0.5
+    assert (tmp_path / "y8.eim").exists()
+
+
+def test_collapsed_output_raises_naming_output_layers_and_fixes(tmp_path, crushed_concat):
+    from edge_infer.errors import QuantizationDriftError
+    src = save(yolo_style(), tmp_path / "yolo.onnx")
+    out = tmp_path / "y8.eim"
+    with pytest.raises(QuantizationDriftError) as ei:
+        convert(src, str(out), quantize="int8", calib=_calib(tmp_path))
+    assert isinstance(ei.value, ConversionError) and not out.exists()
+    msg = str(ei.value)
+    assert "output 'output0'" in msg and "channel(s) 4, 5, 6 of 7 along axis 1 quantize to one level" in msg
+    assert "accuracy drop 1.000" in msg                                  # detection F1 0 vs fp32
+    assert "/model.22/Concat_out (Concat, int8, writes output 'output0')" in msg
+    assert "--keep-float /model.22/Concat_out," in msg and "--max-accuracy-drop" in msg and "--allow-drift" in msg
+    findings = ei.value.report["drift"]["findings"]
+    assert {f["output"] for f in findings} == {"output0"} and len(findings) == 2
+    # the named fix works: that concat kept float32, nothing collapses
+    rep = convert(src, str(out), quantize="int8", calib=_calib(tmp_path), keep_float=["/model.22/Concat_out"])
+    assert rep["quantization"]["drift"]["findings"] == [] and out.exists()
+
+
+def test_allow_drift_writes_and_warns(tmp_path, crushed_concat):
+    from edge_infer.convert import QuantizationDriftWarning
+    src = save(yolo_style(), tmp_path / "yolo.onnx")
+    out = tmp_path / "y8.eim"
+    with pytest.warns(QuantizationDriftWarning, match="output 'output0'"):
+        rep = convert(src, str(out), quantize="int8", calib=_calib(tmp_path), allow_drift=True)
+    assert rep["quantization"]["drift"]["findings"] and out.exists()
+    probs = Runtime(str(out)).run({"images": np.random.default_rng(1).random((1, 3, 64, 64), dtype=np.float32)})
+    assert np.ptp(probs["output0"][:, 4:]) == 0.0                      # what the warning said
+
+
+def test_cli_exit_3_and_allow_drift(tmp_path, capsys, crushed_concat):
+    src = save(yolo_style(), tmp_path / "yolo.onnx")
+    out = tmp_path / "y8.eim"
+    argv = ["convert", src, "-o", str(out), "--quantize", "int8", "--calib", _calib(tmp_path),
+            "--report", str(tmp_path / "r.json")]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("edge-infer: error: int8 quantization broke the model: output 'output0'")
+    assert "layers to blame: /model.22/Concat_out" in err and "try: --keep-float" in err
+    assert "nothing written" in err and not out.exists()
+    assert json.load(open(tmp_path / "r.json"))["drift"]["findings"]          # the report is there to read
+    assert main(argv + ["--allow-drift"]) == 0
+    cap = capsys.readouterr()
+    assert "edge-infer: warning: int8 quantization broke the model" in cap.err and "written anyway" in cap.err
+    assert out.exists() and "converted" in cap.out
+
+
+def _internal_heterogeneous_concat(path):
+    """Scores (x 1000) and sigmoid probabilities concatenated, then a Relu: the concat feeds a
+    computing op, so it stays int8 (one scale) and the probabilities collapse, no patching."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Split", ["h", "sp"], ["a", "b"], axis=1, name="split"),
+             helper.make_node("Mul", ["a", "k"], ["big"], name="scale"),
+             helper.make_node("Sigmoid", ["b"], ["p"], name="prob"),
+             helper.make_node("Concat", ["big", "p"], ["c"], axis=1, name="cat"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    inits = [w, numpy_helper.from_array(np.array([4, 4], np.int64), "sp"),
+             numpy_helper.from_array(np.float32(1000.0), "k")]
+    g = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def test_model_whose_output_collapses_without_patching(tmp_path):
+    from edge_infer.errors import QuantizationDriftError
+    src = _internal_heterogeneous_concat(tmp_path / "m.onnx")
+    x = np.random.default_rng(0).standard_normal((40, 16)).astype(np.float32)
+    with pytest.raises(QuantizationDriftError, match=r"channel\(s\) 4, 5, 6, 7 of 8 along axis 1") as ei:
+        convert(src, str(tmp_path / "m.eim"), quantize="int8", calib=[x])
+    assert not (tmp_path / "m.eim").exists()
+    # the suggested --keep-float works: no drift, the artifact is written
+    keep = re.search(r"--keep-float (\S+);", str(ei.value)).group(1).split(",")
+    assert keep[:2] == ["cat", "relu"]
+    rep = convert(src, str(tmp_path / "m.eim"), quantize="int8", calib=[x], keep_float=keep)["quantization"]
+    assert rep["drift"]["findings"] == [] and (tmp_path / "m.eim").exists()
+
+
+def test_collapsed_slices_and_sqnr_threshold():
+    from edge_infer.quantize.drift import MIN_OUTPUT_SQNR_DB, collapsed_slices, find_drift
+    rng = np.random.default_rng(0)
+    ref = rng.random((4, 7, 50)).astype(np.float32) * np.array([640] * 4 + [1] * 3, np.float32)[None, :, None]
+    test = ref.copy()
+    assert collapsed_slices(ref, test) is None
+    test[:, 4:] = 0.0
+    assert collapsed_slices(ref, test) == {"axis": 1, "indices": [4, 5, 6], "of": 7}
+    assert collapsed_slices(ref, np.full_like(ref, 3.0)) == {"axis": None, "indices": [], "of": 1}
+    # a slice that barely varies in fp32 (< 10% of its magnitude) carries no information to lose
+    flat = ref.copy()
+    flat[:, 6] = 5.0 + 0.01 * rng.random((4, 50))
+    test2 = flat.copy()
+    test2[:, 6] = 5.0
+    assert collapsed_slices(flat, test2) is None
+    rep = {"accuracy_drop": 0.1, "outputs": {"y": {"sqnr_db": MIN_OUTPUT_SQNR_DB - 1, "rel_l2_error": 0.6}}}
+    assert [f["output"] for f in find_drift(rep)] == ["y"]
+    rep["outputs"]["y"]["sqnr_db"] = MIN_OUTPUT_SQNR_DB + 1
+    assert find_drift(rep) == []
