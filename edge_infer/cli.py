@@ -238,8 +238,9 @@ def _sparse_compression(graph) -> dict:
 
 def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     """Weights, planned activation arena (vs naive sum and lower bound) and workspace,
-    for the given input shapes (symbolic dims taken as 1), planned under ``memory_limit``
-    (None: unbounded); ``tiled``: the nodes that run in bands to fit it."""
+    for the given input shapes (default: the shapes a dynamic model was verified at, else
+    symbolic dims 1), planned under ``memory_limit`` (None: unbounded); ``tiled``: the nodes
+    that run in bands to fit it."""
     from .runtime import Runtime
     from .verify import random_inputs
     weights = int(sum(t.data.nbytes for t in graph.tensors.values() if t.is_const))
@@ -256,7 +257,7 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
 
 
 def partition_plan(path: str, backend: str = "auto", input_shapes=None) -> tuple:
-    """(choice, partition plan) of an artifact for its default input shapes (symbolic dims 1)."""
+    """(choice, partition plan) of an artifact for its default input shapes (``Runtime.default_shapes``)."""
     from .backends.picker import partition_for
     from .runtime import Runtime, specialize
     rt = Runtime(path, backend=backend)

@@ -46,6 +46,8 @@ def test_yolo_style_dynamic_converts_without_flags(tmp_path, capsys):
     assert "smallest size shape inference accepts" in text
     rt = Runtime(out)
     assert rt.inputs[0].shape == ("batch", 3, "height", "width")
+    # planned before the first run (backend choice, stream) at the verified shape, not at 1x1
+    assert rt.default_shapes() == {"images": (1, 3, 32, 32)} and rt.backend.name
     _check_at_sizes(src, out, "images", [(64, 96), (160, 128)])
 
 

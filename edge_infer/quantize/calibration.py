@@ -247,7 +247,7 @@ def _array_source(graph: Graph, path: str) -> Iterator[Dict[str, np.ndarray]]:
 
 
 def random_feeds(graph: Graph, samples: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
-    """Seeded standard-normal samples (symbolic dims 1)."""
+    """Seeded standard-normal samples (shaped as ``verify.random_inputs`` shapes them)."""
     from ..verify import random_inputs
     return [random_inputs(graph, seed + k) for k in range(samples)]
 
