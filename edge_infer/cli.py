@@ -66,7 +66,7 @@ def cmd_convert(args) -> int:
     if not os.path.isfile(args.model):
         raise UsageError(f"model file not found: {args.model}")
     import warnings
-    from .convert import QuantizationDriftWarning
+    from .errors import QuantizationDriftWarning
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", QuantizationDriftWarning)      # printed below, as the CLI does
         rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),

@@ -7,7 +7,7 @@ import platform
 import warnings
 from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
-from .errors import ConversionError, QuantizationDriftError
+from .errors import ConversionError, QuantizationDriftError, QuantizationDriftWarning
 from .ir import VERIFY_SHAPES_KEY, Graph
 from .version import __version__
 
@@ -52,10 +52,6 @@ def find_culprit(original: Graph, level: int, disabled: Iterable[str], feeds, to
         if not changed:
             break
     return "unknown"
-
-
-class QuantizationDriftWarning(UserWarning):
-    """convert(allow_drift=True) wrote an int8 model whose output collapsed (quantize/drift.py)."""
 
 
 def check_drift(qreport: dict, allow_drift: bool, report_path=None) -> None:
@@ -212,6 +208,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     vshapes, vsource = choose_verify_shapes(graph, verify_shapes, profile, calib_recipe)
     if symbolic_inputs(graph):                   # the graph stays dynamic; these feed the checks
         graph.metadata[VERIFY_SHAPES_KEY] = {k: list(v) for k, v in vshapes.items()}
+        graph.metadata["verify_shapes_source"] = vsource
     from .passes.convert_layout import resolve_layout
     graph.metadata["preferred_layout"] = resolve_layout(layout, profile)
     optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,

@@ -34,6 +34,10 @@ class QuantizationDriftError(ConversionError):
         self.report = report or {}
 
 
+class QuantizationDriftWarning(UserWarning):
+    """``convert(allow_drift=True)`` wrote an int8 model whose output collapsed."""
+
+
 class ArtifactError(EdgeInferError):
     """An .eim file is truncated, corrupt, of another version or hostile."""
 

@@ -40,6 +40,8 @@ MAX_SIZE = 1280
 SMALL_SIZES = range(1, 256)
 #: folded during the search: shape arithmetic is tiny; bigger constant subgraphs need no value
 FOLD_MAX_ELEMENTS = 4096
+#: the source of shapes found by the search (not a size the model or the user gave)
+SEARCHED = "smallest size shape inference accepts"
 
 Shapes = Dict[str, Tuple[int, ...]]
 
@@ -229,7 +231,7 @@ def choose_verify_shapes(graph: Graph, explicit: Optional[Dict[str, Sequence[int
                               f"fail shape inference at every size tried (multiples of {model_stride(graph)} "
                               f"up to {MAX_SIZE}, then 1..{SMALL_SIZES[-1]}; at {model_stride(graph)}: {first}); "
                               f"give the size: {example} (or --verify-shape to keep the artifact dynamic)")
-    return shapes, "smallest size shape inference accepts"
+    return shapes, SEARCHED
 
 
 def _search(graph: Graph, bound: Dict[str, int], stride: int) -> Optional[Shapes]:

@@ -183,8 +183,9 @@ def test_collapsed_output_raises_naming_output_layers_and_fixes(tmp_path, crushe
         convert(src, str(out), quantize="int8", calib=_calib(tmp_path))
     assert isinstance(ei.value, ConversionError) and not out.exists()
     msg = str(ei.value)
-    assert "output 'output0'" in msg and "channel(s) 4, 5, 6 of 7 along axis 1 quantize to one level" in msg
-    assert "accuracy drop 1.000" in msg                                  # detection F1 0 vs fp32
+    assert msg.startswith("int8 quantization broke output 'output0': task detect score 0.000 vs fp32")
+    assert "channel(s) 4, 5, 6 of 7 along axis 1 quantize to one level" in msg
+    assert "accuracy drop 1.000 >= 0.5" in msg                           # detection F1 0 vs fp32
     assert "/model.22/Concat_out (Concat, int8, writes output 'output0')" in msg
     assert "--keep-float /model.22/Concat_out," in msg and "--max-accuracy-drop" in msg and "--allow-drift" in msg
     findings = ei.value.report["drift"]["findings"]
@@ -195,7 +196,7 @@ def test_collapsed_output_raises_naming_output_layers_and_fixes(tmp_path, crushe
 
 
 def test_allow_drift_writes_and_warns(tmp_path, crushed_concat):
-    from edge_infer.convert import QuantizationDriftWarning
+    from edge_infer.errors import QuantizationDriftWarning
     src = save(yolo_style(), tmp_path / "yolo.onnx")
     out = tmp_path / "y8.eim"
     with pytest.warns(QuantizationDriftWarning, match="output 'output0'"):
@@ -212,13 +213,13 @@ def test_cli_exit_3_and_allow_drift(tmp_path, capsys, crushed_concat):
             "--report", str(tmp_path / "r.json")]
     assert main(argv) == 3
     err = capsys.readouterr().err
-    assert err.startswith("edge-infer: error: int8 quantization broke the model: output 'output0'")
+    assert err.startswith("edge-infer: error: int8 quantization broke output 'output0': ")
     assert "layers to blame: /model.22/Concat_out" in err and "try: --keep-float" in err
     assert "nothing written" in err and not out.exists()
     assert json.load(open(tmp_path / "r.json"))["drift"]["findings"]          # the report is there to read
     assert main(argv + ["--allow-drift"]) == 0
     cap = capsys.readouterr()
-    assert "edge-infer: warning: int8 quantization broke the model" in cap.err and "written anyway" in cap.err
+    assert "edge-infer: warning: int8 quantization broke output 'output0'" in cap.err and "written anyway" in cap.err
     assert out.exists() and "converted" in cap.out
 
 
@@ -276,3 +277,24 @@ def test_collapsed_slices_and_sqnr_threshold():
     assert [f["output"] for f in find_drift(rep)] == ["y"]
     rep["outputs"]["y"]["sqnr_db"] = MIN_OUTPUT_SQNR_DB + 1
     assert find_drift(rep) == []
+
+
+def test_calibration_images_take_the_recorded_size(tmp_path):
+    """Images calibrate a dynamic model at the size it records; with none recorded, the
+    recipe's size is asked for (a size found by search is no calibration size)."""
+    cv2 = pytest.importorskip("cv2")
+    from edge_infer.quantize import CalibrationError
+    from edge_infer.quantize.calibration import load_calibration
+    (tmp_path / "img").mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(6):
+        cv2.imwrite(str(tmp_path / "img" / f"{k}.png"), rng.integers(0, 255, (120, 90, 3), dtype=np.uint8))
+    src = save(yolo_style(metadata={"imgsz": "[96, 128]"}), tmp_path / "yolo.onnx")
+    rep = convert(src, str(tmp_path / "y8.eim"), quantize="int8", calib=str(tmp_path / "img"))
+    assert rep["quantization"]["calibration"]["samples"] + rep["quantization"]["calibration"]["held_out_samples"] == 6
+    g = load_model(src)
+    g.metadata.update(verify_shapes={"images": [1, 3, 96, 128]}, verify_shapes_source="model metadata imgsz")
+    assert load_calibration(str(tmp_path / "img"), g)[0]["images"].shape == (1, 3, 96, 128)
+    with pytest.raises(CalibrationError, match="symbolic spatial dims"):
+        convert(save(yolo_style(), tmp_path / "plain.onnx"), str(tmp_path / "p8.eim"), quantize="int8",
+                calib=str(tmp_path / "img"))

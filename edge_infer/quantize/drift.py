@@ -86,9 +86,9 @@ def find_drift(rep: dict) -> List[dict]:
     first = next(iter(rep["outputs"]), None)
     task = rep.get("task", "")
     if drop >= limit and first is not None:
-        what = f"task {task}: score {rep.get('task_score', 1.0 - drop):.3f} vs fp32" if task else "vs fp32"
-        found.append({"output": first, "reason": f"{what}, accuracy drop {drop:.3f} "
-                      f"({rep.get('accuracy_drop_metric', '')}) >= {limit:g}"})
+        what = f"task {task} score {rep.get('task_score', 1.0 - drop):.3f} vs fp32 " if task else ""
+        found.append({"output": first, "reason": f"{what}(accuracy drop {drop:.3f} >= {limit:g}: "
+                      f"{rep.get('accuracy_drop_metric', '')})"})
     for name, m in rep["outputs"].items():
         c = m.get("collapsed")
         if c:
@@ -135,8 +135,11 @@ def blame(rep: dict, findings: List[dict], n: int = BLAME_LAYERS) -> List[dict]:
 
 def format_drift(findings: List[dict], layers: List[dict], rep: dict) -> str:
     """The warning: what broke, the layers to blame, the fixes to try (several lines)."""
-    lines = ["int8 quantization broke the model: " + "; ".join(f"output {f['output']!r}: {f['reason']}"
-                                                              for f in findings)]
+    by_output: dict = {}
+    for f in findings:
+        by_output.setdefault(f["output"], []).append(f["reason"])
+    lines = [f"int8 quantization broke output {o!r}: " + "; ".join(r) for o, r in by_output.items()]
+    lines[1:] = ["  " + line for line in lines[1:]]
     if layers:
         lines.append("  layers to blame: " + ", ".join(
             f"{e['node']} ({e['op']}" + (f", {e['kind']} {e['sqnr_db']:.2f} dB)" if e["sqnr_db"] is not None
