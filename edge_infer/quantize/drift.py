@@ -116,9 +116,8 @@ def blame(rep: dict, findings: List[dict], n: int = BLAME_LAYERS) -> List[dict]:
             for e in layers if e.get("output") in broken and e.get("precision") == "int8"]
     sens = (rep.get("budget") or {}).get("sensitivity") or []
     if sens:
-        ops = {e["node"]: e["op"] for e in layers}
-        ranked = [{"node": e["node"], "op": ops.get(e["node"], ""), "sqnr_db": e["local_sqnr_db"],
-                   "kind": "local SQNR"} for e in sens]
+        ranked = [{"node": e["node"], "op": e["op"], "sqnr_db": e["local_sqnr_db"], "kind": "local SQNR"}
+                  for e in sens]
     else:
         ranked = [{"node": e["node"], "op": e["op"], "sqnr_db": e["sqnr_db"], "kind": "SQNR"}
                   for e in sorted((e for e in layers if e.get("precision") == "int8" and "sqnr_db" in e
