@@ -3,11 +3,12 @@ import sys as _sys
 import types as _types
 
 from .errors import (ArtifactError, BackendError, ConversionError, EdgeInferError, GraphError,
-                     InputError, KeyFileError, ShapeError, UnsupportedOpError)
+                     InputError, KeyFileError, QuantizationDriftError, ShapeError, UnsupportedOpError)
 from .version import __version__
 
 __all__ = ["__version__", "ArtifactError", "BackendError", "ConversionError", "EdgeInferError",
-           "GraphError", "InputError", "KeyFileError", "ShapeError", "UnsupportedOpError", "Runtime", "convert", "verify",
+           "GraphError", "InputError", "KeyFileError", "QuantizationDriftError", "ShapeError",
+           "UnsupportedOpError", "Runtime", "convert", "verify",
            "Batcher"]
 
 # The public names below are imported on first use, so a device process that only runs

@@ -9,26 +9,29 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .errors import EdgeInferError
+from .errors import EdgeInferError, QuantizationDriftError
+
+#: exit status of ``convert`` when int8 broke an output (and no --allow-drift); user errors exit 2
+EXIT_DRIFT = 3
 
 
 class UsageError(EdgeInferError):
     """A command-line argument is wrong."""
 
 
-def parse_shape_args(items: Optional[List[str]]) -> Dict[str, tuple]:
-    """``["x=1,3,224,224"]`` -> ``{"x": (1, 3, 224, 224)}``."""
+def parse_shape_args(items: Optional[List[str]], flag: str = "--input-shape") -> Dict[str, tuple]:
+    """``["x=1,3,224,224"]`` -> ``{"x": (1, 3, 224, 224)}`` (``flag`` names the option in errors)."""
     shapes = {}
     for item in items or []:
         name, sep, dims = item.rpartition("=")
         if not sep or not name:
-            raise UsageError(f"--input-shape wants NAME=D1,D2,...; got {item!r}")
+            raise UsageError(f"{flag} wants NAME=D1,D2,...; got {item!r}")
         try:
             shapes[name] = tuple(int(d) for d in dims.split(","))
         except ValueError:
-            raise UsageError(f"--input-shape {item!r}: dims must be integers") from None
+            raise UsageError(f"{flag} {item!r}: dims must be integers") from None
         if any(d <= 0 for d in shapes[name]):
-            raise UsageError(f"--input-shape {item!r}: dims must be positive")
+            raise UsageError(f"{flag} {item!r}: dims must be positive")
     return shapes
 
 
@@ -62,11 +65,16 @@ def cmd_convert(args) -> int:
     from .convert import convert
     if not os.path.isfile(args.model):
         raise UsageError(f"model file not found: {args.model}")
-    rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
-                  opt_level=args.opt_level, disable_passes=args.disable_pass or (),
-                  allow_drift=args.allow_drift, target=args.target, layout=args.layout,
-                  memory_limit=args.memory_limit, max_bytes=args.max_bytes, sign_key=args.sign,
-                  **quantize_options(args), **sparse_options(args))
+    import warnings
+    from .errors import QuantizationDriftWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QuantizationDriftWarning)      # printed below, as the CLI does
+        rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
+                      verify_shapes=parse_shape_args(args.verify_shape, "--verify-shape"),
+                      opt_level=args.opt_level, disable_passes=args.disable_pass or (),
+                      allow_drift=args.allow_drift, target=args.target, layout=args.layout,
+                      memory_limit=args.memory_limit, max_bytes=args.max_bytes, sign_key=args.sign,
+                      **quantize_options(args), **sparse_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
     print(f"  nodes {b['nodes']} -> {a['nodes']}, parameters {a['parameters']:,}")
@@ -75,6 +83,10 @@ def cmd_convert(args) -> int:
     print(f"  size {rep['source_bytes']:,} B (source) -> {rep['artifact_bytes']:,} B "
           f"({rep['artifact_bytes'] / max(rep['source_bytes'], 1):.2f}x)")
     print(f"  verified: max relative error {rep['max_relative_error']:.2e} (tolerance {rep['tolerance']:g})")
+    if rep.get("verified_shapes"):
+        from .verify_shapes import format_shapes
+        print(f"  verified at: {format_shapes(rep['verified_shapes'], rep.get('dynamic_inputs') or {})} "
+              f"({rep['verified_shapes_source']})")
     if rep.get("signed_by"):
         print(f"  signed: Ed25519, key id {rep['signed_by']}")
     if rep.get("quantization"):
@@ -82,6 +94,11 @@ def cmd_convert(args) -> int:
         print(format_summary(rep["quantization"]))
         if args.report:
             print(f"  report: {args.report}")
+        drift = rep["quantization"].get("drift") or {}
+        if drift.get("findings"):
+            from .quantize.drift import format_drift
+            print("edge-infer: warning: " + format_drift(drift["findings"], drift["blame"], rep["quantization"])
+                  + "\n  written anyway (--allow-drift)", file=sys.stderr)
     if rep.get("sparsity"):
         from .sparse import format_summary as sparse_summary
         print(sparse_summary(rep["sparsity"]))
@@ -228,8 +245,9 @@ def _sparse_compression(graph) -> dict:
 
 def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     """Weights, planned activation arena (vs naive sum and lower bound) and workspace,
-    for the given input shapes (symbolic dims taken as 1), planned under ``memory_limit``
-    (None: unbounded); ``tiled``: the nodes that run in bands to fit it."""
+    for the given input shapes (default: the shapes a dynamic model was verified at, else
+    symbolic dims 1), planned under ``memory_limit`` (None: unbounded); ``tiled``: the nodes
+    that run in bands to fit it."""
     from .runtime import Runtime
     from .verify import random_inputs
     weights = int(sum(t.data.nbytes for t in graph.tensors.values() if t.is_const))
@@ -246,7 +264,7 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
 
 
 def partition_plan(path: str, backend: str = "auto", input_shapes=None, trusted_keys=None) -> tuple:
-    """(choice, partition plan) of an artifact for its default input shapes (symbolic dims 1)."""
+    """(choice, partition plan) of an artifact for its default input shapes (``Runtime.default_shapes``)."""
     from .backends.picker import partition_for
     from .runtime import Runtime, specialize
     rt = Runtime(path, backend=backend, trusted_keys=trusted_keys)
@@ -537,10 +555,15 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="convert an ONNX or TFLite model to an .eim artifact")
     c.add_argument("model")
     c.add_argument("-o", "--output", help="artifact path (default: MODEL with .eim)")
-    c.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="pin an input's shape")
+    c.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="pin an input's shape "
+                   "(the artifact then accepts only that shape)")
+    c.add_argument("--verify-shape", action="append", metavar="NAME=D1,D2,...", help="verify (and count the "
+                   "cost) at this shape; the artifact stays dynamic (default: a size the model records, the "
+                   "target's or --calib-recipe's, else the smallest the graph accepts)")
     c.add_argument("--opt-level", type=int, default=3, choices=range(4), help="0 none .. 3 all passes")
     c.add_argument("--disable-pass", action="append", metavar="NAME", help="skip a pass (debugging)")
-    c.add_argument("--allow-drift", action="store_true", help="warn instead of refusing a drifting result")
+    c.add_argument("--allow-drift", action="store_true", help="warn instead of refusing a drifting result "
+                   "(an optimization pass that changes the outputs; an int8 output that collapsed: exit 3 without it)")
     c.add_argument("--target", help="device profile (rpi4, rpi5, jetson-nano, ...)")
     c.add_argument("--layout", choices=("auto", "nchw", "nhwc"), default="auto",
                    help="data layout of spatial ops after optimization (level 3); inputs and "
@@ -682,6 +705,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if hasattr(args, "artifact"):
             _check_file(args.artifact, "artifact")
         return args.fn(args)
+    except QuantizationDriftError as e:
+        if args.debug:
+            raise
+        print(f"edge-infer: error: {e}", file=sys.stderr)          # several lines: what, blame, fixes
+        return EXIT_DRIFT
     except (EdgeInferError, OSError, MemoryError) as e:
         if args.debug:
             raise

@@ -7,8 +7,8 @@ import platform
 import warnings
 from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
-from .errors import ConversionError
-from .ir import Graph
+from .errors import ConversionError, QuantizationDriftError, QuantizationDriftWarning
+from .ir import VERIFY_SHAPES_KEY, Graph
 from .version import __version__
 
 
@@ -54,11 +54,29 @@ def find_culprit(original: Graph, level: int, disabled: Iterable[str], feeds, to
     return "unknown"
 
 
+def check_drift(qreport: dict, allow_drift: bool, report_path=None) -> None:
+    """Raise QuantizationDriftError when the int8 report finds a broken output (``drift``),
+    unless ``allow_drift``: then warn (QuantizationDriftWarning)."""
+    from .quantize.drift import format_drift
+    drift = qreport.get("drift") or {}
+    if not drift.get("findings"):
+        return
+    msg = format_drift(drift["findings"], drift["blame"], qreport)
+    if report_path is not None:
+        msg += f"\n  report: {os.fspath(report_path)}"
+    if not allow_drift:
+        raise QuantizationDriftError(msg + "\n  nothing written", qreport)
+    warnings.warn(msg, QuantizationDriftWarning, stacklevel=3)
+
+
 def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence[str] = (),
                       tolerance: float = 1e-6, allow_drift: bool = False, samples: int = 2,
                       feeds: Optional[list] = None) -> Tuple[Graph, dict]:
     """Optimize a copy of ``graph`` and check it against the original on seeded
-    random inputs (plus ``feeds``). Returns (optimized graph, report)."""
+    random inputs (plus ``feeds``). Returns (optimized graph, report).
+
+    Symbolic input dims take the shapes in ``graph.metadata["verify_shapes"]`` (set by
+    ``convert``, see verify_shapes.py), else 1; the cost report counts at the same shapes."""
     from .passes import optimize
     from .verify import VerificationError, compare, random_inputs
     from .ir.cost import graph_cost
@@ -94,7 +112,8 @@ def optimize_verified(graph: Graph, opt_level: int = 3, disable_passes: Sequence
 
 
 def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = None, *,
-            input_shapes: Optional[Dict[str, Sequence[int]]] = None, opt_level: int = 3,
+            input_shapes: Optional[Dict[str, Sequence[int]]] = None,
+            verify_shapes: Optional[Dict[str, Sequence[int]]] = None, opt_level: int = 3,
             disable_passes: Sequence[str] = (), allow_drift: bool = False, target: Optional[str] = None,
             verify_samples: int = 2, layout: str = "auto", quantize: Optional[str] = None,
             calib=None, calib_samples: Optional[int] = None, calib_recipe=None,
@@ -107,6 +126,13 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             metric=None, max_bytes: Union[int, str, None] = None, sign_key=None, **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
+    ``input_shapes`` ({input: shape}) pins input shapes in the artifact. Inputs that stay
+    symbolic (dynamic height and width, ...) stay so in the artifact; the verification run,
+    the cost report and seeded calibration use ``verify_shapes`` ({input: shape}) if given,
+    else a size the model records, the target's or calibration recipe's size, else the
+    smallest size shape inference accepts (verify_shapes.py); the result's
+    ``verified_shapes`` and ``verified_shapes_source`` say which.
+
     ``quantize="int8"``: after the fp32 graph is optimized and verified, quantize it
     (edge_infer/quantize, docs/quantization.md) calibrating on ``calib`` (a folder of
     images, a video, .npy/.npz, an iterable, or "random"), at most ``calib_samples``
@@ -116,7 +142,12 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     drop holds; ``report`` writes the accuracy report as JSON (also in the result);
     ``task`` (auto, classify, detect, segment, generic) picks the metric of the report and
     the budget (default: from the output shapes), ``metric(reference, candidate)`` (dicts of
-    output arrays, higher is better) replaces it (see quantize/metrics.py).
+    output arrays, higher is better) replaces it (see quantize/metrics.py). When the report
+    shows an output broken by int8 (task accuracy drop >= 0.5, output SQNR < 6 dB, or an
+    output or channel that quantizes to one level: quantize/drift.py), ``convert`` raises
+    ``QuantizationDriftError`` naming the layers to blame and the fixes, and writes nothing,
+    unless ``allow_drift`` (then a ``QuantizationDriftWarning``; ``result["quantization"]
+    ["drift"]`` holds the findings either way).
 
     ``layout``: the data layout the level-3 layout pass puts spatial ops in: "nchw",
     "nhwc", or "auto" (the target profile's ``preferred_layout``, else the CPU
@@ -185,10 +216,18 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     from .ops.resources import set_limit
     validate_graph(graph, "convert", max_bytes, profile)
     fold_limit = set_limit(max_bytes) if max_bytes is not None else None
+    from .verify_shapes import choose_verify_shapes, symbolic_inputs
+    vshapes, vsource = choose_verify_shapes(graph, verify_shapes, profile, calib_recipe)
+    if symbolic_inputs(graph):                   # the graph stays dynamic; these feed the checks
+        graph.metadata[VERIFY_SHAPES_KEY] = {k: list(v) for k, v in vshapes.items()}
+        graph.metadata["verify_shapes_source"] = vsource
     from .passes.convert_layout import resolve_layout
     graph.metadata["preferred_layout"] = resolve_layout(layout, profile)
     optimized, opt_report = optimize_verified(graph, opt_level, disable_passes,
                                               allow_drift=allow_drift, samples=verify_samples)
+    opt_report["verified_shapes"] = {k: list(v) for k, v in vshapes.items()}
+    opt_report["verified_shapes_source"] = vsource
+    opt_report["dynamic_inputs"] = {k: list(v) for k, v in symbolic_inputs(graph).items()}
     sreport = {}
     if pruning:                  # zeros in dense arrays: quantization and its calibration see them
         from .sparse import prune_model
@@ -203,6 +242,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
                                             calib_recipe=calib_recipe, calib_method=calib_method,
                                             keep_float=keep_float, max_accuracy_drop=max_accuracy_drop,
                                             report=report, task=task, metric=metric)
+        check_drift(qreport, allow_drift, report)
     meta = {
         "provenance": {
             "source": os.path.basename(src),
@@ -212,6 +252,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.platform(),
             "options": {"input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+                        "verify_shapes": {k: list(v) for k, v in (verify_shapes or {}).items()},
                         "opt_level": opt_level, "disable_passes": list(disable_passes),
                         "allow_drift": allow_drift, "target": target, "layout": layout},
         },

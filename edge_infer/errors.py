@@ -25,6 +25,19 @@ class ConversionError(EdgeInferError):
     """The source model could not be read or converted."""
 
 
+class QuantizationDriftError(ConversionError):
+    """The int8 model no longer does what the float model does (an output collapsed, see
+    quantize/drift.py); nothing was written. ``report``: the quantization report."""
+
+    def __init__(self, message: str, report: dict = None):
+        super().__init__(message)
+        self.report = report or {}
+
+
+class QuantizationDriftWarning(UserWarning):
+    """``convert(allow_drift=True)`` wrote an int8 model whose output collapsed."""
+
+
 class ArtifactError(EdgeInferError):
     """An .eim file is truncated, corrupt, of another version or hostile."""
 

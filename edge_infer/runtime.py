@@ -10,7 +10,7 @@ import numpy as np
 from .backends import Backend, Executable, get_backend
 from .backends.specialize import specialize  # noqa: F401  (public here since 0.1)
 from .errors import ArtifactError, EdgeInferError, InputError
-from .ir import Graph, infer_shapes
+from .ir import Graph, concrete_input_shapes, infer_shapes
 from .memory.budget import MemoryBudgetError, default_memory_limit, mib, parse_size  # noqa: F401
 
 
@@ -147,15 +147,12 @@ class Runtime:
 
     # backend choice ------------------------------------------------------------
     def default_shapes(self) -> Optional[Dict[str, Tuple[int, ...]]]:
-        """Concrete input shapes the model is planned for before its first run (symbolic dims
-        1), or None where an input's shape is unknown."""
-        shapes = {}
-        for n in self.graph.inputs:
-            shape = self.graph.tensors[n].shape
-            if shape is None:
-                return None
-            shapes[n] = tuple(d if isinstance(d, (int, np.integer)) else 1 for d in shape)
-        return shapes
+        """Concrete input shapes the model is planned for before its first run (the shapes the
+        converter verified a dynamic model at, else symbolic dims 1), or None where an input's
+        shape is unknown."""
+        if any(self.graph.tensors[n].shape is None for n in self.graph.inputs):
+            return None
+        return concrete_input_shapes(self.graph)
 
     def _choose(self, shapes: Optional[Dict[str, Tuple[int, ...]]], graph: Optional[Graph] = None) -> "Choice":
         """The picker's choice for these input shapes (made once per shape, then kept)."""
@@ -173,7 +170,7 @@ class Runtime:
     @property
     def backend(self) -> Backend:
         """The backend of the latest plan (before any run: the choice for the default input
-        shapes, symbolic dims as 1). A partition is a backend named like ``opencl+cpu``."""
+        shapes: ``default_shapes``). A partition is a backend named like ``opencl+cpu``."""
         if self._choice is None:
             self._choose(self.default_shapes())
         return self._choice.backend

@@ -6,7 +6,7 @@ from typing import Dict, Iterable, Optional, Union
 import numpy as np
 
 from .errors import EdgeInferError
-from .ir import Graph
+from .ir import Graph, concrete_input_shapes
 
 
 class VerificationError(EdgeInferError):
@@ -15,13 +15,14 @@ class VerificationError(EdgeInferError):
 
 def random_inputs(graph: Graph, seed: int = 0, shapes: Optional[Dict[str, tuple]] = None
                   ) -> Dict[str, np.ndarray]:
-    """Seeded inputs for every graph input; symbolic dims become 1."""
+    """Seeded inputs for every graph input, shaped by ``shapes``, else by the shapes the
+    converter verified the graph at, else with symbolic dims 1 (``concrete_input_shapes``)."""
     rng = np.random.default_rng(seed)
     feeds = {}
+    concrete = concrete_input_shapes(graph, shapes)
     for name in graph.inputs:
         t = graph.tensors[name]
-        shape = tuple(shapes[name]) if shapes and name in shapes else \
-            tuple(d if isinstance(d, int) else 1 for d in (t.shape or ()))
+        shape = concrete[name]
         dt = np.dtype(t.dtype)
         if dt.kind == "f":
             feeds[name] = rng.standard_normal(shape).astype(dt)

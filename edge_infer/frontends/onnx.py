@@ -43,6 +43,8 @@ if TYPE_CHECKING:  # only for annotations: onnx is imported lazily
 IR_OPSET = 21
 #: the oldest default-domain opset accepted (older ones had legacy broadcasting)
 MIN_OPSET = 7
+#: characters of the model and graph doc strings kept in the graph metadata
+DOC_STRING_MAX = 2000
 
 #: ONNX TensorProto element type -> numpy dtype name (only types the IR has)
 ONNX_TO_DTYPE = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -509,6 +511,11 @@ class _Converter:
             meta["producer"] = f"{m.producer_name} {m.producer_version}".strip()
         if m.metadata_props:
             meta["model_metadata"] = {p.key: p.value for p in m.metadata_props}
+        # exporters note the input size here too (verify_shapes.py reads it); bounded: free text
+        if m.doc_string:
+            meta["doc_string"] = m.doc_string[:DOC_STRING_MAX]
+        if m.graph.doc_string:
+            meta["graph_doc_string"] = m.graph.doc_string[:DOC_STRING_MAX]
         return meta
 
     def _count_unsupported_emitted(self) -> None:

@@ -1,6 +1,7 @@
 """Static cost of a graph: op count, parameters, FLOPs and bytes moved.
 
-``graph_cost`` works on a copy whose symbolic input dims are set to 1, with shapes
+``graph_cost`` works on a copy with concrete input shapes (the shapes the converter verified
+the graph at, else symbolic dims as 1), with shapes
 inferred and shape arithmetic folded (as a runtime plan would), so every tensor
 size is known. Counting conventions:
 
@@ -23,7 +24,7 @@ from typing import Dict
 import numpy as np
 
 from ..errors import EdgeInferError
-from .graph import Graph, Node
+from .graph import Graph, Node, concrete_input_shapes
 from .shape_inference import infer_node, infer_shapes
 
 ELEMENTWISE_FREE = frozenset({
@@ -113,13 +114,15 @@ def node_flops(node: Node, graph: Graph) -> int:
 
 
 def _static_copy(graph: Graph) -> Graph:
-    """A copy with symbolic input dims set to 1, shapes inferred and shape arithmetic folded."""
+    """A copy with concrete input shapes (``concrete_input_shapes``: the converter's verified
+    shapes, else symbolic dims as 1), shapes inferred and shape arithmetic folded."""
     from ..backends.cpu import fold_node
     g = graph.copy()
+    concrete = concrete_input_shapes(graph)
     for name in g.inputs:
         t = g.tensors[name]
         if t.shape is not None:
-            t.shape = tuple(d if isinstance(d, (int, np.integer)) else 1 for d in t.shape)
+            t.shape = concrete[name]
     try:
         infer_shapes(g, fold=fold_node)
     except EdgeInferError:

@@ -9,7 +9,7 @@ into an .eim artifact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -243,3 +243,26 @@ class Graph:
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}: {len(self.nodes)} nodes, inputs={self.inputs}, "
                 f"outputs={self.outputs})")
+
+
+#: graph.metadata key: {input name: shape} the converter verified the graph at (verify_shapes.py);
+#: seeded inputs, cost reports and calibration on random data use it for symbolic dims
+VERIFY_SHAPES_KEY = "verify_shapes"
+
+
+def concrete_input_shapes(graph: Graph, shapes: Optional[Dict[str, Sequence[int]]] = None
+                          ) -> Dict[str, Tuple[int, ...]]:
+    """A concrete shape per graph input: ``shapes`` where given, else the shape the converter
+    verified the graph at (``graph.metadata["verify_shapes"]``), else the declared shape with
+    symbolic dims as 1 (an input of unknown shape: ``()``)."""
+    recorded = graph.metadata.get(VERIFY_SHAPES_KEY) or {}
+    out = {}
+    for name in graph.inputs:
+        if shapes and name in shapes:
+            out[name] = tuple(int(d) for d in shapes[name])
+        elif name in recorded:
+            out[name] = tuple(int(d) for d in recorded[name])
+        else:
+            out[name] = tuple(d if isinstance(d, (int, np.integer)) else 1
+                              for d in (graph.tensors[name].shape or ()))
+    return out

@@ -20,7 +20,8 @@ def _num(v, fmt="{:.1f}", none="-"):
 
 
 def format_line(registry: Registry) -> str:
-    """``fps 29.9 | e2e p50/p90/p99 12.1/14.0/20.3 ms | pre 1.2 inf 8.3 post 0.4 ms | q 0/1/0/0 |
+    """``fps 29.9 | e2e p50/p90/p99 12.1/14.0/20.3 ms | wait p50 2.1 ms | model p50 8.1 ms |
+    pre 1.2 inf 8.3 post 0.4 ms | q 0/1/0/0 |
     drop 3 | batch 4.0 | rss 85 MB | cpu 43% 51% | 1800 MHz | 54.2 C | err 0``"""
     r = registry
     parts = []
@@ -30,6 +31,10 @@ def format_line(registry: Registry) -> str:
     if lat is not None and lat.count:
         q = lat.quantiles()
         parts.append("e2e p50/p90/p99 " + "/".join(_num(q.get(k, math.nan) * 1e3) for k in (0.5, 0.9, 0.99)) + " ms")
+    for name, short in (("edge_infer_queue_wait_seconds", "wait"), ("edge_infer_inference_seconds", "model")):
+        m = r.get(name)
+        if m is not None and m.count:
+            parts.append(f"{short} p50 {_num(m.quantiles().get(0.5, math.nan) * 1e3)} ms")
     stages = r.series("edge_infer_stage_seconds")
     if stages:
         short = {"capture": "cap", "preprocess": "pre", "infer": "inf", "postprocess": "post", "sink": "sink"}

@@ -49,14 +49,20 @@ class _Aborted(Exception):
 
 
 class FrameItem:
-    """One frame on its way through the pipeline."""
+    """One frame on its way through the pipeline.
+
+    Timing (seconds, ``time.perf_counter`` clock): ``latency`` capture to result (the frame
+    read, to the sinks receiving its result) = ``queue_wait`` (time spent waiting in the queues
+    between stages, behind other frames) + ``times`` (this frame's own work per stage:
+    ``preprocess``, ``infer``, ``postprocess``); ``inference``: the model run alone."""
     __slots__ = ("index", "image", "info", "t_capture", "wall_time", "tensor", "meta", "outputs", "result",
-                 "latency")
+                 "latency", "queue_wait", "times", "t_put", "inference")
 
     def __init__(self, index: int, image: np.ndarray, info: Dict[str, Any], t_capture: float, wall_time: float):
         self.index, self.image, self.info = index, image, info
         self.t_capture, self.wall_time = t_capture, wall_time
-        self.tensor = self.meta = self.outputs = self.result = self.latency = None
+        self.tensor = self.meta = self.outputs = self.result = self.latency = self.inference = None
+        self.queue_wait, self.times, self.t_put = 0.0, {}, t_capture
 
 
 class Pipeline:
@@ -105,7 +111,11 @@ class Pipeline:
         r = self.registry
         self.m_stage = {s: r.summary("edge_infer_stage_seconds", "time per frame in each pipeline stage",
                                      {"stage": s}) for s in STAGES}
-        self.m_latency = r.summary("edge_infer_latency_seconds", "end-to-end latency, capture to result")
+        self.m_latency = r.summary("edge_infer_latency_seconds", "capture to result per frame: queue waits + "
+                                   "preprocess + inference + postprocess (grows when frames queue up)")
+        self.m_inference = r.summary("edge_infer_inference_seconds", "model run time per frame (no queue wait)")
+        self.m_queue_wait = r.summary("edge_infer_queue_wait_seconds", "time per frame spent waiting in the "
+                                      "queues between stages, behind other frames")
         self.m_frames = r.counter("edge_infer_frames_total", "frames through the whole pipeline")
         self.m_captured = r.counter("edge_infer_frames_captured_total", "frames read from the source")
         self.m_dropped = {q: r.counter("edge_infer_frames_dropped_total", "live frames dropped (oldest first)",
@@ -134,6 +144,8 @@ class Pipeline:
 
     def _put(self, qname: str, item, drop: bool) -> None:
         q = self.queues[qname]
+        if isinstance(item, FrameItem):
+            item.t_put = time.perf_counter()        # its wait in this queue starts now
         if drop:
             while True:
                 try:
@@ -251,6 +263,7 @@ class Pipeline:
                 if item is _END:
                     break
                 t0 = clock()
+                item.queue_wait += t0 - item.t_put
                 try:
                     fn(item)
                 except Exception as e:  # noqa: BLE001  (one bad frame must not end a service)
@@ -258,7 +271,9 @@ class Pipeline:
                     self._error(stage, e, streak)
                     continue
                 streak = 0
-                self.m_stage[stage].observe(clock() - t0)
+                dt = clock() - t0
+                self.m_stage[stage].observe(dt)
+                item.times[stage] = dt
                 if q_out is not None:
                     self._put(q_out, item, drop)
         except _Aborted:
@@ -280,11 +295,14 @@ class Pipeline:
 
     def _do_infer(self, item: FrameItem) -> None:
         feeds = {self.input_name: item.tensor}
+        t0 = time.perf_counter()
         if self.profile_every and item.index % self.profile_every == 0 and hasattr(self.model, "run_profiled"):
             item.outputs, times = self.model.run_profiled(feeds)
             record_op_times(self.registry, times)
         else:
             item.outputs = self.model.run(feeds)
+        item.inference = time.perf_counter() - t0
+        self.m_inference.observe(item.inference)
         item.tensor = None
 
     def _do_post(self, item: FrameItem) -> None:
@@ -293,6 +311,7 @@ class Pipeline:
     def _do_sink(self, item: FrameItem) -> None:
         item.latency = time.perf_counter() - item.t_capture
         self.m_latency.observe(item.latency)
+        self.m_queue_wait.observe(item.queue_wait)
         for s in self.sinks:
             s.write(item, item.result)
             if s.stop_requested:
@@ -387,7 +406,8 @@ class Pipeline:
     def stats(self) -> Dict[str, Any]:
         end = self._t_end or time.perf_counter()
         elapsed = (end - self._t_start) if self._t_start else 0.0
-        lat = self.m_latency.quantiles()
+        def ms(m):
+            return {f"p{int(q * 100)}": (round(v * 1e3, 3) if v == v else None) for q, v in m.quantiles().items()}
         with self._count_lock:
             c = dict(self.counts)
         return {
@@ -395,7 +415,8 @@ class Pipeline:
             "reconnects": c["reconnects"], "errors": c["errors"], "elapsed_s": round(elapsed, 4),
             "fps": round(c["completed"] / elapsed, 3) if elapsed > 0 else 0.0,
             "stage_ms": {s: round(m.mean * 1e3, 4) if m.count else None for s, m in self.m_stage.items()},
-            "latency_ms": {f"p{int(q * 100)}": (round(v * 1e3, 3) if v == v else None) for q, v in lat.items()},
+            "latency_ms": ms(self.m_latency), "inference_ms": ms(self.m_inference),
+            "queue_wait_ms": ms(self.m_queue_wait),
             "live": self.live, "last_error": self.last_error,
         }
 

@@ -36,10 +36,21 @@ class Sink:
         pass
 
 
+#: per-frame stage times in a JSON line: (key, FrameItem.times key)
+_TIMES = (("preprocess_ms", "preprocess"), ("postprocess_ms", "postprocess"))
+
+
 def _record(frame, result) -> Dict[str, Any]:
     rec = {"frame": frame.index, "time": round(frame.wall_time, 6)}
     if frame.latency is not None:
-        rec["latency_ms"] = round(frame.latency * 1e3, 3)
+        rec["latency_ms"] = round(frame.latency * 1e3, 3)             # capture to result
+        rec["queue_wait_ms"] = round(getattr(frame, "queue_wait", 0.0) * 1e3, 3)
+    if getattr(frame, "inference", None) is not None:
+        rec["inference_ms"] = round(frame.inference * 1e3, 3)        # the model run alone
+    times = getattr(frame, "times", None) or {}
+    for key, stage in _TIMES:
+        if stage in times:
+            rec[key] = round(times[stage] * 1e3, 3)
     if frame.info:
         rec["info"] = result_to_json(frame.info)
     rec["result"] = result_to_json(result)
@@ -47,8 +58,11 @@ def _record(frame, result) -> Dict[str, Any]:
 
 
 class JsonLinesSink(Sink):
-    """One JSON object per frame: ``{"frame", "time", "latency_ms", "info", "result"}``;
-    ``path`` ``"-"`` is stdout."""
+    """One JSON object per frame: ``{"frame", "time", "latency_ms", "queue_wait_ms", "inference_ms",
+    "preprocess_ms", "postprocess_ms", "info", "result"}``; ``path`` ``"-"`` is stdout.
+    ``latency_ms``: capture to result (grows while frames queue up behind a slower stage);
+    ``queue_wait_ms``: the part of it spent waiting in queues; ``inference_ms``: the model run
+    alone; ``preprocess_ms`` / ``postprocess_ms``: this frame's own work in those stages."""
 
     def __init__(self, path: str = "-", flush_every: int = 1):
         self.path = path
@@ -100,7 +114,7 @@ def annotate(image: np.ndarray, result: Dict[str, Any], latency: Optional[float]
                         (0, 255, 0) if k == 0 else (200, 200, 200), 2 if k == 0 else 1, cv2.LINE_AA)
     if latency is not None:
         h = img.shape[0]
-        cv2.putText(img, f"{latency * 1e3:.1f} ms", (8, h - 8), font, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
+        cv2.putText(img, f"e2e {latency * 1e3:.1f} ms", (8, h - 8), font, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
     return img
 
 

@@ -89,15 +89,23 @@ def load_recipe(spec: Union[str, os.PathLike, dict, None]) -> Optional[dict]:
 
 
 def _preprocessor(graph: Graph, recipe: Optional[dict]):
-    """(input name, callable frame (BGR or gray uint8) -> float32 sample) for image sources."""
+    """(input name, callable frame (BGR or gray uint8) -> float32 sample) for image sources.
+    The size: the recipe's, else the input's; a dynamic input takes the size the converter
+    verified it at when that came from the model or the user (verify_shapes.py)."""
     from ..pipeline.preprocess import RecipeError, preprocess, recipe_for_input, validate_recipe
+    from ..verify_shapes import SEARCHED
     r = validate_recipe(dict(recipe or {}))
     name = r.get("input") or graph.inputs[0]
     if name not in graph.inputs:
         raise CalibrationError(f"recipe input {name!r} is not a model input ({graph.inputs})")
     t = graph.tensors[name]
+    shape = tuple(t.shape or ())
+    if r.get("size") is None and name in (graph.metadata.get("verify_shapes") or {}) and \
+            graph.metadata.get("verify_shapes_source") not in (None, SEARCHED):
+        # a dynamic input: the size recorded in the model (or given), not one found by search
+        shape = tuple(graph.metadata["verify_shapes"][name])
     try:
-        full = recipe_for_input(tuple(t.shape or ()), r)
+        full = recipe_for_input(shape, r)
     except RecipeError as e:
         raise CalibrationError(f"calibration images for input {name!r}: {e}") from None
     dtype = np.dtype(t.dtype)
@@ -247,7 +255,7 @@ def _array_source(graph: Graph, path: str) -> Iterator[Dict[str, np.ndarray]]:
 
 
 def random_feeds(graph: Graph, samples: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
-    """Seeded standard-normal samples (symbolic dims 1)."""
+    """Seeded standard-normal samples (shaped as ``verify.random_inputs`` shapes them)."""
     from ..verify import random_inputs
     return [random_inputs(graph, seed + k) for k in range(samples)]
 

@@ -607,7 +607,9 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
         raise QuantizationError(f"keep_float names unknown node(s) {unknown}; nodes are: "
                                 + ", ".join(n.name for n in g.nodes[:30]) + (" ..." if len(g.nodes) > 30 else ""))
     if task is None or task == "auto":
-        task = guess_task(g)
+        # output shapes at a real input size: a dynamic YOLO export's [batch, 7, anchors] is a detector
+        from ..backends.specialize import specialize
+        task = guess_task(specialize(g, {k: np.shape(v) for k, v in feeds[0].items() if k in g.inputs}))
     calib, held = _split(feeds, held_out)
     if eval_feeds:
         calib, held = list(feeds), list(eval_feeds)
@@ -684,6 +686,9 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
                                                                    "total": round(time.perf_counter() - t0, 3)})
     if hetero:
         report["heterogeneous"] = hetero
+    from .drift import blame, find_drift
+    findings = find_drift(report)
+    report["drift"] = {"findings": findings, "blame": blame(report, findings) if findings else []}
     q.metadata["quantization"] = {"scheme": "int8 (TFLite): asymmetric per-tensor activations, symmetric "
                                             "per-channel weights, int32 bias",
                                   "calib_method": method, "float_nodes": sorted(plan.float_reasons)}

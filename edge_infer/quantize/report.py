@@ -81,6 +81,10 @@ def output_metrics(ref: np.ndarray, test: np.ndarray, step: Optional[float] = No
         m["top1_agreement"] = float(np.mean(top1(ref) == top1(test)))
     if step:
         m["max_error_steps"] = float(d.max() / step) if d.size else 0.0
+    from .drift import collapsed_slices
+    collapsed = collapsed_slices(ref, test)
+    if collapsed:
+        m["collapsed"] = collapsed
     return m
 
 

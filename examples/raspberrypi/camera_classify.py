@@ -78,7 +78,8 @@ def main(argv=None) -> int:
             top = result["top"]
             if top and top[0]["score"] >= args.min_score:
                 text = "  ".join(f"{t['label']} {t['score']:.2f}" for t in top)
-                print(f"frame {frame.index:6d}  {text}  ({frame.latency * 1e3:.1f} ms)", flush=True)
+                print(f"frame {frame.index:6d}  {text}  (model {frame.inference * 1e3:.1f} ms, "
+                      f"capture to result {frame.latency * 1e3:.1f} ms)", flush=True)
 
         registry = Registry()
         pipe = Pipeline(rt, source, preprocess=recipe, postprocess=Classify(args.top_k, labels=args.labels),

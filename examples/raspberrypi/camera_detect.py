@@ -93,7 +93,8 @@ def main(argv=None) -> int:
         def show(frame, result):
             dets = result["detections"]
             text = ", ".join(f"{d['label']} {d['score']:.2f} @{[int(v) for v in d['box']]}" for d in dets[:5])
-            print(f"frame {frame.index:6d}  {len(dets)} object(s)  {text}  ({frame.latency * 1e3:.1f} ms)", flush=True)
+            print(f"frame {frame.index:6d}  {len(dets)} object(s)  {text}  (model {frame.inference * 1e3:.1f} ms, "
+                  f"capture to result {frame.latency * 1e3:.1f} ms)", flush=True)
 
         registry = Registry()
         pipe = Pipeline(rt, source, preprocess=recipe, postprocess=post, sinks=args.sink or [CallbackSink(show)],
