@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..errors import BackendError, UnsupportedOpError
 from ..ir import Graph
+from ..ir.shape_rules_dynamic import data_dependent_tensors
 from .base import Backend
 from .partition import DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition
 from .throughput import MICROBENCH_VERSION, graph_seconds, measure_profile, running_nodes
@@ -185,12 +186,14 @@ def _instantiate(name: str):
 
 
 def coverage(backend: Backend, graph: Graph) -> dict:
-    """{"nodes", "supported", "unsupported": {op: count}} over the nodes that run."""
+    """{"nodes", "supported", "unsupported": {op: count}} over the nodes that run. A node that
+    touches a tensor whose shape is decided at run time is the CPU backend's alone."""
     nodes = running_nodes(graph)
+    dyn = data_dependent_tensors(graph) if backend.name != FALLBACK else {}
     missing: Dict[str, int] = {}
     for n in nodes:
         try:
-            ok = backend.supports(n, graph)
+            ok = not any(t in dyn for t in n.inputs + n.outputs if t) and backend.supports(n, graph)
         except Exception:  # noqa: BLE001
             ok = False
         if not ok:
@@ -224,6 +227,9 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         names.append(FALLBACK)
     report = {"requested": requested, "preference": [ALIASES.get(p, p) for p in preference],
               "candidates": [], "threads": threads}
+    dyn = data_dependent_tensors(graph)
+    if dyn:
+        return _pick_dynamic(graph, requested, names, report, dyn)
     insts: Dict[str, Backend] = {}
     options = []            # (name, backend, plan or None)
     for name in names:
@@ -318,6 +324,36 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
     report["why"] = why
     report["options"] = [{"name": s[0], "score_ms": s[3], "basis": s[4]} for s in scores]
     return Choice(name, b, report, plan)
+
+
+def _pick_dynamic(graph: Graph, requested: str, names: List[str], report: dict, dyn: Dict[str, str]) -> Choice:
+    """The choice for a graph whose shapes depend on run-time values: the CPU backend, which
+    plans it in stages (``cpu/staged.py``); the others are listed with why not. A request
+    for another backend is refused, naming the tensor."""
+    first, why = next(iter(dyn.items()))
+    report["data_dependent"] = dict(dyn)
+    if requested not in ("auto", FALLBACK):
+        raise UnsupportedOpError(f"backend {requested!r} cannot run this graph: its shapes depend on "
+                                 f"run-time values (tensor {first!r}: {why}); only the {FALLBACK} backend "
+                                 f"plans such graphs (backend='{FALLBACK}' or 'auto')")
+    chosen = None
+    for name in names:
+        b, ok, reason = _instantiate(name)
+        entry = {"name": name, "available": ok, "reason": reason}
+        report["candidates"].append(entry)
+        if name != FALLBACK:
+            entry["option"] = None
+            entry["why_not"] = f"shapes decided at run time ({len(dyn)} tensors, e.g. {first!r}: {why})"
+        elif ok:
+            entry["coverage"] = coverage(b, graph)
+            entry["option"] = name
+            chosen = b
+    if chosen is None:
+        raise BackendError(f"the {FALLBACK} backend is needed for shapes decided at run time, and it is unavailable")
+    report.update(choice=FALLBACK, model_key=None, device=None,
+                  why=f"shapes decided at run time ({first!r}: {why}): planned in stages on {FALLBACK}",
+                  options=[{"name": FALLBACK, "score_ms": None, "basis": "data-dependent shapes"}])
+    return Choice(FALLBACK, chosen, report, None)
 
 
 def _entry(report: dict, name: str) -> dict:
