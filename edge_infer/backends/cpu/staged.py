@@ -66,7 +66,7 @@ def find_cut(graph: Graph, nodes: List[Node]) -> Optional[Tuple[int, str, Tuple[
 
 
 def prepare_plan(graph: Graph, threads: int = 1, memory_limit: Optional[int] = None, arena_alloc=None,
-                 max_plans: int = MAX_PLANS) -> Executable:
+                 max_plans: Optional[int] = None) -> Executable:
     """A ``CpuExecutable`` for a graph whose shapes are all planned ahead, else a
     ``StagedExecutable`` (see the module doc)."""
     from .executor import CpuExecutable
@@ -74,7 +74,8 @@ def prepare_plan(graph: Graph, threads: int = 1, memory_limit: Optional[int] = N
     cut = find_cut(graph, nodes)
     if cut is None:
         return CpuExecutable(graph, threads, memory_limit, arena_alloc)
-    return StagedExecutable(graph, nodes, cut, threads, memory_limit, arena_alloc, max_plans)
+    return StagedExecutable(graph, nodes, cut, threads, memory_limit, arena_alloc,
+                            MAX_PLANS if max_plans is None else max_plans)
 
 
 def _view_graph(graph: Graph, nodes: List[Node], inputs: List[str], outputs: List[str]) -> Graph:
@@ -141,7 +142,8 @@ class StagedExecutable(Executable):
         """Re-plans, re-uses and the cached rest plans (keys: shapes and frozen values)."""
         return {"cut": self.cut_node.name, "kind": self.kind, "value_inputs": list(self.frozen),
                 "replans": self.replans, "reuses": self.reuses, "cached": len(self._plans),
-                "keys": [self._describe(k) for k in self._plans]}
+                "keys": [self._describe(k) for k in self._plans],
+                "rest": [p.stats() for p in self._plans.values() if isinstance(p, StagedExecutable)]}
 
     def _describe(self, key) -> dict:
         shapes, values = key

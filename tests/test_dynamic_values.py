@@ -1,0 +1,214 @@
+"""Shapes decided by values at run time: data-dependent ops (NonMaxSuppression, NonZero) and
+value inputs computed from graph inputs (Reshape targets, Pad pads, Range bounds, TopK's k),
+against onnxruntime, with the staged plans' re-planning and cache checked."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as TP, helper as h, numpy_helper  # noqa: E402
+
+from onnx_models import make_model, ort_run, vi  # noqa: E402
+
+from edge_infer import InputError, Runtime  # noqa: E402
+from edge_infer.backends import BACKENDS  # noqa: E402
+from edge_infer.backends.cpu import staged  # noqa: E402
+from edge_infer.backends.picker import coverage, pick  # noqa: E402
+from edge_infer.backends.specialize import specialize  # noqa: E402
+from edge_infer.errors import UnsupportedOpError  # noqa: E402
+from edge_infer.frontends.onnx import load_onnx  # noqa: E402
+from edge_infer.memory.pool import DYNAMIC_POOL  # noqa: E402
+
+N_BOXES, N_CLASSES = 64, 3
+
+
+def _init(name, value, dtype=None):
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+def _detector(center: int = 0):
+    """SSD-style post-processing: box deltas decoded against anchors, class logits through a
+    sigmoid, NMS inside, the selected boxes and scores gathered."""
+    nodes = [
+        h.make_node("Add", ["deltas", "anchors"], ["boxes"]),
+        h.make_node("Sigmoid", ["logits"], ["scores"]),
+        h.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_thr"], ["selected"],
+                    center_point_box=center),
+        h.make_node("Gather", ["selected", "col2"], ["box_idx"], axis=1),
+        h.make_node("Squeeze", ["boxes", "zero"], ["boxes2d"]),
+        h.make_node("Gather", ["boxes2d", "box_idx"], ["det_boxes"], axis=0),
+        h.make_node("GatherND", ["scores", "selected"], ["det_scores"]),
+    ]
+    rng = np.random.default_rng(7)
+    anchors = rng.uniform(0, 1, (1, N_BOXES, 4)).astype(np.float32)
+    anchors[..., 2:] = anchors[..., :2] + 0.3 if not center else 0.3
+    inits = [_init("anchors", anchors), _init("max_out", [40], np.int64), _init("iou", [0.4], np.float32),
+             _init("score_thr", [0.7], np.float32), _init("col2", 2, np.int64), _init("zero", [0], np.int64)]
+    return make_model(nodes, [vi("deltas", [1, N_BOXES, 4]), vi("logits", [1, N_CLASSES, N_BOXES])],
+                      [vi("selected", None, TP.INT64), vi("det_boxes", None), vi("det_scores", None)],
+                      opset=17, initializers=inits)
+
+
+def _detector_feeds(seed: int, bias: float):
+    rng = np.random.default_rng(seed)
+    return {"deltas": rng.normal(0, 0.05, (1, N_BOXES, 4)).astype(np.float32),
+            "logits": (rng.normal(0, 1, (1, N_CLASSES, N_BOXES)) + bias).astype(np.float32)}
+
+
+def _staged(rt):
+    return [p["staged"] for p in rt.memory_stats()["plans"] if "staged" in p]
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_detector_with_nms_matches_onnxruntime(center):
+    model = _detector(center)
+    rt = Runtime(load_onnx(model.SerializeToString()), backend="auto", threads=1)
+    counts = []
+    for seed, bias in [(0, -1.5), (1, 0.0), (2, 1.5), (0, -1.5), (3, -6.0)]:
+        feeds = _detector_feeds(seed, bias)
+        want = ort_run(model, feeds)
+        got = rt.run(feeds)
+        np.testing.assert_array_equal(got["selected"], want["selected"])
+        np.testing.assert_allclose(got["det_boxes"], want["det_boxes"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got["det_scores"], want["det_scores"], rtol=1e-6, atol=1e-6)
+        counts.append(len(want["selected"]))
+    assert len(set(counts)) >= 3, f"inputs should give different detection counts, got {counts}"
+    st = _staged(rt)[0]
+    assert st["kind"] == "data" and st["cut"] == "NonMaxSuppression_2"
+    # one rest plan per distinct detection count; the repeated input re-used its plan
+    assert st["replans"] == len(set(counts)) and st["reuses"] == len(counts) - len(set(counts))
+    assert sorted(k["shapes"]["selected"][0] for k in st["keys"]) == sorted(set(counts))
+    report = rt.backend_report()
+    assert report["choice"] == "cpu" and "data-dependent size" in report["data_dependent"]["selected"]
+
+
+def test_data_dependent_outputs_live_in_the_dynamic_pool():
+    model = _detector()
+    rt = Runtime(load_onnx(model.SerializeToString()), backend="cpu", threads=1)
+    before = DYNAMIC_POOL.stats()["used"]
+    rt.run(_detector_feeds(1, 0.0))
+    ex = rt.plan({"deltas": (1, N_BOXES, 4), "logits": (1, N_CLASSES, N_BOXES)})
+    rest = next(iter(ex._plans.values()))
+    assert rest.arena_plan.release is not None          # its arena (holding `selected`) is a pool block
+    assert "selected" in rest.graph.inputs and DYNAMIC_POOL.stats()["used"] > before
+    assert ex.head.arena_plan.release is None           # the static head keeps its own arena
+
+
+def _value_graph():
+    """Reshape target, Pad pads and Range bounds computed from graph inputs."""
+    nodes = [
+        h.make_node("Concat", ["rows", "minus1"], ["target"], axis=0),
+        h.make_node("Reshape", ["x", "target"], ["reshaped"]),
+        h.make_node("Mul", ["p", "two"], ["pads"]),
+        h.make_node("Pad", ["reshaped", "pads", "padval"], ["padded"], mode="constant"),
+        h.make_node("Add", ["limit", "one"], ["limit1"]),
+        h.make_node("Range", ["zero", "limit1", "one"], ["ramp"]),
+        h.make_node("Cast", ["ramp"], ["rampf"], to=TP.FLOAT),
+        h.make_node("ReduceSum", ["padded"], ["total"], keepdims=0),
+        h.make_node("Mul", ["rampf", "total"], ["scaled"]),
+    ]
+    inits = [_init("minus1", [-1], np.int64), _init("two", 2, np.int64), _init("padval", 0.5, np.float32),
+             _init("one", 1, np.int64), _init("zero", 0, np.int64)]
+    return make_model(nodes, [vi("x", [4, 6]), vi("rows", [1], TP.INT64), vi("p", [4], TP.INT64),
+                              vi("limit", [], TP.INT64)],
+                      [vi("padded", None), vi("scaled", None)], opset=17, initializers=inits)
+
+
+def test_value_dependent_reshape_pad_range_match_onnxruntime():
+    model = _value_graph()
+    rt = Runtime(load_onnx(model.SerializeToString()), backend="auto", threads=1)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    cases = [([2], [0, 1, 1, 0], 3), ([3], [1, 0, 0, 2], 5), ([2], [0, 1, 1, 0], 3), ([8], [0, 0, 0, 0], 0)]
+    for rows, p, limit in cases:
+        feeds = {"x": x, "rows": np.array(rows, np.int64), "p": np.array(p, np.int64),
+                 "limit": np.array(limit, np.int64)}
+        want, got = ort_run(model, feeds), rt.run(feeds)
+        for name in ("padded", "scaled"):
+            assert got[name].shape == want[name].shape
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6)
+    st = _staged(rt)[0]
+    assert st["kind"] == "values" and st["replans"] == 3 and st["reuses"] == 1
+    assert set(rt.backend_report()["data_dependent"]) >= {"target", "pads"}
+
+
+def test_topk_with_runtime_and_computed_k_matches_onnxruntime():
+    nodes = [
+        h.make_node("TopK", ["x", "k"], ["v1", "i1"], axis=1),
+        h.make_node("Greater", ["x", "half"], ["big"]),
+        h.make_node("Cast", ["big"], ["bigi"], to=TP.INT64),
+        h.make_node("ReduceSum", ["bigi"], ["nbig"], keepdims=1),
+        h.make_node("Reshape", ["nbig", "one"], ["k2"]),
+        h.make_node("Reshape", ["x", "flat"], ["xf"]),
+        h.make_node("TopK", ["xf", "k2"], ["v2", "i2"], largest=0),
+    ]
+    model = make_model(nodes, [vi("x", [3, 10]), vi("k", [1], TP.INT64)],
+                       [vi("v1", None), vi("i1", None, TP.INT64), vi("v2", None), vi("i2", None, TP.INT64)],
+                       opset=17, initializers=[_init("half", 0.5, np.float32), _init("one", [1], np.int64),
+                                               _init("flat", [-1], np.int64)])
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    rng = np.random.default_rng(3)
+    for k, lo in [(2, 0.0), (5, 0.3), (2, 0.45), (10, 0.0)]:
+        feeds = {"x": rng.uniform(lo, 1, (3, 10)).astype(np.float32), "k": np.array([k], np.int64)}
+        want, got = ort_run(model, feeds), rt.run(feeds)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_nonzero_feeding_gather_matches_onnxruntime():
+    nodes = [h.make_node("NonZero", ["m"], ["nz"]),
+             h.make_node("Transpose", ["nz"], ["nzt"], perm=[1, 0]),
+             h.make_node("GatherND", ["x", "nzt"], ["picked"]),
+             h.make_node("ScatterND", ["x", "nzt", "picked_neg"], ["cleared"], reduction="mul"),
+             h.make_node("Neg", ["picked"], ["picked_neg"])]
+    model = make_model(nodes, [vi("m", [4, 5], TP.BOOL), vi("x", [4, 5])],
+                       [vi("picked", None), vi("cleared", None)], opset=18)
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    rng = np.random.default_rng(0)
+    for density in (0.1, 0.5, 0.0, 1.0):
+        feeds = {"m": rng.uniform(size=(4, 5)) < density, "x": rng.normal(size=(4, 5)).astype(np.float32)}
+        want, got = ort_run(model, feeds), rt.run(feeds)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_plan_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(staged, "MAX_PLANS", 4)
+    nodes = [h.make_node("Range", ["zero", "n", "one"], ["r"])]
+    model = make_model(nodes, [vi("n", [], TP.INT64)], [vi("r", None, TP.INT64)], opset=17,
+                       initializers=[_init("zero", 0, np.int64), _init("one", 1, np.int64)])
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    for n in list(range(1, 8)) + [7, 1]:
+        np.testing.assert_array_equal(rt.run({"n": np.array(n, np.int64)})["r"], np.arange(n))
+    st = _staged(rt)[0]
+    # 7 values, then 7 (cached) and 1 (evicted long ago: planned again)
+    assert st["cached"] == 4 and st["replans"] == 8 and st["reuses"] == 1
+
+
+def test_other_backends_refuse_cleanly():
+    g = specialize(load_onnx(_detector().SerializeToString()),
+                   {"deltas": (1, N_BOXES, 4), "logits": (1, N_CLASSES, N_BOXES)})
+    for name in BACKENDS:
+        if name == "cpu":
+            continue
+        with pytest.raises(UnsupportedOpError, match="run-time values"):
+            pick(g, name)
+        try:
+            b = BACKENDS[name]()
+        except Exception:   # noqa: BLE001  (a backend whose dependency is missing here)
+            continue
+        if b.available()[0]:
+            cov = coverage(b, g)           # never raises; the data-dependent nodes are not its
+            assert cov["unsupported"].get("NonMaxSuppression") == 1 and cov["unsupported"].get("GatherND") == 1
+            for n in g.nodes:
+                assert b.supports(n, g) in (True, False)
+
+
+def test_runtime_index_out_of_range_is_an_input_error():
+    model = make_model([h.make_node("GatherND", ["x", "i"], ["y"])], [vi("x", [3, 4]), vi("i", [2, 2], TP.INT64)],
+                       [vi("y", None)], opset=17)
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(rt.run({"x": x, "i": np.array([[0, 1], [-1, -1]])})["y"], [1, 11])
+    with pytest.raises(InputError, match="GatherND"):
+        rt.run({"x": x, "i": np.array([[3, 0], [0, 0]])})
