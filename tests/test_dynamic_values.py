@@ -212,3 +212,31 @@ def test_runtime_index_out_of_range_is_an_input_error():
     np.testing.assert_array_equal(rt.run({"x": x, "i": np.array([[0, 1], [-1, -1]])})["y"], [1, 11])
     with pytest.raises(InputError, match="GatherND"):
         rt.run({"x": x, "i": np.array([[3, 0], [0, 0]])})
+
+
+def test_artifact_round_trip_and_inspect(tmp_path):
+    import edge_infer
+    from edge_infer.cli import inspect_artifact
+    src, out = tmp_path / "det.onnx", tmp_path / "det.eim"
+    src.write_bytes(_detector().SerializeToString())
+    edge_infer.convert(str(src), str(out))
+    rt = Runtime(str(out), threads=1)
+    feeds = _detector_feeds(2, 1.5)
+    want, got = ort_run(_detector(), feeds), rt.run(feeds)
+    np.testing.assert_array_equal(got["selected"], want["selected"])
+    np.testing.assert_allclose(got["det_boxes"], want["det_boxes"], rtol=1e-6, atol=1e-6)
+    dd = inspect_artifact(str(out))["memory"]["data_dependent"]
+    assert "data-dependent size" in dd["selected"] and "det_boxes" in dd
+
+
+def test_symbolic_batch_with_data_dependent_size():
+    model = make_model([h.make_node("NonZero", ["x"], ["nz"]), h.make_node("Transpose", ["nz"], ["idx"])],
+                       [vi("x", ["N", 5])], [vi("idx", None, TP.INT64)], opset=17)
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    rng = np.random.default_rng(1)
+    for n in (2, 3, 2, 6):
+        x = (rng.uniform(size=(n, 5)) > 0.6).astype(np.float32)
+        np.testing.assert_array_equal(rt.run(x)["idx"], np.argwhere(x))
+    # a plan per batch size, in the run slot's block (a larger batch grows it and drops the others)
+    plans = rt.memory_stats()["plans"]
+    assert rt.dynamic and [6, 5] in [p["input_shapes"][0] for p in plans] and all("staged" in p for p in plans)
