@@ -240,3 +240,15 @@ def test_symbolic_batch_with_data_dependent_size():
     # a plan per batch size, in the run slot's block (a larger batch grows it and drops the others)
     plans = rt.memory_stats()["plans"]
     assert rt.dynamic and [6, 5] in [p["input_shapes"][0] for p in plans] and all("staged" in p for p in plans)
+
+
+def test_run_time_shape_values_are_validated():
+    from edge_infer.errors import GraphError
+    nodes = [h.make_node("Expand", ["x", "s"], ["y"])]
+    model = make_model(nodes, [vi("x", [1, 1]), vi("s", [2], TP.INT64)], [vi("y", None)], opset=17)
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    assert rt.run({"x": np.ones((1, 1), np.float32), "s": np.array([2, 3])})["y"].shape == (2, 3)
+    with pytest.raises(GraphError, match="would allocate"):  # 2^42 elements: refused before numpy
+        rt.run({"x": np.ones((1, 1), np.float32), "s": np.array([1 << 21, 1 << 21])})
+    with pytest.raises(GraphError, match="Expand_0.*negative"):   # the op's schema, as at load
+        rt.run({"x": np.ones((1, 1), np.float32), "s": np.array([2, -3])})

@@ -196,7 +196,13 @@ class StagedExecutable(Executable):
                 t.data = np.array(v, dtype=t.dtype)      # a copy: the head's buffer changes
             else:
                 g.inputs.append(name)
+        # the frozen values are checked as a loaded graph's constants are: schemas, then sizes
+        from ...ops import validate_node
+        from ...ops.resources import check_graph, default_limit
+        for n in g.nodes:
+            validate_node(n, g)
         infer_shapes(g, fold=fold_node)
+        check_graph(g, self.memory_limit or default_limit(), count_constants=False)
         return g
 
     # -- running ---------------------------------------------------------------------------------
