@@ -14,7 +14,7 @@ from onnx_models import make_model, ort_run, vi  # noqa: E402
 from edge_infer import InputError, Runtime  # noqa: E402
 from edge_infer.backends import BACKENDS  # noqa: E402
 from edge_infer.backends.cpu import staged  # noqa: E402
-from edge_infer.backends.picker import coverage, pick  # noqa: E402
+from edge_infer.backends.picker import coverage, format_report, pick  # noqa: E402
 from edge_infer.backends.specialize import specialize  # noqa: E402
 from edge_infer.errors import UnsupportedOpError  # noqa: E402
 from edge_infer.frontends.onnx import load_onnx  # noqa: E402
@@ -81,6 +81,7 @@ def test_detector_with_nms_matches_onnxruntime(center):
     assert sorted(k["shapes"]["selected"][0] for k in st["keys"]) == sorted(set(counts))
     report = rt.backend_report()
     assert report["choice"] == "cpu" and "data-dependent size" in report["data_dependent"]["selected"]
+    assert "planned in stages" in format_report(report)
 
 
 def test_data_dependent_outputs_live_in_the_dynamic_pool():
@@ -252,3 +253,18 @@ def test_run_time_shape_values_are_validated():
         rt.run({"x": np.ones((1, 1), np.float32), "s": np.array([1 << 21, 1 << 21])})
     with pytest.raises(GraphError, match="Expand_0.*negative"):   # the op's schema, as at load
         rt.run({"x": np.ones((1, 1), np.float32), "s": np.array([2, -3])})
+
+
+def test_data_dependent_op_on_constants_folds(tmp_path):
+    import edge_infer
+    mask = np.array([[0, 1, 0], [1, 1, 0]], np.float32)
+    nodes = [h.make_node("NonZero", ["m"], ["nz"]), h.make_node("ReduceSum", ["nz"], ["s"], keepdims=0),
+             h.make_node("Cast", ["s"], ["sf"], to=TP.FLOAT), h.make_node("Mul", ["x", "sf"], ["y"])]
+    model = make_model(nodes, [vi("x", [2])], [vi("y", [2])], opset=17, initializers=[_init("m", mask)])
+    src, out = tmp_path / "c.onnx", tmp_path / "c.eim"
+    src.write_bytes(model.SerializeToString())
+    edge_infer.convert(str(src), str(out))
+    rt = Runtime(str(out), threads=1)
+    x = np.array([1, 2], np.float32)
+    np.testing.assert_allclose(rt.run(x)["y"], ort_run(model, {"x": x})["y"])
+    assert not _staged(rt)          # NonZero of a constant folded at convert time: a plain plan

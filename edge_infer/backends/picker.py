@@ -341,11 +341,13 @@ def _pick_dynamic(graph: Graph, requested: str, names: List[str], report: dict, 
         b, ok, reason = _instantiate(name)
         entry = {"name": name, "available": ok, "reason": reason}
         report["candidates"].append(entry)
+        if not ok:
+            continue
+        entry["coverage"] = coverage(b, graph)
         if name != FALLBACK:
             entry["option"] = None
             entry["why_not"] = f"shapes decided at run time ({len(dyn)} tensors, e.g. {first!r}: {why})"
-        elif ok:
-            entry["coverage"] = coverage(b, graph)
+        else:
             entry["option"] = name
             chosen = b
     if chosen is None:
