@@ -268,3 +268,27 @@ def test_data_dependent_op_on_constants_folds(tmp_path):
     x = np.array([1, 2], np.float32)
     np.testing.assert_allclose(rt.run(x)["y"], ort_run(model, {"x": x})["y"])
     assert not _staged(rt)          # NonZero of a constant folded at convert time: a plain plan
+
+
+@pytest.mark.parametrize("sorted_, axis", [(1, None), (0, None), (1, 0), (0, 1)])
+def test_unique_then_computed_crop_matches_onnxruntime(sorted_, axis):
+    """Unique's outputs (data-dependent size) feed later ops, and a CenterCropPad whose target
+    size is computed from the number of unique values."""
+    attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+    nodes = [h.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], **attrs),
+             h.make_node("Mul", ["y", "two"], ["y2"]),
+             h.make_node("Shape", ["counts"], ["n"]),
+             h.make_node("Concat", ["n", "n"], ["crop"], axis=0),
+             h.make_node("CenterCropPad", ["img", "crop"], ["cropped"])]
+    model = make_model(nodes, [vi("x", [6, 4]), vi("img", [5, 7])],
+                       [vi("y2", None), vi("first", None, TP.INT64), vi("inverse", None, TP.INT64),
+                        vi("counts", None, TP.INT64), vi("cropped", None)],
+                       opset=18, initializers=[_init("two", 2.0, np.float32)])
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    rng = np.random.default_rng(5)
+    for levels in (2, 3, 1):
+        feeds = {"x": rng.integers(0, levels, (6, 4)).astype(np.float32),
+                 "img": rng.normal(size=(5, 7)).astype(np.float32)}
+        want, got = ort_run(model, feeds), rt.run(feeds)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)

@@ -58,7 +58,7 @@ SUPPORTED_OPS = (
     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Identity", "Dropout", "Erf", "Gelu",
     "Floor", "Ceil", "ArgMax", "ArgMin", "InstanceNormalization", "Softplus",
     "TopK", "NonZero", "NonMaxSuppression", "Compress", "GatherND", "ScatterND", "ScatterElements",
-    "OneHot", "CumSum",
+    "OneHot", "CumSum", "Unique", "CenterCropPad",
 )
 
 RTOL, ATOL = 1e-4, 1e-5

@@ -20,10 +20,10 @@ import numpy as np
 from ..errors import ShapeError
 from .graph import Graph
 from .shape_inference import rule
-from .shape_rules_tensor import REDUCE_OPS, _axis, fresh, is_int
+from .shape_rules_tensor import REDUCE_OPS, _axis, fresh, is_int, mul_dims
 
 #: ops whose output size depends on the values of their data
-DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression", "Compress"})
+DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression", "Compress", "Unique"})
 
 #: op -> indices of the inputs whose values decide the output shape or what the CPU kernel
 #: prepares; when one is not a constant the plan is made per value of it
@@ -31,7 +31,7 @@ PLAN_VALUE_INPUTS: Dict[str, Tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Pad": (1, 3), "Slice": (1, 2, 3, 4),
     "Resize": (1, 2, 3), "Upsample": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "TopK": (1,), "OneHot": (1,),
-    "CumSum": (1,), "MaxUnpool": (2,), "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2),
+    "CumSum": (1,), "CenterCropPad": (1,), "MaxUnpool": (2,), "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2),
     **{op: (1,) for op in REDUCE_OPS},
 }
 
@@ -123,3 +123,36 @@ def _onehot(node, ins):
         if d < 1:
             raise ShapeError(f"depth {d} must be positive")
     return [(values.dtype, tuple(idx.shape[:a]) + (d,) + tuple(idx.shape[a:]))]
+
+
+@rule("Unique")
+def _unique(node, ins):
+    x = ins[0]
+    axis = node.attrs.get("axis")
+    u = fresh(node, 0)                      # the number of unique elements (or slices)
+    if x.shape is None:
+        return [(x.dtype, None)] + [("int64", None)] * 3
+    if axis is None:
+        n_in = mul_dims(x.shape)
+        y = (u,)
+    else:
+        a = _axis(axis, len(x.shape))
+        n_in = x.shape[a]
+        y = tuple(x.shape[:a]) + (u,) + tuple(x.shape[a + 1:])
+    return [(x.dtype, y), ("int64", (u,)), ("int64", (n_in,)), ("int64", (u,))]
+
+
+@rule("CenterCropPad")
+def _center_crop_pad(node, ins):
+    x, s = ins
+    if x.shape is None:
+        return [(x.dtype, None)]
+    r = len(x.shape)
+    axes = [_axis(a, r) for a in (node.attrs.get("axes") or range(r))]
+    sizes = None if not s.is_const else [int(v) for v in np.asarray(s.data).reshape(-1)]
+    if sizes is not None and len(sizes) != len(axes):
+        raise ShapeError(f"shape has {len(sizes)} values for {len(axes)} axes")
+    out = list(x.shape)
+    for k, a in enumerate(axes):
+        out[a] = fresh(node, a) if sizes is None else sizes[k]
+    return [(x.dtype, tuple(out))]

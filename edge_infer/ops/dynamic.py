@@ -1,5 +1,5 @@
-"""Data-dependent and index ops: NonZero, NonMaxSuppression, Compress, GatherND, ScatterND,
-ScatterElements, OneHot.
+"""Data-dependent and index ops: NonZero, NonMaxSuppression, Compress, Unique, GatherND,
+ScatterND, ScatterElements, OneHot, CenterCropPad.
 
 Indices that arrive at run time are checked by the kernels (an out-of-range index is an
 ``InputError`` naming the node); constant ones are checked here, at load.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .schema import BOOL, INT, STR, check_axis, const, fail, op, rank, shape
+from .schema import BOOL, INT, INTS, STR, check_axis, const, fail, op, rank, shape
 
 _REDUCTION = STR("none", "add", "mul", "max", "min")
 
@@ -76,6 +76,28 @@ def _check_compress(node: Node, graph: Graph) -> None:
         fail(node, "input 1 (condition)", "must be 1-D")
 
 
+def _check_unique(node: Node, graph: Graph) -> None:
+    axis = node.attrs.get("axis")
+    if axis is not None:
+        check_axis(node, "attribute 'axis'", axis, rank(graph, node.inputs[0]))
+
+
+def _check_center_crop_pad(node: Node, graph: Graph) -> None:
+    r = rank(graph, node.inputs[0])
+    axes = node.attrs.get("axes") or []
+    for a in axes:
+        check_axis(node, "attribute 'axes'", a, r)
+    if r is not None and len({a % r for a in axes}) != len(axes):
+        fail(node, "attribute 'axes'", f"{list(axes)} repeats an axis")
+    s = const(graph, node.inputs[1])
+    if s is not None:
+        v = np.asarray(s)
+        if v.dtype.kind not in "iu" or np.any(v < 0):
+            fail(node, "input 1 (shape)", "must be non-negative integers")
+        if v.size != (len(axes) if axes else (r if r is not None else v.size)):
+            fail(node, "input 1 (shape)", f"{v.size} sizes for {len(axes) if axes else r} axes")
+
+
 SCHEMAS = {
     "NonZero": op(),
     "NonMaxSuppression": op((2, 5), check=_check_nms, center_point_box=BOOL),
@@ -84,4 +106,6 @@ SCHEMAS = {
     "ScatterND": op((3, 3), check=_check_scatter_nd, reduction=_REDUCTION),
     "ScatterElements": op((3, 3), check=_check_scatter_elements, axis=INT(), reduction=_REDUCTION),
     "OneHot": op((3, 3), check=_check_onehot, axis=INT()),
+    "Unique": op((1, 1), (1, 4), check=_check_unique, axis=INT(), sorted=BOOL),
+    "CenterCropPad": op((2, 2), check=_check_center_crop_pad, axes=INTS()),
 }

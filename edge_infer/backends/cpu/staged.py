@@ -210,7 +210,7 @@ class StagedExecutable(Executable):
         bufs = self.head.run_views(feeds)
         vals = {n: bufs[n] for n in self.rest_inputs if n in bufs}
         if self.step is not None:
-            vals.update(zip(self.cut_outputs, self.step()))
+            vals.update((o, a) for o, a in zip(self.cut_node.outputs, self.step()) if o)
         return vals
 
     def run(self, feeds):
@@ -230,7 +230,7 @@ class StagedExecutable(Executable):
         vals = {n: bufs[n] for n in self.rest_inputs if n in bufs}
         if self.step is not None:
             t0 = clock()
-            vals.update(zip(self.cut_outputs, self.step()))
+            vals.update((o, a) for o, a in zip(self.cut_node.outputs, self.step()) if o)
             times.append((self.cut_node.name, self.cut_node.op, clock() - t0))
         t0 = clock()
         plan = self._rest_plan(self._key(vals), vals)

@@ -1,5 +1,5 @@
-"""Data-dependent and index kernels: NonZero, NonMaxSuppression, Compress, GatherND,
-ScatterND, ScatterElements, OneHot.
+"""Data-dependent and index kernels: NonZero, NonMaxSuppression, Compress, Unique, GatherND,
+ScatterND, ScatterElements, OneHot, CenterCropPad.
 
 The data-dependent ops (``ir.shape_rules_dynamic.DATA_DEPENDENT_OPS``) cannot write into a
 buffer planned ahead: their eval closure *returns* its outputs, and the staged executor
@@ -121,6 +121,29 @@ def non_max_suppression(node, ctx):
     return run
 
 
+@kernel("Unique")
+def unique(node, ctx):
+    x = ctx.value(node.inputs[0])
+    axis = node.attrs.get("axis")
+    axis = None if axis is None else (axis + x.ndim if axis < 0 else axis)
+    keep_sorted = bool(node.attrs.get("sorted", 1))
+    src = x.reshape(-1) if axis is None else x
+
+    def run():
+        y, first, inverse, counts = np.unique(src, return_index=True, return_inverse=True,
+                                              return_counts=True, axis=axis)
+        inverse = inverse.reshape(-1)
+        if not keep_sorted:                 # order of first occurrence, as ONNX's sorted=0
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            y = np.take(y, order, axis=0 if axis is None else axis)
+            first, counts, inverse = first[order], counts[order], rank[inverse]
+        return tuple(a.astype(np.int64, copy=False) if k else a
+                     for k, a in enumerate((y, first, inverse, counts)))
+    return run
+
+
 # -- index ops with planned outputs ----------------------------------------------------------------
 
 @kernel("GatherND")
@@ -206,4 +229,24 @@ def one_hot(node, ctx):
         np.equal(np.expand_dims(i, axis), classes, out=hot)
         np.copyto(y, values[0])
         np.copyto(y, values[1], where=hot)
+    return run
+
+
+@kernel("CenterCropPad")
+def center_crop_pad(node, ctx):
+    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    src, dst = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+    for a in range(x.ndim):
+        n, m = x.shape[a], y.shape[a]
+        if m < n:                          # crop: the centre, the extra row at the end
+            src[a] = slice((n - m) // 2, (n - m) // 2 + m)
+        elif m > n:                        # pad with zeros: the extra row at the end
+            dst[a] = slice((m - n) // 2, (m - n) // 2 + n)
+    src_v, dst_v = x[tuple(src)], y[tuple(dst)]
+    pads = y.shape != x.shape
+
+    def run():
+        if pads:
+            y.fill(0)
+        np.copyto(dst_v, src_v)
     return run
