@@ -186,6 +186,18 @@ def test_plan_cache_is_bounded(monkeypatch):
     assert st["cached"] == 4 and st["replans"] == 8 and st["reuses"] == 1
 
 
+def test_plans_kept_fit_the_memory_limit():
+    nodes = [h.make_node("Expand", ["x", "n"], ["e"]), h.make_node("Add", ["e", "x"], ["y"])]
+    model = make_model(nodes, [vi("x", [1]), vi("n", [1], TP.INT64)], [vi("y", None)], opset=17)
+    limit = 40_000
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1, memory_limit=limit)
+    x = np.array([1.5], np.float32)
+    for n in (1000, 2000, 3000, 1000):            # 8-24 KB arenas: not all fit 40 KB together
+        np.testing.assert_array_equal(rt.run({"x": x, "n": np.array([n])})["y"], np.full(n, 3.0, np.float32))
+    st = _staged(rt)[0]
+    assert st["held_bytes"] <= limit and st["cached"] < 3 and st["replans"] == 4
+
+
 def test_other_backends_refuse_cleanly():
     g = specialize(load_onnx(_detector().SerializeToString()),
                    {"deltas": (1, N_BOXES, 4), "logits": (1, N_CLASSES, N_BOXES)})

@@ -142,6 +142,7 @@ class StagedExecutable(Executable):
         """Re-plans, re-uses and the cached rest plans (keys: shapes and frozen values)."""
         return {"cut": self.cut_node.name, "kind": self.kind, "value_inputs": list(self.frozen),
                 "replans": self.replans, "reuses": self.reuses, "cached": len(self._plans),
+                "held_bytes": self.held_bytes(),
                 "keys": [self._describe(k) for k in self._plans],
                 "rest": [p.stats() for p in self._plans.values() if isinstance(p, StagedExecutable)]}
 
@@ -172,9 +173,19 @@ class StagedExecutable(Executable):
         plan = prepare_plan(g, self.threads, self.memory_limit, DYNAMIC_POOL.arena, self.max_plans)
         self._plans[key] = plan
         self.replans += 1
-        while len(self._plans) > self.max_plans:
-            self._plans.popitem(last=False)   # its arena block goes back to the pool with it
+        # the oldest go first (their arena blocks back to the pool) past the count, or while
+        # the plans kept hold more than the memory limit
+        while len(self._plans) > self.max_plans or (
+                len(self._plans) > 1 and self.memory_limit is not None and self.held_bytes() > self.memory_limit):
+            self._plans.popitem(last=False)
         return plan
+
+    def held_bytes(self) -> int:
+        """Arena and workspace bytes of the head and of every rest plan kept."""
+        def held(p):
+            return (p.arena_plan.size if p.arena_plan is not None else 0) + int(p.workspace_bytes)
+        return held(self.head) + sum(p.held_bytes() if isinstance(p, StagedExecutable) else held(p)
+                                     for p in self._plans.values())
 
     def _rest_graph(self, vals: Dict[str, np.ndarray]) -> Graph:
         from .executor import fold_node
