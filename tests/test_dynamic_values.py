@@ -304,3 +304,18 @@ def test_unique_then_computed_crop_matches_onnxruntime(sorted_, axis):
         want, got = ort_run(model, feeds), rt.run(feeds)
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize("op, inputs, shapes", [
+    ("ScatterND", ["x", "i", "u"], {"x": [4, 3], "i": [2, 1], "u": [2, 2]}),
+    ("ScatterElements", ["x", "i", "u"], {"x": [4, 3], "i": [2, 3], "u": [2, 2]}),
+    ("GatherND", ["x", "i"], {"x": [4, 3], "i": [2, 3]}),
+])
+def test_mismatched_index_inputs_are_refused(op, inputs, shapes):
+    from edge_infer.errors import EdgeInferError
+    dt = {"x": TP.FLOAT, "u": TP.FLOAT, "i": TP.INT64}
+    model = make_model([h.make_node(op, inputs, ["y"])], [vi(n, shapes[n], dt[n]) for n in inputs],
+                       [vi("y", None)], opset=18)
+    feeds = {n: np.zeros(shapes[n], np.int64 if n == "i" else np.float32) for n in inputs}
+    with pytest.raises(EdgeInferError, match=op):
+        Runtime(load_onnx(model.SerializeToString()), threads=1).run(feeds)

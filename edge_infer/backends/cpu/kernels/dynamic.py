@@ -98,6 +98,10 @@ def non_max_suppression(node, ctx):
             or boxes.shape[1] != scores.shape[2]:
         raise InputError(f"NonMaxSuppression node {node.name!r}: boxes {list(boxes.shape)} and scores "
                          f"{list(scores.shape)} do not match ([B, N, 4] and [B, C, N])")
+    for k, arr in zip((2, 3, 4), (max_t, iou_t, score_t)):
+        if arr is not None and arr.size != 1:
+            raise InputError(f"NonMaxSuppression node {node.name!r}: input {k} must hold one value, "
+                             f"got shape {list(arr.shape)}")
     center = bool(node.attrs.get("center_point_box", 0))
     nb, nc, _ = scores.shape
 
@@ -150,7 +154,10 @@ def unique(node, ctx):
 def gather_nd(node, ctx):
     x, idx, y = ctx.value(node.inputs[0]), ctx.value(node.inputs[1]), ctx.value(node.outputs[0])
     b = int(node.attrs.get("batch_dims", 0))
-    k = idx.shape[-1]
+    k = idx.shape[-1] if idx.ndim else -1
+    if idx.ndim < 1 or b >= idx.ndim or b + k > x.ndim or idx.shape[:b] != x.shape[:b]:
+        raise InputError(f"GatherND node {node.name!r}: indices {list(idx.shape)} do not index data "
+                         f"{list(x.shape)} with batch_dims {b}")
     nbatch = int(np.prod(x.shape[:b], dtype=np.int64))
     dims = x.shape[b:b + k]
     strides = np.array([int(np.prod(dims[j + 1:], dtype=np.int64)) for j in range(k)], np.int64)
@@ -175,7 +182,10 @@ _UFUNC_AT = {"add": np.add.at, "mul": np.multiply.at, "max": np.maximum.at, "min
 def scatter_nd(node, ctx):
     x, idx, upd = (ctx.value(n) for n in node.inputs)
     y = ctx.value(node.outputs[0])
-    k = idx.shape[-1]
+    k = idx.shape[-1] if idx.ndim else -1
+    if idx.ndim < 1 or k > x.ndim or tuple(upd.shape) != tuple(idx.shape[:-1]) + tuple(x.shape[k:]):
+        raise InputError(f"ScatterND node {node.name!r}: indices {list(idx.shape)} and updates "
+                         f"{list(upd.shape)} do not fit data {list(x.shape)}")
     dims = x.shape[:k]
     strides = np.array([int(np.prod(dims[j + 1:], dtype=np.int64)) for j in range(k)], np.int64)
     yv = y.reshape((int(np.prod(dims, dtype=np.int64)), -1))
@@ -199,6 +209,10 @@ def scatter_elements(node, ctx):
     y = ctx.value(node.outputs[0])
     axis = node.attrs.get("axis", 0)
     axis = axis + x.ndim if axis < 0 else axis
+    if idx.shape != upd.shape or idx.ndim != x.ndim or any(
+            i > d for a, (i, d) in enumerate(zip(idx.shape, x.shape)) if a != axis):
+        raise InputError(f"ScatterElements node {node.name!r}: indices {list(idx.shape)}, updates "
+                         f"{list(upd.shape)} and data {list(x.shape)} do not fit")
     grid = list(np.indices(idx.shape, sparse=True))
     at = _UFUNC_AT.get(node.attrs.get("reduction", "none"))
 
@@ -217,6 +231,9 @@ def scatter_elements(node, ctx):
 def one_hot(node, ctx):
     idx, values = ctx.value(node.inputs[0]), ctx.value(node.inputs[2])
     y = ctx.value(node.outputs[0])
+    if values.size != 2:
+        raise InputError(f"OneHot node {node.name!r}: values must hold [off, on], got shape {list(values.shape)}")
+    values = values.reshape(2)
     axis = node.attrs.get("axis", -1)
     axis = axis + y.ndim if axis < 0 else axis
     depth = y.shape[axis]
@@ -224,7 +241,7 @@ def one_hot(node, ctx):
     hot = np.empty(y.shape, bool)
 
     def run():
-        i = idx.astype(np.int64) if idx.dtype.kind != "f" else np.trunc(idx).astype(np.int64)
+        i = idx.astype(np.int64)                # float indices truncate, as ONNX casts them
         i = np.where(i < 0, i + depth, i)
         np.equal(np.expand_dims(i, axis), classes, out=hot)
         np.copyto(y, values[0])
