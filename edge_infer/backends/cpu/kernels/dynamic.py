@@ -67,25 +67,46 @@ def _corners(boxes: np.ndarray, center: bool) -> np.ndarray:
     return np.stack([np.minimum(a, c), np.minimum(b, d), np.maximum(a, c), np.maximum(b, d)], -1)
 
 
+#: up to this many candidates (of one batch and class) the IoU matrix is computed at once
+MATRIX_NMS_MAX = 512
+
+
+def _iou_above(a: np.ndarray, area_a: np.ndarray, b: np.ndarray, area_b: np.ndarray, thr) -> np.ndarray:
+    """IoU(a, b) > thr for corner boxes broadcast against each other, in the boxes' float32 as
+    onnxruntime computes it (no overlap, or an empty box: never suppressed)."""
+    lo = np.maximum(a[..., :2], b[..., :2])
+    wh = np.maximum(np.minimum(a[..., 2:], b[..., 2:]) - lo, 0)
+    inter = wh[..., 0] * wh[..., 1]
+    union = area_a + area_b - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iou = inter / union
+    return (iou > thr) & (inter > 0) & (area_a > 0) & (area_b > 0) & (union > 0)
+
+
 def _greedy_nms(box: np.ndarray, area: np.ndarray, order: np.ndarray, iou_threshold: float,
                 max_out: int) -> np.ndarray:
     """Indices kept by greedy suppression over ``order`` (best score first): each kept box
-    removes the remaining ones whose IoU with it exceeds the threshold (one vectorized IoU
-    row per kept box)."""
-    keep = []
-    alive = order
+    removes the later ones whose IoU with it exceeds the threshold. Few candidates: the whole
+    IoU matrix at once, then one cheap step per candidate; many: one IoU row per kept box
+    against the boxes still alive."""
     thr = np.float32(iou_threshold)
+    keep = []
+    if order.size <= MATRIX_NMS_MAX:
+        c, a = box[order], area[order]
+        suppress = _iou_above(c[:, None, :], a[:, None], c[None, :, :], a[None, :], thr)
+        alive = np.ones(order.size, bool)
+        for i in range(order.size):
+            if alive[i]:
+                keep.append(order[i])
+                if len(keep) == max_out:
+                    break
+                alive &= ~suppress[i]
+        return np.asarray(keep, np.int64)
+    alive = order
     while alive.size and len(keep) < max_out:
         i, rest = alive[0], alive[1:]
         keep.append(i)
-        lo = np.maximum(box[i, :2], box[rest, :2])
-        hi = np.minimum(box[i, 2:], box[rest, 2:])
-        wh = np.maximum(hi - lo, 0)
-        inter = wh[:, 0] * wh[:, 1]
-        union = area[i] + area[rest] - inter
-        with np.errstate(divide="ignore", invalid="ignore"):
-            iou = np.where((area[i] > 0) & (area[rest] > 0) & (union > 0) & (inter > 0), inter / union, 0)
-        alive = rest[~(iou > thr)]
+        alive = rest[~_iou_above(box[i], area[i], box[rest], area[rest], thr)]
     return np.asarray(keep, np.int64)
 
 
