@@ -39,7 +39,8 @@ from ..errors import BackendError, UnsupportedOpError
 from ..ir import Graph
 from ..ir.shape_rules_dynamic import data_dependent_tensors
 from .base import Backend
-from .partition import DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition
+from .partition import (DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition,
+                        run_time_shapes_crossing)
 from .throughput import MICROBENCH_VERSION, graph_seconds, measure_profile, running_nodes
 
 #: profile names that mean another backend
@@ -229,7 +230,9 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
               "candidates": [], "threads": threads}
     dyn = data_dependent_tensors(graph)
     if dyn:
-        return _pick_dynamic(graph, requested, names, report, dyn)
+        # shapes decided at run time: the CPU backend plans those parts in stages; another
+        # backend can take the rest as a partition (``coverage`` and ``assign`` leave it them)
+        report["data_dependent"] = dict(dyn)
     insts: Dict[str, Backend] = {}
     options = []            # (name, backend, plan or None)
     for name in names:
@@ -271,6 +274,11 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         except UnsupportedOpError as err:
             e["partition_error"] = str(err)
             continue
+        crossing = run_time_shapes_crossing(graph, plan.segments)
+        if crossing:
+            e["partition_error"] = (f"tensor {crossing[0]!r}, whose shape is decided at run time, "
+                                    "would pass between segments")
+            continue
         e["partition"] = plan.summary()
         if plan.offloaded or requested != "auto":
             options.append((plan.name, PartitionedBackend(plan, {b.name: b, fb.name: fb}), plan))
@@ -280,7 +288,12 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
             e["why_not"] = "no segment worth offloading: " + "; ".join(plan.demoted[-1:])
     if not options:
         missing = {op for e in report["candidates"] for op in (e.get("coverage") or {}).get("unsupported", {})}
-        raise UnsupportedOpError(f"no available backend runs this graph (ops {sorted(missing)} are not covered)")
+        why = ""
+        if dyn:
+            first, what = next(iter(dyn.items()))
+            why = (f"; shapes depend on run-time values (tensor {first!r}: {what}), which only the "
+                   f"{FALLBACK} backend plans, and {requested!r} runs none of the other nodes")
+        raise UnsupportedOpError(f"no available backend runs this graph (ops {sorted(missing)} are not covered){why}")
 
     key = None
     if use_timings and (len(options) > 1 or estimate):
@@ -320,42 +333,14 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         if best[3] > fastest:
             why += f"; within {TIE:.0%} of the fastest, so the earlier in preference order"
         name, b, plan = best[0], best[1], best[2]
+    if dyn:
+        first, what = next(iter(dyn.items()))
+        why += (f"; shapes decided at run time ({len(dyn)} tensors, e.g. {first!r}: {what}) are "
+                f"planned in stages on {FALLBACK}")
     report["choice"] = name
     report["why"] = why
     report["options"] = [{"name": s[0], "score_ms": s[3], "basis": s[4]} for s in scores]
     return Choice(name, b, report, plan)
-
-
-def _pick_dynamic(graph: Graph, requested: str, names: List[str], report: dict, dyn: Dict[str, str]) -> Choice:
-    """The choice for a graph whose shapes depend on run-time values: the CPU backend, which
-    plans it in stages (``cpu/staged.py``); the others are listed with why not. A request
-    for another backend is refused, naming the tensor."""
-    first, why = next(iter(dyn.items()))
-    report["data_dependent"] = dict(dyn)
-    if requested not in ("auto", FALLBACK):
-        raise UnsupportedOpError(f"backend {requested!r} cannot run this graph: its shapes depend on "
-                                 f"run-time values (tensor {first!r}: {why}); only the {FALLBACK} backend "
-                                 f"plans such graphs (backend='{FALLBACK}' or 'auto')")
-    chosen = None
-    for name in names:
-        b, ok, reason = _instantiate(name)
-        entry = {"name": name, "available": ok, "reason": reason}
-        report["candidates"].append(entry)
-        if not ok:
-            continue
-        entry["coverage"] = coverage(b, graph)
-        if name != FALLBACK:
-            entry["option"] = None
-            entry["why_not"] = f"shapes decided at run time ({len(dyn)} tensors, e.g. {first!r}: {why})"
-        else:
-            entry["option"] = name
-            chosen = b
-    if chosen is None:
-        raise BackendError(f"the {FALLBACK} backend is needed for shapes decided at run time, and it is unavailable")
-    report.update(choice=FALLBACK, model_key=None, device=None,
-                  why=f"shapes decided at run time ({first!r}: {why}): planned in stages on {FALLBACK}",
-                  options=[{"name": FALLBACK, "score_ms": None, "basis": "data-dependent shapes"}])
-    return Choice(FALLBACK, chosen, report, None)
 
 
 def _entry(report: dict, name: str) -> dict:
