@@ -369,3 +369,30 @@ def test_mismatched_index_inputs_are_refused(op, inputs, shapes):
     feeds = {n: np.zeros(shapes[n], np.int64 if n == "i" else np.float32) for n in inputs}
     with pytest.raises(EdgeInferError, match=op):
         Runtime(load_onnx(model.SerializeToString()), threads=1).run(feeds)
+
+
+def test_concurrent_runs_with_different_values():
+    import threading
+    model = _value_graph()
+    rt = Runtime(load_onnx(model.SerializeToString()), threads=1)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    cases = [([2], [0, 1, 1, 0], 3), ([3], [1, 0, 0, 2], 5), ([4], [0, 0, 1, 1], 1), ([6], [2, 2, 2, 2], 7)]
+    feeds = [{"x": x, "rows": np.array(r, np.int64), "p": np.array(p, np.int64), "limit": np.array(n, np.int64)}
+             for r, p, n in cases]
+    want = [ort_run(model, f) for f in feeds]
+    errors = []
+
+    def worker(k):
+        try:
+            for _ in range(20):
+                got = rt.run(feeds[k])
+                for name in ("padded", "scaled"):
+                    np.testing.assert_allclose(got[name], want[k][name], rtol=1e-6)
+        except Exception as e:   # noqa: BLE001  (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(k % 4,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
