@@ -6,6 +6,10 @@ supported (``load_onnx`` raises no UnsupportedOpError) are run on the CPU
 backend and compared with the expected outputs: rtol 1e-4 / atol 1e-5 for
 float32/64, looser for float16 (its epsilon is 1e-3), exact for ints and bools.
 
+Every graph input is fed as the case gives it, shape-deciding ones (pads, axes, target
+shapes, Range bounds, TopK's k) included: nothing is frozen into a constant; the runtime
+plans for those values as they arrive (``backends/cpu/staged.py``).
+
 Cases that load but fail are listed in KNOWN_FAILURES (strict xfail, so a fix
 shows up as XPASS); cases with unsupported ops or dtypes are skipped, naming them.
 """

@@ -37,16 +37,12 @@ from ...ir import Graph, Node, Tensor, infer_shapes
 from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS, data_dependent_tensors, value_inputs  # noqa: F401
 from ...memory.pool import DYNAMIC_POOL
 from ..base import Executable
+from ..throughput import running_nodes
 
 #: rest plans one staged plan keeps (per cut), least recently used dropped first
 MAX_PLANS = 16
 #: most elements a frozen value input may have (they are shapes, pads, axes: a few numbers)
 MAX_FROZEN_ELEMENTS = 4096
-
-
-def running_nodes(graph: Graph) -> List[Node]:
-    """The nodes a plan runs: all but those whose outputs were all folded into constants."""
-    return [n for n in graph.nodes if not all(graph.tensors[o].is_const for o in n.outputs if o)]
 
 
 def find_cut(graph: Graph, nodes: List[Node]) -> Optional[Tuple[int, str, Tuple[str, ...]]]:
