@@ -257,10 +257,13 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
         ex = rt.plan({k: v.shape for k, v in feeds.items()})
     except EdgeInferError as e:
         return {"weights_bytes": weights, "error": str(e)}
+    from .ir.shape_rules_dynamic import data_dependent_tensors
     plan = ex.arena_plan.summary()
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
             **plan, "workspace_bytes": int(ex.workspace_bytes), "memory_limit": memory_limit,
-            "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t}}
+            "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t},
+            # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
+            "data_dependent": data_dependent_tensors(ex.graph)}
 
 
 def partition_plan(path: str, backend: str = "auto", input_shapes=None, trusted_keys=None) -> tuple:
@@ -323,6 +326,10 @@ def cmd_inspect(args) -> int:
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
         for name, note in m.get("tiled", {}).items():
             print(f"    tiled to fit: {name}: {note}")
+        if m.get("data_dependent"):
+            print("  shapes decided at run time (CPU, planned in stages; the arena above is the static head's):")
+            for name, why in m["data_dependent"].items():
+                print(f"    {name}: {why}")
     if rep.get("sparsity", {}).get("encoded_tensors"):
         from .sparse.report import format_compression
         print(format_compression(rep["sparsity"], limit=8))

@@ -298,7 +298,7 @@ class Runtime:
                     plan = ex.arena_plan
                     plans.append({"input_shapes": [list(s) for s in key], "slot": k,
                                   "arena_bytes": plan.size if plan is not None else None,
-                                  "workspace_bytes": int(ex.workspace_bytes)})
+                                  "workspace_bytes": int(ex.workspace_bytes), **_staged_stats(ex)})
             held = self._slots.held_bytes()
         else:
             for key, pool in list(self._plans.items()):
@@ -306,7 +306,8 @@ class Runtime:
                 plan = ex.arena_plan if ex is not None else None
                 plans.append({"input_shapes": [list(s) for s in key], "executables": pool.size,
                               "arena_bytes": plan.size if plan is not None else None,
-                              "workspace_bytes": int(ex.workspace_bytes) if ex is not None else None})
+                              "workspace_bytes": int(ex.workspace_bytes) if ex is not None else None,
+                              **_staged_stats(ex)})
             held = sum(((p["arena_bytes"] or 0) + (p["workspace_bytes"] or 0)) * p["executables"] for p in plans)
         return {"memory_limit": self.memory_limit, "memory_limit_source": self.memory_limit_source,
                 "dynamic": self.dynamic, "plans": plans, "held_bytes": held,
@@ -357,6 +358,13 @@ class Runtime:
             return ex.run_profiled(feeds)
         finally:
             pool.release(ex)
+
+
+def _staged_stats(ex) -> dict:
+    """``{"staged": ...}`` for a plan made in stages (shapes decided by run-time values): its
+    cut, re-plans, re-uses and the cached (sizes, values) keys; else nothing."""
+    from .backends.cpu.staged import StagedExecutable
+    return {"staged": ex.stats()} if isinstance(ex, StagedExecutable) else {}
 
 
 class PlanPool:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Graph, Node, Tensor
+from ..ir.shape_rules_dynamic import data_dependent_tensors
 from .base import Backend, Executable
 from .throughput import graph_seconds, node_work, running_nodes, tensor_nbytes
 
@@ -92,10 +93,12 @@ class PartitionPlan:
 
 
 def assign(graph: Graph, primary: Backend, fallback: Backend) -> Dict[str, str]:
-    """node name -> backend name for every running node: the primary where it supports the node."""
+    """node name -> backend name for every running node: the primary where it supports the node
+    and touches no tensor whose shape is decided at run time (those plan on the CPU, in stages)."""
     out, missing = {}, {}
+    dyn = data_dependent_tensors(graph)
     for n in running_nodes(graph):
-        if primary.supports(n, graph):
+        if not any(t in dyn for t in n.inputs + n.outputs if t) and primary.supports(n, graph):
             out[n.name] = primary.name
         elif fallback.supports(n, graph):
             out[n.name] = fallback.name
@@ -216,6 +219,12 @@ def plan_partition(graph: Graph, primary: Backend, fallback: Backend, profiles: 
         demoted.append(f"{worst.nodes[0].name}..{worst.nodes[-1].name} ({len(worst.nodes)} nodes): {why}")
         for n in worst.nodes:
             assignment[n.name] = fallback.name
+
+
+def run_time_shapes_crossing(graph: Graph, segments: List[Segment]) -> List[str]:
+    """Tensors whose shape is decided at run time that a segment takes from another: such a
+    split cannot be planned (a segment plans for the shapes of its inputs)."""
+    return [t for s in segments for t in s.inputs if not graph.tensors[t].is_static]
 
 
 def subgraph(graph: Graph, seg: Segment, index: int = 0) -> Graph:

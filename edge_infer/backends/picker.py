@@ -37,8 +37,10 @@ from typing import Dict, List, Optional, Sequence
 
 from ..errors import BackendError, UnsupportedOpError
 from ..ir import Graph
+from ..ir.shape_rules_dynamic import data_dependent_tensors
 from .base import Backend
-from .partition import DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition
+from .partition import (DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition,
+                        run_time_shapes_crossing)
 from .throughput import MICROBENCH_VERSION, graph_seconds, measure_profile, running_nodes
 
 #: profile names that mean another backend
@@ -185,12 +187,14 @@ def _instantiate(name: str):
 
 
 def coverage(backend: Backend, graph: Graph) -> dict:
-    """{"nodes", "supported", "unsupported": {op: count}} over the nodes that run."""
+    """{"nodes", "supported", "unsupported": {op: count}} over the nodes that run. A node that
+    touches a tensor whose shape is decided at run time is the CPU backend's alone."""
     nodes = running_nodes(graph)
+    dyn = data_dependent_tensors(graph) if backend.name != FALLBACK else {}
     missing: Dict[str, int] = {}
     for n in nodes:
         try:
-            ok = backend.supports(n, graph)
+            ok = not any(t in dyn for t in n.inputs + n.outputs if t) and backend.supports(n, graph)
         except Exception:  # noqa: BLE001
             ok = False
         if not ok:
@@ -224,6 +228,11 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         names.append(FALLBACK)
     report = {"requested": requested, "preference": [ALIASES.get(p, p) for p in preference],
               "candidates": [], "threads": threads}
+    dyn = data_dependent_tensors(graph)
+    if dyn:
+        # shapes decided at run time: the CPU backend plans those parts in stages; another
+        # backend can take the rest as a partition (``coverage`` and ``assign`` leave it them)
+        report["data_dependent"] = dict(dyn)
     insts: Dict[str, Backend] = {}
     options = []            # (name, backend, plan or None)
     for name in names:
@@ -265,6 +274,11 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         except UnsupportedOpError as err:
             e["partition_error"] = str(err)
             continue
+        crossing = run_time_shapes_crossing(graph, plan.segments)
+        if crossing:
+            e["partition_error"] = (f"tensor {crossing[0]!r}, whose shape is decided at run time, "
+                                    "would pass between segments")
+            continue
         e["partition"] = plan.summary()
         if plan.offloaded or requested != "auto":
             options.append((plan.name, PartitionedBackend(plan, {b.name: b, fb.name: fb}), plan))
@@ -274,7 +288,12 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
             e["why_not"] = "no segment worth offloading: " + "; ".join(plan.demoted[-1:])
     if not options:
         missing = {op for e in report["candidates"] for op in (e.get("coverage") or {}).get("unsupported", {})}
-        raise UnsupportedOpError(f"no available backend runs this graph (ops {sorted(missing)} are not covered)")
+        why = ""
+        if dyn:
+            first, what = next(iter(dyn.items()))
+            why = (f"; shapes depend on run-time values (tensor {first!r}: {what}), which only the "
+                   f"{FALLBACK} backend plans, and {requested!r} runs none of the other nodes")
+        raise UnsupportedOpError(f"no available backend runs this graph (ops {sorted(missing)} are not covered){why}")
 
     key = None
     if use_timings and (len(options) > 1 or estimate):
@@ -314,6 +333,10 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         if best[3] > fastest:
             why += f"; within {TIE:.0%} of the fastest, so the earlier in preference order"
         name, b, plan = best[0], best[1], best[2]
+    if dyn:
+        first, what = next(iter(dyn.items()))
+        why += (f"; shapes decided at run time ({len(dyn)} tensors, e.g. {first!r}: {what}) are "
+                f"planned in stages on {FALLBACK}")
     report["choice"] = name
     report["why"] = why
     report["options"] = [{"name": s[0], "score_ms": s[3], "basis": s[4]} for s in scores]

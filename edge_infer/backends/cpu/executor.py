@@ -10,6 +10,7 @@ import numpy as np
 
 from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node, Tensor
+from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
 from ...memory.arena import ArenaPlan, arena_views, plan_arena
 from ...memory.budget import placeholder, refusal
@@ -125,6 +126,14 @@ def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:
 def fold_node(node: Node, graph: Graph) -> None:
     """Evaluate a node whose inputs are all known, storing results as constants."""
     from ...ops.resources import check_fold
+    if node.op in DATA_DEPENDENT_OPS:
+        # the size is known once it runs: its eval returns the outputs
+        results = prepare_node(node, PrepareContext(graph, {}))()
+        for o, arr in zip(node.outputs, results):
+            if o:
+                t = graph.tensors[o]
+                t.data, t.shape = np.ascontiguousarray(arr, t.dtype), tuple(arr.shape)
+        return
     check_fold(node, graph)     # before numpy is asked for the memory
     bufs = {o: np.empty(graph.tensors[o].shape, graph.tensors[o].dtype) for o in node.outputs if o}
     for o in bufs:  # a re-fold must write the fresh buffer, not the old constant
@@ -225,6 +234,14 @@ class CpuExecutable(Executable):
         for name, buf in self._in:
             np.copyto(buf, feeds[name], casting="same_kind")
 
+    def run_views(self, feeds) -> Dict[str, np.ndarray]:
+        """Run and return the buffers themselves (no copies; valid until the next run): how a
+        staged plan hands the head's values to the rest."""
+        self._feed(feeds)
+        for step in self.run_steps:
+            step()
+        return self.buffers
+
     def run(self, feeds):
         for name, buf in self._in:
             np.copyto(buf, feeds[name], casting="same_kind")
@@ -251,7 +268,9 @@ class CpuBackend(Backend):
     def supported_ops(self):
         return sorted(KERNELS)
 
-    def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> CpuExecutable:
+    def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> Executable:
         """``memory_limit``: bytes for arena plus workspaces (kernels tile to fit; a plan that
-        cannot fit raises MemoryBudgetError); ``arena_alloc``: see ``allocate_buffers``."""
-        return CpuExecutable(graph, threads or 1, options.get("memory_limit"), options.get("arena_alloc"))
+        cannot fit raises MemoryBudgetError); ``arena_alloc``: see ``allocate_buffers``. A graph
+        whose shapes depend on run-time values gets a staged plan (``staged.py``)."""
+        from .staged import prepare_plan
+        return prepare_plan(graph, threads or 1, options.get("memory_limit"), options.get("arena_alloc"))

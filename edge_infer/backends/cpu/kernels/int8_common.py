@@ -59,9 +59,15 @@ def is_int8_node(node, ctx) -> bool:
     return False
 
 
+def _plain_integers(node, ctx) -> bool:
+    """int8 tensors with no quantization parameters at all: ONNX's plain integer arithmetic
+    (test_add_int8, test_clip_default_int8_*), which the generic numpy kernel computes."""
+    return not any(n and ctx.tensor(n).quant for n in list(node.inputs) + list(node.outputs))
+
+
 def _dispatcher(op: str, float_fn: Optional[Callable], int8_fn: Callable) -> Callable:
     def prepare(node, ctx):
-        if is_int8_node(node, ctx):
+        if is_int8_node(node, ctx) and not (float_fn is not None and _plain_integers(node, ctx)):
             return int8_fn(node, ctx)
         if float_fn is None:
             raise UnsupportedOpError(f"{op} {node.name!r}: only an int8 kernel exists")
