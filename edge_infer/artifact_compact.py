@@ -369,3 +369,21 @@ def decode_graph(doc, c) -> Graph:
             if doc["tensor_names"][i] is None:
                 raise ArtifactError(f"graph {key[:-1]} #{i} has no name (graph inputs and outputs keep theirs)")
     return _new_graph(name, tensors, nodes, inputs, outputs, metadata)
+
+
+def read_side_table(path) -> Optional[dict]:
+    """The name side table of the artifact at ``path``: ``{"tensors": [...], "nodes": [...]}``
+    (original names by index, None where stripped), or None for a format 1.0/1.1 file, which
+    stores its names in place. Checks the container and GRPH's checksum, not the graph."""
+    from .artifact import FLAG_COMPACT_GRAPH, KIND_GRAPH, _open, _parse_json, _refuse_malformed
+    with _refuse_malformed():
+        c = _open(path)
+        try:
+            if not c.flags & FLAG_COMPACT_GRAPH:
+                return None
+            doc = _parse_json(c.read(KIND_GRAPH), "GRPH")
+        finally:
+            c.close()
+        if type(doc) is not dict:
+            raise ArtifactError("GRPH section holds no graph object")
+        return {"tensors": doc.get("tensor_names"), "nodes": doc.get("node_names")}

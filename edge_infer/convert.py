@@ -104,7 +104,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             sparse_layers: Optional[Dict[str, float]] = None, sparse_scope: str = "layer",
             sparse_max_accuracy_drop: Optional[float] = None, sparse_encode: bool = True,
             memory_limit: Union[int, str, None] = None, task: Optional[str] = None,
-            metric=None, max_bytes: Union[int, str, None] = None, **options) -> dict:
+            metric=None, max_bytes: Union[int, str, None] = None, strip_names: bool = False,
+            **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
     ``quantize="int8"``: after the fp32 graph is optimized and verified, quantize it
@@ -139,6 +140,10 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     ``max_bytes`` (bytes or "4GB"): what the graph may allocate (each tensor, the constants,
     a ConstantOfShape/Expand/Tile/Range output, a constant fold); default: the target profile's
     budget, else the memory available, and 1 GiB for one value-sized tensor (ops/resources.py).
+
+    ``strip_names``: leave the side table of original tensor and node names out of the
+    artifact (the smallest file; graph inputs and outputs keep their names, the rest load as
+    short base-36 ids, which error messages and profiles then show; docs/format.md).
 
     Returns a report dict: source and artifact sizes, node counts, what each
     pass did and the verified relative error of the optimized graph.
@@ -201,7 +206,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             "host": platform.platform(),
             "options": {"input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                         "opt_level": opt_level, "disable_passes": list(disable_passes),
-                        "allow_drift": allow_drift, "target": target, "layout": layout},
+                        "allow_drift": allow_drift, "target": target, "layout": layout,
+                        "strip_names": strip_names},
         },
         "optimization": opt_report,
         "target": profile or {},
@@ -230,7 +236,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
                     "scope": sparse_scope, "max_accuracy_drop": sparse_max_accuracy_drop}
     if max_bytes is not None:
         set_limit(fold_limit)
-    nbytes = save_artifact(dst, optimized, meta)
+    nbytes = save_artifact(dst, optimized, meta, strip_names=strip_names)
     result = {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
               "artifact_bytes": nbytes, **opt_report}
     if qreport is not None:

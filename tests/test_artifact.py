@@ -183,8 +183,26 @@ def cn(doc, name):
 # -- round trip -------------------------------------------------------------------------
 
 def test_round_trip(small):
+    assert_same_as_make_graph(*load_artifact(small))
+
+
+def test_old_format_still_loads(old, small):
+    # a 1.1 file (the JSON graph with names in place, written by the 1.1 writer) loads the same graph
+    assert read_info(old).version == (1, 1) and split(old.read_bytes())[1] == 0
+    assert_same_as_make_graph(*load_artifact(old))
+    assert read_meta(old) == META
+    assert os.path.getsize(small) < os.path.getsize(old)
+
+
+def test_bundled_old_format_artifacts_load():
+    from edge_infer.data.microbench.make_microbench import GRAPHS, path_of
+    for key in GRAPHS:
+        g, meta = load_artifact(path_of(key))
+        assert read_info(path_of(key)).version == (1, 1) and meta == {"microbench": key} and g.nodes
+
+
+def assert_same_as_make_graph(g, meta):
     g0 = make_graph()
-    g, meta = load_artifact(small)
     assert meta == META
     assert g.name == g0.name and g.metadata == g0.metadata
     assert g.inputs == g0.inputs and g.outputs == g0.outputs
