@@ -26,6 +26,10 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+# artifact.py imports this module inside its functions only, so importing it here is no cycle
+from .artifact import (_DECODERS, ALIGN, FLAG_COMPACT_GRAPH, KIND_GRAPH, _check_json_value, _checked_array,
+                       _dim_to_json, _expect_keys, _new_graph, _open, _parse_json, _raw_view,
+                       _refuse_malformed, _shape)
 from .errors import ArtifactError, GraphError
 from .ir.graph import Graph, Node, Tensor
 
@@ -126,7 +130,6 @@ def _data_record(t: Tensor, entries: Dict[str, dict]):
 def encode_graph(graph: Graph, entries: Dict[str, dict], strip_names: bool = False) -> dict:
     """The compact JSON document of ``graph`` (already validated and checked writable);
     ``entries``: the weight entries of the constants laid out in WGHT (the others are inlined)."""
-    from .artifact import _dim_to_json
     index = {name: k for k, name in enumerate(graph.tensors)}
     uses: Dict[str, list] = {}
     for n in graph.nodes:
@@ -247,7 +250,6 @@ def _quant(rec, k: int, name: str, quants: list):
     if rec is None:
         return None
     if type(rec) is dict:
-        from .artifact import _check_json_value
         _check_json_value(rec, f"tensor {name!r} quant")
         return rec
     if type(rec) is not list or len(rec) != 3:
@@ -260,14 +262,12 @@ def _quant(rec, k: int, name: str, quants: list):
         raise ArtifactError(f"tensor {name!r}: zero_point must be a list or an integer")
     if not (axis is None or type(axis) is int):
         raise ArtifactError(f"tensor {name!r}: quant axis must be an integer or null")
-    from .artifact import _check_json_value
     _check_json_value(scale, f"tensor {name!r} quant")
     _check_json_value(zp, f"tensor {name!r} quant")
     return {"scale": scale, "zero_point": zp, "axis": axis}
 
 
 def _data(entry, dtype: np.dtype, shape: tuple, c, name: str, lenient: bool):
-    from .artifact import _DECODERS, _checked_array, _raw_view
     count = 1
     for d in shape:  # Python ints: no overflow; rank and dims are bounded
         count *= d
@@ -291,7 +291,6 @@ def _data(entry, dtype: np.dtype, shape: tuple, c, name: str, lenient: bool):
 
 def _aligned(raw: bytes, dtype: np.dtype) -> np.ndarray:
     """A read-only array of ``raw`` at a 64-byte aligned address, as WGHT constants are."""
-    from .artifact import ALIGN
     buf = np.empty(len(raw) + ALIGN, np.uint8)
     start = -buf.ctypes.data % ALIGN
     arr = buf[start:start + len(raw)]
@@ -301,17 +300,17 @@ def _aligned(raw: bytes, dtype: np.dtype) -> np.ndarray:
 
 
 def _tensor(rec, k: int, name: str, c, lenient: bool, quants: list) -> Tensor:
-    from .artifact import _shape
-    if type(rec) is not list or not 2 <= len(rec) <= 4 and not (lenient and len(rec) > 4):
+    n = len(rec) if type(rec) is list else 0
+    if not 2 <= n <= 4 and not (lenient and n > 4):
         raise ArtifactError(f"tensor {name!r}: expected [dtype, shape, quant, data] (2 to 4 items)")
     code = rec[0]
     if type(code) is not int or not 0 <= code < len(DTYPE_CODES):
         raise ArtifactError(f"tensor {name!r}: dtype code {code!r} is not one of 0..{len(DTYPE_CODES) - 1}")
     shape = _shape(rec[1], name)
-    quant = _quant(rec[2] if len(rec) > 2 else None, k, name, quants)
+    quant = None if n < 3 or rec[2] is None else _quant(rec[2], k, name, quants)
     quants.append(quant)
     data = None
-    if len(rec) > 3 and rec[3] is not None:
+    if n > 3 and rec[3] is not None:
         if shape is None or any(type(d) is not int for d in shape):
             raise ArtifactError(f"tensor {name!r}: a constant needs a static shape, got {rec[1]}")
         data = _data(rec[3], _LE[code], shape, c, name, lenient)
@@ -319,8 +318,8 @@ def _tensor(rec, k: int, name: str, c, lenient: bool, quants: list) -> Tensor:
 
 
 def _node(rec, name: str, tnames: list, lenient: bool) -> Node:
-    from .artifact import _check_json_value
-    if type(rec) is not list or not 3 <= len(rec) <= 4 and not (lenient and len(rec) > 4):
+    n = len(rec) if type(rec) is list else 0
+    if not 3 <= n <= 4 and not (lenient and n > 4):
         raise ArtifactError(f"node {name!r}: expected [op, inputs, outputs, attrs] (3 or 4 items)")
     op = rec[0]
     if not (type(op) is str and op):
@@ -328,7 +327,7 @@ def _node(rec, name: str, tnames: list, lenient: bool) -> Node:
     where = f"node {name!r} ({op})"
     inputs = _refs(rec[1], tnames, where, True)
     outputs = _refs(rec[2], tnames, where, True)
-    attrs = rec[3] if len(rec) > 3 else {}
+    attrs = rec[3] if n > 3 else {}
     if type(attrs) is not dict:
         raise ArtifactError(f"{where}: attrs must be an object")
     for v in attrs.values():
@@ -341,7 +340,6 @@ def _node(rec, name: str, tnames: list, lenient: bool) -> Node:
 def decode_graph(doc, c) -> Graph:
     """The Graph of a compact GRPH document (``c``: the opened container, for the weights);
     raises ArtifactError naming the tensor or node (by its original name where the file keeps it)."""
-    from .artifact import _check_json_value, _expect_keys, _new_graph
     lenient = c.newer_minor
     _expect_keys(doc, GRAPH_KEYS, "graph", lenient)
     name, metadata, trecs, nrecs = doc["name"], doc["metadata"], doc["tensors"], doc["nodes"]
@@ -375,7 +373,6 @@ def read_side_table(path) -> Optional[dict]:
     """The name side table of the artifact at ``path``: ``{"tensors": [...], "nodes": [...]}``
     (original names by index, None where stripped), or None for a format 1.0/1.1 file, which
     stores its names in place. Checks the container and GRPH's checksum, not the graph."""
-    from .artifact import FLAG_COMPACT_GRAPH, KIND_GRAPH, _open, _parse_json, _refuse_malformed
     with _refuse_malformed():
         c = _open(path)
         try:
