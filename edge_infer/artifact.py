@@ -759,13 +759,17 @@ def _build_node(doc, k: int, tensors: Dict[str, Tensor], lenient: bool) -> Node:
             # "" marks a missing optional input; anything else must be a tensor
             if type(t) is not str or (t and t not in tensors):
                 raise ArtifactError(f"node {name!r} ({op}) references missing tensor {t!r}")
+    _check_attrs(attrs, f"node {name!r} ({op})")
+    return Node(op, inputs, outputs, attrs, name)
+
+
+def _check_attrs(attrs, where: str) -> None:
     if type(attrs) is not dict:
-        raise ArtifactError(f"node {name!r} ({op}): attrs must be an object")
+        raise ArtifactError(f"{where}: attrs must be an object")
     for v in attrs.values():
         if type(v) is list or type(v) is dict:
-            _check_json_value(attrs, f"node {name!r} ({op}) attrs")
+            _check_json_value(attrs, f"{where} attrs")
             break
-    return Node(op, inputs, outputs, attrs, name)
 
 
 def _build_graph(doc, c: _Container) -> Graph:

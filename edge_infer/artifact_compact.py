@@ -27,9 +27,9 @@ from typing import Dict, List, Optional
 import numpy as np
 
 # artifact.py imports this module inside its functions only, so importing it here is no cycle
-from .artifact import (_DECODERS, ALIGN, FLAG_COMPACT_GRAPH, KIND_GRAPH, _check_json_value, _checked_array,
-                       _dim_to_json, _expect_keys, _new_graph, _open, _parse_json, _raw_view,
-                       _refuse_malformed, _shape)
+from .artifact import (_DECODERS, ALIGN, FLAG_COMPACT_GRAPH, KIND_GRAPH, _check_attrs, _check_json_value,
+                       _checked_array, _dim_to_json, _expect_keys, _new_graph, _open, _parse_json,
+                       _raw_view, _refuse_malformed, _shape)
 from .errors import ArtifactError, GraphError
 from .ir.graph import Graph, Node, Tensor
 
@@ -328,12 +328,7 @@ def _node(rec, name: str, tnames: list, lenient: bool) -> Node:
     inputs = _refs(rec[1], tnames, where, True)
     outputs = _refs(rec[2], tnames, where, True)
     attrs = rec[3] if n > 3 else {}
-    if type(attrs) is not dict:
-        raise ArtifactError(f"{where}: attrs must be an object")
-    for v in attrs.values():
-        if type(v) is list or type(v) is dict:
-            _check_json_value(attrs, f"{where} attrs")
-            break
+    _check_attrs(attrs, where)
     return Node(op, inputs, outputs, attrs, name)
 
 

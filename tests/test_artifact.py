@@ -506,6 +506,16 @@ def _nest(depth):
     return value
 
 
+# top-level fields both graph encodings share
+TOP_LEVEL_CASES = {
+    "graph name not a string": _set("name", 3),
+    "graph metadata not an object": _set("metadata", []),
+    "graph metadata nested deeply": _set("metadata", {"x": _nest(100)}),
+    "tensors not a list": _set("tensors", {}),
+    "nodes not a list": _set("nodes", None),
+    "graph missing field": lambda d: d.pop("nodes"),
+}
+
 HOSTILE_GRAPHS = {
     "offset past section": _data_set("w", "offset", 1 << 20),
     # the last blob (5 bytes) is padded to 64, so this starts at the section's end
@@ -560,12 +570,7 @@ HOSTILE_GRAPHS = {
     "graph input missing": _set("inputs", ["x", "ghost"]),
     "graph output missing": _set("outputs", ["ghost"]),
     "graph outputs not strings": _set("outputs", [None]),
-    "graph name not a string": _set("name", 3),
-    "graph metadata not an object": _set("metadata", []),
-    "graph metadata nested deeply": _set("metadata", {"x": _nest(100)}),
-    "tensors not a list": _set("tensors", {}),
-    "nodes not a list": _set("nodes", None),
-    "graph missing field": lambda d: d.pop("nodes"),
+    **TOP_LEVEL_CASES,
     "graph invalid: cycle": lambda d: node(d, "mm").update(inputs=["x", "out"]),
     "graph invalid: two producers": _node_set("gemm", "outputs", ["y"]),
     "graph invalid: overwrites constant": _node_set("mm", "outputs", ["w"]),
@@ -692,12 +697,7 @@ HOSTILE_COMPACT = {
     "graph input -1": _set("inputs", [-1]),
     "graph outputs not ints": _set("outputs", [None]),
     "graph outputs names": _set("outputs", ["out"]),
-    "graph name not a string": _set("name", 3),
-    "graph metadata not an object": _set("metadata", []),
-    "graph metadata nested deeply": _set("metadata", {"x": _nest(100)}),
-    "tensors not a list": _set("tensors", {}),
-    "nodes not a list": _set("nodes", None),
-    "graph missing field": lambda d: d.pop("nodes"),
+    **TOP_LEVEL_CASES,
     "graph without names": lambda d: d.pop("tensor_names"),
     "graph invalid: cycle": lambda d: cn(d, "mm").__setitem__(1, [0, d["tensor_names"].index("out")]),
     "graph invalid: two producers": lambda d: cn(d, "gemm").__setitem__(2, [d["tensor_names"].index("y")]),
