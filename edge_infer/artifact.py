@@ -35,7 +35,7 @@ from .sparse.encodings import BLOCKS, INDEX_DTYPES, SparseArray, validate as _va
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-FORMAT_VERSION: Tuple[int, int] = (1, 1)   # 1.1: sparse weight encodings
+FORMAT_VERSION: Tuple[int, int] = (1, 2)   # 1.1: sparse weight encodings; 1.2: compact graph
 MAGIC = b"\x89EIM\r\n\x1a\n"
 ALIGN = 64
 HEADER_SIZE = 64
@@ -52,8 +52,11 @@ KIND_WEIGHTS = b"WGHT"
 KNOWN_KINDS = (KIND_META, KIND_GRAPH, KIND_WEIGHTS)
 
 SECTION_REQUIRED = 1    # section flag: a reader that does not know the kind must refuse
-KNOWN_HEADER_FLAGS = 0  # header flags are required-feature bits; 1.0 knows none
-KNOWN_SECTION_FLAGS = SECTION_REQUIRED
+SECTION_ZLIB = 2        # section flag (1.2): the payload is zlib-compressed (META and GRPH only)
+FLAG_COMPACT_GRAPH = 1  # header flag (1.2): GRPH holds the compact encoding (artifact_compact.py)
+KNOWN_HEADER_FLAGS = FLAG_COMPACT_GRAPH  # header flags are required-feature bits
+KNOWN_SECTION_FLAGS = SECTION_REQUIRED | SECTION_ZLIB
+INFLATE_RATIO = 256     # a compressed section may inflate to 1 MiB + 256x its size, no more
 
 # magic, major, minor, flags, file_size, section_count, table_crc, reserved, header_crc
 _HEADER = struct.Struct("<8sHHIQII28sI")
@@ -151,8 +154,10 @@ def _check_writable(graph: Graph) -> None:
     _check_json_value(graph.metadata, "graph metadata")
 
 
-def _plan_weights(graph: Graph) -> Tuple[Dict[str, dict], List[Tuple[int, np.ndarray]], int]:
-    """Lay out constants in the weights section: entries by tensor name, blobs, size."""
+def _plan_weights(graph: Graph, inline_max: int = -1) -> Tuple[Dict[str, dict], List[Tuple[int, np.ndarray]], int]:
+    """Lay out constants in the weights section: entries by tensor name, blobs, size.
+
+    Dense constants of at most ``inline_max`` bytes get no entry (the graph inlines them)."""
     entries: Dict[str, dict] = {}
     blobs: List[Tuple[int, np.ndarray]] = []
     by_id: Dict[int, dict] = {}  # the same array object used twice is stored once
@@ -169,6 +174,8 @@ def _plan_weights(graph: Graph) -> Tuple[Dict[str, dict], List[Tuple[int, np.nda
         if isinstance(t.data, SparseArray):
             entry, pos = _plan_sparse(t.data, pos, blobs)
             entries[t.name] = by_id[id(t.data)] = entry
+            continue
+        if t.data.nbytes <= inline_max:
             continue
         arr = np.ascontiguousarray(t.data, dtype=np.dtype(t.dtype).newbyteorder("<"))
         entry = {"offset": pos, "nbytes": int(arr.nbytes), "encoding": "raw"}
@@ -194,27 +201,13 @@ def _plan_sparse(s: SparseArray, pos: int, blobs: list) -> Tuple[dict, int]:
     return entry, pos
 
 
-def _graph_doc(graph: Graph, entries: Dict[str, dict]) -> dict:
-    tensors = []
-    for t in graph.tensors.values():
-        # a constant's shape is its data's shape, even where the tensor left it unset
-        shape = t.data.shape if t.data is not None else t.shape
-        tensors.append({
-            "name": t.name,
-            "dtype": t.dtype,
-            "shape": None if shape is None else [_dim_to_json(d, t.name) for d in shape],
-            "quant": t.quant,
-            "data": entries.get(t.name),
-        })
-    nodes = [{"op": n.op, "name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs),
-              "attrs": n.attrs} for n in graph.nodes]
-    return {"name": graph.name, "inputs": list(graph.inputs), "outputs": list(graph.outputs),
-            "metadata": graph.metadata, "tensors": tensors, "nodes": nodes}
-
-
-def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None, sign_key=None) -> int:
+def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None, strip_names: bool = False,
+                  sign_key=None) -> int:
     """Write ``graph`` and ``meta`` to ``path`` as an .eim artifact; return its size in bytes.
 
+    The graph is stored in the compact encoding (artifact_compact.py): tensors and nodes by
+    index, the original names in a side table; ``strip_names`` leaves the side table out
+    (names but the graph inputs' and outputs' then load as short base-36 ids).
     ``sign_key`` (an Ed25519 private key: file path, bytes or key object) appends a signature
     trailer (``edge_infer.signing``), computed as the bytes are written.
 
@@ -234,9 +227,11 @@ def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None, sig
     graph.copy().validate()
     _check_writable(graph)
     _check_json_value(meta, "meta")
-    entries, blobs, weights_len = _plan_weights(graph)
-    meta_bytes = _dump_json(meta, "meta")
-    graph_bytes = _dump_json(_graph_doc(graph, entries), f"graph {graph.name!r}")
+    from .artifact_compact import INLINE_MAX, encode_graph
+    entries, blobs, weights_len = _plan_weights(graph, INLINE_MAX)
+    meta_flags, meta_bytes = _pack_section(_dump_json(meta, "meta"))
+    graph_flags, graph_bytes = _pack_section(
+        _dump_json(encode_graph(graph, entries, strip_names), f"graph {graph.name!r}"))
 
     table_end = HEADER_SIZE + 3 * ENTRY_SIZE
     meta_off = _align(table_end)
@@ -249,12 +244,12 @@ def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None, sig
         weights_crc = zlib.crc32(_bytes_view(arr), weights_crc)
         weights_crc = zlib.crc32(bytes(_align(pos + arr.nbytes) - pos - arr.nbytes), weights_crc)
     sections = [
-        Section(KIND_META, 0, meta_off, len(meta_bytes), zlib.crc32(meta_bytes)),
-        Section(KIND_GRAPH, 0, graph_off, len(graph_bytes), zlib.crc32(graph_bytes)),
+        Section(KIND_META, meta_flags, meta_off, len(meta_bytes), zlib.crc32(meta_bytes)),
+        Section(KIND_GRAPH, graph_flags, graph_off, len(graph_bytes), zlib.crc32(graph_bytes)),
         Section(KIND_WEIGHTS, 0, weights_off, weights_len, weights_crc),
     ]
     table = b"".join(_ENTRY.pack(s.kind, s.flags, s.offset, s.length, s.crc, 0) for s in sections)
-    head = _pack_header(FORMAT_VERSION, 0, file_size, len(sections), zlib.crc32(table))
+    head = _pack_header(FORMAT_VERSION, FLAG_COMPACT_GRAPH, file_size, len(sections), zlib.crc32(table))
 
     def write(f) -> None:
         f.write(head)
@@ -273,6 +268,33 @@ def save_artifact(path: PathLike, graph: Graph, meta: Optional[dict] = None, sig
         return file_size
     _atomic_write(os.fspath(path), signing.signed_writer(write, signer, file_size))
     return file_size + signing.TRAILER_SIZE
+
+
+def _pack_section(raw: bytes) -> Tuple[int, bytes]:
+    """(flags, payload): zlib-compressed where that is smaller and within what a reader inflates."""
+    packed = zlib.compress(raw, 9)
+    if len(packed) < len(raw) and len(raw) <= _inflate_limit(len(packed)):
+        return SECTION_ZLIB, packed
+    return 0, raw
+
+
+def _inflate_limit(packed_len: int) -> int:
+    # bounds what a small hostile section can make the loader allocate (a zlib bomb)
+    return (1 << 20) + INFLATE_RATIO * packed_len
+
+
+def _inflate(data: bytes, kind: bytes) -> bytes:
+    limit = _inflate_limit(len(data))
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise ArtifactError(f"{kind.decode()} section does not inflate: {e}") from e
+    if len(out) > limit:
+        raise ArtifactError(f"{kind.decode()} section inflates past {limit} bytes")
+    if not d.eof or d.unused_data:
+        raise ArtifactError(f"{kind.decode()} section: truncated zlib stream or data after it")
+    return out
 
 
 def _bytes_view(arr: np.ndarray) -> memoryview:
@@ -321,9 +343,10 @@ def _atomic_write(path: str, write: Callable) -> None:
 class _Container:
     """An opened, checked container: the map, its version and its sections by kind."""
 
-    def __init__(self, mm: mmap.mmap, version: Tuple[int, int], sections: List[Section]):
+    def __init__(self, mm: mmap.mmap, version: Tuple[int, int], sections: List[Section], flags: int = 0):
         self.mm = mm
         self.version = version
+        self.flags = flags              # header flags: FLAG_COMPACT_GRAPH
         self.sections = sections
         self.by_kind = {s.kind: s for s in sections}
         self.weights: Optional[np.ndarray] = None  # read-only uint8 view of WGHT
@@ -343,12 +366,12 @@ class _Container:
         return s
 
     def read(self, kind: bytes) -> bytes:
-        """A copy of a (small) section's bytes, its CRC verified."""
+        """A copy of a (small) section's bytes, its CRC verified, inflated if compressed."""
         s = self.section(kind)
         data = self.mm[s.offset:s.offset + s.length]
         if zlib.crc32(data) != s.crc:
             raise ArtifactError(f"{kind.decode()} section checksum mismatch (file is corrupt)")
-        return data
+        return _inflate(data, kind) if s.flags & SECTION_ZLIB else data
 
     def start_weights_check(self) -> None:
         """Expose the weights section as one read-only uint8 array and start its CRC.
@@ -432,8 +455,8 @@ def _open_map(path, trust: Optional[signing.TrustedKeys] = None
         raise
 
 
-def _check_header(mm: mmap.mmap) -> Tuple[Tuple[int, int], int]:
-    """Validate the header; return (version, section_count)."""
+def _check_header(mm: mmap.mmap) -> Tuple[Tuple[int, int], int, int]:
+    """Validate the header; return (version, section_count, flags)."""
     head = mm[:HEADER_SIZE]
     magic, major, minor, flags, file_size, count, table_crc, reserved, crc = _HEADER.unpack(head)
     if magic != MAGIC:
@@ -460,7 +483,7 @@ def _check_header(mm: mmap.mmap) -> Tuple[Tuple[int, int], int]:
         raise ArtifactError("section table runs past the end of the file")
     if zlib.crc32(mm[HEADER_SIZE:table_end]) != table_crc:
         raise ArtifactError("section table checksum mismatch (file is corrupt)")
-    return (major, minor), count
+    return (major, minor), count, flags
 
 
 def _check_table(mm: mmap.mmap, version: Tuple[int, int], count: int) -> List[Section]:
@@ -473,6 +496,9 @@ def _check_table(mm: mmap.mmap, version: Tuple[int, int], count: int) -> List[Se
         name = kind.decode("ascii", "replace")
         if flags & ~KNOWN_SECTION_FLAGS or (not newer and reserved):
             raise ArtifactError(f"section {k} ({name!r}): unknown flags or reserved bits set")
+        if flags & SECTION_ZLIB and (kind == KIND_WEIGHTS or version < (1, 2)):
+            raise ArtifactError(f"section {name!r} is marked compressed, which format "
+                                f"{version[0]}.{version[1]} does not allow for it")
         if kind not in KNOWN_KINDS and (flags & SECTION_REQUIRED or not newer):
             raise ArtifactError(f"section {k} has unknown kind {name!r}")
         if any(s.kind == kind for s in sections):
@@ -499,8 +525,8 @@ def _check_table(mm: mmap.mmap, version: Tuple[int, int], count: int) -> List[Se
 def _open(path, trust: Optional[signing.TrustedKeys] = None) -> _Container:
     mm, sig = _open_map(path, trust)
     try:
-        version, count = _check_header(mm)
-        c = _Container(mm, version, _check_table(mm, version, count))
+        version, count, flags = _check_header(mm)
+        c = _Container(mm, version, _check_table(mm, version, count), flags)
     except BaseException:
         mm.close()
         raise
@@ -629,7 +655,11 @@ def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, name:
     """Decode a ``raw`` weight entry: a little-endian C-order blob in the weights section."""
     if not (type(entry) is dict and entry.keys() == _RAW_KEYS):
         _expect_keys(entry, _RAW_KEYS, f"tensor {name!r} data", lenient)
-    offset, nbytes = entry["offset"], entry["nbytes"]
+    return _raw_view(entry["offset"], entry["nbytes"], dtype, shape, c, name)
+
+
+def _raw_view(offset, nbytes, dtype: np.dtype, shape: tuple, c: _Container, name: str) -> np.ndarray:
+    """The read-only array of ``nbytes`` bytes at ``offset`` in WGHT, all of it checked."""
     if not (type(offset) is int and type(nbytes) is int) or offset < 0 or nbytes < 0:
         raise ArtifactError(f"tensor {name!r}: offset and nbytes must be non-negative integers")
     if offset % ALIGN:
@@ -644,8 +674,11 @@ def _decode_raw(entry: dict, dtype: np.dtype, shape: tuple, c: _Container, name:
     if count * dtype.itemsize != nbytes:
         raise ArtifactError(f"tensor {name!r}: nbytes {nbytes} != {count} elements "
                             f"* {dtype.itemsize} bytes")
-    arr = weights[offset:offset + nbytes].view(dtype)
-    if dtype.kind == "b" and count and arr.view(np.uint8).max() > 1:
+    return _checked_array(weights[offset:offset + nbytes].view(dtype), shape, name)
+
+
+def _checked_array(arr: np.ndarray, shape: tuple, name: str) -> np.ndarray:
+    if arr.dtype.kind == "b" and arr.size and arr.view(np.uint8).max() > 1:
         # any byte but 0 and 1 would be an ill-formed numpy bool
         raise ArtifactError(f"tensor {name!r}: bool data holds bytes other than 0 and 1")
     return arr.reshape(shape)
@@ -767,13 +800,17 @@ def _build_node(doc, k: int, tensors: Dict[str, Tensor], lenient: bool) -> Node:
             # "" marks a missing optional input; anything else must be a tensor
             if type(t) is not str or (t and t not in tensors):
                 raise ArtifactError(f"node {name!r} ({op}) references missing tensor {t!r}")
+    _check_attrs(attrs, f"node {name!r} ({op})")
+    return Node(op, inputs, outputs, attrs, name)
+
+
+def _check_attrs(attrs, where: str) -> None:
     if type(attrs) is not dict:
-        raise ArtifactError(f"node {name!r} ({op}): attrs must be an object")
+        raise ArtifactError(f"{where}: attrs must be an object")
     for v in attrs.values():
         if type(v) is list or type(v) is dict:
-            _check_json_value(attrs, f"node {name!r} ({op}) attrs")
+            _check_json_value(attrs, f"{where} attrs")
             break
-    return Node(op, inputs, outputs, attrs, name)
 
 
 def _build_graph(doc, c: _Container) -> Graph:
@@ -799,6 +836,12 @@ def _build_graph(doc, c: _Container) -> Graph:
     for t in inputs + outputs:
         if t not in tensors:
             raise ArtifactError(f"graph input/output {t!r} is not a tensor")
+    return _new_graph(name, tensors, nodes, inputs, outputs, metadata)
+
+
+def _new_graph(name: str, tensors: Dict[str, Tensor], nodes: List[Node], inputs: List[str],
+               outputs: List[str], metadata: dict) -> Graph:
+    """The Graph of decoded parts, after its structural check (Graph.validate)."""
     g = Graph(name)
     g.tensors, g.nodes, g.inputs, g.outputs, g.metadata = tensors, nodes, inputs, outputs, metadata
     try:
@@ -836,7 +879,12 @@ def load_artifact(path: PathLike, max_bytes: Optional[int] = None,
             try:
                 meta = _read_meta(c)
                 signing.check_required(meta, c.signature)
-                graph = _build_graph(_parse_json(c.read(KIND_GRAPH), "GRPH"), c)
+                doc = _parse_json(c.read(KIND_GRAPH), "GRPH")
+                if c.flags & FLAG_COMPACT_GRAPH:
+                    from .artifact_compact import decode_graph
+                    graph = decode_graph(doc, c)
+                else:                                   # 1.0 and 1.1 files
+                    graph = _build_graph(doc, c)
             except ArtifactError:
                 c.finish_weights_check()  # corruption explains any other error best
                 raise

@@ -74,6 +74,7 @@ def cmd_convert(args) -> int:
                       opt_level=args.opt_level, disable_passes=args.disable_pass or (),
                       allow_drift=args.allow_drift, target=args.target, layout=args.layout,
                       memory_limit=args.memory_limit, max_bytes=args.max_bytes, sign_key=args.sign,
+                      strip_names=args.strip_names,
                       **quantize_options(args), **sparse_options(args))
     b, a = rep["before"], rep["after"]
     print(f"converted {args.model} -> {rep['artifact']}")
@@ -209,9 +210,12 @@ def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
     the artifact loads only if signed by one of them (``signature.verified`` is then true)."""
     from collections import Counter
     from .artifact import load_artifact, read_info
+    from .artifact_compact import read_side_table, short_id
     from .memory.budget import default_memory_limit, parse_size
     graph, meta = load_artifact(path, trusted_keys=trusted_keys)
     sig = read_info(path).signature
+    side = read_side_table(path)
+    ids = {name: short_id(k) for k, name in enumerate(graph.tensors)} if side else {}
     if memory_limit is None and (meta.get("memory_limit") or (meta.get("target") or {}).get("memory_budget_mb")):
         memory_limit = default_memory_limit(meta)[0]
     ops = Counter(n.op for n in graph.nodes)
@@ -230,12 +234,23 @@ def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
         "constants": len(consts), "parameters": int(sum(t.data.size for t in consts)),
         "weight_bytes": int(sum(t.data.nbytes for t in consts)),
         "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.data.shape), "bytes": int(t.data.nbytes),
-                     "encoding": getattr(t.data, "encoding", "raw")}
+                     "encoding": getattr(t.data, "encoding", "raw"), **({"id": ids[t.name]} if ids else {})}
                     for t in sorted(consts, key=lambda t: -t.data.nbytes)],
+        "format": "%d.%d" % read_info(path).version, "names": _names_summary(side),
         "sparsity": _sparse_compression(graph),
         "provenance": meta.get("provenance", {}), "optimization": meta.get("optimization", {}),
         "target": meta.get("target", {}).get("name"),
     }
+
+
+def _names_summary(side) -> dict:
+    """How the artifact stores names: in place (format 1.1), or as short ids with the original
+    names in a side table (1.2), some or all of them stripped (``convert --strip-names``)."""
+    if side is None:
+        return {"storage": "in place"}
+    kept = {k: sum(1 for n in v if n is not None) for k, v in side.items()}
+    return {"storage": "side table", "tensors_named": kept["tensors"], "tensors": len(side["tensors"]),
+            "nodes_named": kept["nodes"], "nodes": len(side["nodes"])}
 
 
 def _sparse_compression(graph) -> dict:
@@ -295,7 +310,7 @@ def cmd_inspect(args) -> int:
         print(json.dumps(rep, indent=2, default=str))
         return 0
     p = rep["provenance"]
-    print(f"{rep['path']}: {rep['file_bytes']:,} bytes, graph {rep['graph']!r}")
+    print(f"{rep['path']}: {rep['file_bytes']:,} bytes, format {rep['format']}, graph {rep['graph']!r}")
     sig = rep["signature"]
     if not sig["signed"]:
         print("  signature: none (unsigned)")
@@ -333,9 +348,14 @@ def cmd_inspect(args) -> int:
     if rep.get("sparsity", {}).get("encoded_tensors"):
         from .sparse.report import format_compression
         print(format_compression(rep["sparsity"], limit=8))
-    print("  largest tensors:")
+    nm = rep["names"]
+    if nm["storage"] == "side table":
+        print(f"  names: short ids in the graph; original names of {nm['tensors_named']}/{nm['tensors']} tensors "
+              f"and {nm['nodes_named']}/{nm['nodes']} nodes in the side table"
+              + ("" if nm["tensors_named"] == nm["tensors"] else " (the others were stripped: shown by id)"))
+    print("  largest tensors:" + ("  (id: the tensor's short id in the file)" if nm["storage"] == "side table" else ""))
     for t in rep["tensors"][:8]:
-        print(f"    {t['name']:40} {t['dtype']:8} {str(t['shape']):22} {t['bytes']:>12,} B")
+        print(f"    {t.get('id', ''):>4} {t['name']:40} {t['dtype']:8} {str(t['shape']):22} {t['bytes']:>12,} B")
     return 0
 
 
@@ -596,6 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "target's budget or the memory available, 1GB for one generated tensor)")
     c.add_argument("--memory-limit", metavar="SIZE", help="record a memory budget (e.g. 256MB) for "
                    "activations + workspaces that runtimes use by default")
+    c.add_argument("--strip-names", action="store_true", help="leave the original tensor and node names out "
+                   "(smallest file; inputs and outputs keep theirs, the rest show as short ids)")
     c.add_argument("--sparsity", type=float, metavar="X", help="magnitude-prune compute layers to this fraction "
                    "of zeros (not the first conv, depthwise convs, the classifier); with --max-accuracy-drop a "
                    "sensitivity analysis on --calib samples picks per-layer sparsity")

@@ -123,7 +123,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             sparse_layers: Optional[Dict[str, float]] = None, sparse_scope: str = "layer",
             sparse_max_accuracy_drop: Optional[float] = None, sparse_encode: bool = True,
             memory_limit: Union[int, str, None] = None, task: Optional[str] = None,
-            metric=None, max_bytes: Union[int, str, None] = None, sign_key=None, **options) -> dict:
+            metric=None, max_bytes: Union[int, str, None] = None, strip_names: bool = False,
+            sign_key=None, **options) -> dict:
     """Convert a model file (ONNX) into an ``.eim`` artifact at ``dst``.
 
     ``input_shapes`` ({input: shape}) pins input shapes in the artifact. Inputs that stay
@@ -175,6 +176,10 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     the artifact as it is written (``edge_infer.signing``, docs/format.md); the key is read
     first, so a bad key fails before any work. A target profile with ``"require_signed":
     true`` needs it (ConversionError without).
+
+    ``strip_names``: leave the side table of original tensor and node names out of the
+    artifact (the smallest file; graph inputs and outputs keep their names, the rest load as
+    short base-36 ids, which error messages and profiles then show; docs/format.md).
 
     Returns a report dict: source and artifact sizes, node counts, what each
     pass did and the verified relative error of the optimized graph.
@@ -254,7 +259,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             "options": {"input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                         "verify_shapes": {k: list(v) for k, v in (verify_shapes or {}).items()},
                         "opt_level": opt_level, "disable_passes": list(disable_passes),
-                        "allow_drift": allow_drift, "target": target, "layout": layout},
+                        "allow_drift": allow_drift, "target": target, "layout": layout,
+                        "strip_names": strip_names},
         },
         "optimization": opt_report,
         "target": profile or {},
@@ -283,7 +289,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
                     "scope": sparse_scope, "max_accuracy_drop": sparse_max_accuracy_drop}
     if max_bytes is not None:
         set_limit(fold_limit)
-    nbytes = save_artifact(dst, optimized, meta, sign_key=signer)
+    nbytes = save_artifact(dst, optimized, meta, strip_names=strip_names, sign_key=signer)
     result = {"source": src, "artifact": dst, "source_bytes": os.path.getsize(src),
               "artifact_bytes": nbytes, **opt_report}
     if signer is not None:

@@ -3,7 +3,9 @@
 ``make_cases(seed, n, folder)`` writes ``n`` mutated copies of a small conv net (Conv, Relu,
 MaxPool, int8 QDQ, Gemm) with valid checksums (save_artifact writes them, as a hostile user
 recomputing the CRCs would), each with one or two mutations of attributes, shapes, quant
-params or sparse encodings. ``python fuzz_cases.py FOLDER`` (run in a subprocess by the test)
+params or sparse encodings; ``make_doc_cases`` mutates the stored graph document itself (the
+compact encoding of format 1.2: any field of a tensor or node record, the name side tables, the
+quantization and inline data fields) and fixes the checksums. ``python fuzz_cases.py FOLDER`` (run in a subprocess by the test)
 loads and runs every file there twice and prints one JSON line per file: ``ok`` (identical
 outputs), ``error`` (an edge_infer error) or ``raw`` (any other exception: a bug). A signal
 or hang kills the subprocess, which the test sees as such.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import zlib
 
 import numpy as np
 
@@ -118,6 +121,73 @@ def make_cases(seed: int, n: int, folder: str) -> list:
             save_artifact(path, g, {})
         except EdgeInferError:
             continue      # the writer itself refuses it: nothing to load
+        out.append((path, desc))
+    return out
+
+
+HOSTILE_VALUES = [None, True, -2, -1, 0, 1, 7, 2 ** 31, 2 ** 62, 2 ** 64, 1.5, float("nan"), "", "x", "@@",
+                  "AAAA", [], [0], [-1], [1, 1], {}, {"mul": [0, 1]}, {"encoding": "csr"}]
+
+
+def _paths(obj, path=()):
+    """Every position in a JSON value, as key/index paths."""
+    yield path
+    items = enumerate(obj) if isinstance(obj, list) else obj.items() if isinstance(obj, dict) else ()
+    for k, v in items:
+        yield from _paths(v, path + (k,))
+
+
+def _mutate_doc(doc: dict, rng) -> str:
+    """Replace one field of the graph document (not the free-form metadata) by a hostile value."""
+    paths = [p for p in _paths(doc) if p and p[0] != "metadata"]
+    path = paths[int(rng.integers(len(paths)))]
+    value = HOSTILE_VALUES[int(rng.integers(len(HOSTILE_VALUES)))]
+    parent = doc
+    for k in path[:-1]:
+        parent = parent[k]
+    parent[path[-1]] = value
+    return f"doc {'/'.join(map(str, path))}={value!r}"
+
+
+def rewrite_graph(path: str, edit) -> str:
+    """Apply ``edit`` to the GRPH document of the artifact at ``path`` and rewrite the file with
+    valid checksums, as a hostile user would; return what ``edit`` returns."""
+    from edge_infer import artifact as A
+    raw = open(path, "rb").read()
+    _, major, minor, flags, _, count, _, _, _ = A._HEADER.unpack_from(raw, 0)
+    sections, out = [], None
+    for k in range(count):
+        kind, sflags, off, length, _, _ = A._ENTRY.unpack_from(raw, A.HEADER_SIZE + k * A.ENTRY_SIZE)
+        payload = raw[off:off + length]
+        if kind == A.KIND_GRAPH:
+            zipped = sflags & A.SECTION_ZLIB
+            doc = json.loads(zlib.decompress(payload) if zipped else payload)
+            out = edit(doc)
+            payload = json.dumps(doc).encode()
+            payload = zlib.compress(payload) if zipped else payload
+        sections.append((kind, sflags, payload))
+    body = bytearray(A.HEADER_SIZE + count * A.ENTRY_SIZE)
+    table = b""
+    for kind, sflags, payload in sections:
+        body += bytes(A._align(len(body)) - len(body))
+        table += A._ENTRY.pack(kind, sflags, len(body), len(payload), zlib.crc32(payload), 0)
+        body += payload
+    body[A.HEADER_SIZE:A.HEADER_SIZE + len(table)] = table
+    body[:A.HEADER_SIZE] = A._pack_header((major, minor), flags, len(body), count, zlib.crc32(table))
+    open(path, "wb").write(bytes(body))
+    return out
+
+
+def make_doc_cases(seed: int, n: int, folder: str) -> list:
+    """Write ``n`` artifacts of the base graph, each with one or two fields of its stored graph
+    document replaced; return their (file, description) pairs."""
+    from edge_infer.artifact import save_artifact
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        path = os.path.join(folder, f"doc{k:05d}.eim")
+        save_artifact(path, base_graph(), {})
+        desc = rewrite_graph(path, lambda d: "; ".join(_mutate_doc(d, rng) for _ in range(1 + int(rng.integers(2)))))
         out.append((path, desc))
     return out
 

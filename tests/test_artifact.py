@@ -1,6 +1,9 @@
-"""Tests of the .eim artifact reader and writer (edge_infer/artifact.py, docs/format.md)."""
+"""Tests of the .eim artifact reader and writer (edge_infer/artifact.py, artifact_compact.py,
+docs/format.md). ``tests/data/artifact_v1_1.eim`` is ``make_graph()`` + ``META`` as the format 1.1
+writer (before the compact graph encoding) wrote it: old files must keep loading."""
 from __future__ import annotations
 
+import base64
 import gc
 import json
 import math
@@ -24,6 +27,9 @@ from edge_infer.ir.graph import DTYPES, Graph
 MAGIC = b"\x89EIM\r\n\x1a\n"
 HEADER = struct.Struct("<8sHHIQII28sI")
 ENTRY = struct.Struct("<4sIQQII")
+ZLIB = 2                # section flag: compressed payload
+COMPACT = 1             # header flag: compact graph encoding
+OLD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "artifact_v1_1.eim")
 
 META = {
     "provenance": {"source_sha256": "ab" * 32, "converter": "edge_infer 0.1.0",
@@ -39,6 +45,7 @@ def make_graph() -> Graph:
     g = Graph("tiny-net")
     g.add_input("x", "float32", ("batch", 4))
     g.add_const("w", np.arange(8, dtype=np.float32).reshape(4, 2))
+    g.add_const("big", np.linspace(-1, 1, 40, dtype=np.float32).reshape(4, 10))  # too big to inline
     g.add_const("scalar", np.float64(3.25))
     g.add_const("empty", np.zeros((0, 3), np.uint8))
     g.add_const("mask", np.array([[True, False, True]]))
@@ -55,7 +62,7 @@ def make_graph() -> Graph:
     g.tensors["y"].shape = ("batch", 2)
     g.add_node("Gemm", ["y", "w", ""], ["z"], name="gemm", alpha=1.0, beta=0.5, transA=0, transB=1,
                perm=[1, 0], scales=[0.25, float("inf")], mode="nearest", names=["a", "b"])
-    g.add_node("Custom", ["z", "scalar", "empty", "mask", "idx", "half", "q"] + rest, ["out"],
+    g.add_node("Custom", ["z", "big", "scalar", "empty", "mask", "idx", "half", "q"] + rest, ["out"],
                name="custom")
     g.tensors["out"].quant = {"scale": [0.1, 0.2], "zero_point": [3, 4], "axis": 1}
     g.outputs = ["out", "y"]
@@ -68,6 +75,15 @@ def small(tmp_path):
     """Path of a saved small artifact (a few KB)."""
     path = tmp_path / "small.eim"
     save_artifact(path, make_graph(), META)
+    return path
+
+
+@pytest.fixture
+def old(tmp_path):
+    """Path of a copy of the format 1.1 artifact of make_graph()."""
+    path = tmp_path / "old.eim"
+    with open(OLD_FILE, "rb") as f:
+        path.write_bytes(f.read())
     return path
 
 
@@ -88,7 +104,7 @@ def split(raw: bytes):
     return (major, minor), flags, sections
 
 
-def build(sections, version=FORMAT_VERSION, flags=0, reserved=bytes(28), pad=b"\0",
+def build(sections, version=FORMAT_VERSION, flags=COMPACT, reserved=bytes(28), pad=b"\0",
           trailing=b"", offsets=None) -> bytes:
     """Lay out sections with correct CRCs everywhere: only what is asked for is wrong."""
     pos = 64 + 32 * len(sections)
@@ -106,24 +122,29 @@ def build(sections, version=FORMAT_VERSION, flags=0, reserved=bytes(28), pad=b"\
     return head + struct.pack("<I", zlib.crc32(head)) + table + body + trailing
 
 
+def section_json(s):
+    """The JSON document of a META or GRPH section [kind, flags, payload] (inflated if compressed)."""
+    return json.loads(zlib.decompress(s[2]) if s[1] & ZLIB else s[2])
+
+
+def _edit(s, fn, raw):
+    """Change a META or GRPH section's document (``fn``) or its whole (inflated) text (``raw``)."""
+    if fn is not None:
+        doc = section_json(s)
+        fn(doc)
+        raw = json.dumps(doc).encode()
+    if raw is not None:
+        s[2] = zlib.compress(raw) if s[1] & ZLIB else raw
+
+
 def rewrite(path, graph=None, meta=None, weights=None, raw_graph=None, raw_meta=None, **kw):
     """Rebuild the file at path with its graph/meta JSON or weights changed; valid CRCs."""
     version, flags, sections = split(path.read_bytes())
     for s in sections:
         if s[0] == b"GRPH":
-            if graph is not None:
-                doc = json.loads(s[2])
-                graph(doc)
-                s[2] = json.dumps(doc).encode()
-            if raw_graph is not None:
-                s[2] = raw_graph
+            _edit(s, graph, raw_graph)
         elif s[0] == b"META":
-            if meta is not None:
-                doc = json.loads(s[2])
-                meta(doc)
-                s[2] = json.dumps(doc).encode()
-            if raw_meta is not None:
-                s[2] = raw_meta
+            _edit(s, meta, raw_meta)
         elif s[0] == b"WGHT" and weights is not None:
             s[2] = weights(bytearray(s[2]))
     kw.setdefault("version", version)
@@ -140,18 +161,48 @@ def refused(path, fn=load_artifact) -> str:
 
 
 def tensor(doc, name):
+    """A tensor object of a 1.1 graph document."""
     return next(t for t in doc["tensors"] if t["name"] == name)
 
 
 def node(doc, name):
+    """A node object of a 1.1 graph document."""
     return next(n for n in doc["nodes"] if n["name"] == name)
+
+
+def ct(doc, name):
+    """A tensor record [dtype code, shape, quant?, data?] of a compact graph document."""
+    return doc["tensors"][doc["tensor_names"].index(name)]
+
+
+def cn(doc, name):
+    """A node record [op, inputs, outputs, attrs?] of a compact graph document."""
+    return doc["nodes"][doc["node_names"].index(name)]
 
 
 # -- round trip -------------------------------------------------------------------------
 
 def test_round_trip(small):
+    assert_same_as_make_graph(*load_artifact(small))
+
+
+def test_old_format_still_loads(old, small):
+    # a 1.1 file (the JSON graph with names in place, written by the 1.1 writer) loads the same graph
+    assert read_info(old).version == (1, 1) and split(old.read_bytes())[1] == 0
+    assert_same_as_make_graph(*load_artifact(old))
+    assert read_meta(old) == META
+    assert os.path.getsize(small) < os.path.getsize(old)
+
+
+def test_bundled_old_format_artifacts_load():
+    from edge_infer.data.microbench.make_microbench import GRAPHS, path_of
+    for key in GRAPHS:
+        g, meta = load_artifact(path_of(key))
+        assert read_info(path_of(key)).version == (1, 1) and meta == {"microbench": key} and g.nodes
+
+
+def assert_same_as_make_graph(g, meta):
     g0 = make_graph()
-    g, meta = load_artifact(small)
     assert meta == META
     assert g.name == g0.name and g.metadata == g0.metadata
     assert g.inputs == g0.inputs and g.outputs == g0.outputs
@@ -176,8 +227,8 @@ def test_save_returns_size_and_is_aligned(small, tmp_path):
     assert n == os.path.getsize(small) == os.path.getsize(tmp_path / "again.eim")
     assert (tmp_path / "again.eim").read_bytes() == small.read_bytes()  # deterministic
     g, _ = load_artifact(small)
-    for t in g.constants().values():
-        assert t.data.ctypes.data % 64 == 0, t.name
+    for t in g.constants().values():   # inline ones too (an empty one has no address to align)
+        assert t.data.ctypes.data % 64 == 0 or not t.data.size, t.name
     assert sorted(os.listdir(tmp_path)) == ["again.eim", "small.eim"]  # no temp files left
 
 
@@ -270,11 +321,15 @@ def backing_object(arr: np.ndarray):
     return base.obj if isinstance(base, memoryview) else base
 
 
-def test_constants_are_read_only_views_on_the_map(small):
-    g, _ = load_artifact(small)
-    for t in g.constants().values():
-        assert not t.data.flags.writeable, t.name
-        assert isinstance(backing_object(t.data), mmap.mmap), t.name
+def test_constants_are_read_only_views_on_the_map(small, old):
+    from edge_infer.artifact_compact import INLINE_MAX
+    for path in (small, old):
+        g, _ = load_artifact(path)
+        for t in g.constants().values():
+            assert not t.data.flags.writeable, t.name
+            # the compact encoding keeps constants up to INLINE_MAX bytes in the graph
+            mapped = isinstance(backing_object(t.data), mmap.mmap)
+            assert mapped == (t.data.nbytes > INLINE_MAX or path == old), (path, t.name)
     with pytest.raises(ValueError):
         g.tensors["w"].data[0, 0] = 1.0
 
@@ -351,7 +406,7 @@ def test_threaded_weights_check(small, monkeypatch):
     small.write_bytes(bytes(raw))
     assert "WGHT" in refused(small)
     # a corrupt file also breaking the graph checks is reported as corrupt
-    rewrite(small, graph=_tensor_set("w", "dtype", "object"))
+    rewrite(small, graph=_ct_set("big", 0, 99))
     raw = bytearray(small.read_bytes())
     raw[-60] ^= 4
     small.write_bytes(bytes(raw))
@@ -387,9 +442,8 @@ def test_other_major_version_is_refused(small):
 def test_newer_minor_version_ignores_optional_additions(small):
     def add_fields(doc):
         doc["future"] = {"x": 1}
-        tensor(doc, "w")["layout"] = "NCHW"
-        tensor(doc, "w")["data"]["checksum"] = 5
-        node(doc, "mm")["device"] = "npu"
+        ct(doc, "w").extend([None, "NCHW"])           # records may grow at their end
+        cn(doc, "mm").extend([{}, "npu"])
 
     newer = (1, FORMAT_VERSION[1] + 1)
     rewrite(small, graph=add_fields, version=newer, reserved=b"\x07" + bytes(27))
@@ -403,15 +457,14 @@ def test_newer_minor_version_ignores_optional_additions(small):
 def test_newer_minor_version_with_required_features_is_refused(small):
     raw = small.read_bytes()
     newer = (1, FORMAT_VERSION[1] + 1)
-    rewrite(small, version=newer, flags=1)
+    rewrite(small, version=newer, flags=COMPACT | 4)
     assert "features" in refused(small)
     _, _, sections = split(small.read_bytes())
     sections.append([b"XTRA", 1, b"must understand"])
     small.write_bytes(build(sections, version=newer))
     assert "XTRA" in refused(small)
     small.write_bytes(raw)
-    rewrite(small, graph=lambda d: tensor(d, "w")["data"].update(encoding="block-csr"),
-            version=newer)
+    rewrite(small, graph=_ct_set("big", 3, {"encoding": "block-csr"}), version=newer)
     assert "block-csr" in refused(small)
 
 
@@ -452,6 +505,16 @@ def _nest(depth):
         value = [value]
     return value
 
+
+# top-level fields both graph encodings share
+TOP_LEVEL_CASES = {
+    "graph name not a string": _set("name", 3),
+    "graph metadata not an object": _set("metadata", []),
+    "graph metadata nested deeply": _set("metadata", {"x": _nest(100)}),
+    "tensors not a list": _set("tensors", {}),
+    "nodes not a list": _set("nodes", None),
+    "graph missing field": lambda d: d.pop("nodes"),
+}
 
 HOSTILE_GRAPHS = {
     "offset past section": _data_set("w", "offset", 1 << 20),
@@ -507,12 +570,7 @@ HOSTILE_GRAPHS = {
     "graph input missing": _set("inputs", ["x", "ghost"]),
     "graph output missing": _set("outputs", ["ghost"]),
     "graph outputs not strings": _set("outputs", [None]),
-    "graph name not a string": _set("name", 3),
-    "graph metadata not an object": _set("metadata", []),
-    "graph metadata nested deeply": _set("metadata", {"x": _nest(100)}),
-    "tensors not a list": _set("tensors", {}),
-    "nodes not a list": _set("nodes", None),
-    "graph missing field": lambda d: d.pop("nodes"),
+    **TOP_LEVEL_CASES,
     "graph invalid: cycle": lambda d: node(d, "mm").update(inputs=["x", "out"]),
     "graph invalid: two producers": _node_set("gemm", "outputs", ["y"]),
     "graph invalid: overwrites constant": _node_set("mm", "outputs", ["w"]),
@@ -520,22 +578,138 @@ HOSTILE_GRAPHS = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_GRAPHS))
-def test_hostile_graph_json(small, case):
-    rewrite(small, graph=HOSTILE_GRAPHS[case])
-    message = refused(small)
+def test_hostile_graph_json_old_format(old, case):
+    # the 1.1 graph schema keeps its checks: old files are read as strictly as before
+    rewrite(old, graph=HOSTILE_GRAPHS[case])
+    message = refused(old)
     assert message and "malformed artifact" not in message, message  # refused by name
 
 
-def test_hostile_bool_bytes(small):
-    doc = json.loads(split(small.read_bytes())[2][1][2])
+def test_hostile_bool_bytes(old, small):
+    doc = section_json(split(old.read_bytes())[2][1])
     offset = tensor(doc, "mask")["data"]["offset"]
 
     def poke(w):
         w[offset] = 2
         return bytes(w)
 
-    rewrite(small, weights=poke)
+    rewrite(old, weights=poke)
+    assert "bool" in refused(old)
+    # compact: the 3 bool bytes are inline
+    rewrite(small, graph=lambda d: ct(d, "mask").__setitem__(3, base64.b64encode(b"\1\2\1").decode()))
     assert "bool" in refused(small)
+
+
+def _ct_set(name, pos, value):
+    return lambda d: ct(d, name).__setitem__(pos, value)
+
+
+def _cn_set(name, pos, value):
+    return lambda d: cn(d, name).__setitem__(pos, value)
+
+
+def _names_set(kind, name, value):
+    return lambda d: d[kind + "_names"].__setitem__(d[kind + "_names"].index(name), value)
+
+
+def _last_offset(d):
+    return max(t[3] for t in d["tensors"] if len(t) > 3 and type(t[3]) is int)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+# the compact encoding (artifact_compact.py): what each 1.1 case became, and the new fields
+HOSTILE_COMPACT = {
+    "offset past section": _ct_set("big", 3, 1 << 20),
+    "offset+nbytes past section": lambda d: ct(d, "big").__setitem__(3, _last_offset(d) + 64),
+    "negative offset": _ct_set("big", 3, -64),
+    "huge offset": _ct_set("big", 3, 2 ** 64),
+    "unaligned offset": _ct_set("big", 3, 4),
+    "bool offset": _ct_set("big", 3, True),
+    "float offset": _ct_set("big", 3, 0.0),
+    "data a list": _ct_set("big", 3, [0, 32]),
+    "inline not base64": _ct_set("scalar", 3, "@@@@"),
+    "inline size mismatch": _ct_set("scalar", 3, _b64(b"1234")),
+    "inline for a big tensor": _ct_set("big", 3, _b64(b"12")),
+    "unknown encoding": _ct_set("big", 3, {"encoding": "block-csr"}),
+    "missing encoding": _ct_set("big", 3, {"offset": 0}),
+    "sparse parts missing": _ct_set("big", 3, {"encoding": "csr", "index_dtype": "uint8"}),
+    "dtype code too big": _ct_set("big", 0, 12),
+    "dtype code negative": _ct_set("big", 0, -1),
+    "dtype a name": _ct_set("big", 0, "float32"),
+    "dtype bool": _ct_set("big", 0, True),
+    "dtype changes nbytes": _ct_set("big", 0, 2),
+    "overflowing shape": _ct_set("big", 1, [2 ** 61, 2 ** 61, 2 ** 61, 8]),
+    "product wraps to nbytes": _ct_set("big", 1, [8, 2 ** 59 + 1]),
+    "dim too big": _ct_set("x", 1, [2 ** 70]),
+    "negative dim": _ct_set("big", 1, [-4, -2]),
+    "bool dim": _ct_set("x", 1, [True, 4]),
+    "float dim": _ct_set("x", 1, [1.0, 4]),
+    "empty symbol": _ct_set("x", 1, ["", 4]),
+    "rank too big": _ct_set("x", 1, [1] * 65),
+    "shape not a list": _ct_set("x", 1, "batch"),
+    "symbolic constant": _ct_set("big", 1, ["n", 2]),
+    "constant without shape": _ct_set("big", 1, None),
+    "quant a number": _ct_set("q", 2, 0.5),
+    "quant list too short": _ct_set("q", 2, [[0.5], 0]),
+    "quant object nested deeply": _ct_set("q", 2, {"scale": _nest(200)}),
+    "quant scale nested deeply": _ct_set("q", 2, [[_nest(200)], 0, None]),
+    "scale not base64": _ct_set("q", 2, ["not base64!", 0, None]),
+    "scale not whole float32": _ct_set("q", 2, [_b64(b"123"), 0, None]),
+    "scale empty base64": _ct_set("q", 2, ["", 0, None]),
+    "scale a number": _ct_set("q", 2, [0.5, 0, None]),
+    "mul of a later tensor": _ct_set("q", 2, [{"mul": [0, 30]}, 0, None]),
+    "mul of itself": lambda d: ct(d, "q").__setitem__(2, [{"mul": [0, d["tensor_names"].index("q")]}, 0, None]),
+    "mul of unquantized tensors": _ct_set("q", 2, [{"mul": [0, 1]}, 0, None]),
+    "mul refs not ints": _ct_set("q", 2, [{"mul": ["x", "w"]}, 0, None]),
+    "mul with extra key": _ct_set("q", 2, [{"mul": [0, 1], "add": 1}, 0, None]),
+    "zero point a string": _ct_set("q", 2, [[0.5], "0", None]),
+    "zero point an object": _ct_set("q", 2, [[0.5], {"0": 0}, None]),
+    "axis a string": _ct_set("q", 2, [[0.5], 0, "0"]),
+    "axis a list": _ct_set("q", 2, [[0.5], 0, [0]]),
+    "tensor record too short": _ct_set("big", slice(None), [0]),
+    "tensor record too long": lambda d: ct(d, "big").extend([None, 1]),
+    "tensor not a list": lambda d: d["tensors"].__setitem__(0, {"name": "x"}),
+    "tensor name empty": _names_set("tensor", "scalar", ""),
+    "tensor name not a string": _names_set("tensor", "scalar", 7),
+    "duplicate tensor name": _names_set("tensor", "scalar", "w"),
+    "tensor names too short": lambda d: d["tensor_names"].pop(),
+    "tensor names not a list": _set("tensor_names", None),
+    "graph output without a name": _names_set("tensor", "out", None),
+    "node reads missing tensor": _cn_set("mm", 1, [0, 999]),
+    "node reads index -2": _cn_set("mm", 1, [0, -2]),
+    "node writes missing tensor": _cn_set("mm", 2, [999]),
+    "node input a name": _cn_set("mm", 1, ["x", "w"]),
+    "node input a float": _cn_set("mm", 1, [0.0]),
+    "node inputs not a list": _cn_set("mm", 1, 0),
+    "op not a string": _cn_set("mm", 0, 42),
+    "op null": _cn_set("mm", 0, None),
+    "op empty": _cn_set("mm", 0, ""),
+    "node name not a string": _names_set("node", "mm", ["mm"]),
+    "node names too long": lambda d: d["node_names"].append("extra"),
+    "attrs not an object": _cn_set("gemm", 3, [1]),
+    "attrs nested deeply": _cn_set("gemm", 3, {"a": _nest(100)}),
+    "node not a list": lambda d: (d["nodes"].append(None), d["node_names"].append("n")),
+    "node record too short": _cn_set("mm", slice(None), ["MatMul", [0]]),
+    "graph input missing": _set("inputs", [0, 999]),
+    "graph input -1": _set("inputs", [-1]),
+    "graph outputs not ints": _set("outputs", [None]),
+    "graph outputs names": _set("outputs", ["out"]),
+    **TOP_LEVEL_CASES,
+    "graph without names": lambda d: d.pop("tensor_names"),
+    "graph invalid: cycle": lambda d: cn(d, "mm").__setitem__(1, [0, d["tensor_names"].index("out")]),
+    "graph invalid: two producers": lambda d: cn(d, "gemm").__setitem__(2, [d["tensor_names"].index("y")]),
+    "graph invalid: overwrites constant": lambda d: cn(d, "mm").__setitem__(2, [d["tensor_names"].index("w")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_COMPACT))
+def test_hostile_graph_json(small, case):
+    rewrite(small, graph=HOSTILE_COMPACT[case])
+    message = refused(small)
+    assert message and "malformed artifact" not in message, message  # refused by name
 
 
 RAW_GRAPHS = {
@@ -576,7 +750,7 @@ def test_hostile_section_tables(small):
         "missing weights": [meta, grph],
         "missing graph": [meta, wght],
         "unknown kind": [meta, grph, wght, [b"\0\0\0\0", 0, b""]],
-        "unknown section flag": [meta, [b"GRPH", 2, grph[2]], wght],
+        "unknown section flag": [meta, [b"GRPH", grph[1] | 4, grph[2]], wght],
         "too many sections": [meta, grph, wght] + [[b"XTRA", 0, b""]] * 70,
     }
     for name, secs in cases.items():
@@ -587,6 +761,30 @@ def test_hostile_section_tables(small):
         assert "offset" in refused(small), offsets
     small.write_bytes(build(sections, trailing=b"\0" * 64))
     assert refused(small)
+
+
+def test_hostile_compression(small):
+    raw = small.read_bytes()
+    version, flags, (meta, grph, wght) = split(raw)
+    assert meta[1] == grph[1] == ZLIB and wght[1] == 0     # both pay for their compression here
+    text = zlib.decompress(grph[2])
+    cases = {
+        "does not inflate": [meta, [b"GRPH", ZLIB, text], wght],
+        "truncated zlib": [meta, [b"GRPH", ZLIB, grph[2][:-5]], wght],
+        "data after the zlib stream": [meta, [b"GRPH", ZLIB, grph[2] + b"\0"], wght],
+        "inflates past": [meta, [b"GRPH", ZLIB, zlib.compress(b" " * (8 << 20) + text, 9)], wght],
+        "compressed WGHT": [meta, grph, [b"WGHT", ZLIB, zlib.compress(wght[2])]],
+    }
+    for what, secs in cases.items():
+        small.write_bytes(build(secs))
+        message = refused(small)
+        assert what.split()[-1] in message, (what, message)
+    # no compression in format 1.1
+    small.write_bytes(build([meta, grph, wght], version=(1, 1)))
+    assert "1.1 does not allow" in refused(small)
+    # uncompressed sections stay fine in 1.2
+    small.write_bytes(build([[b"META", 0, zlib.decompress(meta[2])], [b"GRPH", 0, text], wght]))
+    assert load_artifact(small)[1] == META
 
 
 def test_hostile_header_fields(small):
@@ -603,5 +801,6 @@ def test_hostile_header_fields(small):
 def test_rebuild_helper_matches_writer(small):
     # the spec (as coded in build()) and the writer agree byte for byte
     raw = small.read_bytes()
-    _, _, sections = split(raw)
-    assert build(sections) == raw
+    version, flags, sections = split(raw)
+    assert version == FORMAT_VERSION == (1, 2) and flags == COMPACT
+    assert build(sections, flags=flags) == raw

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fuzz_cases import make_cases
+from fuzz_cases import make_cases, make_doc_cases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = int(os.environ.get("EDGE_INFER_FUZZ_CASES", "150"))
@@ -22,6 +22,7 @@ def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fuzz")
     written = make_cases(16, CASES, str(folder))
     assert len(written) > CASES // 2          # most mutations reach the loader
+    written += make_doc_cases(17, CASES // 2, str(folder))   # the stored graph document itself
     return str(folder), dict((os.path.basename(p), d) for p, d in written)
 
 
@@ -32,7 +33,7 @@ def test_fuzz_artifacts(cases, native):
     if native == "0":
         env["EDGE_INFER_NO_NATIVE"] = "1"
     r = subprocess.run([sys.executable, os.path.join(HERE, "fuzz_cases.py"), folder], capture_output=True,
-                       text=True, env=env, timeout=60 + CASES)
+                       text=True, env=env, timeout=60 + 2 * CASES)
     lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert r.returncode == 0, f"subprocess died ({r.returncode}) after {len(lines)} files: {r.stderr[-800:]}"
     bad = [(x, desc[x["file"]]) for x in lines if x["outcome"] not in ("ok", "error")]

@@ -147,9 +147,12 @@ def _rewrite_graph(path, edit):
     entries = [list(_ENTRY.unpack_from(raw, HEADER_SIZE + k * ENTRY_SIZE)) for k in range(count)]
     secs = {e[0]: e for e in entries}
     g = secs[b"GRPH"]
-    doc = json.loads(bytes(raw[g[2]:g[2] + g[3]]))
+    zipped = g[1] & 2                       # the ZLIB section flag (format 1.2)
+    text = bytes(raw[g[2]:g[2] + g[3]])
+    doc = json.loads(zlib.decompress(text) if zipped else text)
     edit(doc)
     new = json.dumps(doc, separators=(",", ":")).encode()
+    new = zlib.compress(new) if zipped else new
     # rebuild: same layout, GRPH replaced (META first, GRPH, WGHT)
     meta, wght = secs[b"META"], secs[b"WGHT"]
     meta_b = bytes(raw[meta[2]:meta[2] + meta[3]])
@@ -163,17 +166,22 @@ def _rewrite_graph(path, edit):
     out[moff:moff + len(meta_b)] = meta_b
     out[goff:goff + len(new)] = new
     out[woff:woff + len(w_b)] = w_b
-    table = b"".join(_ENTRY.pack(k, 0, o, n, zlib.crc32(b), 0) for k, o, n, b in
+    table = b"".join(_ENTRY.pack(k, secs[k][1], o, n, zlib.crc32(b), 0) for k, o, n, b in
                      ((b"META", moff, len(meta_b), meta_b), (b"GRPH", goff, len(new), new),
                       (b"WGHT", woff, len(w_b), w_b)))
-    body = _HEADER.pack(head[0], head[1], head[2], 0, size, 3, zlib.crc32(table), bytes(28), 0)[:HEADER_SIZE - 4]
+    body = _HEADER.pack(head[0], head[1], head[2], head[3], size, 3, zlib.crc32(table), bytes(28), 0)[:HEADER_SIZE - 4]
     out[:HEADER_SIZE] = body + struct.pack("<I", zlib.crc32(body))
     out[HEADER_SIZE:HEADER_SIZE + 3 * ENTRY_SIZE] = table
     open(path, "wb").write(bytes(out))
 
 
+def _tensor(doc, name):
+    """The record [dtype code, shape, quant, data] of a tensor in the compact graph encoding."""
+    return doc["tensors"][doc["tensor_names"].index(name)]
+
+
 def _entry(doc, name):
-    return next(t for t in doc["tensors"] if t["name"] == name)["data"]
+    return _tensor(doc, name)[3]
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -185,10 +193,8 @@ def _entry(doc, name):
     (lambda d: _entry(d, "w1").__setitem__("block", [2, 2]), "block"),
     (lambda d: _entry(d, "w0").__setitem__("encoding", "coo"), "unknown weight encoding"),
     (lambda d: _entry(d, "w2")["parts"].pop("mask"), "missing"),
-    (lambda d: next(t for t in d["tensors"] if t["name"] == "w0").__setitem__("shape", [16, 2]),
-     "run past"),
-    (lambda d: next(t for t in d["tensors"] if t["name"] == "w2").__setitem__("shape", [16, 41]),
-     "mask"),
+    (lambda d: _tensor(d, "w0").__setitem__(1, [16, 2]), "run past"),
+    (lambda d: _tensor(d, "w2").__setitem__(1, [16, 41]), "mask"),
 ])
 def test_corrupt_sparse_entries_are_refused(sparse_file, edit, message):
     path = sparse_file[0]
