@@ -91,10 +91,6 @@ def _rewritten(src, edit_graph=None, edit_meta=None, **save) -> bytes:
         return open(os.path.join(d, "t.eim"), "rb").read()
 
 
-def _tamper_names(src, buf):        # the same model without its name table
-    buf[:] = _rewritten(src, strip_names=True)
-
-
 def _tamper_meta(src, buf):
     buf[:] = _rewritten(src, edit_meta=lambda m: m["provenance"].update(source="Digits.onnx"))
 
@@ -145,8 +141,8 @@ def test_sign_while_writing_equals_sign_in_place(work, tmp_path):
     assert n == os.path.getsize(tmp_path / "b.eim")
 
 
-@pytest.mark.parametrize("tamper", [_tamper_names, _tamper_meta, _tamper_graph, _tamper_weights],
-                         ids=["names", "meta-json", "graph-json", "weights"])
+@pytest.mark.parametrize("tamper", [_tamper_meta, _tamper_graph, _tamper_weights],
+                         ids=["meta-json", "graph-json", "weights"])
 def test_tampering_with_valid_checksums_is_refused(work, tmp_path, tamper):
     signed = (work / "digits-signed.eim").read_bytes()
     body = bytearray(signed[:-T])
@@ -156,7 +152,7 @@ def test_tampering_with_valid_checksums_is_refused(work, tmp_path, tamper):
     path = tmp_path / "t.eim"
     path.write_bytes(bytes(body) + signed[-T:])
     load_artifact(path)              # the edit is a valid artifact: only the signature catches it
-    refused = "does not verify|signature trailer covers"     # (a shorter file: its length first)
+    refused = "does not verify"
     with pytest.raises(ArtifactError, match=refused):
         load_artifact(path, trusted_keys=[work / "alice.pub"])
     with pytest.raises(ArtifactError, match=refused):
