@@ -145,21 +145,22 @@ def quiet_and_contended(engines: Dict[str, Callable], feed, rounds: int, busy: i
 
 
 def timing_table(quiet, busy, n_busy: int, base: str = "") -> List[str]:
-    """Markdown rows: min and median per engine, ``base``-relative min ratio when given, and
-    the contended columns (min, median, contended / quiet median) when ``busy``."""
-    head = "| engine | quiet min ms | quiet median ms |" + (f" min / {base} |" if base else "")
+    """Markdown rows: min and median per engine, ``base`` / engine (min) when ``base`` is given,
+    and the contended columns (min, median, contended / quiet median, ``base`` / engine median)
+    when ``busy``."""
+    head = "| engine | quiet min ms | quiet median ms |" + (f" {base} / engine (min) |" if base else "")
     if busy:
         head += f" {n_busy} busy: min ms | median ms | contended / quiet (median) |"
-        head += f" median / {base} |" if base else ""
+        head += f" {base} / engine (median) |" if base else ""
     rows = [head, "|---|" + "---:|" * (head.count("|") - 2)]
     for k, (mn, md) in quiet.items():
         row = f"| {k} | {mn:.2f} | {md:.2f} |"
         if base:
-            row += f" {mn / quiet[base][0]:.2f}x |"
+            row += f" {quiet[base][0] / mn:.2f}x |"
         if busy:
             bm, bd = busy[k]
             row += f" {bm:.2f} | {bd:.2f} | {bd / md:.2f}x |"
-            row += f" {bd / busy[base][1]:.2f}x |" if base else ""
+            row += f" {busy[base][1] / bd:.2f}x |" if base else ""
         rows.append(row)
     return rows
 
