@@ -227,8 +227,9 @@ def print_report(report: dict, args) -> None:
             print(f"| {r['model']} | {r['threads']} | {e['median_ms']:.2f} | {o['median_ms']:.2f} | "
                   f"{r['contended_ratio_median']:.2f}x | {e['vs_quiet']:.2f}x | {o['vs_quiet']:.2f}x |")
     missed = [(r, m) for r in rows for m in [misses_targets(r)] if m]
-    print("\nissue 17 targets: " + ("all met" if not missed else "; ".join(
-        f"{r['model']} {r['threads']}t: {', '.join(m)}" for r, m in missed)))
+    print("\nissue 17 targets: " + ("all met" if not missed else "missed by"))
+    for r, m in missed:
+        print(f"- {r['model']}, {r['threads']} thread(s): {', '.join(m)}")
     if report.get("rss"):
         print("\n| model | edge_infer peak RSS MB | onnxruntime peak RSS MB | RSS ratio |")
         print("|---|---:|---:|---:|")

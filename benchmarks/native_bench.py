@@ -198,7 +198,9 @@ def bench_model(name: str, threads: int, args, tmp: str) -> None:
     print("\n".join(info) + "\n")
     print("\n".join(C.timing_table(quiet, busy, args.contention, base="ours int8")))
     miss = target_misses(quiet, busy)
-    print("\nint8 targets: " + ("met" if not miss else "; ".join(miss)))
+    print("\nint8 targets: " + ("met" if not miss else "missed"))
+    for m in miss:
+        print(f"- {m}")
 
 
 def main(argv=None) -> int:
