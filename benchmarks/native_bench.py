@@ -53,7 +53,9 @@ import _common as C  # noqa: E402
 
 
 def ort_int8(path: str, out: str, name: str, cal) -> str:
+    import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    onnxruntime.set_default_logger_severity(3)      # its pre-processing warns about unused initializers
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Reader(CalibrationDataReader):
