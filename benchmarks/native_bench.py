@@ -23,8 +23,10 @@ inputs), ``resnet50`` (onnx's light model, seeded weights), and the families use
 (``families``: MobileNetV3-small 224 and the 48x192 text-direction classifier, DB text detector
 640x640, YOLOv8n 320 and 640; tests/family_models.py), whose calibration and timed inputs are
 random pixels in their preprocessing recipe's range (YOLO [0, 1], ImageNet mean/std, [-1, 1]).
-Before timing, int8 (ours, and LiteRT's on our export) is scored against our fp32 with the
-task metric of the int8 accuracy report (classification top-1, detection F1, map IoU).
+Before timing, every int8 engine is scored against our fp32 on ``--score`` held-out random
+inputs with the task metric of the int8 accuracy report (classification top-1 agreement,
+detection F1, map IoU): a check that the engines run the same model, not an accuracy figure
+(random weights; the trained YOLO fixture's accuracy is benchmarks/int8_detect.py's).
 
 ``--contention N``: a second pass with N busy processes at nice 10 (as a camera pipeline keeps
 a Raspberry Pi busy), reporting contended min / median, contended / quiet per engine.
@@ -119,18 +121,20 @@ def litert_runner(graph, threads: int):
 def int8_scores(task: str, fp32, candidates: dict, xs) -> str:
     """'name score' for each candidate {name: fn(x) -> first output} against ``fp32`` on ``xs``."""
     from edge_infer.quantize.metrics import METRIC_NAMES, task_score
-    ref = {"y": np.concatenate([np.asarray(fp32(x)) for x in xs])}
+    refs = [np.asarray(fp32(x)) for x in xs]
+    ref = {"y": np.concatenate(refs)}
     parts = []
     for k, fn in candidates.items():
         try:
-            got = {"y": np.concatenate([np.asarray(fn(x)).reshape(np.shape(fp32(x))) for x in xs])}
+            got = {"y": np.concatenate([np.asarray(fn(x)).reshape(r.shape) for x, r in zip(xs, refs)])}
             parts.append(f"{k} {task_score(task, ref, got, ['y']):.3f}")
         except Exception as e:  # noqa: BLE001 (a layout the metric cannot read)
             parts.append(f"{k} n/a ({type(e).__name__})")
-    return f"{task} score vs ours fp32 ({METRIC_NAMES[task].split('1 - ')[-1]}): " + ", ".join(parts)
+    return (f"{task} score vs ours fp32 on {len(xs)} random inputs ({METRIC_NAMES[task].split('1 - ')[-1]}): "
+            + ", ".join(parts))
 
 
-def build_engines(name: str, threads: int, n_calib: int, tmp: str):
+def build_engines(name: str, threads: int, n_calib: int, n_score: int, tmp: str):
     """({engine: fn(x)}, timed input, info lines) for model ``name`` at ``threads``."""
     from edge_infer.convert import optimize_verified
     from edge_infer.frontends import load_model
@@ -138,7 +142,7 @@ def build_engines(name: str, threads: int, n_calib: int, tmp: str):
     from edge_infer.quantize.metrics import guess_task
     from edge_infer.runtime import Runtime
     path = C.model_path(name, tmp)
-    in_name, xs = C.model_inputs(name, path, n_calib + 3)
+    in_name, xs = C.model_inputs(name, path, n_calib + max(1, n_score))
     cal, held = xs[:n_calib], xs[n_calib:]
     g = load_model(path)
     g.validate()
@@ -193,7 +197,7 @@ def target_misses(quiet, busy) -> list:
 
 
 def bench_model(name: str, threads: int, args, tmp: str) -> None:
-    engines, feed, info = build_engines(name, threads, args.calib, tmp)
+    engines, feed, info = build_engines(name, threads, args.calib, args.score, tmp)
     quiet, busy = C.quiet_and_contended(engines, feed, args.rounds, args.contention)
     print(f"\n### {name} (batch 1, {threads} thread(s), {args.rounds} interleaved rounds of 3 timed runs "
           f"per engine)\n")
@@ -213,6 +217,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--models", default="mobilenetv2,resnet50", help="names and groups (core, families, zoo)")
     ap.add_argument("--calib", type=int, default=4, help="seeded random calibration samples")
+    ap.add_argument("--score", type=int, default=8, help="held-out samples int8 is scored on against fp32")
     ap.add_argument("--contention", type=int, default=0, metavar="N",
                     help="a second pass with N busy nice-10 processes")
     args = ap.parse_args(argv)
