@@ -219,8 +219,8 @@ def print_report(report: dict, args) -> None:
             print(f"\n{r['model']}: {r['error']}")
     if args.contention:
         print(f"\nunder contention: {args.contention} busy processes at nice 10\n")
-        print("| model | threads | edge_infer median ms | onnxruntime median ms | ratio | edge_infer contended / quiet | "
-              "onnxruntime contended / quiet |")
+        print("| model | threads | edge_infer median ms | onnxruntime median ms | ratio | "
+              "edge_infer contended / quiet | onnxruntime contended / quiet |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for r in rows:
             e, o = r["contended"]["edge_infer"], r["contended"]["onnxruntime"]

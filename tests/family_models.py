@@ -20,10 +20,13 @@ benchmarks (benchmarks/compare.py --families, benchmarks/native_bench.py).
   distance`` times the stride, and the exporters' output ``Concat`` of pixel boxes (cx, cy, w, h)
   and sigmoid class probabilities: [1, 4 + nc, anchors].
 
-Weights: He-scaled convolutions (BatchNorm folded into a bias, as exporters emit, except the DB
-head which keeps its BatchNormalization nodes), the last conv of each residual branch scaled
-down so activations stay O(1) through the network. Every builder takes the input shape and
-``seed``; ``width`` scales channel counts (the tests build narrow, small models).
+Weights: He-drawn convolutions with biases (BatchNorm folded, as exporters emit, except the DB
+head which keeps its BatchNormalization nodes), each then rescaled so its output has unit
+standard deviation on a random input (half for the last conv of a residual branch), as a trained
+network's folded BatchNorm makes it (``_normalized``): activations stay O(1) through the
+network. The YOLO class logits carry the exporters' prior bias (most probabilities near 0).
+Every builder takes the input shape and ``seed``; ``width`` scales channel counts (the tests
+build narrow, small models). Building needs onnxruntime (the rescaling runs the model).
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ class _Builder:
         self.nodes: List[onnx.NodeProto] = []
         self.inits: List[onnx.TensorProto] = []
         self.count = 0
-        self.targets = {}           # conv output -> (weight, bias or "", target std), see _normalize
+        self.targets = {}           # conv output -> (weight, bias or "", target std), see _normalized
 
     def name(self, base: str) -> str:
         self.count += 1
@@ -72,7 +75,9 @@ class _Builder:
         return outs[0] if n_out == 1 else outs
 
     def conv(self, x: str, cin: int, cout: int, k: int = 1, s: int = 1, group: int = 1,
-             gain: float = 1.0, bias: bool = True) -> str:
+             std: float = 1.0, bias: bool = True) -> str:
+        """A conv with He-drawn weights (channel ranges spread), its output rescaled to ``std``
+        by ``_normalized``."""
         fan_in = cin // group * k * k
         w = self.rng.standard_normal((cout, cin // group, k, k)) * math.sqrt(2.0 / fan_in)
         w *= np.exp(0.3 * self.rng.standard_normal((cout, 1, 1, 1)))      # channels of unequal range
@@ -80,7 +85,7 @@ class _Builder:
         if bias:
             ins.append(self.const(self.rng.standard_normal(cout) * 0.2, "bias"))
         y = self.node("Conv", ins, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=group)
-        self.targets[y] = (ins[1], ins[2] if bias else "", gain)
+        self.targets[y] = (ins[1], ins[2] if bias else "", std)
         return y
 
     def act(self, x: str, kind: str) -> str:
@@ -195,7 +200,7 @@ def _mnv3_backbone(b: _Builder, x: str, table, width: float) -> Tuple[str, int, 
         if se:
             y = _squeeze_excite(b, y, exp)
         residual = s == 1 and c == out
-        y = b.conv(y, exp, out, gain=0.5 if residual else 1.0)
+        y = b.conv(y, exp, out, std=0.5 if residual else 1.0)
         x = b.node("Add", [x, y]) if residual else y
         c = out
     taps.append((x, c))
@@ -317,7 +322,7 @@ def _yolo_graph(hw, width, classes, seed):
     c2, c3 = max(16, ch[2] // 4, 4 * reg), max(ch[2], min(classes, 100))
     flat = []
     for o, co, s in zip((o3, o4, o5), (ch[2], ch[3], ch[4]), (8, 16, 32)):
-        box = b.conv(conv(conv(o, co, c2, 3), c2, c2, 3), c2, 4 * reg, gain=2.0)    # peaked DFL bins
+        box = b.conv(conv(conv(o, co, c2, 3), c2, c2, 3), c2, 4 * reg, std=2.0)     # peaked DFL bins
         cls = b.conv(conv(conv(o, co, c3, 3), c3, c3, 3), c3, classes)
         # the exporters' class-bias prior: about 5 objects per image at this stride
         b.inits[-1].CopyFrom(numpy_helper.from_array(
@@ -332,8 +337,9 @@ def _yolo_graph(hw, width, classes, seed):
     d = b.node("Conv", [d, b.const(np.arange(reg, dtype=np.float32).reshape(1, reg, 1, 1), "dfl_weight")],
                kernel_shape=[1, 1])
     d = b.node("Reshape", [d, b.const(np.array([0, 4, -1], np.int64), "shape")])
-    lt, rb = (b.node("Slice", [d, b.const(np.array([lo], np.int64), "starts"), b.const(np.array([hi], np.int64), "ends"),
-                               b.const(np.array([1], np.int64), "axes")]) for lo, hi in ((0, 2), (2, 4)))
+    lt, rb = (b.node("Slice", [d, b.const(np.array([lo], np.int64), "starts"),
+                               b.const(np.array([hi], np.int64), "ends"), b.const(np.array([1], np.int64), "axes")])
+              for lo, hi in ((0, 2), (2, 4)))
     pts, strides = yolo_anchors(hw)
     anc = b.const(pts.T[None], "anchors")
     x1y1, x2y2 = b.node("Sub", [anc, lt]), b.node("Add", [anc, rb])
