@@ -1,13 +1,36 @@
 #!/usr/bin/env python3
-"""edge_infer against onnxruntime: same model, same thread count, batch 1, one run.
+"""edge_infer fp32 against onnxruntime fp32: same model, same thread count, batch 1, one run.
 
-For each model: median latency of each runtime, their ratio, and the peak RSS of
-a process that loads the model and runs it (each runtime in its own process).
-Also measures dispatch overhead per op on a model of many tiny ops, and the load
-time of a 100 MB artifact.
+Models (``--models``, names and groups of benchmarks/_common.py): by default ``core,families``,
+ResNet-50, MobileNet-v2 and SqueezeNet (seeded random weights) and the families users deploy
+(tests/family_models.py): a MobileNetV3-small classifier (224x224) and the 48x192 text-direction
+classifier, a DB text detector at 640x640, YOLOv8n at 320 and 640. ``--families`` times the
+families alone; ``--models zoo`` the older zoo set (ShuffleNet, Inception-v1, DenseNet-121, digits).
 
-    python benchmarks/compare.py                      # default model set
-    python benchmarks/compare.py --models resnet50 --threads 2 --runs 20 --json
+Each model is converted with ``edge_infer.convert`` (opt level 3, an .eim) and, per thread count,
+timed in this process against an onnxruntime session of the ONNX source (ORT_ENABLE_ALL, the same
+intra-op threads), interleaved (_common.interleaved: per round a block of back-to-back runs per
+engine, the first of each block not counted), so load from other processes hits both alike. Min
+and median ms per engine and the ratios edge_infer / onnxruntime are printed, with the outputs'
+agreement (max |ours - ort| / max |ort|) and the BLAS threadpoolctl finds.
+
+``--contention N``: a second pass with N busy processes (``while 1: pass`` at nice 10, as a camera
+pipeline or other services keep a Raspberry Pi's cores busy) running while both engines are
+timed; prints the contended medians, their ratio, and contended / quiet per engine, and which
+models miss issue 17's targets (quiet min ratio <= 1.0; contended median ratio <= 1.5; ours
+contended / quiet <= 3).
+
+``--rss``: also the peak RSS of a process that loads and runs each model (each runtime in its own
+process, VmHWM) -- the older table. Also measured: dispatch overhead per op on a model of many
+tiny ops, and the load time of a 100 MB artifact (``--no-micro`` skips both).
+
+The quiet table (README), then the contended one, on an otherwise idle machine:
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/compare.py --threads 1,2 --rounds 10
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/compare.py --threads 1,2 --rounds 10 \
+        --contention 2 --no-micro
+    python benchmarks/compare.py --families --threads 2 --rounds 2 --no-micro     # a quick look
+    python benchmarks/compare.py --models resnet50 --threads 2 --rss --json
 """
 from __future__ import annotations
 
@@ -24,40 +47,21 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
+from _common import (ROOT, blas_info, cpu_model, expand_models, load_line, max_rel_err,  # noqa: E402,F401
+                     model_inputs, model_path, ort_session, quiet_and_contended)
 
-DEFAULT_MODELS = ["resnet50", "squeezenet", "shufflenet", "inception_v1", "densenet121", "digits"]
+DEFAULT_MODELS = "core,families"
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "edge_infer_bench")
 
 
-def blas_info() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-        libs = [f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')}, {i.get('num_threads')} thr)"
-                for i in threadpool_info() if i.get("user_api") == "blas"]
-        return "; ".join(libs) or "unknown"
-    except ImportError:
-        return "threadpoolctl not installed"
-
-
 def model_file(name: str) -> str:
-    """An ONNX file for ``name``: a light zoo model with seeded weights, or the digits CNN."""
-    if name == "digits":
-        from edge_infer.data import digits_model_path
-        return digits_model_path()
-    import onnx
-    from onnx_models import light_model_path, randomize_light_model
-    os.makedirs(CACHE, exist_ok=True)
-    path = os.path.join(CACHE, f"{name}.onnx")
-    if not os.path.exists(path):
-        m = randomize_light_model(onnx.load(light_model_path(name)), seed=0)
-        onnx.save(m, path)
-    return path
+    """An ONNX file for ``name`` (_common.model_path; built models cached in ``CACHE``)."""
+    return model_path(name, CACHE)
 
 
 def input_feeds(onnx_path: str) -> dict:
+    """Seeded standard-normal feeds for every input of ``onnx_path`` (the RSS children)."""
     import onnx
     m = onnx.load(onnx_path, load_external_data=False)
     inits = {i.name for i in m.graph.initializer}
@@ -107,17 +111,6 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "Model", "Hardware")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run_child(kind, path, onnx_path, threads, runs, warmup) -> dict:
@@ -173,12 +166,97 @@ def artifact_load_time(mb: int = 100, repeats: int = 5) -> dict:
     return {"artifact_mb": size / 2**20, "load_ms": float(np.median(times) * 1e3)}
 
 
+def time_model(name: str, src: str, eim: str, threads: int, args) -> dict:
+    """Quiet (and contended) timings of the .eim against onnxruntime on ``src`` at ``threads``."""
+    from edge_infer import Runtime
+    in_name, xs = model_inputs(name, src, 1)
+    rt = Runtime(eim, backend=args.backend, threads=threads)
+    sess = ort_session(src, threads)
+    out0 = sess.get_outputs()[0].name
+    err = max_rel_err(rt.run({in_name: xs[0]})[out0], sess.run([out0], {in_name: xs[0]})[0])
+    engines = {"edge_infer": lambda x: rt.run({in_name: x}), "onnxruntime": lambda x: sess.run(None, {in_name: x})}
+    quiet, busy = quiet_and_contended(engines, xs[0], args.rounds, args.contention)
+    row = {"model": name, "threads": threads, "max_rel_err": err,
+           "quiet": {k: {"min_ms": v[0], "median_ms": v[1]} for k, v in quiet.items()},
+           "ratio_min": quiet["edge_infer"][0] / quiet["onnxruntime"][0],
+           "ratio_median": quiet["edge_infer"][1] / quiet["onnxruntime"][1]}
+    if busy:
+        row["contended"] = {k: {"min_ms": v[0], "median_ms": v[1], "vs_quiet": v[1] / quiet[k][1]}
+                            for k, v in busy.items()}
+        row["contended_ratio_median"] = busy["edge_infer"][1] / busy["onnxruntime"][1]
+    return row
+
+
+def misses_targets(r: dict) -> list:
+    """Issue 17's targets this row misses."""
+    out = []
+    if r["ratio_min"] > 1.0:
+        out.append(f"quiet {r['ratio_min']:.2f}x > 1.0x")
+    if "contended" in r:
+        if r["contended_ratio_median"] > 1.5:
+            out.append(f"contended {r['contended_ratio_median']:.2f}x > 1.5x")
+        if r["contended"]["edge_infer"]["vs_quiet"] > 3:
+            out.append(f"ours contended/quiet {r['contended']['edge_infer']['vs_quiet']:.1f}x > 3x")
+    return out
+
+
+def print_report(report: dict, args) -> None:
+    print(f"machine: {report['machine']}; python {report['python']}, numpy {report['numpy']}, "
+          f"onnxruntime {report['onnxruntime']}, edge_infer {report['edge_infer']}")
+    print(f"BLAS: {report['blas']}; {report['load_before']}")
+    print(f"batch 1, {args.rounds} interleaved rounds of 3 timed runs per engine, backend {args.backend}, "
+          f"opt level {args.opt_level}\n")
+    rows = [r for r in report["models"] if "error" not in r]
+    print("| model | threads | edge_infer min ms | median | onnxruntime min ms | median | ratio (min) | "
+          "ratio (median) | max rel err |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        e, o = r["quiet"]["edge_infer"], r["quiet"]["onnxruntime"]
+        print(f"| {r['model']} | {r['threads']} | {e['min_ms']:.2f} | {e['median_ms']:.2f} | {o['min_ms']:.2f} | "
+              f"{o['median_ms']:.2f} | {r['ratio_min']:.2f}x | {r['ratio_median']:.2f}x | {r['max_rel_err']:.1e} |")
+    for r in report["models"]:
+        if "error" in r:
+            print(f"\n{r['model']}: {r['error']}")
+    if args.contention:
+        print(f"\nunder contention: {args.contention} busy processes at nice 10\n")
+        print("| model | threads | edge_infer median ms | onnxruntime median ms | ratio | "
+              "edge_infer contended / quiet | onnxruntime contended / quiet |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            e, o = r["contended"]["edge_infer"], r["contended"]["onnxruntime"]
+            print(f"| {r['model']} | {r['threads']} | {e['median_ms']:.2f} | {o['median_ms']:.2f} | "
+                  f"{r['contended_ratio_median']:.2f}x | {e['vs_quiet']:.2f}x | {o['vs_quiet']:.2f}x |")
+    missed = [(r, m) for r in rows for m in [misses_targets(r)] if m]
+    print("\nissue 17 targets: " + ("all met" if not missed else "missed by"))
+    for r, m in missed:
+        print(f"- {r['model']}, {r['threads']} thread(s): {', '.join(m)}")
+    if report.get("rss"):
+        print("\n| model | edge_infer peak RSS MB | onnxruntime peak RSS MB | RSS ratio |")
+        print("|---|---:|---:|---:|")
+        for name, (e, o) in report["rss"].items():
+            if "error" in e or "error" in o:
+                print(f"| {name} | {e.get('error', '')} | {o.get('error', '')} | |")
+            else:
+                print(f"| {name} | {e['peak_rss_mb']:.0f} | {o['peak_rss_mb']:.0f} | "
+                      f"{e['peak_rss_mb'] / o['peak_rss_mb']:.2f}x |")
+    if "dispatch" in report:
+        d, ld = report["dispatch"], report["load"]
+        print(f"\ndispatch overhead: {d['us_per_op']:.2f} us/op ({d['ops']} tiny ops, {d['us_per_run']:.0f} us/run)")
+        print(f"artifact load: {ld['artifact_mb']:.0f} MB in {ld['load_ms']:.1f} ms")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--models", default=DEFAULT_MODELS, help="names and groups (core, families, zoo)")
+    ap.add_argument("--families", action="store_true", help="the model families only (--models families)")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--contention", type=int, default=0, metavar="N",
+                    help="a second pass with N busy nice-10 processes")
+    ap.add_argument("--rss", action="store_true", help="also peak RSS, each runtime in its own process")
+    ap.add_argument("--runs", type=int, default=20, help="runs of each --rss child")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up runs of each --rss child")
+    ap.add_argument("--no-micro", action="store_true", help="skip the dispatch and artifact-load measurements")
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--opt-level", type=int, default=3)
     ap.add_argument("--json", action="store_true")
@@ -190,51 +268,43 @@ def main(argv=None) -> int:
         return 0
 
     import edge_infer
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in [m for m in args.models.split(",") if m]:
-            src = model_file(name)
-            feeds = input_feeds(src)
-            eim = os.path.join(tmp, name + ".eim")
-            t0 = time.perf_counter()
-            edge_infer.convert(src, eim, input_shapes={k: v.shape for k, v in feeds.items()},
-                               opt_level=args.opt_level)
-            conv_s = time.perf_counter() - t0
-            ours = run_child(args.backend, eim, src, args.threads, args.runs, args.warmup)
-            ort = run_child("ort", src, src, args.threads, args.runs, args.warmup)
-            row = {"model": name, "convert_s": conv_s, "edge_infer": ours, "onnxruntime": ort}
-            if "error" not in ours and "error" not in ort:
-                row["latency_ratio"] = ours["median_ms"] / ort["median_ms"]
-                row["rss_ratio"] = ours["peak_rss_mb"] / ort["peak_rss_mb"]
-            rows.append(row)
-            if not args.json:
-                print(f"  measured {name}", file=sys.stderr)
+    threads = [int(t) for t in args.threads.split(",") if t]
     report = {
         "machine": f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores, "
                    f"{__import__('psutil').virtual_memory().total / 2**30:.0f} GiB",
-        "python": platform.python_version(), "numpy": np.__version__, "blas": blas_info(),
+        "python": platform.python_version(), "numpy": np.__version__,
         "onnxruntime": __import__("onnxruntime").__version__, "edge_infer": edge_infer.__version__,
-        "threads": args.threads, "runs": args.runs, "models": rows,
-        "dispatch": dispatch_overhead(), "load": artifact_load_time(),
+        "load_before": load_line(), "threads": threads, "rounds": args.rounds, "contention": args.contention,
+        "models": [], "rss": {},
     }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in expand_models("families" if args.families else args.models):
+            src = model_file(name)
+            in_name, xs = model_inputs(name, src, 1)
+            eim = os.path.join(tmp, name + ".eim")
+            t0 = time.perf_counter()
+            try:
+                edge_infer.convert(src, eim, input_shapes={in_name: xs[0].shape}, opt_level=args.opt_level)
+            except Exception as e:      # noqa: BLE001 (one model's failure is reported, not fatal)
+                report["models"].append({"model": name, "error": f"convert: {type(e).__name__}: {str(e)[:120]}"})
+                continue
+            conv_s = time.perf_counter() - t0
+            for t in threads:
+                row = time_model(name, src, eim, t, args)
+                row["convert_s"] = conv_s
+                report["models"].append(row)
+                if not args.json:
+                    print(f"  measured {name} at {t} thread(s)", file=sys.stderr)
+            if args.rss:
+                report["rss"][name] = [run_child(args.backend, eim, src, threads[-1], args.runs, args.warmup),
+                                       run_child("ort", src, src, threads[-1], args.runs, args.warmup)]
+    report["blas"] = blas_info()
+    if not args.no_micro:
+        report["dispatch"], report["load"] = dispatch_overhead(), artifact_load_time()
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0
-    print(f"machine: {report['machine']}; python {report['python']}, numpy {report['numpy']}, "
-          f"onnxruntime {report['onnxruntime']}; BLAS: {report['blas']}")
-    print(f"threads {args.threads}, batch 1, {args.runs} runs, backend {args.backend}, opt level {args.opt_level}\n")
-    print("| model | edge_infer ms | onnxruntime ms | ratio | edge_infer peak RSS MB | onnxruntime peak RSS MB | RSS ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        o, e = r["onnxruntime"], r["edge_infer"]
-        if "error" in o or "error" in e:
-            print(f"| {r['model']} | {e.get('error', '')} | {o.get('error', '')} | | | | |")
-            continue
-        print(f"| {r['model']} | {e['median_ms']:.2f} | {o['median_ms']:.2f} | {r['latency_ratio']:.2f}x | "
-              f"{e['peak_rss_mb']:.0f} | {o['peak_rss_mb']:.0f} | {r['rss_ratio']:.2f}x |")
-    d, l = report["dispatch"], report["load"]
-    print(f"\ndispatch overhead: {d['us_per_op']:.2f} us/op ({d['ops']} tiny ops, {d['us_per_run']:.0f} us/run)")
-    print(f"artifact load: {l['artifact_mb']:.0f} MB in {l['load_ms']:.1f} ms")
+    else:
+        print_report(report, args)
     return 0
 
 

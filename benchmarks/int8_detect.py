@@ -24,22 +24,15 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
+from _common import blas_info, load_line  # noqa: E402
 from edge_infer.convert import convert  # noqa: E402
 from edge_infer.data import yolo_shapes_model_path, yolo_shapes_scenes  # noqa: E402
 from edge_infer.quantize.metrics import detection_f1  # noqa: E402
 from edge_infer.runtime import Runtime  # noqa: E402
 
 SHAPE = {"images": [1, 3, 320, 320]}
-
-
-def blas() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-        return ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
-                         for i in threadpool_info() if i.get("user_api") == "blas") or "none found"
-    except ImportError:
-        return "threadpoolctl not installed"
 
 
 def outputs(path: str, x: np.ndarray) -> np.ndarray:
@@ -53,7 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calib", type=int, default=40)
     ap.add_argument("--budget", type=float, default=0.01)
     args = ap.parse_args(argv)
-    print(f"BLAS: {blas()}; load average {os.getloadavg()[0]:.1f}")
+    print(f"BLAS: {blas_info()}; {load_line()}")
     x, truth = yolo_shapes_scenes(args.eval)
     cal, _ = yolo_shapes_scenes(args.calib, start=100_000)
     calib = [cal[i:i + 1] for i in range(len(cal))]

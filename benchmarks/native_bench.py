@@ -1,24 +1,43 @@
 #!/usr/bin/env python3
-"""Native kernels: our int8 vs our fp32 vs onnxruntime (fp32 and its static int8 QDQ) vs LiteRT fp32.
+"""Native kernels: our int8 against every int8 and fp32 peer, on the same model, one run.
 
-One run, side by side, on a MobileNet-v2-class model (torchvision layout, ReLU6, batch 1,
-224x224, random He weights, built as ONNX here) and a ResNet-class model (onnx's light
-ResNet-50 with seeded random weights, tests/onnx_models.py). Every engine gets the same
-thread count; the engines are timed interleaved (one run each per round, so load from other
-processes hits them alike); min and median over the rounds are printed, with ratios against
-our int8.
+Engines (each at the same thread count, timed interleaved: per round a block of back-to-back
+runs per engine, the first of each block not counted, so load from other processes hits them
+alike; min and median printed with the ratios ours int8 / each engine, below 1 where ours is
+faster):
 
+* ours int8: the graph at opt level 3 quantized (edge_infer.quantize, minmax) on ``--calib``
+  seeded random inputs; how many kernels run natively is counted from the plan's notes;
 * ours fp32: the ONNX model converted at opt level 3 (NHWC), CPU backend;
-* ours int8: the same graph quantized (edge_infer.quantize, minmax on seeded random inputs);
-  which kernels ran natively is counted from the plan's notes;
 * onnxruntime fp32 (ORT_ENABLE_ALL) and onnxruntime static int8 QDQ
   (``onnxruntime.quantization.quantize_static``, per-channel int8 weights, int8 activations,
   the same calibration inputs);
-* LiteRT (ai-edge-litert, XNNPACK) fp32 on ``edge_infer.export_tflite`` of our fp32 graph
-  ("n/a" when the exporter or the interpreter is missing, or the export fails).
+* LiteRT fp32 (ai-edge-litert, XNNPACK) on ``edge_infer.export_tflite`` of our fp32 graph;
+* LiteRT int8 (XNNPACK): the strongest int8 peer on Arm and x86 edge CPUs, run on our own int8
+  ``.tflite`` export of the same int8 model (``edge-infer export --format tflite``), so both run
+  the same scales and zero points ("n/a" with the reason when the exporter or the interpreter is
+  missing, or the export fails).
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/native_bench.py [--threads 2]
-        [--rounds 15] [--models mobilenetv2,resnet50]
+Models (benchmarks/_common.py names and groups): ``mobilenetv2`` (built here, standard-normal
+inputs), ``resnet50`` (onnx's light model, seeded weights), and the families users deploy
+(``families``: MobileNetV3-small 224 and the 48x192 text-direction classifier, DB text detector
+640x640, YOLOv8n 320 and 640; tests/family_models.py), whose calibration and timed inputs are
+random pixels in their preprocessing recipe's range (YOLO [0, 1], ImageNet mean/std, [-1, 1]).
+Before timing, every int8 engine is scored against our fp32 on ``--score`` held-out random
+inputs with the task metric of the int8 accuracy report (classification top-1 agreement,
+detection F1, map IoU): a check that the engines run the same model, not an accuracy figure
+(random weights; the trained YOLO fixture's accuracy is benchmarks/int8_detect.py's).
+
+``--contention N``: a second pass with N busy processes at nice 10 (as a camera pipeline keeps
+a Raspberry Pi busy), reporting contended min / median, contended / quiet per engine.
+
+Quiet table, then contended, on an otherwise idle machine:
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/native_bench.py --threads 1,2 --rounds 10 \\
+        --models mobilenetv2,resnet50,families
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/native_bench.py --threads 1,2 --rounds 10 \\
+        --models mobilenetv2,resnet50,families --contention 2
+    python benchmarks/native_bench.py --models mnv3_textdir --rounds 2        # a quick look
 """
 from __future__ import annotations
 
@@ -27,104 +46,18 @@ import os
 import platform
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-
-
-def mobilenet_v2_onnx(path: str, hw: int = 224) -> None:
-    """MobileNet-v2 1.0 as an ONNX file: conv+BN folded into biased convs, Clip(0, 6)."""
-    import onnx
-    from onnx import helper, numpy_helper
-    rng = np.random.default_rng(0)
-    nodes, inits = [], []
-    state = {"t": "input", "c": 3, "i": 0}
-    inits += [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
-              numpy_helper.from_array(np.array(6.0, np.float32), "six")]
-
-    def conv(cin, cout, k, s, group=1, act=True):
-        i = state["i"] = state["i"] + 1
-        w = rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / (cin // group * k * k))
-        inits.append(numpy_helper.from_array(w.astype(np.float32), f"w{i}"))
-        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.01).astype(np.float32), f"b{i}"))
-        out = f"c{i}"
-        nodes.append(helper.make_node("Conv", [state["t"], f"w{i}", f"b{i}"], [out], kernel_shape=[k, k],
-                                      strides=[s, s], pads=[k // 2] * 4, group=group))
-        if act:
-            nodes.append(helper.make_node("Clip", [out, "zero", "six"], [out + "_r"]))
-            out += "_r"
-        state["t"], state["c"] = out, cout
-
-    conv(3, 32, 3, 2)
-    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                       (6, 160, 3, 2), (6, 320, 1, 1)]:
-        for j in range(n):
-            cin, src = state["c"], state["t"]
-            if t != 1:
-                conv(cin, cin * t, 1, 1)
-            conv(cin * t, cin * t, 3, s if j == 0 else 1, group=cin * t)
-            conv(cin * t, c, 1, 1, act=False)
-            if (s if j == 0 else 1) == 1 and cin == c:
-                nodes.append(helper.make_node("Add", [src, state["t"]], [f"add{state['i']}"]))
-                state["t"] = f"add{state['i']}"
-    conv(state["c"], 1280, 1, 1)
-    nodes += [helper.make_node("GlobalAveragePool", [state["t"]], ["gap"]),
-              helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
-              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
-    inits += [numpy_helper.from_array((rng.standard_normal((1000, 1280)) * 0.03).astype(np.float32), "fc_w"),
-              numpy_helper.from_array(np.zeros(1000, np.float32), "fc_b")]
-    graph = helper.make_graph(nodes, "mobilenet_v2", [helper.make_tensor_value_info("input", 1, [1, 3, hw, hw])],
-                              [helper.make_tensor_value_info("logits", 1, [1, 1000])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-
-
-def model_path(name: str, tmp: str) -> str:
-    if name == "mobilenetv2":
-        path = os.path.join(tmp, "mobilenet_v2.onnx")
-        mobilenet_v2_onnx(path)
-        return path
-    from onnx_models import randomized_light_model_path
-    return randomized_light_model_path(name, seed=0)
-
-
-def blas_info() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-        return "; ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('threading_layer', '')}, "
-                         f"{i.get('num_threads')} threads, {i.get('architecture', '')})"
-                         for i in threadpool_info() if i.get("user_api") == "blas") or "none found"
-    except ImportError:
-        return "threadpoolctl missing"
-
-
-def input_feeds(onnx_path: str, n: int):
-    import onnx
-    m = onnx.load(onnx_path)
-    inits = {i.name for i in m.graph.initializer}
-    inp = [i for i in m.graph.input if i.name not in inits][0]
-    shape = tuple(d.dim_value or 1 for d in inp.type.tensor_type.shape.dim)
-    rng = np.random.default_rng(1)
-    return inp.name, [rng.standard_normal(shape).astype(np.float32) for _ in range(n)]
-
-
-def ort_session(path: str, threads: int):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+sys.path.insert(0, HERE)
+import _common as C  # noqa: E402
 
 
 def ort_int8(path: str, out: str, name: str, cal) -> str:
+    import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    onnxruntime.set_default_logger_severity(3)      # its pre-processing warns about unused initializers
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Reader(CalibrationDataReader):
@@ -151,7 +84,10 @@ def ort_int8(path: str, out: str, name: str, cal) -> str:
 
 
 def litert_runner(graph, threads: int):
-    """(callable(x), why-not) for LiteRT fp32 on our exporter's TFLite of ``graph``."""
+    """(callable(x), note) for LiteRT (XNNPACK) on our exporter's TFLite of ``graph`` (fp32 or
+    int8: an int8 graph exports with QUANTIZE / DEQUANTIZE at its float boundaries); the note
+    says how many XNNPACK partitions the delegate made (more than one: some ops run in LiteRT's
+    own kernels between them), or why there is no callable."""
     try:
         from edge_infer.export_tflite import export_tflite
     except ImportError as e:
@@ -164,118 +100,146 @@ def litert_runner(graph, threads: int):
         data = export_tflite(graph)
         it = Interpreter(model_content=data, num_threads=threads)
         it.allocate_tensors()
-    except Exception as e:  # an op the exporter does not cover, etc.
-        return None, f"export failed: {type(e).__name__}: {str(e)[:80]}"
+    except Exception as e:  # noqa: BLE001 (an op the exporter does not cover, etc.)
+        return None, f"export failed: {type(e).__name__}: {str(e)[:100]}"
     inp = it.get_input_details()[0]
     out = it.get_output_details()[0]
+    try:
+        parts = sum(o["op_name"] == "DELEGATE" for o in it._get_ops_details())
+        note = f"{parts} XNNPACK partition(s)"
+    except Exception:  # noqa: BLE001 (a private API: informative only)
+        note = ""
 
     def run(x):
         xi = x if tuple(inp["shape"]) == x.shape else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         it.set_tensor(inp["index"], xi)
         it.invoke()
         return it.get_tensor(out["index"])
-    return run, ""
+    return run, note
 
 
-def interleaved(engines, feed, rounds: int, warmup: int = 2, block: int = 4):
-    """{name: (min ms, median ms)} timing ``engines`` {name: fn(x)}: per round, each engine runs
-    ``block`` times back to back and the first run of each block is not counted. Engines whose
-    thread pools spin after a run (onnxruntime, XNNPACK, OpenBLAS, ours) would otherwise be
-    timed while the previous engine's threads still hold the cores; load from other processes
-    still hits every engine alike."""
-    for _ in range(warmup):
-        for fn in engines.values():
-            fn(feed)
-    ts = {k: [] for k in engines}
-    for _ in range(rounds):
-        for k, fn in engines.items():
-            for i in range(block):
-                t0 = time.perf_counter()
-                fn(feed)
-                if i:
-                    ts[k].append(time.perf_counter() - t0)
-    return {k: (min(v) * 1e3, float(np.median(v)) * 1e3) for k, v in ts.items()}
+def int8_scores(task: str, fp32, candidates: dict, xs) -> str:
+    """'name score' for each candidate {name: fn(x) -> first output} against ``fp32`` on ``xs``."""
+    from edge_infer.quantize.metrics import METRIC_NAMES, task_score
+    refs = [np.asarray(fp32(x)) for x in xs]
+    ref = {"y": np.concatenate(refs)}
+    parts = []
+    for k, fn in candidates.items():
+        try:
+            got = {"y": np.concatenate([np.asarray(fn(x)).reshape(r.shape) for x, r in zip(xs, refs)])}
+            parts.append(f"{k} {task_score(task, ref, got, ['y']):.3f}")
+        except Exception as e:  # noqa: BLE001 (a layout the metric cannot read)
+            parts.append(f"{k} n/a ({type(e).__name__})")
+    return (f"{task} score vs ours fp32 on {len(xs)} random inputs ({METRIC_NAMES[task].split('1 - ')[-1]}): "
+            + ", ".join(parts))
 
 
-def bench_model(name: str, threads: int, rounds: int, tmp: str) -> None:
-    from edge_infer.frontends import load_model
+def build_engines(name: str, threads: int, n_calib: int, n_score: int, tmp: str):
+    """({engine: fn(x)}, timed input, info lines) for model ``name`` at ``threads``."""
     from edge_infer.convert import optimize_verified
+    from edge_infer.frontends import load_model
     from edge_infer.quantize import quantize_model
+    from edge_infer.quantize.metrics import guess_task
     from edge_infer.runtime import Runtime
-    path = model_path(name, tmp)
-    in_name, xs = input_feeds(path, 5)
-    cal, feed = xs[:4], xs[4]
+    path = C.model_path(name, tmp)
+    in_name, xs = C.model_inputs(name, path, n_calib + max(1, n_score))
+    cal, held = xs[:n_calib], xs[n_calib:]
     g = load_model(path)
     g.validate()
     g3, _ = optimize_verified(g, 3, samples=1)
     q, _ = quantize_model(g3, [{in_name: x} for x in cal])
     ours32 = Runtime(g3, backend="cpu", threads=threads)
     ours8 = Runtime(q, backend="cpu", threads=threads)
-    plan = ours8.plan({in_name: feed.shape})
+    plan = ours8.plan({in_name: held[0].shape})
     n_native = sum("native" in v for v in plan.notes.values())
     n_int8 = sum(1 for nd in q.nodes if q.tensors[nd.outputs[0]].dtype == "int8")
-    engines = {"ours int8": lambda x: ours8.run({in_name: x}),
-               "ours fp32": lambda x: ours32.run({in_name: x})}
+    out_name = g3.outputs[0]
+    engines = {"ours int8": lambda x: ours8.run({in_name: x})[out_name],
+               "ours fp32": lambda x: ours32.run({in_name: x})[out_name]}
     notes = []
     try:
-        s32 = ort_session(path, threads)
-        engines["onnxruntime fp32"] = lambda x: s32.run(None, {in_name: x})
+        s32 = C.ort_session(path, threads)
+        engines["onnxruntime fp32"] = lambda x: s32.run(None, {in_name: x})[0]
         try:
-            s8 = ort_session(ort_int8(path, os.path.join(tmp, name + "_qdq.onnx"), in_name, cal), threads)
-            engines["onnxruntime int8 QDQ"] = lambda x: s8.run(None, {in_name: x})
-        except Exception as e:
+            s8 = C.ort_session(ort_int8(path, os.path.join(tmp, name + "_qdq.onnx"), in_name, cal), threads)
+            engines["onnxruntime int8 QDQ"] = lambda x: s8.run(None, {in_name: x})[0]
+        except Exception as e:  # noqa: BLE001
             notes.append(f"onnxruntime int8: n/a ({type(e).__name__}: {str(e)[:80]})")
     except ImportError:
         notes.append("onnxruntime: n/a (not installed)")
-    lite, why = litert_runner(g3, threads)
-    if lite is not None:
-        engines["LiteRT fp32 (XNNPACK)"] = lite
-    else:
-        notes.append(f"LiteRT fp32: n/a ({why})")
-    # agreement: int8 top-1 vs fp32, before timing
-    ref = ours32.run({in_name: feed})
-    out_name = list(ref)[0]
-    agree = int(np.argmax(ours8.run({in_name: feed})[out_name]) == np.argmax(ref[out_name]))
-    res = interleaved(engines, feed, rounds)
-    base = res["ours int8"][0]
-    print(f"\n### {name} (batch 1, {threads} thread(s), {rounds} interleaved rounds of 3 timed runs per engine)\n")
-    print(f"int8 plan: {n_native} of {len(plan.notes)} ops native, {n_int8} int8 nodes; top-1 int8 == fp32: "
-          f"{bool(agree)}\n")
-    print("| engine | min ms | median ms | min / ours int8 |")
-    print("|---|---|---|---|")
-    for k, (mn, md) in res.items():
-        print(f"| {k} | {mn:.2f} | {md:.2f} | {mn / base:.2f}x |")
-    for n in notes:
-        print(f"\n{n}")
-    r = res["ours fp32"][0] / base
-    print(f"\nours int8 is {r:.2f}x faster than ours fp32 (target >= 1.8x; issue 4: int8 <= 1.2x fp32 latency)")
+    for label, graph in (("LiteRT fp32 (XNNPACK)", g3), ("LiteRT int8 (XNNPACK)", q)):
+        run, note = litert_runner(graph, threads)
+        if run is not None:
+            engines[label] = run
+        notes.append(f"{label}: {note}" if run is not None else f"{label}: n/a ({note})")
+    int8_engines = {k: v for k, v in engines.items() if "int8" in k}
+    info = [f"int8 plan: {n_native} of {len(plan.notes)} ops native, {n_int8} int8 nodes",
+            int8_scores(guess_task(g3), engines["ours fp32"], int8_engines, held)] + notes
+    return engines, held[0], info
+
+
+def target_misses(quiet, busy) -> list:
+    """Issue 18's int8 targets (and issue 17's contended ones) this model misses."""
+    o8 = quiet["ours int8"][0]
+    out = []
+    if o8 > 0.5 * quiet["ours fp32"][0]:
+        out.append(f"int8 only {quiet['ours fp32'][0] / o8:.2f}x faster than ours fp32 (target 2x)")
+    for peer in ("onnxruntime fp32", "LiteRT int8 (XNNPACK)"):
+        if peer in quiet and o8 > quiet[peer][0]:
+            out.append(f"slower than {peer} ({o8 / quiet[peer][0]:.2f}x)")
+    if busy:
+        b8 = busy["ours int8"][1]
+        if "onnxruntime int8 QDQ" in busy and b8 > 1.5 * busy["onnxruntime int8 QDQ"][1]:
+            out.append(f"contended {b8 / busy['onnxruntime int8 QDQ'][1]:.2f}x onnxruntime int8 (target 1.5x)")
+        if b8 > 3 * quiet["ours int8"][1]:
+            out.append(f"contended {b8 / quiet['ours int8'][1]:.1f}x own quiet (target 3x)")
+    return out
+
+
+def bench_model(name: str, threads: int, args, tmp: str) -> None:
+    engines, feed, info = build_engines(name, threads, args.calib, args.score, tmp)
+    quiet, busy = C.quiet_and_contended(engines, feed, args.rounds, args.contention)
+    print(f"\n### {name} (batch 1, {threads} thread(s), {args.rounds} interleaved rounds of 3 timed runs "
+          f"per engine)\n")
+    print("\n".join(info) + "\n")
+    print("\n".join(C.timing_table(quiet, busy, args.contention, base="ours int8")))
+    miss = target_misses(quiet, busy)
+    print("\nint8 targets: " + ("met" if not miss else "missed"))
+    for m in miss:
+        print(f"- {m}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=1,
-                    help="threads per engine (default 1: on a shared, loaded 2-core machine more threads "
-                         "measure the scheduler)")
+    ap.add_argument("--threads", default="1",
+                    help="comma-separated threads per engine (default 1: on a shared, loaded 2-core machine "
+                         "more threads measure the scheduler)")
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--models", default="mobilenetv2,resnet50")
+    ap.add_argument("--models", default="mobilenetv2,resnet50", help="names and groups (core, families, zoo)")
+    ap.add_argument("--calib", type=int, default=4, help="seeded random calibration samples")
+    ap.add_argument("--score", type=int, default=8, help="held-out samples int8 is scored on against fp32")
+    ap.add_argument("--contention", type=int, default=0, metavar="N",
+                    help="a second pass with N busy nice-10 processes")
     args = ap.parse_args(argv)
     from edge_infer.backends.cpu import native
     from edge_infer.backends.cpu.native import kernels as nk
     ok, why = native.available()
     print(f"# native kernels: {'loaded' if ok else 'NOT loaded: ' + why}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; ISA features: "
+    print(f"machine: {C.cpu_model()}, {platform.machine()}, {os.cpu_count()} CPUs; ISA features: "
           f"{', '.join(k for k, v in native.features().items() if v) or 'none'}; int8 GEMM micro-kernel: "
           f"{nk.kind_name() if ok else 'n/a'}")
-    print(f"BLAS: {blas_info()}")
-    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, threads per engine: {args.threads}")
-    try:
-        import onnxruntime
-        print(f"onnxruntime {onnxruntime.__version__}")
-    except ImportError:
-        pass
+    print(f"BLAS: {C.blas_info()}; {C.load_line()}")
+    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    for mod in ("onnxruntime", "ai_edge_litert"):
+        try:
+            m = __import__(mod)
+            print(f"{mod} {getattr(m, '__version__', '?')}")
+        except ImportError:
+            pass
     with tempfile.TemporaryDirectory() as tmp:
-        for name in [m for m in args.models.split(",") if m]:
-            bench_model(name, args.threads, args.rounds, tmp)
+        for name in C.expand_models(args.models):
+            for t in [int(v) for v in args.threads.split(",") if v]:
+                bench_model(name, t, args, tmp)
     return 0
 
 
