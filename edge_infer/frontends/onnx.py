@@ -489,7 +489,13 @@ class _Converter:
         if self.unsupported:
             counts = self.unsupported
             items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-            raise UnsupportedOpError("unsupported ops: " + ", ".join(f"{op} ({n})" for op, n in items))
+            hint = ""
+            if any(op.startswith("com.microsoft.") for op in counts):
+                # onnxruntime's transformer optimizer writes these fused forms; the exported
+                # model (MatMul/Softmax chains, LayerNormalization) converts as it is
+                hint = ("; com.microsoft ops are onnxruntime contrib ops (its transformer optimizer's "
+                        "fused forms): convert the model as exported, before that optimization")
+            raise UnsupportedOpError("unsupported ops: " + ", ".join(f"{op} ({n})" for op, n in items) + hint)
         self._add_initializers()
         self._add_inputs()
         self._add_outputs()
@@ -957,6 +963,8 @@ NORMALIZERS: Dict[str, Normalizer] = {
     "CastLike": _norm_castlike,
 }
 NORMALIZERS.update({op: _norm_reduce for op in REDUCE_AXES_INPUT})
+from .onnx_sequence import NORMALIZERS as _SEQUENCE_NORMALIZERS  # noqa: E402
+NORMALIZERS.update(_SEQUENCE_NORMALIZERS)
 
 
 # -- input shape pinning ---------------------------------------------------------

@@ -1,0 +1,358 @@
+"""Recurrent kernels: LSTM, GRU and RNN with every ONNX attribute.
+
+Prepare transposes and splits the weights once (``x @ W^T`` becomes ``x @ WT`` with WT
+contiguous; GRU's recurrent weights split into the z/r block and the h block, biases
+pre-summed where the equations add them anyway) and plans every buffer: the input
+projection of all time steps (one GEMM per direction), the gate block, the state, and
+a view per time step of the outputs. A step then only runs ufuncs into those buffers.
+Weights that are computed, not constants (ONNX's node tests feed them as inputs), are
+packed at the start of each run instead.
+
+``sequence_lens``: a batch row past its length keeps its state and writes zeros to Y, so
+Y_h / Y_c are the last valid states (the reverse direction starts at each row's own
+end), as onnxruntime does. ``activation_alpha`` / ``activation_beta`` are consumed in
+the order of the activation list, each by the activations that take one (as
+onnxruntime does); missing ones take onnxruntime's defaults.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+import numpy as np
+
+from ....errors import InputError
+from ....ir import Node
+from ....ir.shape_rules_seq import RNN_GATES, rnn_dims
+from ....ops.sequence import DEFAULT_ACTIVATIONS, RNN_ACTIVATIONS
+from ..registry import kernel
+from .conv import view_as
+
+#: (alpha, beta) an activation takes when the attribute lists run out (onnxruntime's values)
+DEFAULT_PARAMS = {"LeakyRelu": (0.01, 0.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0, 0.0),
+                  "ThresholdedRelu": (0.0, 0.0), "Affine": (0.0, 0.0), "ScaledTanh": (0.0, 0.0)}
+
+Act = Callable[[np.ndarray, np.ndarray], None]
+
+
+def _sigmoid(a, t):
+    # 0.5 * tanh(x / 2) + 0.5: no overflow for large |x|
+    np.multiply(a, 0.5, out=a)
+    np.tanh(a, out=a)
+    np.multiply(a, 0.5, out=a)
+    np.add(a, 0.5, out=a)
+
+
+def _softplus(a, t):
+    np.abs(a, out=t)                     # log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
+    np.negative(t, out=t)
+    np.exp(t, out=t)
+    np.log1p(t, out=t)
+    np.maximum(a, 0, out=a)
+    np.add(a, t, out=a)
+
+
+def _softsign(a, t):
+    np.abs(a, out=t)
+    np.add(t, 1, out=t)
+    np.divide(a, t, out=a)
+
+
+def activation(name: str, alpha: float, beta: float) -> Act:
+    """``name`` as an in-place function of (values, scratch of the same shape)."""
+    if name == "Relu":
+        return lambda a, t: np.maximum(a, 0, out=a)
+    if name == "Tanh":
+        return lambda a, t: np.tanh(a, out=a)
+    if name == "Sigmoid":
+        return _sigmoid
+    if name == "Softsign":
+        return _softsign
+    if name == "Softplus":
+        return _softplus
+    if name == "Affine":
+        return lambda a, t: (np.multiply(a, alpha, out=a), np.add(a, beta, out=a))
+    if name == "ScaledTanh":
+        return lambda a, t: (np.multiply(a, beta, out=a), np.tanh(a, out=a), np.multiply(a, alpha, out=a))
+    if name == "HardSigmoid":
+        return lambda a, t: (np.multiply(a, alpha, out=a), np.add(a, beta, out=a), np.clip(a, 0, 1, out=a))
+    if name == "LeakyRelu":
+        return lambda a, t: (np.minimum(a, 0, out=t), np.multiply(t, alpha - 1.0, out=t),
+                             np.add(a, t, out=a))
+    if name == "ThresholdedRelu":
+        return lambda a, t: (np.greater(a, alpha, out=t, casting="unsafe"), np.multiply(a, t, out=a))
+    if name == "Elu":
+        return lambda a, t: (np.minimum(a, 0, out=t), np.expm1(t, out=t), np.multiply(t, alpha, out=t),
+                             np.maximum(a, 0, out=a), np.add(a, t, out=a))
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def activations(node: Node, nd: int) -> List[List[Act]]:
+    """Per direction, the op's activation functions with their alpha/beta bound."""
+    names = node.attrs.get("activations") or DEFAULT_ACTIVATIONS[node.op] * nd
+    alphas = list(node.attrs.get("activation_alpha") or [])
+    betas = list(node.attrs.get("activation_beta") or [])
+    fns = []
+    for name in names:
+        uses_alpha, uses_beta = RNN_ACTIVATIONS[name]
+        alpha, beta = DEFAULT_PARAMS.get(name, (0.0, 0.0))
+        if uses_alpha and alphas:
+            alpha = float(alphas.pop(0))
+        if uses_beta and betas:
+            beta = float(betas.pop(0))
+        fns.append(activation(name, alpha, beta))
+    per = len(names) // nd
+    return [fns[d * per:(d + 1) * per] for d in range(nd)]
+
+
+def _opt(node: Node, i: int) -> str:
+    return node.inputs[i] if len(node.inputs) > i else ""
+
+
+def _opt_out(node: Node, i: int) -> str:
+    return node.outputs[i] if len(node.outputs) > i else ""
+
+
+def _clipper(clip: Optional[float]) -> Callable[[np.ndarray], None]:
+    if clip is None:
+        return lambda a: None
+    return lambda a: np.clip(a, -clip, clip, out=a)
+
+
+def _time_views(arr: Optional[np.ndarray], layout: int, seq: int, d: int) -> list:
+    """Per time step, the (batch, H) slice of direction ``d`` of Y (None when Y is absent)."""
+    if arr is None:
+        return [None] * seq
+    return [arr[:, t, d] if layout else arr[t, d] for t in range(seq)]
+
+
+def _state_view(arr: Optional[np.ndarray], layout: int, d: int):
+    if arr is None:
+        return None
+    return arr[:, d] if layout else arr[d]
+
+
+@kernel("LSTM", "GRU", "RNN")
+def recurrent(node: Node, ctx) -> Callable[[], None]:
+    op = node.op
+    x = ctx.value(node.inputs[0])
+    dt = x.dtype
+    layout = int(node.attrs.get("layout", 0))
+    seq, batch, nd, hidden = (int(v) for v in rnn_dims(node, x.shape, ctx.value(node.inputs[2]).shape))
+    gates = RNN_GATES[op]
+    gh = gates * hidden
+    n_in = x.shape[2]
+    direction = node.attrs.get("direction", "forward")
+    orders = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+    acts = activations(node, nd)
+    clip = node.attrs.get("clip")
+    clip_fn = _clipper(None if clip is None else float(clip))
+    lbr = int(node.attrs.get("linear_before_reset", 0)) if op == "GRU" else 0
+    input_forget = int(node.attrs.get("input_forget", 0)) if op == "LSTM" else 0
+
+    w, r = ctx.value(node.inputs[1]), ctx.value(node.inputs[2])
+    b = ctx.value(_opt(node, 3))
+    lens = ctx.value(_opt(node, 4))
+    h0 = ctx.value(_opt(node, 5))
+    c0 = ctx.value(_opt(node, 6)) if op == "LSTM" else None
+    p = ctx.value(_opt(node, 7)) if op == "LSTM" else None
+    y = ctx.value(_opt_out(node, 0))
+    y_h = ctx.value(_opt_out(node, 1))
+    y_c = ctx.value(_opt_out(node, 2)) if op == "LSTM" else None
+
+    # -- packed weights: x @ WT, h @ RT; biases summed where the equations add both
+    wt = ctx.workspace((nd, n_in, gh), dt)
+    if op == "GRU":
+        rt = ctx.workspace((nd, hidden, 2 * hidden), dt)      # z, r
+        rt_h = ctx.workspace((nd, hidden, hidden), dt)
+        rb_h = ctx.workspace((nd, hidden), dt)                # linear_before_reset: Rbh apart
+    else:
+        rt = ctx.workspace((nd, hidden, gh), dt)
+    bias = ctx.workspace((nd, gh), dt)
+    peep = ctx.workspace((nd, 3, hidden), dt) if p is not None else None
+
+    def pack():
+        np.copyto(wt, w.transpose(0, 2, 1), casting="unsafe")
+        if op == "GRU":
+            np.copyto(rt, r[:, :2 * hidden].transpose(0, 2, 1), casting="unsafe")
+            np.copyto(rt_h, r[:, 2 * hidden:].transpose(0, 2, 1), casting="unsafe")
+        else:
+            np.copyto(rt, r.transpose(0, 2, 1), casting="unsafe")
+        if b is None:
+            bias.fill(0)
+        else:
+            np.add(b[:, :gh], b[:, gh:], out=bias, casting="unsafe")
+        if op == "GRU":
+            rb_h.fill(0)
+            if b is not None and lbr:          # Rbh goes inside r * (h @ Rh^T + Rbh)
+                np.copyto(bias[:, 2 * hidden:], b[:, 2 * hidden:gh], casting="unsafe")
+                np.copyto(rb_h, b[:, gh + 2 * hidden:], casting="unsafe")
+        if peep is not None:
+            np.copyto(peep, p.reshape(nd, 3, hidden), casting="unsafe")
+
+    weights = [w, r, b, p]
+    const_weights = all(v is None or v is ctx.const(n) for v, n in
+                        zip(weights, (node.inputs[1], node.inputs[2], _opt(node, 3), _opt(node, 7))))
+    if const_weights:
+        pack()
+
+    # -- per-run buffers
+    rows = seq * batch
+    xp = ctx.workspace((rows, gh), dt)
+    x2 = view_as(x, (rows, n_in))
+    xp3 = view_as(xp, (batch, seq, gh) if layout else (seq, batch, gh))
+    xp_t = [xp3[:, t] if layout else xp3[t] for t in range(seq)]
+    h = ctx.workspace((batch, hidden), dt)
+    c = ctx.workspace((batch, hidden), dt) if op == "LSTM" else None
+    g = ctx.workspace((batch, gh), dt)
+    tmp = ctx.workspace((batch, gh), dt)
+    hsave = ctx.workspace((batch, hidden), dt) if lens is not None else None
+    csave = ctx.workspace((batch, hidden), dt) if lens is not None and c is not None else None
+    inactive = ctx.workspace((seq, batch, 1), np.bool_) if lens is not None else None
+    any_inactive = ctx.workspace((seq,), np.bool_) if lens is not None else None
+    steps_col = np.arange(seq, dtype=np.int64).reshape(seq, 1, 1)
+
+    def masks():
+        if lens is None:
+            return
+        if lens.size and (lens.min() < 0 or lens.max() > seq):
+            raise InputError(f"node {node.name!r} ({op}): sequence_lens outside [0, {seq}]")
+        np.greater_equal(steps_col, lens.reshape(1, batch, 1), out=inactive)
+        np.any(inactive, axis=(1, 2), out=any_inactive)
+
+    lens_const = lens is not None and ctx.const(_opt(node, 4)) is not None
+    if lens_const:
+        masks()
+
+    step = {"LSTM": _lstm_step, "GRU": _gru_step, "RNN": _rnn_step}[op]
+    dirs = []
+    for d, backwards in enumerate(orders):
+        fns = acts[d]
+        views = dict(h=h, c=c, g=g, tmp=tmp, hidden=hidden, clip=clip_fn, fns=fns,
+                     rt=rt[d], rt_h=rt_h[d] if op == "GRU" else None,
+                     rb_h=rb_h[d] if op == "GRU" else None, lbr=lbr, input_forget=input_forget,
+                     peep=None if peep is None else peep[d])
+        one = step(**views)
+        ys = _time_views(y, layout, seq, d)
+        order = list(range(seq))[::-1] if backwards else list(range(seq))
+        dirs.append((d, one, ys, order, _state_view(h0, layout, d),
+                     _state_view(c0, layout, d), _state_view(y_h, layout, d), _state_view(y_c, layout, d)))
+
+    def run():
+        if not const_weights:
+            pack()
+        if lens is not None and not lens_const:
+            masks()
+        for d, one, ys, order, h_init, c_init, h_out, c_out in dirs:
+            np.matmul(x2, wt[d], out=xp)
+            np.add(xp, bias[d], out=xp)
+            if h_init is None:
+                h.fill(0)
+            else:
+                np.copyto(h, h_init)
+            if c is not None:
+                if c_init is None:
+                    c.fill(0)
+                else:
+                    np.copyto(c, c_init)
+            for t in order:
+                masked = lens is not None and any_inactive[t]
+                if masked:
+                    np.copyto(hsave, h)
+                    if c is not None:
+                        np.copyto(csave, c)
+                one(xp_t[t])
+                if masked:
+                    np.copyto(h, hsave, where=inactive[t])
+                    if c is not None:
+                        np.copyto(c, csave, where=inactive[t])
+                if ys[t] is not None:
+                    np.copyto(ys[t], h)
+                    if masked:
+                        np.copyto(ys[t], 0, where=inactive[t])
+            if h_out is not None:
+                np.copyto(h_out, h)
+            if c_out is not None:
+                np.copyto(c_out, c)
+    ctx.note(node, f"{direction} {op}, {seq} steps x batch {batch}, hidden {hidden}; "
+                   f"input projection one GEMM per direction")
+    return run
+
+
+def _lstm_step(h, c, g, tmp, hidden, clip, fns, rt, peep, input_forget, **_):
+    """One LSTM step: gates i, o, f, c (ONNX's order) in ``g``."""
+    H = hidden
+    f_act, g_act, h_act = fns
+    gi, go, gf, gc = g[:, :H], g[:, H:2 * H], g[:, 2 * H:3 * H], g[:, 3 * H:]
+    t1, t2 = tmp[:, :H], tmp[:, H:2 * H]
+    pi, po, pf = (None, None, None) if peep is None else (peep[0], peep[1], peep[2])
+
+    def one(xp):
+        np.matmul(h, rt, out=g)
+        np.add(g, xp, out=g)
+        if peep is not None:
+            np.multiply(c, pi, out=t1)
+            np.add(gi, t1, out=gi)
+            np.multiply(c, pf, out=t1)
+            np.add(gf, t1, out=gf)
+        clip(gi)
+        clip(gf)
+        clip(gc)
+        f_act(gi, t1)
+        if input_forget:
+            np.subtract(1, gi, out=gf)
+        else:
+            f_act(gf, t1)
+        g_act(gc, t1)
+        np.multiply(gf, c, out=c)
+        np.multiply(gi, gc, out=t1)
+        np.add(c, t1, out=c)
+        if peep is not None:
+            np.multiply(c, po, out=t1)
+            np.add(go, t1, out=go)
+        clip(go)
+        f_act(go, t1)
+        np.copyto(t2, c)
+        h_act(t2, t1)
+        np.multiply(go, t2, out=h)
+    return one
+
+
+def _gru_step(h, g, tmp, hidden, clip, fns, rt, rt_h, rb_h, lbr, **_):
+    """One GRU step: z and r in ``g[:, :2H]``, the candidate in ``g[:, 2H:]``."""
+    H = hidden
+    f_act, g_act = fns
+    zr, z, rr, hh = g[:, :2 * H], g[:, :H], g[:, H:2 * H], g[:, 2 * H:]
+    t_zr, t1 = tmp[:, :2 * H], tmp[:, 2 * H:]
+
+    def one(xp):
+        np.matmul(h, rt, out=zr)
+        np.add(zr, xp[:, :2 * H], out=zr)
+        clip(zr)
+        f_act(zr, t_zr)
+        if lbr:
+            np.matmul(h, rt_h, out=hh)
+            np.add(hh, rb_h, out=hh)
+            np.multiply(hh, rr, out=hh)
+        else:
+            np.multiply(rr, h, out=t1)
+            np.matmul(t1, rt_h, out=hh)
+        np.add(hh, xp[:, 2 * H:], out=hh)
+        clip(hh)
+        g_act(hh, t1)
+        np.subtract(h, hh, out=t1)        # h' = hh + z * (h - hh) = (1 - z) hh + z h
+        np.multiply(t1, z, out=t1)
+        np.add(hh, t1, out=h)
+    return one
+
+
+def _rnn_step(h, g, tmp, clip, fns, rt, **_):
+    """One RNN step: h' = f(x W^T + h R^T + Wb + Rb)."""
+    (f_act,) = fns
+
+    def one(xp):
+        np.matmul(h, rt, out=g)
+        np.add(g, xp, out=g)
+        clip(g)
+        f_act(g, tmp)
+        np.copyto(h, g)
+    return one
