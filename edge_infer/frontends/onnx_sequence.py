@@ -1,9 +1,9 @@
 """ONNX normalizers of the recurrent and normalization ops (registered into
 ``onnx.NORMALIZERS``):
 
-* LSTM / GRU / RNN: ``activations`` always explicit, one list entry per direction (RNN's
-  schema default has two names whatever the direction); an omitted Y (first output "") gets a fresh name, so the IR node
-  always has its first output (Y_h / Y_c stay optional);
+* LSTM / GRU / RNN: ``activations`` always explicit, its entries for each direction (RNN's
+  schema default has two names whatever the direction); an omitted Y (first output "")
+  gets a fresh name, so the IR node always has its first output (Y_h / Y_c stay optional);
 * GroupNormalization before opset 21 had one scale and bias per *group*; opset 21 (the
   IR's) has them per channel: a constant is repeated here, a computed one is expanded by
   Reshape/Expand/Reshape nodes.

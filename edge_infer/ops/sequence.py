@@ -23,7 +23,8 @@ MAX_EINSUM_OPERANDS = 16
 def _stash(node: Node) -> None:
     st = node.attrs.get("stash_type", 1)
     if st not in STASH_DTYPES:
-        fail(node, "attribute 'stash_type'", f"{st!r} is not one of {sorted(STASH_DTYPES)} (float, float16, double)")
+        fail(node, "attribute 'stash_type'",
+             f"{st!r} is not one of {sorted(STASH_DTYPES)} (float, float16, double)")
 
 
 def _check_layer_norm(node: Node, graph: Graph) -> None:
@@ -41,7 +42,8 @@ def _check_layer_norm(node: Node, graph: Graph) -> None:
             continue
         if len(ps) > len(norm) or any(known(p) and known(d) and p not in (1, d)
                                       for p, d in zip(ps[::-1], norm[::-1])):
-            fail(node, f"input {k}", f"shape {list(ps)} does not broadcast onto the normalized dims {list(norm)}")
+            fail(node, f"input {k}",
+                 f"shape {list(ps)} does not broadcast onto the normalized dims {list(norm)}")
 
 
 def _check_group_norm(node: Node, graph: Graph) -> None:
@@ -83,7 +85,8 @@ def _expect(node: Node, graph: Graph, k: int, what: str, want) -> None:
         return
     if len(s) != len(want) or any(known(a) and known(b) and a != b for a, b in zip(s, want)
                                   if a is not None and b is not None):
-        fail(node, f"input {k} ({what})", f"shape {list(s)}; expected {['?' if w is None or not known(w) else w for w in want]}")
+        expected = ["?" if w is None or not known(w) else w for w in want]
+        fail(node, f"input {k} ({what})", f"shape {list(s)}; expected {expected}")
 
 
 def _check_activations(node: Node, nd: int) -> None:
@@ -92,7 +95,8 @@ def _check_activations(node: Node, nd: int) -> None:
         return
     per = RNN_ACTIVATION_COUNT[node.op]
     if not isinstance(acts, list) or len(acts) != per * nd:
-        fail(node, "attribute 'activations'", f"expected {per * nd} names ({per} per direction), got {acts!r}"[:200])
+        fail(node, "attribute 'activations'",
+             f"expected {per * nd} names ({per} per direction), got {acts!r}"[:200])
     for a in acts:
         if a not in RNN_ACTIVATIONS:
             fail(node, "attribute 'activations'", f"{a!r} is not one of {sorted(RNN_ACTIVATIONS)}"[:300])

@@ -44,7 +44,8 @@ def _sigmoid(a, t):
 
 def _softplus(a, t):
     np.abs(a, out=t)                     # log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
-    np.negative(t, out=t)
+    # not np.negative: numpy 2.4's in place on a strided (n, 1) view gives wrong values
+    np.multiply(t, -1, out=t)
     np.exp(t, out=t)
     np.log1p(t, out=t)
     np.maximum(a, 0, out=a)

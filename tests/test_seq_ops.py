@@ -1,0 +1,304 @@
+"""Transformer and recurrent ops against onnxruntime: LayerNormalization,
+GroupNormalization, Einsum, Gelu, Erf, LSTM, GRU, RNN on randomized attributes (every
+LSTM/GRU/RNN attribute: direction, layout, sequence_lens, initial states, peepholes,
+activation lists with alpha/beta, clip, input_forget, linear_before_reset, omitted
+outputs), their validation, and the recognition of exporter-decomposed LayerNorm.
+
+Whole models (a ViT-style block stack, a CRNN) are in test_seq_models.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from onnx_models import ort_run  # noqa: E402
+
+from edge_infer.errors import ConversionError, UnsupportedOpError  # noqa: E402
+from edge_infer.frontends.onnx import load_onnx  # noqa: E402
+from edge_infer.ops import validate_graph  # noqa: E402
+from edge_infer.ops.sequence import RNN_ACTIVATIONS  # noqa: E402
+from edge_infer.runtime import Runtime  # noqa: E402
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=21):
+    """A model from nodes; ``inputs``: (name, array) fed at run time; ``inits``: (name, array)."""
+    vi = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+          for n, a in inputs]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
+    g = helper.make_graph(nodes, "g", vi, outs, [numpy_helper.from_array(a, n) for n, a in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check_parity(model, feeds, rtol=RTOL, atol=ATOL):
+    """Our CPU backend (after schema validation) against onnxruntime, every output."""
+    graph = load_onnx(model)
+    validate_graph(graph, "convert")
+    ours = Runtime(graph, backend="cpu").run(feeds)
+    ref = ort_run(model, feeds)
+    for name, want in ref.items():
+        got = ours[name]
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
+    return ours
+
+
+# -- normalization, Einsum, Gelu ---------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(8))
+def test_layer_norm_random_attributes(seed):
+    rng = np.random.default_rng(seed)
+    r = int(rng.integers(2, 5))
+    shape = tuple(int(d) for d in rng.integers(1, 6, r))
+    axis = int(rng.integers(-r, r))
+    norm = shape[axis % r:]
+    eps = float(rng.choice([1e-5, 1e-6, 1e-3]))
+    x = rng.standard_normal(shape).astype(np.float32) * 3 + 1
+    scale = rng.standard_normal(norm).astype(np.float32)
+    bias = rng.standard_normal(norm).astype(np.float32)
+    with_bias, stats = bool(rng.integers(2)), bool(rng.integers(2))
+    outs = ["Y"] + (["Mean", "InvStdDev"] if stats else [])
+    node = helper.make_node("LayerNormalization", ["X", "S"] + (["B"] if with_bias else []), outs,
+                            axis=axis, epsilon=eps)
+    # scale as a graph input half of the time: the kernel broadcasts a computed one per run
+    feeds = {"X": x}
+    inits = [("B", bias)] if with_bias else []
+    if seed % 2:
+        feeds["S"] = scale
+    else:
+        inits.append(("S", scale))
+    model = make_model([node], list(feeds.items()), outs, inits, opset=17)
+    check_parity(model, feeds)
+
+
+@pytest.mark.parametrize("opset,const_scale", [(21, True), (21, False), (18, True), (18, False)])
+def test_group_norm(opset, const_scale):
+    rng = np.random.default_rng(opset + const_scale)
+    n, c, g = 2, 6, 3
+    x = rng.standard_normal((n, c, 4, 5)).astype(np.float32)
+    k = c if opset >= 21 else g
+    scale, bias = rng.standard_normal(k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    node = helper.make_node("GroupNormalization", ["X", "S", "B"], ["Y"], num_groups=g, epsilon=1e-4)
+    feeds = {"X": x}
+    inits = [("S", scale), ("B", bias)]
+    if not const_scale:
+        feeds.update(S=scale, B=bias)
+        inits = []
+    model = make_model([node], list(feeds.items()), ["Y"], inits, opset=opset)
+    if opset == 18:
+        # onnxruntime dropped GroupNormalization-18: its per-group scale, by hand
+        xg = x.reshape(n, g, -1).astype(np.float64)
+        y = (xg - xg.mean(-1, keepdims=True)) / np.sqrt(xg.var(-1, keepdims=True) + 1e-4)
+        want = (y * scale[None, :, None] + bias[None, :, None]).reshape(x.shape)
+        graph = load_onnx(model)
+        validate_graph(graph, "convert")
+        got = Runtime(graph, backend="cpu").run(feeds)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    else:
+        check_parity(model, feeds)
+
+
+EINSUM_CASES = [
+    ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]),      # attention scores
+    ("bhij,bhjd->bhid", [(2, 3, 4, 6), (2, 3, 6, 5)]),      # attention context
+    ("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)]),
+    ("bid,jd->bij", [(2, 4, 5), (3, 5)]),                   # linear layer, weights (out, in)
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij,jk", [(3, 4), (4, 5)]),                            # implicit output
+    ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),        # bilinear, three operands
+    ("i,i", [(7,), (7,)]),
+    ("b i d , b j d -> b i j", [(2, 3, 4), (2, 5, 4)]),     # spaces
+    ("ii->i", [(4, 4)]),                                    # a diagonal
+]
+
+
+@pytest.mark.parametrize("eq,shapes", EINSUM_CASES)
+def test_einsum(eq, shapes):
+    rng = np.random.default_rng(len(eq))
+    names = [f"x{k}" for k in range(len(shapes))]
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+    model = make_model([helper.make_node("Einsum", names, ["Y"], equation=eq)], list(feeds.items()),
+                       ["Y"], opset=12)
+    check_parity(model, feeds)
+
+
+@pytest.mark.parametrize("eq,n,why", [
+    ("ij,jk->ik,", 2, "only letters"), ("ij->ii", 1, "repeats"), ("ij->k", 1, "no operand"),
+    ("ijk->ik", 1, "rank"), ("ij,jk,kl->il", 2, "operand"), ("__import__('os')", 1, "only letters")])
+def test_einsum_equation_is_validated(eq, n, why):
+    x = np.ones((3, 3), np.float32)
+    feeds = [(f"x{k}", x) for k in range(n)]
+    model = make_model([helper.make_node("Einsum", [f for f, _ in feeds], ["Y"], equation=eq)],
+                       feeds, ["Y"], opset=12)
+    with pytest.raises(ConversionError, match=why):
+        validate_graph(load_onnx(model), "convert")
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_erf(approximate):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 33)) * 3).astype(np.float32)
+    nodes = [helper.make_node("Gelu", ["X"], ["Y"], approximate=approximate),
+             helper.make_node("Erf", ["X"], ["E"])]
+    check_parity(make_model(nodes, [("X", x)], ["Y", "E"], opset=20), {"X": x})
+
+
+# -- LSTM, GRU, RNN ----------------------------------------------------------------
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def _activation_attrs(rng, op, nd):
+    """A random activation list with exactly the alpha/beta values it consumes."""
+    per = {"RNN": 1, "GRU": 2, "LSTM": 3}[op]
+    names = [str(rng.choice(sorted(RNN_ACTIVATIONS))) for _ in range(per * nd)]
+    alphas = [float(rng.uniform(0.5, 1.5)) for a in names if RNN_ACTIVATIONS[a][0]]
+    betas = [float(rng.uniform(-0.5, 0.5)) for a in names if RNN_ACTIVATIONS[a][1]]
+    attrs = {"activations": names}
+    if alphas:
+        attrs["activation_alpha"] = alphas
+    if betas:
+        attrs["activation_beta"] = betas
+    return attrs
+
+
+def recurrent_case(op, seed):
+    """(model, feeds) of one randomized LSTM/GRU/RNN node."""
+    rng = np.random.default_rng(seed)
+    direction = ["forward", "reverse", "bidirectional"][seed % 3]
+    nd = 2 if direction == "bidirectional" else 1
+    layout = int(rng.integers(2))
+    seq, batch, n_in, hidden = (int(v) for v in rng.integers(1, 6, 4))
+    g = GATES[op]
+    f32 = lambda *s: (rng.standard_normal(s) * 0.6).astype(np.float32)  # noqa: E731
+    x = f32(*((batch, seq, n_in) if layout else (seq, batch, n_in)))
+    attrs = dict(hidden_size=hidden, direction=direction, layout=layout)
+    if seed % 4 == 1:
+        attrs.update(_activation_attrs(rng, op, nd))
+    if rng.integers(2):
+        attrs["clip"] = float(rng.uniform(0.3, 2.0))
+    if op == "LSTM" and rng.integers(2):
+        attrs["input_forget"] = 1
+    if op == "GRU":
+        attrs["linear_before_reset"] = int(rng.integers(2))
+    state = (batch, nd, hidden) if layout else (nd, batch, hidden)
+    values = {"X": x, "W": f32(nd, g * hidden, n_in), "R": f32(nd, g * hidden, hidden)}
+    optional = {"B": f32(nd, 2 * g * hidden),
+                "sequence_lens": rng.integers(1, seq + 1, batch).astype(np.int32),
+                "initial_h": f32(*state)}
+    if op == "LSTM":
+        optional.update(initial_c=f32(*state), P=f32(nd, 3 * hidden))
+    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"][:8 if op == "LSTM" else 6]
+    ins = []
+    for name in order:
+        if name in values or rng.integers(3):          # each optional input present 2/3 of the time
+            values.setdefault(name, optional.get(name))
+            ins.append(name)
+        else:
+            ins.append("")
+    while not ins[-1]:
+        ins.pop()
+    n_out = 3 if op == "LSTM" else 2
+    outs = [o if rng.integers(3) else "" for o in ["Y", "Y_h", "Y_c"][:n_out]]
+    if not any(outs):
+        outs[1] = "Y_h"
+    while not outs[-1]:
+        outs.pop()
+    # weights as initializers (as exporters write them) or fed (as ONNX's node tests do)
+    fed = {"X"} | ({"W", "R", "B"} if seed % 5 == 2 else set()) | ({"sequence_lens"} if seed % 2 else set())
+
+    def build(layout_attr, batch_major):
+        vals = dict(values)
+        if batch_major != layout:          # the same data in the other layout
+            for k in ("X", "initial_h", "initial_c"):
+                if k in vals and vals[k] is not None:
+                    vals[k] = np.ascontiguousarray(vals[k].transpose(1, 0, 2))
+        node = helper.make_node(op, ins, outs, **dict(attrs, layout=layout_attr))
+        feeds = {n: vals[n] for n in ins if n and n in fed}
+        inits = [(n, vals[n]) for n in ins if n and n not in fed]
+        return make_model([node], list(feeds.items()), [o for o in outs if o], inits, opset=14), feeds
+    return build(layout, layout), build(0, 0)
+
+
+def _to_batch_major(name, arr):
+    return arr.transpose(2, 0, 1, 3) if name == "Y" else arr.transpose(1, 0, 2)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("seed", range(16))
+def test_recurrent_random_attributes(op, seed):
+    (model, feeds), (ref_model, ref_feeds) = recurrent_case(op, seed)
+    graph = load_onnx(model)
+    validate_graph(graph, "convert")
+    ours = Runtime(graph, backend="cpu").run(feeds)
+    # onnxruntime has no layout=1 (batch-major): it runs the same data sequence-major
+    layout = helper.get_attribute_value(next(a for a in model.graph.node[0].attribute if a.name == "layout"))
+    ref = ort_run(ref_model, ref_feeds)
+    assert set(ref) == set(ours)
+    for name, want in ref.items():
+        want = _to_batch_major(name, want) if layout else want
+        assert ours[name].shape == want.shape, (name, ours[name].shape, want.shape)
+        np.testing.assert_allclose(ours[name], want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def test_recurrent_cases_cover_every_attribute():
+    """The randomized cases above do exercise each attribute and optional input."""
+    seen = set()
+    for op in ("LSTM", "GRU", "RNN"):
+        for seed in range(16):
+            (model, _), _ = recurrent_case(op, seed)
+            node = model.graph.node[0]
+            seen |= {f"{op}.{a.name}={_text(helper.get_attribute_value(a))}" if a.name in
+                     ("direction", "layout", "input_forget", "linear_before_reset") else f"{op}.{a.name}"
+                     for a in node.attribute}
+            seen |= {f"{op}.in{k}" for k, i in enumerate(node.input) if i}
+            seen |= {f"{op}.out{k}" for k, o in enumerate(node.output) if o}
+    for op, extra in (("LSTM", ["input_forget=1", "in6", "in7", "out2"]), ("GRU", ["linear_before_reset=0",
+                      "linear_before_reset=1"]), ("RNN", [])):
+        for a in ["direction=forward", "direction=reverse", "direction=bidirectional", "layout=0",
+                  "layout=1", "clip", "activations", "activation_alpha", "in3", "in4", "in5",
+                  "out0", "out1"] + extra:
+            assert f"{op}.{a}" in seen, f"{op}.{a} never drawn"
+
+
+def test_recurrent_validation_names_the_problem():
+    x = np.zeros((2, 1, 3), np.float32)
+    bad = [(dict(hidden_size=4, activations=["Sigmoid", "Tanh"]), "activations"),
+           (dict(hidden_size=4, activations=["Sigmoid", "Tanh", "Swish"]), "Swish"),
+           (dict(hidden_size=5), "W")]
+    for attrs, what in bad:
+        node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], **attrs)
+        model = make_model([node], [("X", x)], ["Y"], [("W", np.zeros((1, 16, 3), np.float32)),
+                                                      ("R", np.zeros((1, 16, 4), np.float32))], opset=14)
+        with pytest.raises(ConversionError, match=what):
+            validate_graph(load_onnx(model), "convert")
+
+
+def test_fed_sequence_lens_are_checked_per_run():
+    (model, feeds), _ = recurrent_case("GRU", 1)     # odd seeds: sequence_lens fed
+    if "sequence_lens" not in feeds:
+        pytest.skip("this draw has no sequence_lens")
+    rt = Runtime(load_onnx(model), backend="cpu")
+    feeds = dict(feeds, sequence_lens=np.full_like(feeds["sequence_lens"], 99))
+    with pytest.raises(Exception, match="sequence_lens"):
+        rt.run(feeds)
+
+
+def test_contrib_attention_is_refused_clearly():
+    x = np.zeros((1, 4, 8), np.float32)
+    node = helper.make_node("Attention", ["X", "W", "B"], ["Y"], domain="com.microsoft", num_heads=2)
+    model = make_model([node], [("X", x)], ["Y"], [("W", np.zeros((8, 24), np.float32)),
+                                                  ("B", np.zeros(24, np.float32))], opset=17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    with pytest.raises(UnsupportedOpError, match="com.microsoft.Attention.*contrib"):
+        load_onnx(model)
