@@ -302,3 +302,68 @@ def test_contrib_attention_is_refused_clearly():
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     with pytest.raises(UnsupportedOpError, match="com.microsoft.Attention.*contrib"):
         load_onnx(model)
+
+
+# -- recognition of exporter-decomposed LayerNorm ---------------------------------------
+
+def decomposed_layer_norm(x_name, out, shape, k, rng, square="Pow", divide="Div", affine=True,
+                          prefix="ln"):
+    """(nodes, initializers) of LayerNorm over the last ``k`` axes as PyTorch < opset 17
+    and tf2onnx write it (ReduceMean with axes as an input: opset 18)."""
+    p = lambda s: f"{prefix}_{s}"  # noqa: E731
+    norm = shape[len(shape) - k:]
+    inits = [(p("axes"), np.arange(-k, 0, dtype=np.int64)), (p("two"), np.array(2.0, np.float32)),
+             (p("eps"), np.array(1e-5, np.float32))]
+    nodes = [helper.make_node("ReduceMean", [x_name, p("axes")], [p("mean")]),
+             helper.make_node("Sub", [x_name, p("mean")], [p("d")])]
+    if square == "Pow":
+        nodes.append(helper.make_node("Pow", [p("d"), p("two")], [p("sq")]))
+    else:
+        nodes.append(helper.make_node("Mul", [p("d"), p("d")], [p("sq")]))
+    nodes += [helper.make_node("ReduceMean", [p("sq"), p("axes")], [p("var")]),
+              helper.make_node("Add", [p("var"), p("eps")], [p("ve")]),
+              helper.make_node("Sqrt", [p("ve")], [p("std")])]
+    last = out if not affine else p("n")
+    if divide == "Div":
+        nodes.append(helper.make_node("Div", [p("d"), p("std")], [last]))
+    else:
+        nodes += [helper.make_node("Reciprocal", [p("std")], [p("rstd")]),
+                  helper.make_node("Mul", [p("d"), p("rstd")], [last])]
+    if affine:
+        inits += [(p("gamma"), rng.standard_normal(norm).astype(np.float32)),
+                  (p("beta"), rng.standard_normal(norm).astype(np.float32))]
+        nodes += [helper.make_node("Mul", [p("n"), p("gamma")], [p("scaled")]),
+                  helper.make_node("Add", [p("scaled"), p("beta")], [out])]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("k,square,divide,affine", [
+    (1, "Pow", "Div", True), (2, "Mul", "Div", True), (1, "Pow", "Reciprocal", False),
+    (1, "Mul", "Reciprocal", True)])
+def test_decomposed_layer_norm_becomes_one_op(k, square, divide, affine):
+    from edge_infer.convert import optimize_verified
+    rng = np.random.default_rng(k)
+    shape = (2, 5, 8)
+    x = (rng.standard_normal(shape) * 2 + 1).astype(np.float32)
+    nodes, inits = decomposed_layer_norm("X", "Y", shape, k, rng, square, divide, affine)
+    model = make_model(nodes, [("X", x)], ["Y"], inits, opset=18)
+    graph, _ = optimize_verified(load_onnx(model), 3)
+    ops = [n.op for n in graph.nodes]
+    assert ops == ["LayerNormalization"], ops
+    assert graph.nodes[0].attrs["axis"] == 3 - k
+    got = Runtime(graph, backend="cpu").run({"X": x})["Y"]
+    np.testing.assert_allclose(got, ort_run(model, {"X": x})["Y"], rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_chain_over_a_middle_axis_is_left_alone():
+    """ReduceMean over axis 1 of 3 is no LayerNorm (its axes are not the trailing ones)."""
+    from edge_infer.convert import optimize_verified
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    nodes, inits = decomposed_layer_norm("X", "Y", (2, 5, 8), 1, rng, affine=False)
+    inits[0] = ("ln_axes", np.array([1], np.int64))
+    model = make_model(nodes, [("X", x)], ["Y"], inits, opset=18)
+    graph, _ = optimize_verified(load_onnx(model), 3)
+    assert "LayerNormalization" not in [n.op for n in graph.nodes]
+    got = Runtime(graph, backend="cpu").run({"X": x})["Y"]
+    np.testing.assert_allclose(got, ort_run(model, {"X": x})["Y"], rtol=1e-5, atol=1e-5)
