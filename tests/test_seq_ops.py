@@ -367,3 +367,29 @@ def test_layer_norm_chain_over_a_middle_axis_is_left_alone():
     assert "LayerNormalization" not in [n.op for n in graph.nodes]
     got = Runtime(graph, backend="cpu").run({"X": x})["Y"]
     np.testing.assert_allclose(got, ort_run(model, {"X": x})["Y"], rtol=1e-5, atol=1e-5)
+
+
+def test_ops_command_lists_the_new_ops(capsys):
+    import json
+
+    from edge_infer.cli import main
+    assert main(["ops", "--json"]) == 0
+    cpu = json.loads(capsys.readouterr().out)["cpu"]["ops"]
+    for op in ("LayerNormalization", "GroupNormalization", "Einsum", "LSTM", "GRU", "RNN", "Gelu", "Erf"):
+        assert op in cpu, op
+
+
+def test_cost_counts_recurrent_and_einsum_flops():
+    from edge_infer.ir.cost import graph_cost
+    (model, _), _ = recurrent_case("LSTM", 2)
+    x = next(i for i in model.graph.input if i.name == "X").type.tensor_type.shape.dim
+    node = model.graph.node[0]
+    hidden = helper.get_attribute_value(next(a for a in node.attribute if a.name == "hidden_size"))
+    nd = 2 if b"bidirectional" == helper.get_attribute_value(
+        next(a for a in node.attribute if a.name == "direction")) else 1
+    gemm = 2 * x[0].dim_value * x[1].dim_value * nd * 4 * hidden * (x[2].dim_value + hidden)
+    assert graph_cost(load_onnx(model))["flops"] >= gemm
+    feeds = [("a", np.ones((2, 3, 4), np.float32)), ("b", np.ones((2, 4, 5), np.float32))]
+    model = make_model([helper.make_node("Einsum", ["a", "b"], ["Y"], equation="bij,bjk->bik")], feeds, ["Y"],
+                       opset=12)
+    assert graph_cost(load_onnx(model))["flops"] == 2 * 2 * 3 * 4 * 5
