@@ -294,14 +294,116 @@ def test_fed_sequence_lens_are_checked_per_run():
         rt.run(feeds)
 
 
-def test_contrib_attention_is_refused_clearly():
-    x = np.zeros((1, 4, 8), np.float32)
-    node = helper.make_node("Attention", ["X", "W", "B"], ["Y"], domain="com.microsoft", num_heads=2)
-    model = make_model([node], [("X", x)], ["Y"], [("W", np.zeros((8, 24), np.float32)),
-                                                  ("B", np.zeros(24, np.float32))], opset=17)
+# -- onnxruntime contrib ops (com.microsoft), lowered by the frontend --------------------
+
+def contrib_model(nodes, inputs, outputs, inits=()):
+    model = make_model(nodes, inputs, outputs, inits, opset=17)
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    with pytest.raises(UnsupportedOpError, match="com.microsoft.Attention.*contrib"):
+    return model
+
+
+def _mask_value(kind, rng, batch, q_len, kv_len):
+    if kind == "lengths":
+        return rng.integers(1, kv_len + 1, batch).astype(np.int32)
+    shape = (batch, kv_len) if kind == "2d" else (batch, q_len, kv_len)
+    m = (rng.random(shape) > 0.3).astype(np.int32)
+    m[..., 0] = 1                       # no fully masked row (both sides then average garbage)
+    return m
+
+
+@pytest.mark.parametrize("bias,mask,uni,sizes,scale,attn_bias", [
+    (True, None, 0, None, None, False), (False, "2d", 0, None, 0.3, False),
+    (True, "3d", 0, [16, 16, 8], None, True), (True, "lengths", 1, None, None, False),
+    (True, None, 1, None, None, True)])
+def test_contrib_attention(bias, mask, uni, sizes, scale, attn_bias):
+    rng = np.random.default_rng(int(uni) + 2 * bool(mask))
+    batch, seq, d_in, heads = 2, 5, 12, 4
+    total = sum(sizes) if sizes else 48
+    x = rng.standard_normal((batch, seq, d_in)).astype(np.float32)
+    inits = [("W", (rng.standard_normal((d_in, total)) * 0.3).astype(np.float32))]
+    ins = ["X", "W", ""]
+    feeds = {"X": x}
+    if bias:
+        inits.append(("B", rng.standard_normal(total).astype(np.float32)))
+        ins[2] = "B"
+    if mask or attn_bias:
+        ins.append("M" if mask else "")
+    if mask:
+        feeds["M"] = _mask_value(mask, rng, batch, seq, seq)
+    if attn_bias:
+        ins += ["", "AB"]
+        feeds["AB"] = rng.standard_normal((1, heads, seq, seq)).astype(np.float32)
+    attrs = dict(num_heads=heads, unidirectional=uni)
+    if sizes:
+        attrs["qkv_hidden_sizes"] = sizes
+    if scale:
+        attrs["scale"] = scale
+    node = helper.make_node("Attention", ins, ["Y"], domain="com.microsoft", **attrs)
+    check_parity(contrib_model([node], list(feeds.items()), ["Y"], inits), feeds)
+
+
+@pytest.mark.parametrize("kv_len,bias,mask,uni,attn_bias", [
+    (5, True, None, 0, False), (7, False, "2d", 0, True), (7, True, "lengths", 0, False),
+    (5, True, "3d", 1, False)])
+def test_contrib_multi_head_attention(kv_len, bias, mask, uni, attn_bias):
+    rng = np.random.default_rng(kv_len + int(bias))
+    batch, seq, d, dv, heads = 2, 5, 16, 8, 2
+    feeds = {"Q": rng.standard_normal((batch, seq, d)).astype(np.float32),
+             "K": rng.standard_normal((batch, kv_len, d)).astype(np.float32),
+             "V": rng.standard_normal((batch, kv_len, dv)).astype(np.float32)}
+    ins, inits = ["Q", "K", "V", ""], []
+    if bias:
+        inits.append(("B", rng.standard_normal(2 * d + dv).astype(np.float32)))
+        ins[3] = "B"
+    if mask or attn_bias:
+        ins.append("M" if mask else "")
+    if mask:
+        feeds["M"] = _mask_value(mask, rng, batch, seq, kv_len)
+    if attn_bias:
+        ins.append("AB")
+        feeds["AB"] = rng.standard_normal((batch, 1, seq, kv_len)).astype(np.float32)
+    node = helper.make_node("MultiHeadAttention", ins, ["Y"], domain="com.microsoft", num_heads=heads,
+                            unidirectional=uni)
+    check_parity(contrib_model([node], list(feeds.items()), ["Y"], inits), feeds)
+
+
+@pytest.mark.parametrize("op,bias", [("Gelu", False), ("BiasGelu", True), ("FastGelu", True),
+                                     ("FastGelu", False)])
+def test_contrib_gelus(op, bias):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 16)) * 2).astype(np.float32)
+    inits = [("B", rng.standard_normal(16).astype(np.float32))] if bias else []
+    node = helper.make_node(op, ["X"] + (["B"] if bias else []), ["Y"], domain="com.microsoft")
+    check_parity(contrib_model([node], [("X", x)], ["Y"], inits), {"X": x})
+
+
+@pytest.mark.parametrize("beta,bias,extra_outputs", [(True, True, True), (False, False, False),
+                                                     (True, False, True)])
+def test_contrib_skip_layer_norm(beta, bias, extra_outputs):
+    rng = np.random.default_rng(2)
+    x, skip = (rng.standard_normal((2, 4, 8)).astype(np.float32) for _ in range(2))
+    inits = [("G", rng.standard_normal(8).astype(np.float32))]
+    ins = ["X", "S", "G", "BE" if beta else "", "BI" if bias else ""]
+    inits += [("BE", rng.standard_normal(8).astype(np.float32))] if beta else []
+    inits += [("BI", rng.standard_normal(8).astype(np.float32))] if bias else []
+    while not ins[-1]:
+        ins.pop()
+    outs = ["Y", "", "", "SUM"] if extra_outputs else ["Y"]
+    node = helper.make_node("SkipLayerNormalization", ins, outs, domain="com.microsoft", epsilon=1e-5)
+    check_parity(contrib_model([node], [("X", x), ("S", skip)], [o for o in outs if o], inits),
+                 {"X": x, "S": skip})
+
+
+def test_contrib_refusals_name_the_problem():
+    x = np.zeros((1, 4, 8), np.float32)
+    w = [("W", np.zeros((8, 24), np.float32))]
+    past = helper.make_node("Attention", ["X", "W", "", "", "P"], ["Y"], domain="com.microsoft", num_heads=2)
+    model = contrib_model([past], [("X", x), ("P", np.zeros((2, 1, 2, 3, 4), np.float32))], ["Y"], w)
+    with pytest.raises(ConversionError, match="past"):
         load_onnx(model)
+    other = helper.make_node("EmbedLayerNormalization", ["X"], ["Y"], domain="com.microsoft")
+    with pytest.raises(UnsupportedOpError, match="com.microsoft.EmbedLayerNormalization.*contrib"):
+        load_onnx(contrib_model([other], [("X", x)], ["Y"]))
 
 
 # -- recognition of exporter-decomposed LayerNorm ---------------------------------------

@@ -493,8 +493,9 @@ class _Converter:
             if any(op.startswith("com.microsoft.") for op in counts):
                 # onnxruntime's transformer optimizer writes these fused forms; the exported
                 # model (MatMul/Softmax chains, LayerNormalization) converts as it is
-                hint = ("; com.microsoft ops are onnxruntime contrib ops (its transformer optimizer's "
-                        "fused forms): convert the model as exported, before that optimization")
+                hint = ("; com.microsoft ops are onnxruntime contrib ops (only "
+                        f"{', '.join(sorted(CONTRIB_LOWERINGS))} are lowered): convert the model as "
+                        "exported, before onnxruntime's transformer optimizer")
             raise UnsupportedOpError("unsupported ops: " + ", ".join(f"{op} ({n})" for op, n in items) + hint)
         self._add_initializers()
         self._add_inputs()
@@ -532,6 +533,11 @@ class _Converter:
         else:
             self.node_name = self._unique_node_name(node.name or f"{node.op_type}_{k}")
         op = node.op_type
+        if node.domain == "com.microsoft" and op in CONTRIB_LOWERINGS:
+            # onnxruntime's fused forms: lowered into the standard chains (onnx_contrib.py)
+            where = f"node {self.node_name!r} (com.microsoft.{op})"
+            CONTRIB_LOWERINGS[op](self, node, {a.name: _attr_value(onnx, a, where) for a in node.attribute})
+            return
         if node.domain not in ("", "ai.onnx"):
             self.unsupported[f"{node.domain}.{op}"] += 1
             return
@@ -964,6 +970,7 @@ NORMALIZERS: Dict[str, Normalizer] = {
 }
 NORMALIZERS.update({op: _norm_reduce for op in REDUCE_AXES_INPUT})
 from .onnx_sequence import NORMALIZERS as _SEQUENCE_NORMALIZERS  # noqa: E402
+from .onnx_contrib import LOWERINGS as CONTRIB_LOWERINGS  # noqa: E402
 NORMALIZERS.update(_SEQUENCE_NORMALIZERS)
 
 
