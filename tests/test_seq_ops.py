@@ -230,13 +230,26 @@ def _to_batch_major(name, arr):
     return arr.transpose(2, 0, 1, 3) if name == "Y" else arr.transpose(1, 0, 2)
 
 
+@pytest.mark.parametrize("use_native", [True, False], ids=["native", "numpy"])
 @pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("seed", range(16))
-def test_recurrent_random_attributes(op, seed):
+def test_recurrent_random_attributes(op, seed, use_native, monkeypatch):
+    """Both the native recurrence (src/recurrent.c) and the numpy step loop."""
+    from edge_infer.backends.cpu import native
+    if use_native and native.lib is None:
+        pytest.skip("native kernels not built")
+    if not use_native:
+        monkeypatch.setattr(native, "lib", None)
+    from edge_infer.backends.cpu.kernels import recurrent_native
+    calls, direction_call = [], recurrent_native.direction_call
+    monkeypatch.setattr(recurrent_native, "direction_call",
+                        lambda *a, **k: calls.append(a[0]) or direction_call(*a, **k))
     (model, feeds), (ref_model, ref_feeds) = recurrent_case(op, seed)
     graph = load_onnx(model)
     validate_graph(graph, "convert")
     ours = Runtime(graph, backend="cpu").run(feeds)
+    softplus = "Softplus" in str(model.graph.node[0])
+    assert bool(calls) == (use_native and not softplus), "native path taken: " + str(bool(calls))
     # onnxruntime has no layout=1 (batch-major): it runs the same data sequence-major
     layout = helper.get_attribute_value(next(a for a in model.graph.node[0].attribute if a.name == "layout"))
     ref = ort_run(ref_model, ref_feeds)

@@ -4,7 +4,9 @@ Prepare transposes and splits the weights once (``x @ W^T`` becomes ``x @ WT`` w
 contiguous; GRU's recurrent weights split into the z/r block and the h block, biases
 pre-summed where the equations add them anyway) and plans every buffer: the input
 projection of all time steps (one GEMM per direction), the gate block, the state, and
-a view per time step of the outputs. A step then only runs ufuncs into those buffers.
+a view per time step of the outputs. The steps of a direction then run in one native call
+(src/recurrent.c, float32, every activation but Softplus; ``recurrent_native.py``), else
+as ufuncs into those buffers.
 Weights that are computed, not constants (ONNX's node tests feed them as inputs), are
 packed at the start of each run instead.
 
@@ -16,7 +18,7 @@ onnxruntime does); missing ones take onnxruntime's defaults.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -25,6 +27,7 @@ from ....ir import Node
 from ....ir.shape_rules_seq import RNN_GATES, rnn_dims
 from ....ops.sequence import DEFAULT_ACTIVATIONS, RNN_ACTIVATIONS
 from ..registry import kernel
+from . import recurrent_native
 from .conv import view_as
 
 #: (alpha, beta) an activation takes when the attribute lists run out (onnxruntime's values)
@@ -87,12 +90,12 @@ def activation(name: str, alpha: float, beta: float) -> Act:
     raise ValueError(f"unknown activation {name!r}")
 
 
-def activations(node: Node, nd: int) -> List[List[Act]]:
-    """Per direction, the op's activation functions with their alpha/beta bound."""
+def activation_specs(node: Node, nd: int) -> List[List[Tuple[str, float, float]]]:
+    """Per direction, the op's activations as (name, alpha, beta)."""
     names = node.attrs.get("activations") or DEFAULT_ACTIVATIONS[node.op] * nd
     alphas = list(node.attrs.get("activation_alpha") or [])
     betas = list(node.attrs.get("activation_beta") or [])
-    fns = []
+    specs = []
     for name in names:
         uses_alpha, uses_beta = RNN_ACTIVATIONS[name]
         alpha, beta = DEFAULT_PARAMS.get(name, (0.0, 0.0))
@@ -100,9 +103,9 @@ def activations(node: Node, nd: int) -> List[List[Act]]:
             alpha = float(alphas.pop(0))
         if uses_beta and betas:
             beta = float(betas.pop(0))
-        fns.append(activation(name, alpha, beta))
+        specs.append((name, alpha, beta))
     per = len(names) // nd
-    return [fns[d * per:(d + 1) * per] for d in range(nd)]
+    return [specs[d * per:(d + 1) * per] for d in range(nd)]
 
 
 def _opt(node: Node, i: int) -> str:
@@ -144,7 +147,7 @@ def recurrent(node: Node, ctx) -> Callable[[], None]:
     n_in = x.shape[2]
     direction = node.attrs.get("direction", "forward")
     orders = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
-    acts = activations(node, nd)
+    specs = activation_specs(node, nd)
     clip = node.attrs.get("clip")
     clip_fn = _clipper(None if clip is None else float(clip))
     lbr = int(node.attrs.get("linear_before_reset", 0)) if op == "GRU" else 0
@@ -224,16 +227,25 @@ def recurrent(node: Node, ctx) -> Callable[[], None]:
     if lens_const:
         masks()
 
+    native = recurrent_native.usable(dt, specs, lens)
+    if native:
+        scratch = ctx.workspace((4 * hidden,), dt)
+        xp_sbg = xp3.transpose(1, 0, 2) if layout else xp3
     step = {"LSTM": _lstm_step, "GRU": _gru_step, "RNN": _rnn_step}[op]
     dirs = []
     for d, backwards in enumerate(orders):
-        fns = acts[d]
-        views = dict(h=h, c=c, g=g, tmp=tmp, hidden=hidden, clip=clip_fn, fns=fns,
-                     rt=rt[d], rt_h=rt_h[d] if op == "GRU" else None,
-                     rb_h=rb_h[d] if op == "GRU" else None, lbr=lbr, input_forget=input_forget,
-                     peep=None if peep is None else peep[d])
-        one = step(**views)
         ys = _time_views(y, layout, seq, d)
+        if native:
+            y_sbh = None if y is None else (y[:, :, d].transpose(1, 0, 2) if layout else y[:, d])
+            one = recurrent_native.direction_call(
+                op, specs[d], backwards, xp_sbg, y_sbh, h, c, rt[d], rt_h[d] if op == "GRU" else None,
+                rb_h[d] if op == "GRU" else None, None if peep is None else peep[d], lens, scratch,
+                None if clip is None else float(clip), input_forget, lbr)
+        else:
+            one = step(h=h, c=c, g=g, tmp=tmp, hidden=hidden, clip=clip_fn,
+                       fns=[activation(*sp) for sp in specs[d]], rt=rt[d],
+                       rt_h=rt_h[d] if op == "GRU" else None, rb_h=rb_h[d] if op == "GRU" else None,
+                       lbr=lbr, input_forget=input_forget, peep=None if peep is None else peep[d])
         order = list(range(seq))[::-1] if backwards else list(range(seq))
         dirs.append((d, one, ys, order, _state_view(h0, layout, d),
                      _state_view(c0, layout, d), _state_view(y_h, layout, d), _state_view(y_c, layout, d)))
@@ -255,6 +267,9 @@ def recurrent(node: Node, ctx) -> Callable[[], None]:
                     c.fill(0)
                 else:
                     np.copyto(c, c_init)
+            if native:
+                one()                        # every step of this direction in one C call
+                order = ()
             for t in order:
                 masked = lens is not None and any_inactive[t]
                 if masked:
@@ -274,8 +289,8 @@ def recurrent(node: Node, ctx) -> Callable[[], None]:
                 np.copyto(h_out, h)
             if c_out is not None:
                 np.copyto(c_out, c)
-    ctx.note(node, f"{direction} {op}, {seq} steps x batch {batch}, hidden {hidden}; "
-                   f"input projection one GEMM per direction")
+    ctx.note(node, f"{direction} {op}, {seq} steps x batch {batch}, hidden {hidden}; input projection "
+                   f"one GEMM per direction, steps {'in one native call' if native else 'as numpy ufuncs'}")
     return run
 
 
