@@ -234,3 +234,26 @@ def test_crnn_int8_conversion_keeps_the_lstm_float(tmp_path):
     got = Runtime(str(dst), backend="cpu").run({"image": x})["log_probs"]
     ref = ort_run(model, {"image": x})["log_probs"]
     assert np.mean(got.argmax(-1) == ref.argmax(-1)) >= 0.8
+
+
+def test_group_norm_conv_stack_runs_channels_last(tmp_path):
+    """Conv -> GroupNorm -> Relu -> Conv: the layout pass keeps GroupNorm in NHWC (no
+    transposes around it), and the result matches onnxruntime."""
+    b = Builder(5)
+    x = "image"
+    for cin, cout in ((3, 16), (16, 16)):
+        x = b.op("Conv", [x, b.weight(cout, cin, 3, 3), b.const(np.zeros(cout, np.float32))],
+                 kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        gamma = b.const((1 + 0.2 * b.rng.standard_normal(cout)).astype(np.float32))
+        beta = b.const((0.2 * b.rng.standard_normal(cout)).astype(np.float32))
+        x = b.op("Relu", [b.op("GroupNormalization", [x, gamma, beta], num_groups=4, epsilon=1e-5)])
+    b.nodes[-1].output[0] = "features"
+    model = b.model([helper.make_tensor_value_info("image", TensorProto.FLOAT, [2, 3, 12, 10])],
+                    [helper.make_tensor_value_info("features", TensorProto.FLOAT, [2, 16, 12, 10])], opset=21)
+    dst, _ = _convert(model, tmp_path, "gn")
+    nodes = load_artifact(str(dst))[0].nodes
+    assert [n.attrs.get("data_layout") for n in nodes if n.op == "GroupNormalization"] == ["NHWC", "NHWC"]
+    assert [n.op for n in nodes].count("Transpose") == 2, [n.op for n in nodes]    # in and out only
+    x = np.random.default_rng(6).standard_normal((2, 3, 12, 10)).astype(np.float32)
+    got = Runtime(str(dst), backend="cpu").run({"image": x})["features"]
+    assert rel_l2(got, ort_run(model, {"image": x})["features"]) < 1e-5

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..errors import ShapeError
 from .graph import Node, Tensor
 from .shape_inference import broadcast_shapes, rule
+from .shape_rules_nn import channels_last
 
 #: ONNX ``stash_type`` (a TensorProto element type) -> the dtype the statistics are kept in
 STASH_DTYPES = {1: "float32", 10: "float16", 11: "float64"}
@@ -107,6 +108,7 @@ def _layer_norm(node: Node, ins: List[Optional[Tensor]]):
 @rule("GroupNormalization")
 def _group_norm(node: Node, ins: List[Optional[Tensor]]):
     x = ins[0]
+    channels_last(node)                # rejects an unknown data_layout
     if x.shape is not None and len(x.shape) < 2:
         raise ShapeError(f"input of rank {len(x.shape)}; GroupNormalization takes (N, C, ...)")
     return [(x.dtype, x.shape)]

@@ -53,9 +53,10 @@ def _check_group_norm(node: Node, graph: Graph) -> None:
     xs = shape(graph, node.inputs[0])
     if xs is not None and len(xs) < 2:
         fail(node, "input 0", f"rank {len(xs)}; expected (N, C, ...)")
-    if xs is None or not known(xs[1]):
+    ch = -1 if (node.attrs.get("data_layout") or "NCHW") == "NHWC" else 1     # the layout pass's NHWC
+    if xs is None or not known(xs[ch]):
         return
-    c, g = xs[1], node.attrs["num_groups"]
+    c, g = xs[ch], node.attrs["num_groups"]
     if c % g:
         fail(node, "attribute 'num_groups'", f"{g} does not divide the {c} channels")
     for k in (1, 2):
@@ -142,7 +143,8 @@ _NORM = dict(epsilon=FLOAT(0), stash_type=INT())
 
 SCHEMAS = {
     "LayerNormalization": op((2, 3), (1, 3), check=_check_layer_norm, axis=INT(), **_NORM),
-    "GroupNormalization": op((3, 3), check=_check_group_norm, num_groups=INT(1, 1 << 20), **_NORM),
+    "GroupNormalization": op((3, 3), check=_check_group_norm, num_groups=INT(1, 1 << 20),
+                             data_layout=STR("NCHW", "NHWC"), **_NORM),
     "Einsum": op((1, UNBOUNDED), check=_check_einsum, equation=STR()),
     "RNN": op((3, 6), (1, 2), check=_check_recurrent, **_RECURRENT),
     "GRU": op((3, 6), (1, 2), check=_check_recurrent, linear_before_reset=BOOL, **_RECURRENT),

@@ -12,6 +12,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 from ....ir import Node
+from ....ir.shape_rules_nn import channels_last
 from ....ir.shape_rules_seq import STASH_DTYPES, parse_einsum
 from ..registry import kernel
 from .conv import view_as
@@ -108,27 +109,63 @@ def layer_norm(node: Node, ctx) -> Callable[[], None]:
 
 @kernel("GroupNormalization")
 def group_norm(node: Node, ctx) -> Callable[[], None]:
-    """Opset 21: scale and bias per channel (the frontend expands opset 18's per-group ones)."""
+    """Opset 21: scale and bias per channel (the frontend expands opset 18's per-group ones).
+    NCHW: one row per (image, group); NHWC (``data_layout``, the layout pass): statistics over
+    the positions and the group's channels of a (N, P, G, C/G) view."""
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
     if x.size == 0:
         return lambda: None
-    n, c = x.shape[:2]
+    last = channels_last(node)
+    n, c = (x.shape[0], x.shape[-1]) if last else x.shape[:2]
     g = int(node.attrs["num_groups"])
     eps = float(node.attrs.get("epsilon", 1e-5))
     stash = np.dtype(STASH_DTYPES[int(node.attrs.get("stash_type", 1))])
     dtype = np.result_type(x.dtype, stash)
-    p = int(np.prod(x.shape[2:], dtype=np.int64))
-    norm = normalize_rows(ctx, node, view_as(x, (n * g, c // g * p)), view_as(y, (n * g, c // g * p)),
-                          eps, dtype)
-    y3 = view_as(y, (n, c, p))
-    scale = _affine_operand(ctx, node.inputs[1], (c,), y.dtype).reshape(c, 1)
-    bias = _affine_operand(ctx, node.inputs[2], (c,), y.dtype).reshape(c, 1)
-    ctx.note(node, f"{g} groups of {c // g} channels x {p}")
+    p = x.size // (n * c)
+    scale = _affine_operand(ctx, node.inputs[1], (c,), y.dtype)
+    bias = _affine_operand(ctx, node.inputs[2], (c,), y.dtype)
+    if last:
+        norm = _normalize_groups_last(ctx, view_as(x, (n, p, g, c // g)), view_as(y, (n, p, g, c // g)),
+                                      eps, dtype)
+        y3 = view_as(y, (n, p, c))
+    else:
+        norm = normalize_rows(ctx, node, view_as(x, (n * g, c // g * p)), view_as(y, (n * g, c // g * p)),
+                              eps, dtype)
+        y3 = view_as(y, (n, c, p))
+        scale, bias = scale.reshape(c, 1), bias.reshape(c, 1)
+    ctx.note(node, f"{g} groups of {c // g} channels x {p}{' (NHWC)' if last else ''}")
 
     def run():
         norm()
         np.multiply(y3, scale, out=y3)
         np.add(y3, bias, out=y3)
+    return run
+
+
+def _normalize_groups_last(ctx, x4: np.ndarray, y4: np.ndarray, eps: float, dtype) -> Callable[[], None]:
+    """(x - mean) / sqrt(var + eps) with statistics over axes 1 and 3 of (N, P, G, C/G)."""
+    n, p, g, cg = x4.shape
+    cast = x4.dtype != dtype
+    xc = ctx.workspace(x4.shape, dtype) if cast else x4
+    yc = ctx.workspace(y4.shape, dtype) if cast else y4
+    mean = ctx.workspace((n, 1, g, 1), dtype)
+    inv = ctx.workspace((n, 1, g, 1), dtype)
+    inv2 = view_as(inv, (n, g))
+    inv_n = 1.0 / (p * cg)
+
+    def run():
+        if cast:
+            np.copyto(xc, x4, casting="unsafe")
+        np.mean(xc, axis=(1, 3), keepdims=True, out=mean)
+        np.subtract(xc, mean, out=yc)
+        np.einsum("npgc,npgc->ng", yc, yc, out=inv2)
+        np.multiply(inv, inv_n, out=inv)
+        np.add(inv, eps, out=inv)
+        np.sqrt(inv, out=inv)
+        np.reciprocal(inv, out=inv)
+        np.multiply(yc, inv, out=yc)
+        if cast:
+            np.copyto(y4, yc, casting="unsafe")
     return run
 
 
