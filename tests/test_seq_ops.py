@@ -511,3 +511,48 @@ def test_cost_counts_recurrent_and_einsum_flops():
     model = make_model([helper.make_node("Einsum", ["a", "b"], ["Y"], equation="bij,bjk->bik")], feeds, ["Y"],
                        opset=12)
     assert graph_cost(load_onnx(model))["flops"] == 2 * 2 * 3 * 4 * 5
+
+
+HOSTILE = [-1048576, -1, 0, 1, 3, 2 ** 62, 1.5, float("nan"), "x", "bidirectional", [], ["Tanh"], None, True]
+
+
+def _hostile_graphs():
+    rng = np.random.default_rng(0)
+    out = []
+    for op, seed in (("LSTM", 3), ("GRU", 1), ("RNN", 2)):
+        (m, feeds), _ = recurrent_case(op, seed)
+        out.append((m, feeds))
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    x4 = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    ones, zeros = np.ones(4, np.float32), np.zeros(4, np.float32)
+    out.append((make_model([helper.make_node("LayerNormalization", ["X", "S", "B"], ["Y", "M", "I"])],
+                           [("X", x)], ["Y", "M", "I"], [("S", ones), ("B", zeros)], opset=17), {"X": x}))
+    out.append((make_model([helper.make_node("GroupNormalization", ["X", "S", "B"], ["Y"], num_groups=2)],
+                           [("X", x4)], ["Y"], [("S", ones), ("B", zeros)], opset=21), {"X": x4}))
+    xt = np.ascontiguousarray(x.transpose(0, 2, 1))
+    out.append((make_model([helper.make_node("Einsum", ["A", "B"], ["Y"], equation="bij,bjk->bik")],
+                           [("A", x), ("B", xt)], ["Y"], opset=12), {"A": x, "B": xt}))
+    return out
+
+
+def test_hostile_attributes_give_edge_infer_errors():
+    """Every attribute of the new ops set to hostile values (as a crafted artifact could):
+    the load-time validation or the runtime refuses with an edge_infer error, never a raw
+    exception from numpy or the kernels."""
+    from edge_infer.errors import EdgeInferError
+    raw = []
+    for model, feeds in _hostile_graphs():
+        g0 = load_onnx(model)
+        keys = sorted(set(g0.nodes[0].attrs) | {"hidden_size", "activation_alpha", "stash_type", "data_layout"})
+        for key in keys:
+            for value in HOSTILE:
+                g = g0.copy()
+                g.nodes[0].attrs = dict(g.nodes[0].attrs, **{key: value})
+                try:
+                    validate_graph(g, "load")
+                    Runtime(g, backend="cpu").run(feeds)
+                except EdgeInferError:
+                    pass
+                except Exception as e:  # noqa: BLE001  (what the test is looking for)
+                    raw.append(f"{g.nodes[0].op}.{key}={value!r}: {type(e).__name__}: {e}"[:200])
+    assert not raw, "\n".join(raw[:10])

@@ -124,7 +124,7 @@ def rnn_dims(node: Node, x_shape: Sequence, r_shape: Optional[Sequence]) -> Tupl
         raise ShapeError(f"X of rank {len(x_shape)}; expected 3")
     layout = int(node.attrs.get("layout", 0))
     seq, batch = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])
-    nd = 2 if node.attrs.get("direction", "forward") == "bidirectional" else 1
+    nd = 2 if (node.attrs.get("direction") or "forward") == "bidirectional" else 1
     hidden = node.attrs.get("hidden_size")
     if hidden is None:
         if r_shape is None or len(r_shape) != 3:

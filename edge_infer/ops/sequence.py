@@ -105,7 +105,7 @@ def _check_activations(node: Node, nd: int) -> None:
 
 def _check_recurrent(node: Node, graph: Graph) -> None:
     gates = RNN_GATES[node.op]
-    nd = 2 if node.attrs.get("direction", "forward") == "bidirectional" else 1
+    nd = 2 if (node.attrs.get("direction") or "forward") == "bidirectional" else 1
     _check_activations(node, nd)
     layout = node.attrs.get("layout", 0)
     xs = shape(graph, node.inputs[0])

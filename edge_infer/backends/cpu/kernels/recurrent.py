@@ -145,7 +145,7 @@ def recurrent(node: Node, ctx) -> Callable[[], None]:
     gates = RNN_GATES[op]
     gh = gates * hidden
     n_in = x.shape[2]
-    direction = node.attrs.get("direction", "forward")
+    direction = (node.attrs.get("direction") or "forward")
     orders = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
     specs = activation_specs(node, nd)
     clip = node.attrs.get("clip")

@@ -26,47 +26,51 @@ def _opt_out(node: Node, i: int) -> str:
     return node.outputs[i] if len(node.outputs) > i else ""
 
 
-def _stat_buffer(ctx, node: Node, k: int, rows: int, dtype) -> np.ndarray:
-    """(rows, 1) statistics: the requested output ``k`` itself when its dtype is the
+def _stat_buffer(ctx, node: Node, k: int, shape: Tuple[int, ...], dtype) -> np.ndarray:
+    """Statistics of ``shape``: the requested output ``k`` itself when its dtype is the
     compute dtype, else a workspace."""
-    name = _opt_out(node, k)
+    name = _opt_out(node, k) if k else ""
     if name:
         out = ctx.value(name)
         if out.dtype == dtype:
-            return view_as(out, (rows, 1))
-    return ctx.workspace((rows, 1), dtype)
+            return view_as(out, shape)
+    return ctx.workspace(shape, dtype)
 
 
-def normalize_rows(ctx, node: Node, x2: np.ndarray, y2: np.ndarray, eps: float, dtype,
-                   mean_out: int = 0, inv_out: int = 0) -> Callable[[], None]:
-    """A step normalizing every row of ``x2`` (rows, cols) into ``y2``: (x - mean) / sqrt(var + eps),
-    in ``dtype`` (a cast copy when the data has another dtype). ``mean_out``/``inv_out``: the
-    node outputs that receive the mean and 1/std (0: none)."""
-    rows, cols = x2.shape
-    cast = x2.dtype != dtype
-    xc = ctx.workspace(x2.shape, dtype) if cast else x2
-    yc = ctx.workspace(y2.shape, dtype) if cast else y2
-    mean = _stat_buffer(ctx, node, mean_out, rows, dtype) if mean_out else ctx.workspace((rows, 1), dtype)
-    inv = _stat_buffer(ctx, node, inv_out, rows, dtype) if inv_out else ctx.workspace((rows, 1), dtype)
-    inv1 = view_as(inv, (rows,))
-    stats = [(mean_out, mean), (inv_out, inv)]
-    copies = [(view_as(ctx.value(_opt_out(node, k)), (rows, 1)), buf) for k, buf in stats
-              if k and _opt_out(node, k) and not np.shares_memory(ctx.value(_opt_out(node, k)), buf)]
-    inv_n = 1.0 / cols if cols else 0.0
+def standardize(ctx, node: Node, x: np.ndarray, y: np.ndarray, axes: Tuple[int, ...], eps: float,
+                dtype, mean_out: int = 0, inv_out: int = 0) -> Callable[[], None]:
+    """A step writing (x - mean) / sqrt(var + eps) into ``y``, statistics over ``axes`` of
+    ``x``, computed in ``dtype`` (a cast copy when the data has another dtype).
+    ``mean_out``/``inv_out``: the node outputs that receive the mean and 1/std (0: none)."""
+    keep = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+    count = int(np.prod([x.shape[k] for k in axes], dtype=np.int64))
+    cast = x.dtype != dtype
+    xc = ctx.workspace(x.shape, dtype) if cast else x
+    yc = ctx.workspace(y.shape, dtype) if cast else y
+    mean = _stat_buffer(ctx, node, mean_out, keep, dtype)
+    inv = _stat_buffer(ctx, node, inv_out, keep, dtype)
+    letters = "abcdefgh"[:x.ndim]
+    kept = "".join(c for k, c in enumerate(letters) if k not in axes)
+    squares = f"{letters},{letters}->{kept}"            # sum of squares, no temporary
+    inv_kept = view_as(inv, tuple(d for k, d in enumerate(x.shape) if k not in axes))
+    # requested statistics of another dtype than the compute one: copied out at the end
+    stats = [(ctx.value(_opt_out(node, k)), buf) for k, buf in ((mean_out, mean), (inv_out, inv)) if k]
+    copies = [(view_as(out, keep), buf) for out, buf in stats if not np.shares_memory(out, buf)]
+    inv_n = 1.0 / count if count else 0.0
 
     def run():
         if cast:
-            np.copyto(xc, x2, casting="unsafe")
-        np.mean(xc, axis=1, keepdims=True, out=mean)
+            np.copyto(xc, x, casting="unsafe")
+        np.mean(xc, axis=axes, keepdims=True, out=mean)
         np.subtract(xc, mean, out=yc)
-        np.einsum("ij,ij->i", yc, yc, out=inv1)        # sum of squares, no temporary
+        np.einsum(squares, yc, yc, out=inv_kept)
         np.multiply(inv, inv_n, out=inv)
         np.add(inv, eps, out=inv)
         np.sqrt(inv, out=inv)
         np.reciprocal(inv, out=inv)
         np.multiply(yc, inv, out=yc)
         if cast:
-            np.copyto(y2, yc, casting="unsafe")
+            np.copyto(y, yc, casting="unsafe")
         for dst, src in copies:
             np.copyto(dst, src, casting="unsafe")
     return run
@@ -93,8 +97,8 @@ def layer_norm(node: Node, ctx) -> Callable[[], None]:
     norm = tuple(x.shape[axis:])
     rows, cols = int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(norm, dtype=np.int64))
     x2, y2 = view_as(x, (rows, cols)), view_as(y, (rows, cols))
-    steps = [normalize_rows(ctx, node, x2, y2, eps, dtype, 1 if _opt_out(node, 1) else 0,
-                            2 if _opt_out(node, 2) else 0)]
+    steps = [standardize(ctx, node, x2, y2, (1,), eps, dtype, 1 if _opt_out(node, 1) else 0,
+                         2 if _opt_out(node, 2) else 0)]
     yn = view_as(y, (rows,) + norm)
     steps.append(lambda s=_affine_operand(ctx, node.inputs[1], norm, y.dtype): np.multiply(yn, s, out=yn))
     if _opt(node, 2):
@@ -125,12 +129,12 @@ def group_norm(node: Node, ctx) -> Callable[[], None]:
     scale = _affine_operand(ctx, node.inputs[1], (c,), y.dtype)
     bias = _affine_operand(ctx, node.inputs[2], (c,), y.dtype)
     if last:
-        norm = _normalize_groups_last(ctx, view_as(x, (n, p, g, c // g)), view_as(y, (n, p, g, c // g)),
-                                      eps, dtype)
+        norm = standardize(ctx, node, view_as(x, (n, p, g, c // g)), view_as(y, (n, p, g, c // g)), (1, 3),
+                           eps, dtype)
         y3 = view_as(y, (n, p, c))
     else:
-        norm = normalize_rows(ctx, node, view_as(x, (n * g, c // g * p)), view_as(y, (n * g, c // g * p)),
-                              eps, dtype)
+        norm = standardize(ctx, node, view_as(x, (n * g, c // g * p)), view_as(y, (n * g, c // g * p)), (1,),
+                           eps, dtype)
         y3 = view_as(y, (n, c, p))
         scale, bias = scale.reshape(c, 1), bias.reshape(c, 1)
     ctx.note(node, f"{g} groups of {c // g} channels x {p}{' (NHWC)' if last else ''}")
@@ -139,33 +143,6 @@ def group_norm(node: Node, ctx) -> Callable[[], None]:
         norm()
         np.multiply(y3, scale, out=y3)
         np.add(y3, bias, out=y3)
-    return run
-
-
-def _normalize_groups_last(ctx, x4: np.ndarray, y4: np.ndarray, eps: float, dtype) -> Callable[[], None]:
-    """(x - mean) / sqrt(var + eps) with statistics over axes 1 and 3 of (N, P, G, C/G)."""
-    n, p, g, cg = x4.shape
-    cast = x4.dtype != dtype
-    xc = ctx.workspace(x4.shape, dtype) if cast else x4
-    yc = ctx.workspace(y4.shape, dtype) if cast else y4
-    mean = ctx.workspace((n, 1, g, 1), dtype)
-    inv = ctx.workspace((n, 1, g, 1), dtype)
-    inv2 = view_as(inv, (n, g))
-    inv_n = 1.0 / (p * cg)
-
-    def run():
-        if cast:
-            np.copyto(xc, x4, casting="unsafe")
-        np.mean(xc, axis=(1, 3), keepdims=True, out=mean)
-        np.subtract(xc, mean, out=yc)
-        np.einsum("npgc,npgc->ng", yc, yc, out=inv2)
-        np.multiply(inv, inv_n, out=inv)
-        np.add(inv, eps, out=inv)
-        np.sqrt(inv, out=inv)
-        np.reciprocal(inv, out=inv)
-        np.multiply(yc, inv, out=yc)
-        if cast:
-            np.copyto(y4, yc, casting="unsafe")
     return run
 
 
