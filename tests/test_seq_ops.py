@@ -543,7 +543,8 @@ def test_hostile_attributes_give_edge_infer_errors():
     raw = []
     for model, feeds in _hostile_graphs():
         g0 = load_onnx(model)
-        keys = sorted(set(g0.nodes[0].attrs) | {"hidden_size", "activation_alpha", "stash_type", "data_layout"})
+        extra = {"hidden_size", "activation_alpha", "stash_type", "data_layout"}
+        keys = sorted(set(g0.nodes[0].attrs) | extra)
         for key in keys:
             for value in HOSTILE:
                 g = g0.copy()
