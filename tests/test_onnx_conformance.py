@@ -57,7 +57,7 @@ SUPPORTED_OPS = (
     "ReduceLogSumExp", "Expand", "Tile", "Range", "Where", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Identity", "Dropout", "Erf", "Gelu",
     "Floor", "Ceil", "ArgMax", "ArgMin", "InstanceNormalization", "Softplus", "LayerNormalization",
-    "GroupNormalization", "Einsum", "LSTM", "GRU", "RNN",
+    "GroupNormalization", "Einsum", "LSTM", "GRU", "RNN", "Attention",
 )
 
 RTOL, ATOL = 1e-4, 1e-5

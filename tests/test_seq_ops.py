@@ -310,6 +310,42 @@ def test_fed_sequence_lens_are_checked_per_run():
         rt.run(feeds)
 
 
+# -- ONNX Attention (opset 23: torch.onnx's scaled_dot_product_attention) ----------------
+
+@pytest.mark.parametrize("rank,gqa,mask,causal,past", [
+    (3, False, None, 1, False), (3, True, "bool", 0, False), (4, False, "float", 0, True),
+    (4, True, None, 1, True), (4, False, "bool", 1, False)])
+def test_onnx_attention_op(rank, gqa, mask, causal, past):
+    rng = np.random.default_rng(rank * 10 + gqa)
+    batch, s, kv, heads, head = 2, 4, 6 if not causal else 4, 4, 8
+    kv_heads = 2 if gqa else heads
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    if rank == 3:
+        feeds = {"Q": f32(batch, s, heads * head), "K": f32(batch, kv, kv_heads * head),
+                 "V": f32(batch, kv, kv_heads * head)}
+        attrs = dict(q_num_heads=heads, kv_num_heads=kv_heads)
+    else:
+        feeds = {"Q": f32(batch, heads, s, head), "K": f32(batch, kv_heads, kv, head),
+                 "V": f32(batch, kv_heads, kv, head)}
+        attrs = {}
+    total = kv + (3 if past else 0)
+    ins, outs = ["Q", "K", "V", ""], ["Y"]
+    if mask == "bool":
+        m = rng.random((batch, 1, s, total)) > 0.3
+        m[..., 0] = True
+        feeds["M"], ins[3] = m, "M"
+    elif mask == "float":
+        feeds["M"], ins[3] = f32(1, 1, s, total), "M"
+    if past:
+        feeds.update(PK=f32(batch, kv_heads, 3, head), PV=f32(batch, kv_heads, 3, head))
+        ins += ["PK", "PV"]
+        outs += ["present_key", "present_value"]
+    while not ins[-1]:
+        ins.pop()
+    node = helper.make_node("Attention", ins, outs, is_causal=causal, **attrs)
+    check_parity(make_model([node], list(feeds.items()), outs, opset=23), feeds)
+
+
 # -- onnxruntime contrib ops (com.microsoft), lowered by the frontend --------------------
 
 def contrib_model(nodes, inputs, outputs, inits=()):

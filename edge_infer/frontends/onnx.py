@@ -971,6 +971,8 @@ NORMALIZERS: Dict[str, Normalizer] = {
 NORMALIZERS.update({op: _norm_reduce for op in REDUCE_AXES_INPUT})
 from .onnx_sequence import NORMALIZERS as _SEQUENCE_NORMALIZERS  # noqa: E402
 from .onnx_contrib import LOWERINGS as CONTRIB_LOWERINGS  # noqa: E402
+from .onnx_attention import NORMALIZERS as _ATTENTION_NORMALIZERS  # noqa: E402
+NORMALIZERS.update(_ATTENTION_NORMALIZERS)
 NORMALIZERS.update(_SEQUENCE_NORMALIZERS)
 
 
