@@ -135,6 +135,69 @@ def _state_view(arr: Optional[np.ndarray], layout: int, d: int):
     return arr[:, d] if layout else arr[d]
 
 
+def _packed_weights(ctx, node: Node, nd: int, hidden: int, n_in: int, dt):
+    """Workspaces for x @ WT and h @ RT (GRU: R split into the z/r block and the h block),
+    the summed biases, the peepholes, and the step that fills them from W, R, B, P."""
+    op = node.op
+    gh = RNN_GATES[op] * hidden
+    w, r = ctx.value(node.inputs[1]), ctx.value(node.inputs[2])
+    b = ctx.value(_opt(node, 3))
+    p = ctx.value(_opt(node, 7)) if op == "LSTM" else None
+    lbr = int(node.attrs.get("linear_before_reset", 0)) if op == "GRU" else 0
+    packed = {"wt": ctx.workspace((nd, n_in, gh), dt), "bias": ctx.workspace((nd, gh), dt),
+              "rt": ctx.workspace((nd, hidden, 2 * hidden if op == "GRU" else gh), dt),
+              "rt_h": ctx.workspace((nd, hidden, hidden), dt) if op == "GRU" else None,
+              "rb_h": ctx.workspace((nd, hidden), dt) if op == "GRU" else None,        # Rbh kept apart
+              "peep": ctx.workspace((nd, 3, hidden), dt) if p is not None else None}
+    wt, bias, rt, rt_h, rb_h, peep = (packed[k] for k in ("wt", "bias", "rt", "rt_h", "rb_h", "peep"))
+
+    def pack():
+        np.copyto(wt, w.transpose(0, 2, 1), casting="unsafe")
+        np.copyto(rt, r[:, :rt.shape[2]].transpose(0, 2, 1), casting="unsafe")
+        if rt_h is not None:
+            np.copyto(rt_h, r[:, 2 * hidden:].transpose(0, 2, 1), casting="unsafe")
+            rb_h.fill(0)
+        if b is None:
+            bias.fill(0)
+        else:
+            np.add(b[:, :gh], b[:, gh:], out=bias, casting="unsafe")
+            if lbr:                            # Rbh goes inside r * (h @ Rh^T + Rbh)
+                np.copyto(bias[:, 2 * hidden:], b[:, 2 * hidden:gh], casting="unsafe")
+                np.copyto(rb_h, b[:, gh + 2 * hidden:], casting="unsafe")
+        if peep is not None:
+            np.copyto(peep, p.reshape(nd, 3, hidden), casting="unsafe")
+    names = (node.inputs[1], node.inputs[2], _opt(node, 3), _opt(node, 7))
+    constant = all(v is None or v is ctx.const(n) for v, n in zip((w, r, b, p), names))
+    if constant:
+        pack()
+    return packed, (lambda: None) if constant else pack
+
+
+def _numpy_steps(ctx, one, order, ys, h, c, lens, inactive, any_inactive):
+    """The time loop of one direction in numpy: ``one(xp_t)`` per step; rows past their
+    sequence_lens get their state back and zeros in Y."""
+    hsave = ctx.workspace(h.shape, h.dtype) if lens is not None else None
+    csave = ctx.workspace(c.shape, c.dtype) if lens is not None and c is not None else None
+
+    def run(xp_t):
+        for t in order:
+            masked = lens is not None and any_inactive[t]
+            if masked:
+                np.copyto(hsave, h)
+                if c is not None:
+                    np.copyto(csave, c)
+            one(xp_t[t])
+            if masked:
+                np.copyto(h, hsave, where=inactive[t])
+                if c is not None:
+                    np.copyto(c, csave, where=inactive[t])
+            if ys[t] is not None:
+                np.copyto(ys[t], h)
+                if masked:
+                    np.copyto(ys[t], 0, where=inactive[t])
+    return run
+
+
 @kernel("LSTM", "GRU", "RNN")
 def recurrent(node: Node, ctx) -> Callable[[], None]:
     op = node.op
@@ -142,149 +205,81 @@ def recurrent(node: Node, ctx) -> Callable[[], None]:
     dt = x.dtype
     layout = int(node.attrs.get("layout", 0))
     seq, batch, nd, hidden = (int(v) for v in rnn_dims(node, x.shape, ctx.value(node.inputs[2]).shape))
-    gates = RNN_GATES[op]
-    gh = gates * hidden
-    n_in = x.shape[2]
-    direction = (node.attrs.get("direction") or "forward")
-    orders = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+    gh = RNN_GATES[op] * hidden
+    direction = node.attrs.get("direction") or "forward"
     specs = activation_specs(node, nd)
     clip = node.attrs.get("clip")
-    clip_fn = _clipper(None if clip is None else float(clip))
+    clip = None if clip is None else float(clip)
     lbr = int(node.attrs.get("linear_before_reset", 0)) if op == "GRU" else 0
     input_forget = int(node.attrs.get("input_forget", 0)) if op == "LSTM" else 0
-
-    w, r = ctx.value(node.inputs[1]), ctx.value(node.inputs[2])
-    b = ctx.value(_opt(node, 3))
     lens = ctx.value(_opt(node, 4))
     h0 = ctx.value(_opt(node, 5))
     c0 = ctx.value(_opt(node, 6)) if op == "LSTM" else None
-    p = ctx.value(_opt(node, 7)) if op == "LSTM" else None
     y = ctx.value(_opt_out(node, 0))
     y_h = ctx.value(_opt_out(node, 1))
     y_c = ctx.value(_opt_out(node, 2)) if op == "LSTM" else None
+    pk, pack = _packed_weights(ctx, node, nd, hidden, x.shape[2], dt)
 
-    # -- packed weights: x @ WT, h @ RT; biases summed where the equations add both
-    wt = ctx.workspace((nd, n_in, gh), dt)
-    if op == "GRU":
-        rt = ctx.workspace((nd, hidden, 2 * hidden), dt)      # z, r
-        rt_h = ctx.workspace((nd, hidden, hidden), dt)
-        rb_h = ctx.workspace((nd, hidden), dt)                # linear_before_reset: Rbh apart
-    else:
-        rt = ctx.workspace((nd, hidden, gh), dt)
-    bias = ctx.workspace((nd, gh), dt)
-    peep = ctx.workspace((nd, 3, hidden), dt) if p is not None else None
-
-    def pack():
-        np.copyto(wt, w.transpose(0, 2, 1), casting="unsafe")
-        if op == "GRU":
-            np.copyto(rt, r[:, :2 * hidden].transpose(0, 2, 1), casting="unsafe")
-            np.copyto(rt_h, r[:, 2 * hidden:].transpose(0, 2, 1), casting="unsafe")
-        else:
-            np.copyto(rt, r.transpose(0, 2, 1), casting="unsafe")
-        if b is None:
-            bias.fill(0)
-        else:
-            np.add(b[:, :gh], b[:, gh:], out=bias, casting="unsafe")
-        if op == "GRU":
-            rb_h.fill(0)
-            if b is not None and lbr:          # Rbh goes inside r * (h @ Rh^T + Rbh)
-                np.copyto(bias[:, 2 * hidden:], b[:, 2 * hidden:gh], casting="unsafe")
-                np.copyto(rb_h, b[:, gh + 2 * hidden:], casting="unsafe")
-        if peep is not None:
-            np.copyto(peep, p.reshape(nd, 3, hidden), casting="unsafe")
-
-    weights = [w, r, b, p]
-    const_weights = all(v is None or v is ctx.const(n) for v, n in
-                        zip(weights, (node.inputs[1], node.inputs[2], _opt(node, 3), _opt(node, 7))))
-    if const_weights:
-        pack()
-
-    # -- per-run buffers
     rows = seq * batch
-    xp = ctx.workspace((rows, gh), dt)
-    x2 = view_as(x, (rows, n_in))
+    xp = ctx.workspace((rows, gh), dt)                     # x @ WT + biases, every step at once
+    x2 = view_as(x, (rows, x.shape[2]))
     xp3 = view_as(xp, (batch, seq, gh) if layout else (seq, batch, gh))
-    xp_t = [xp3[:, t] if layout else xp3[t] for t in range(seq)]
     h = ctx.workspace((batch, hidden), dt)
     c = ctx.workspace((batch, hidden), dt) if op == "LSTM" else None
-    g = ctx.workspace((batch, gh), dt)
-    tmp = ctx.workspace((batch, gh), dt)
-    hsave = ctx.workspace((batch, hidden), dt) if lens is not None else None
-    csave = ctx.workspace((batch, hidden), dt) if lens is not None and c is not None else None
-    inactive = ctx.workspace((seq, batch, 1), np.bool_) if lens is not None else None
-    any_inactive = ctx.workspace((seq,), np.bool_) if lens is not None else None
-    steps_col = np.arange(seq, dtype=np.int64).reshape(seq, 1, 1)
-
-    def masks():
-        if lens is None:
-            return
-        if lens.size and (lens.min() < 0 or lens.max() > seq):
-            raise InputError(f"node {node.name!r} ({op}): sequence_lens outside [0, {seq}]")
-        np.greater_equal(steps_col, lens.reshape(1, batch, 1), out=inactive)
-        np.any(inactive, axis=(1, 2), out=any_inactive)
-
-    lens_const = lens is not None and ctx.const(_opt(node, 4)) is not None
-    if lens_const:
-        masks()
-
     native = recurrent_native.usable(dt, specs, lens)
     if native:
         scratch = ctx.workspace((4 * hidden,), dt)
-        xp_sbg = xp3.transpose(1, 0, 2) if layout else xp3
-    step = {"LSTM": _lstm_step, "GRU": _gru_step, "RNN": _rnn_step}[op]
+    else:
+        g, tmp = ctx.workspace((batch, gh), dt), ctx.workspace((batch, gh), dt)
+        xp_t = [xp3[:, t] if layout else xp3[t] for t in range(seq)]
+        inactive = ctx.workspace((seq, batch, 1), np.bool_) if lens is not None else None
+        any_inactive = ctx.workspace((seq,), np.bool_) if lens is not None else None
+    steps_col = np.arange(seq, dtype=np.int64).reshape(seq, 1, 1)
+
+    def check_lens():
+        if lens.size and (lens.min() < 0 or lens.max() > seq):
+            raise InputError(f"node {node.name!r} ({op}): sequence_lens outside [0, {seq}]")
+        if not native:
+            np.greater_equal(steps_col, lens.reshape(1, batch, 1), out=inactive)
+            np.any(inactive, axis=(1, 2), out=any_inactive)
+    lens_fed = lens is not None and ctx.const(_opt(node, 4)) is None
+    if lens is not None and not lens_fed:
+        check_lens()
+
     dirs = []
-    for d, backwards in enumerate(orders):
-        ys = _time_views(y, layout, seq, d)
+    for d, backwards in enumerate({"forward": [False], "reverse": [True],
+                                   "bidirectional": [False, True]}[direction]):
+        per = dict(rt=pk["rt"][d], rt_h=None if pk["rt_h"] is None else pk["rt_h"][d],
+                   rb_h=None if pk["rb_h"] is None else pk["rb_h"][d],
+                   peep=None if pk["peep"] is None else pk["peep"][d])
         if native:
             y_sbh = None if y is None else (y[:, :, d].transpose(1, 0, 2) if layout else y[:, d])
-            one = recurrent_native.direction_call(
-                op, specs[d], backwards, xp_sbg, y_sbh, h, c, rt[d], rt_h[d] if op == "GRU" else None,
-                rb_h[d] if op == "GRU" else None, None if peep is None else peep[d], lens, scratch,
-                None if clip is None else float(clip), input_forget, lbr)
+            call = recurrent_native.direction_call(
+                op, specs[d], backwards, xp3.transpose(1, 0, 2) if layout else xp3, y_sbh, h, c, per["rt"],
+                per["rt_h"], per["rb_h"], per["peep"], lens, scratch, clip, input_forget, lbr)
+            steps = lambda call=call: call()        # noqa: E731  (every step in one C call)
         else:
-            one = step(h=h, c=c, g=g, tmp=tmp, hidden=hidden, clip=clip_fn,
-                       fns=[activation(*sp) for sp in specs[d]], rt=rt[d],
-                       rt_h=rt_h[d] if op == "GRU" else None, rb_h=rb_h[d] if op == "GRU" else None,
-                       lbr=lbr, input_forget=input_forget, peep=None if peep is None else peep[d])
-        order = list(range(seq))[::-1] if backwards else list(range(seq))
-        dirs.append((d, one, ys, order, _state_view(h0, layout, d),
+            step = {"LSTM": _lstm_step, "GRU": _gru_step, "RNN": _rnn_step}[op]
+            one = step(h=h, c=c, g=g, tmp=tmp, hidden=hidden, clip=_clipper(clip),
+                       fns=[activation(*sp) for sp in specs[d]], lbr=lbr, input_forget=input_forget, **per)
+            order = list(range(seq))[::-1] if backwards else list(range(seq))
+            loop = _numpy_steps(ctx, one, order, _time_views(y, layout, seq, d), h, c, lens, inactive,
+                                any_inactive)
+            steps = lambda loop=loop: loop(xp_t)    # noqa: E731
+        dirs.append((pk["wt"][d], pk["bias"][d], steps, _state_view(h0, layout, d),
                      _state_view(c0, layout, d), _state_view(y_h, layout, d), _state_view(y_c, layout, d)))
 
     def run():
-        if not const_weights:
-            pack()
-        if lens is not None and not lens_const:
-            masks()
-        for d, one, ys, order, h_init, c_init, h_out, c_out in dirs:
-            np.matmul(x2, wt[d], out=xp)
-            np.add(xp, bias[d], out=xp)
-            if h_init is None:
-                h.fill(0)
-            else:
-                np.copyto(h, h_init)
+        pack()                                 # a no-op when the weights are constants
+        if lens_fed:
+            check_lens()
+        for wt, bias, steps, h_init, c_init, h_out, c_out in dirs:
+            np.matmul(x2, wt, out=xp)
+            np.add(xp, bias, out=xp)
+            _init_state(h, h_init)
             if c is not None:
-                if c_init is None:
-                    c.fill(0)
-                else:
-                    np.copyto(c, c_init)
-            if native:
-                one()                        # every step of this direction in one C call
-                order = ()
-            for t in order:
-                masked = lens is not None and any_inactive[t]
-                if masked:
-                    np.copyto(hsave, h)
-                    if c is not None:
-                        np.copyto(csave, c)
-                one(xp_t[t])
-                if masked:
-                    np.copyto(h, hsave, where=inactive[t])
-                    if c is not None:
-                        np.copyto(c, csave, where=inactive[t])
-                if ys[t] is not None:
-                    np.copyto(ys[t], h)
-                    if masked:
-                        np.copyto(ys[t], 0, where=inactive[t])
+                _init_state(c, c_init)
+            steps()
             if h_out is not None:
                 np.copyto(h_out, h)
             if c_out is not None:
@@ -292,6 +287,13 @@ def recurrent(node: Node, ctx) -> Callable[[], None]:
     ctx.note(node, f"{direction} {op}, {seq} steps x batch {batch}, hidden {hidden}; input projection "
                    f"one GEMM per direction, steps {'in one native call' if native else 'as numpy ufuncs'}")
     return run
+
+
+def _init_state(state: np.ndarray, init: Optional[np.ndarray]) -> None:
+    if init is None:
+        state.fill(0)
+    else:
+        np.copyto(state, init)
 
 
 def _lstm_step(h, c, g, tmp, hidden, clip, fns, rt, peep, input_forget, **_):
