@@ -531,6 +531,10 @@ def test_ops_command_lists_the_new_ops(capsys):
     cpu = json.loads(capsys.readouterr().out)["cpu"]["ops"]
     for op in ("LayerNormalization", "GroupNormalization", "Einsum", "LSTM", "GRU", "RNN", "Gelu", "Erf"):
         assert op in cpu, op
+    assert main(["ops"]) == 0                  # the text form also names the lowered ops
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("ONNX import lowers") and "Attention" in last
+    assert "com.microsoft.MultiHeadAttention" in last
 
 
 def test_cost_counts_recurrent_and_einsum_flops():
