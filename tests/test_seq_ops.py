@@ -16,6 +16,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from onnx_models import ort_run  # noqa: E402
+from seq_model_builders import decomposed_layer_norm  # noqa: E402
 
 from edge_infer.errors import ConversionError, UnsupportedOpError  # noqa: E402
 from edge_infer.frontends.onnx import load_onnx  # noqa: E402
@@ -459,37 +460,6 @@ def test_contrib_refusals_name_the_problem():
 
 
 # -- recognition of exporter-decomposed LayerNorm ---------------------------------------
-
-def decomposed_layer_norm(x_name, out, shape, k, rng, square="Pow", divide="Div", affine=True,
-                          prefix="ln"):
-    """(nodes, initializers) of LayerNorm over the last ``k`` axes as PyTorch < opset 17
-    and tf2onnx write it (ReduceMean with axes as an input: opset 18)."""
-    p = lambda s: f"{prefix}_{s}"  # noqa: E731
-    norm = shape[len(shape) - k:]
-    inits = [(p("axes"), np.arange(-k, 0, dtype=np.int64)), (p("two"), np.array(2.0, np.float32)),
-             (p("eps"), np.array(1e-5, np.float32))]
-    nodes = [helper.make_node("ReduceMean", [x_name, p("axes")], [p("mean")]),
-             helper.make_node("Sub", [x_name, p("mean")], [p("d")])]
-    if square == "Pow":
-        nodes.append(helper.make_node("Pow", [p("d"), p("two")], [p("sq")]))
-    else:
-        nodes.append(helper.make_node("Mul", [p("d"), p("d")], [p("sq")]))
-    nodes += [helper.make_node("ReduceMean", [p("sq"), p("axes")], [p("var")]),
-              helper.make_node("Add", [p("var"), p("eps")], [p("ve")]),
-              helper.make_node("Sqrt", [p("ve")], [p("std")])]
-    last = out if not affine else p("n")
-    if divide == "Div":
-        nodes.append(helper.make_node("Div", [p("d"), p("std")], [last]))
-    else:
-        nodes += [helper.make_node("Reciprocal", [p("std")], [p("rstd")]),
-                  helper.make_node("Mul", [p("d"), p("rstd")], [last])]
-    if affine:
-        inits += [(p("gamma"), rng.standard_normal(norm).astype(np.float32)),
-                  (p("beta"), rng.standard_normal(norm).astype(np.float32))]
-        nodes += [helper.make_node("Mul", [p("n"), p("gamma")], [p("scaled")]),
-                  helper.make_node("Add", [p("scaled"), p("beta")], [out])]
-    return nodes, inits
-
 
 @pytest.mark.parametrize("k,square,divide,affine", [
     (1, "Pow", "Div", True), (2, "Mul", "Div", True), (1, "Pow", "Reciprocal", False),
