@@ -420,6 +420,21 @@ def test_contrib_multi_head_attention(kv_len, bias, mask, uni, attn_bias):
     check_parity(contrib_model([node], list(feeds.items()), ["Y"], inits), feeds)
 
 
+def test_contrib_multi_head_attention_float16():
+    """A half-precision model (what onnxruntime's optimizer often saves): the lowering's
+    constants (scale, mask fill, causal bias) take the model's dtype."""
+    rng = np.random.default_rng(9)
+    feeds = {n: rng.standard_normal((2, 5, 16)).astype(np.float16) for n in "QKV"}
+    m = (rng.random((2, 5)) > 0.3).astype(np.int32)
+    m[:, 0] = 1
+    feeds["M"] = m
+    node = helper.make_node("MultiHeadAttention", ["Q", "K", "V", "", "M"], ["Y"], domain="com.microsoft",
+                            num_heads=2, unidirectional=1)
+    model = contrib_model([node], list(feeds.items()), ["Y"])
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    check_parity(model, feeds, 2e-3, 2e-3)
+
+
 @pytest.mark.parametrize("op,bias", [("Gelu", False), ("BiasGelu", True), ("FastGelu", True),
                                      ("FastGelu", False)])
 def test_contrib_gelus(op, bias):

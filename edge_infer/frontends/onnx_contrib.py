@@ -71,14 +71,14 @@ def _refuse_extras(c, node, op: str, inputs: Dict[int, str], outputs: Dict[int, 
             _fail(c, op, f"output {k} ({what})", "is not supported")
 
 
-def _mask(c, op: str, mask: str, q_len, kv_len, filter_value: float) -> Optional[str]:
+def _mask(c, op: str, mask: str, q_len, kv_len, filter_value: float, dt: str) -> Optional[str]:
     """An additive mask broadcasting onto the scores (batch, heads, q_len, kv_len), or None."""
     if not mask:
         return None
     dims = _dims(c, mask)
     if dims is None:
         _fail(c, op, "mask", "its rank is unknown")
-    zero, fill = c.add_const("mask_zero", np.float32(0)), c.add_const("mask_fill", np.float32(filter_value))
+    zero, fill = c.add_const("mask_zero", 0.0, dt), c.add_const("mask_fill", filter_value, dt)
     if len(dims) == 1:                       # right padding: valid lengths per batch row
         if not isinstance(kv_len, int):
             _fail(c, op, "mask", "length masks need a static key length")
@@ -95,12 +95,12 @@ def _mask(c, op: str, mask: str, q_len, kv_len, filter_value: float) -> Optional
     return _op(c, "Unsqueeze", [add, c.add_const("mask_axes", np.array(axes, np.int64))])
 
 
-def _causal(c, op: str, q_len, kv_len, filter_value: float) -> str:
+def _causal(c, op: str, q_len, kv_len, filter_value: float, dt: str) -> str:
     if not (isinstance(q_len, int) and isinstance(kv_len, int)):
         _fail(c, op, "attribute 'unidirectional'", "needs static sequence lengths")
     j = np.arange(kv_len)[None, :]
     i = np.arange(q_len)[:, None] + (kv_len - q_len)
-    return c.add_const("causal", np.where(j > i, np.float32(filter_value), np.float32(0))[None, None])
+    return c.add_const("causal", np.where(j > i, filter_value, 0.0)[None, None], dt)
 
 
 def _heads(c, x: str, n: int, perm: List[int]) -> str:
@@ -109,17 +109,18 @@ def _heads(c, x: str, n: int, perm: List[int]) -> str:
 
 
 def _attend(c, op: str, q: str, k: str, v: str, out: str, n: int, head: int, attrs: dict,
-            q_len, kv_len, mask: str, bias: str) -> None:
-    """Scaled dot-product attention of 3-D (batch, len, hidden) q, k, v into ``out``."""
+            q_len, kv_len, mask: str, bias: str, dt: str) -> None:
+    """Scaled dot-product attention of 3-D (batch, len, hidden) q, k, v into ``out``; the
+    constants in ``dt`` (the model's float type)."""
     scale = float(attrs.get("scale") or 1.0 / math.sqrt(head))
     fill = float(attrs.get("mask_filter_value", -10000.0))
     scores = _op(c, "MatMul", [_heads(c, q, n, [0, 2, 1, 3]), _heads(c, k, n, [0, 2, 3, 1])])
-    scores = _op(c, "Mul", [scores, c.add_const("scale", np.float32(scale))])
+    scores = _op(c, "Mul", [scores, c.add_const("scale", scale, dt)])
     if bias:
         scores = _op(c, "Add", [scores, bias])
-    additive = _mask(c, op, mask, q_len, kv_len, fill)
+    additive = _mask(c, op, mask, q_len, kv_len, fill, dt)
     if int(attrs.get("unidirectional", 0)):
-        causal = _causal(c, op, q_len, kv_len, fill)
+        causal = _causal(c, op, q_len, kv_len, fill, dt)
         additive = causal if additive is None else _op(c, "Min", [additive, causal])
     if additive is not None:
         scores = _op(c, "Add", [scores, additive])
@@ -163,7 +164,8 @@ def lower_attention(c, node, attrs: dict) -> None:
     q, k, v = (_tmp(c, s) for s in "qkv")
     c.emit("Split", [qkv, c.add_const("qkv_sizes", np.array(sizes, np.int64))], [q, k, v], {"axis": -1})
     s = _seq_len(c, node.input[0])
-    _attend(c, op, q, k, v, node.output[0], n, sizes[0] // n, attrs, s, s, _in(node, 3), _in(node, 5))
+    _attend(c, op, q, k, v, node.output[0], n, sizes[0] // n, attrs, s, s, _in(node, 3), _in(node, 5),
+            c.elem_dtype(node.input[0]))
 
 
 def lower_multi_head_attention(c, node, attrs: dict) -> None:
@@ -184,7 +186,7 @@ def lower_multi_head_attention(c, node, attrs: dict) -> None:
                [bq, bk, bv], {"axis": 0})
         q, k, v = _op(c, "Add", [q, bq]), _op(c, "Add", [k, bk]), _op(c, "Add", [v, bv])
     _attend(c, op, q, k, v, node.output[0], n, d // n, attrs, _seq_len(c, node.input[0]),
-            _seq_len(c, node.input[1]), _in(node, 4), _in(node, 5))
+            _seq_len(c, node.input[1]), _in(node, 4), _in(node, 5), c.elem_dtype(node.input[0]))
 
 
 def lower_gelu(c, node, attrs: dict) -> None:
