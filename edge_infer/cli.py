@@ -512,6 +512,10 @@ def cmd_ops(args) -> int:
         ops = e["ops"]
         for k in range(0, len(ops), 8):
             print("  " + ", ".join(ops[k:k + 8]))
+    from .frontends.onnx import CONTRIB_LOWERINGS, NORMALIZERS
+    lowered = [op for op in ("Attention",) if op in NORMALIZERS] + \
+        [f"com.microsoft.{op}" for op in sorted(CONTRIB_LOWERINGS)]
+    print("ONNX import lowers into the ops above: " + ", ".join(lowered))
     return 0
 
 

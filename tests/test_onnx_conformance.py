@@ -60,7 +60,8 @@ SUPPORTED_OPS = (
     "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
     "ReduceLogSumExp", "Expand", "Tile", "Range", "Where", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Identity", "Dropout", "Erf", "Gelu",
-    "Floor", "Ceil", "ArgMax", "ArgMin", "InstanceNormalization", "Softplus",
+    "Floor", "Ceil", "ArgMax", "ArgMin", "InstanceNormalization", "Softplus", "LayerNormalization",
+    "GroupNormalization", "Einsum", "LSTM", "GRU", "RNN", "Attention",
     "TopK", "NonZero", "NonMaxSuppression", "Compress", "GatherND", "ScatterND", "ScatterElements",
     "OneHot", "CumSum", "Unique", "CenterCropPad",
 )

@@ -491,7 +491,14 @@ class _Converter:
         if self.unsupported:
             counts = self.unsupported
             items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-            raise UnsupportedOpError("unsupported ops: " + ", ".join(f"{op} ({n})" for op, n in items))
+            hint = ""
+            if any(op.startswith("com.microsoft.") for op in counts):
+                # onnxruntime's transformer optimizer writes these fused forms; the exported
+                # model (MatMul/Softmax chains, LayerNormalization) converts as it is
+                hint = ("; com.microsoft ops are onnxruntime contrib ops (only "
+                        f"{', '.join(sorted(CONTRIB_LOWERINGS))} are lowered): convert the model as "
+                        "exported, before onnxruntime's transformer optimizer")
+            raise UnsupportedOpError("unsupported ops: " + ", ".join(f"{op} ({n})" for op, n in items) + hint)
         self._add_initializers()
         self._add_inputs()
         self._add_outputs()
@@ -533,6 +540,11 @@ class _Converter:
         else:
             self.node_name = self._unique_node_name(node.name or f"{node.op_type}_{k}")
         op = node.op_type
+        if node.domain == "com.microsoft" and op in CONTRIB_LOWERINGS:
+            # onnxruntime's fused forms: lowered into the standard chains (onnx_contrib.py)
+            where = f"node {self.node_name!r} (com.microsoft.{op})"
+            CONTRIB_LOWERINGS[op](self, node, {a.name: _attr_value(onnx, a, where) for a in node.attribute})
+            return
         if node.domain not in ("", "ai.onnx"):
             self.unsupported[f"{node.domain}.{op}"] += 1
             return
@@ -964,6 +976,11 @@ NORMALIZERS: Dict[str, Normalizer] = {
     "CastLike": _norm_castlike,
 }
 NORMALIZERS.update({op: _norm_reduce for op in REDUCE_AXES_INPUT})
+from .onnx_sequence import NORMALIZERS as _SEQUENCE_NORMALIZERS  # noqa: E402
+from .onnx_contrib import LOWERINGS as CONTRIB_LOWERINGS  # noqa: E402
+from .onnx_attention import NORMALIZERS as _ATTENTION_NORMALIZERS  # noqa: E402
+NORMALIZERS.update(_ATTENTION_NORMALIZERS)
+NORMALIZERS.update(_SEQUENCE_NORMALIZERS)
 
 
 # -- input shape pinning ---------------------------------------------------------

@@ -110,7 +110,42 @@ def node_flops(node: Node, graph: Graph) -> int:
         return _numel(graph, node.inputs[0])
     if op in ELEMENTWISE_FREE:
         return 0
+    if op in ("LayerNormalization", "GroupNormalization"):
+        return 8 * n_out           # mean, deviation, square, sum, scale, affine (two passes)
+    if op in ("LSTM", "GRU", "RNN"):
+        return _recurrent_flops(node, graph)
+    if op == "Einsum":
+        return _einsum_flops(node, graph)
     return n_out
+
+
+def _recurrent_flops(node: Node, graph: Graph) -> int:
+    """2 * steps * batch * directions * (input + hidden) * gates * hidden, plus ~10 per gate value."""
+    from .shape_rules_seq import RNN_GATES
+    x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+    if x is None or w is None or len(x) != 3 or len(w) != 3:
+        return 0
+    nd, gh, n_in = (int(d) for d in w)
+    hidden = gh // RNN_GATES[node.op]
+    rows = int(x[0]) * int(x[1])
+    return rows * nd * gh * (2 * (n_in + hidden) + 10)
+
+
+def _einsum_flops(node: Node, graph: Graph) -> int:
+    """2 * (product of every letter's size) per contraction of two operands."""
+    from .shape_rules_seq import parse_einsum
+    shapes = [_shape(graph, i) for i in node.inputs]
+    if any(s is None for s in shapes):
+        return 0
+    terms, _ = parse_einsum(node.attrs.get("equation", ""), [len(s) for s in shapes])
+    sizes, ell = {}, 1
+    for t, s in zip(terms, shapes):
+        head, dots, tail = t.partition("...")
+        n_ell = len(s) - len(head) - len(tail) if dots else 0
+        sizes.update(zip(head, s))
+        sizes.update(zip(tail, s[len(s) - len(tail):] if tail else ()))
+        ell = max(ell, _prod(s[len(head):len(head) + n_ell]))
+    return 2 * max(len(shapes) - 1, 1) * ell * _prod(sizes.values())
 
 
 def _static_copy(graph: Graph) -> Graph:

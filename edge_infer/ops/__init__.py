@@ -12,12 +12,12 @@ from typing import Dict, Optional
 
 from ..errors import ArtifactError, ConversionError, EdgeInferError
 from ..ir.graph import Graph, Node
-from . import conv, dynamic, elementwise, gemm, norm, pool, quantize, reduce, resize, tensor
+from . import conv, dynamic, elementwise, gemm, norm, pool, quantize, reduce, resize, sequence, tensor
 from .resources import GENERATED_DEFAULT, ResourceLimitError, check_graph, default_limit
 from .schema import ValidationError, check_node
 
 SCHEMAS: Dict[str, dict] = {}
-for _family in (conv, pool, gemm, elementwise, norm, tensor, quantize, reduce, resize, dynamic):
+for _family in (conv, pool, gemm, elementwise, norm, tensor, quantize, reduce, resize, dynamic, sequence):
     SCHEMAS.update(_family.SCHEMAS)
 
 _ERRORS = {"load": ArtifactError, "convert": ConversionError}

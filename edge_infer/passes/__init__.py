@@ -22,14 +22,15 @@ from .fold_scale_bias import fold_scale_bias
 from .fuse_conv_activation import fuse_conv_activation
 from .fuse_residual_add import fuse_residual_add
 from .recognize_activations import recognize_activations
+from .recognize_layer_norm import recognize_layer_norm
 
 PassFn = Callable[[Graph], int]
 
 #: level -> passes added at that level (a level also runs every lower level's passes).
 #: 1 cleanup: nothing changes numerically but the graph gets smaller.
 #: 2 fusion: weights absorb BatchNorm and constant scales/offsets, decomposed activations
-#:   become single ops, then conv/gemm/matmul + residual + activation fuse (cost-gated:
-#:   passes/cost_model.py). Order matters within a round: folding first (so a conv's
+#:   and LayerNorm chains become single ops, then conv/gemm/matmul + residual + activation
+#:   fuse (cost-gated: passes/cost_model.py). Order matters within a round: folding first (so a conv's
 #:   output feeds the activation directly), residual fusion before activation fusion (so
 #:   Conv+Add+Relu becomes one node, not Conv+Relu next to an Add).
 #: 3 layout.
@@ -37,7 +38,8 @@ LEVELS: Dict[int, List[PassFn]] = {
     0: [],
     1: [fold_constants, eliminate_identity, eliminate_common_subexpressions, cancel_transposes,
         eliminate_dead_code],
-    2: [fold_batchnorm, recognize_activations, fold_scale_bias, fuse_residual_add, fuse_conv_activation],
+    2: [fold_batchnorm, recognize_activations, recognize_layer_norm, fold_scale_bias, fuse_residual_add,
+        fuse_conv_activation],
     3: [convert_layout],
 }
 

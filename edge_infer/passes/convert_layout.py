@@ -1,7 +1,8 @@
 """Put the graph into the backend's preferred data layout (NHWC), once, at convert time.
 
 Every 4-D spatial op (Conv, FusedConv, MaxPool without Indices, AveragePool, the
-global pools, BatchNormalization in inference form, LRN, InstanceNormalization)
+global pools, BatchNormalization in inference form, LRN, InstanceNormalization,
+GroupNormalization)
 gets ``data_layout="NHWC"``: it reads and writes channels-last tensors; weights
 stay OIHW (the kernels pack them at prepare). Graph inputs and outputs keep the
 user's layout, so the API does not change: Transposes are inserted where a
@@ -61,7 +62,8 @@ BACKEND_LAYOUTS = {"cpu": DEFAULT_LAYOUT, "native": "NHWC"}
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
 
 SPATIAL = frozenset({"Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                     "GlobalMaxPool", "BatchNormalization", "LRN", "InstanceNormalization"})
+                     "GlobalMaxPool", "BatchNormalization", "LRN", "InstanceNormalization",
+                     "GroupNormalization"})
 
 UNARY = frozenset({
     "Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "SiLU", "Gelu",

@@ -1,0 +1,152 @@
+"""Transformer and recurrent ops: LayerNormalization, GroupNormalization, Einsum,
+LSTM, GRU, RNN. Shapes of weights and states against X, the activation lists against
+the direction, the Einsum equation parsed (ir/shape_rules_seq.py)."""
+from __future__ import annotations
+
+from ..ir.graph import Graph, Node
+from ..ir.shape_rules_seq import RNN_GATES, STASH_DTYPES, parse_einsum
+from .schema import (BOOL, FLOAT, FLOATS, INT, STR, UNBOUNDED, check_axis, const, fail, int_values, known,
+                     op, rank, shape)
+
+#: activation name -> (uses alpha, uses beta); ONNX's list for the recurrent ops
+RNN_ACTIVATIONS = {"Relu": (False, False), "Tanh": (False, False), "Sigmoid": (False, False),
+                   "Affine": (True, True), "LeakyRelu": (True, False), "ThresholdedRelu": (True, False),
+                   "ScaledTanh": (True, True), "HardSigmoid": (True, True), "Elu": (True, False),
+                   "Softsign": (False, False), "Softplus": (False, False)}
+#: the op's activations per direction when the model names none: RNN f; GRU f, g; LSTM f, g, h
+DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+#: activations per direction
+RNN_ACTIVATION_COUNT = {op: len(v) for op, v in DEFAULT_ACTIVATIONS.items()}
+MAX_EINSUM_OPERANDS = 16
+
+
+def _stash(node: Node) -> None:
+    st = node.attrs.get("stash_type", 1)
+    if st not in STASH_DTYPES:
+        fail(node, "attribute 'stash_type'",
+             f"{st!r} is not one of {sorted(STASH_DTYPES)} (float, float16, double)")
+
+
+def _check_layer_norm(node: Node, graph: Graph) -> None:
+    _stash(node)
+    xs = shape(graph, node.inputs[0])
+    r = None if xs is None else len(xs)
+    axis = node.attrs.get("axis", -1)
+    check_axis(node, "attribute 'axis'", axis, r)
+    if xs is None:
+        return
+    norm = xs[axis % r:]
+    for k in (1, 2):
+        ps = shape(graph, node.inputs[k]) if len(node.inputs) > k and node.inputs[k] else None
+        if ps is None:
+            continue
+        if len(ps) > len(norm) or any(known(p) and known(d) and p not in (1, d)
+                                      for p, d in zip(ps[::-1], norm[::-1])):
+            fail(node, f"input {k}",
+                 f"shape {list(ps)} does not broadcast onto the normalized dims {list(norm)}")
+
+
+def _check_group_norm(node: Node, graph: Graph) -> None:
+    _stash(node)
+    if "num_groups" not in node.attrs:
+        fail(node, "attribute 'num_groups'", "is required")
+    xs = shape(graph, node.inputs[0])
+    if xs is not None and len(xs) < 2:
+        fail(node, "input 0", f"rank {len(xs)}; expected (N, C, ...)")
+    ch = -1 if (node.attrs.get("data_layout") or "NCHW") == "NHWC" else 1     # the layout pass's NHWC
+    if xs is None or not known(xs[ch]):
+        return
+    c, g = xs[ch], node.attrs["num_groups"]
+    if c % g:
+        fail(node, "attribute 'num_groups'", f"{g} does not divide the {c} channels")
+    for k in (1, 2):
+        ps = shape(graph, node.inputs[k])
+        if ps is not None and (len(ps) != 1 or (known(ps[0]) and ps[0] != c)):
+            fail(node, f"input {k}", f"shape {list(ps)}; expected [{c}] (per channel, opset 21)")
+
+
+def _check_einsum(node: Node, graph: Graph) -> None:
+    eq = node.attrs.get("equation")
+    if not isinstance(eq, str):
+        fail(node, "attribute 'equation'", "is required (a string)")
+    if len(node.inputs) > MAX_EINSUM_OPERANDS:
+        fail(node, "inputs", f"{len(node.inputs)} operands; at most {MAX_EINSUM_OPERANDS}")
+    try:
+        parse_einsum(eq, [rank(graph, i) for i in node.inputs])
+    except ValueError as e:
+        fail(node, "attribute 'equation'", str(e))
+
+
+def _expect(node: Node, graph: Graph, k: int, what: str, want) -> None:
+    """Input ``k``, when present and of known shape, must have shape ``want`` (None: any dim)."""
+    if len(node.inputs) <= k or not node.inputs[k]:
+        return
+    s = shape(graph, node.inputs[k])
+    if s is None:
+        return
+    if len(s) != len(want) or any(known(a) and known(b) and a != b for a, b in zip(s, want)
+                                  if a is not None and b is not None):
+        expected = ["?" if w is None or not known(w) else w for w in want]
+        fail(node, f"input {k} ({what})", f"shape {list(s)}; expected {expected}")
+
+
+def _check_activations(node: Node, nd: int) -> None:
+    acts = node.attrs.get("activations")
+    if acts is None:
+        return
+    per = RNN_ACTIVATION_COUNT[node.op]
+    if not isinstance(acts, list) or len(acts) != per * nd:
+        fail(node, "attribute 'activations'",
+             f"expected {per * nd} names ({per} per direction), got {acts!r}"[:200])
+    for a in acts:
+        if a not in RNN_ACTIVATIONS:
+            fail(node, "attribute 'activations'", f"{a!r} is not one of {sorted(RNN_ACTIVATIONS)}"[:300])
+
+
+def _check_recurrent(node: Node, graph: Graph) -> None:
+    gates = RNN_GATES[node.op]
+    nd = 2 if (node.attrs.get("direction") or "forward") == "bidirectional" else 1
+    _check_activations(node, nd)
+    layout = node.attrs.get("layout", 0)
+    xs = shape(graph, node.inputs[0])
+    if xs is not None and len(xs) != 3:
+        fail(node, "input 0 (X)", f"rank {len(xs)}; expected 3")
+    ws, rs = shape(graph, node.inputs[1]), shape(graph, node.inputs[2])
+    hidden = node.attrs.get("hidden_size")
+    if hidden is None and rs is not None and len(rs) == 3 and known(rs[2]):
+        hidden = rs[2]
+    if hidden is None:
+        return                                # nothing to check the weights against
+    seq, batch, inp = (None, None, None) if xs is None else (
+        (xs[1], xs[0], xs[2]) if layout else (xs[0], xs[1], xs[2]))
+    _expect(node, graph, 1, "W", (nd, gates * hidden, inp))
+    _expect(node, graph, 2, "R", (nd, gates * hidden, hidden))
+    _expect(node, graph, 3, "B", (nd, 2 * gates * hidden))
+    _expect(node, graph, 4, "sequence_lens", (batch,))
+    state = (batch, nd, hidden) if layout else (nd, batch, hidden)
+    _expect(node, graph, 5, "initial_h", state)
+    if node.op == "LSTM":
+        _expect(node, graph, 6, "initial_c", state)
+        _expect(node, graph, 7, "P", (nd, 3 * hidden))
+    lens = int_values(node, graph, 4)
+    if lens is not None and seq is not None and known(seq) and any(not 0 <= v <= seq for v in lens):
+        fail(node, "input 4 (sequence_lens)", f"a length outside [0, {seq}]")
+    if len(node.inputs) > 4 and node.inputs[4] and const(graph, node.inputs[4]) is None:
+        t = graph.tensors.get(node.inputs[4])
+        if t is not None and t.dtype not in ("int32", "int64"):
+            fail(node, "input 4 (sequence_lens)", f"dtype {t.dtype}; expected int32")
+
+
+_RECURRENT = dict(direction=STR("forward", "reverse", "bidirectional"), hidden_size=INT(1, 1 << 20),
+                  activation_alpha=FLOATS(), activation_beta=FLOATS(), clip=FLOAT(0), layout=BOOL)
+_NORM = dict(epsilon=FLOAT(0), stash_type=INT())
+
+SCHEMAS = {
+    "LayerNormalization": op((2, 3), (1, 3), check=_check_layer_norm, axis=INT(), **_NORM),
+    "GroupNormalization": op((3, 3), check=_check_group_norm, num_groups=INT(1, 1 << 20),
+                             data_layout=STR("NCHW", "NHWC"), **_NORM),
+    "Einsum": op((1, UNBOUNDED), check=_check_einsum, equation=STR()),
+    "RNN": op((3, 6), (1, 2), check=_check_recurrent, **_RECURRENT),
+    "GRU": op((3, 6), (1, 2), check=_check_recurrent, linear_before_reset=BOOL, **_RECURRENT),
+    "LSTM": op((3, 8), (1, 3), check=_check_recurrent, input_forget=BOOL, **_RECURRENT),
+}
