@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .errors import EdgeInferError
+from .npyio import read_array_file
 
 
 class UsageError(EdgeInferError):
@@ -41,12 +42,9 @@ def load_input_files(items: List[str], input_names: List[str]) -> Dict[str, np.n
             name, path = None, item
         if not os.path.isfile(path):
             raise UsageError(f"input file not found: {path}")
-        try:
-            data = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise UsageError(f"{path}: not a .npy/.npz array file ({e})") from None
-        if isinstance(data, np.lib.npyio.NpzFile):
-            feeds.update({k: data[k] for k in data.files})
+        data = read_array_file(path, UsageError)
+        if isinstance(data, dict):
+            feeds.update(data)
             continue
         if name is None:
             if len(input_names) != 1:
@@ -62,6 +60,8 @@ def cmd_convert(args) -> int:
     from .convert import convert
     if not os.path.isfile(args.model):
         raise UsageError(f"model file not found: {args.model}")
+    if args.output:
+        _check_output_path(args.output)
     rep = convert(args.model, args.output, input_shapes=parse_shape_args(args.input_shape),
                   opt_level=args.opt_level, disable_passes=args.disable_pass or (),
                   allow_drift=args.allow_drift, target=args.target, layout=args.layout,
@@ -143,6 +143,7 @@ def quantize_options(args) -> dict:
 def cmd_export(args) -> int:
     from .artifact import load_artifact
     from .quantize.export_onnx import export_qdq
+    _check_output_path(args.output)
     graph, _ = load_artifact(args.artifact)
     if args.format == "tflite":
         from .export_tflite import export_tflite
@@ -171,8 +172,7 @@ def cmd_run(args) -> int:
         from .backends.picker import format_report
         print(format_report(rt.backend_report()))
     if args.output:
-        np.savez(args.output, **out)
-        print(f"saved {len(out)} output(s) to {args.output}")
+        print(f"saved {len(out)} output(s) to {save_outputs(out, args.output)}")
     for name, arr in out.items():
         desc = f"{name}: {arr.dtype}{list(arr.shape)}"
         if arr.size and arr.dtype.kind in "fiu":
@@ -181,6 +181,38 @@ def cmd_run(args) -> int:
                 desc += f" argmax {arr.argmax(axis=1).tolist()[:16]}"
         print(desc)
     return 0
+
+
+def save_outputs(out: Dict[str, np.ndarray], path: str) -> str:
+    """Write a run's outputs; returns where. ``path`` an existing folder (or ending in ``/``):
+    one ``NAME.npy`` per output inside it (names made file-safe); otherwise an ``.npz`` at
+    exactly ``path`` (numpy would append ``.npz`` to a bare name: not done here), written
+    to a temporary file first so that a failed write leaves nothing behind."""
+    import re
+    from .artifact import _atomic_write
+    if os.path.isdir(path) or path.endswith((os.sep, "/")):
+        os.makedirs(path, exist_ok=True)
+        used = set()
+        for name, arr in out.items():
+            base = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "output"
+            stem, k = base, 1
+            while stem in used:
+                stem, k = f"{base}_{k}", k + 1
+            used.add(stem)
+            _atomic_write(os.path.join(path, stem + ".npy"), lambda f, a=arr: np.save(f, a))
+        return os.path.join(path, "") + ("{" + ",".join(sorted(used)) + "}.npy")
+    _check_output_path(path)
+    _atomic_write(path, lambda f: np.savez(f, **out))
+    return path
+
+
+def _check_output_path(path: str) -> None:
+    """An output file path must not be a folder, and its folder must exist."""
+    if os.path.isdir(path):
+        raise UsageError(f"output {path} is a directory: give a file path")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"output folder not found: {folder}")
 
 
 def inspect_artifact(path: str, memory_limit=None) -> dict:
@@ -315,6 +347,7 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
                    threads: Optional[int] = None, input_shapes=None, memory_limit=None) -> dict:
     """Time a model: latency percentiles and a per-op time table (under ``memory_limit``)."""
     import time
+    _check_counts(runs, warmup)
     from .runtime import Runtime
     from .verify import random_inputs
     rt = Runtime(path, backend=backend, threads=threads, memory_limit=memory_limit)
@@ -354,9 +387,17 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
     }
 
 
+def _check_counts(runs: int, warmup: int) -> None:
+    if int(runs) < 1:
+        raise UsageError(f"--runs must be at least 1, got {runs}")
+    if int(warmup) < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
+
+
 def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, input_shapes=None) -> dict:
     """Time each listed (or every available) backend on the model; store the medians in the
     picker's timings cache so that later ``backend="auto"`` picks use them."""
+    _check_counts(runs, warmup)
     from .backends import BACKENDS
     from .backends.picker import _instantiate, candidate_names, model_key, record_timing
     from .runtime import Runtime, specialize
@@ -621,6 +662,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if hasattr(args, "artifact"):
             _check_file(args.artifact, "artifact")
+        if getattr(args, "threads", None) is not None and args.threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {args.threads}")
         return args.fn(args)
     except (EdgeInferError, OSError, MemoryError) as e:
         if args.debug:

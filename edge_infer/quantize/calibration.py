@@ -225,20 +225,17 @@ def _as_feed(graph: Graph, item) -> Dict[str, np.ndarray]:
 
 
 def _array_source(graph: Graph, path: str) -> Iterator[Dict[str, np.ndarray]]:
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise CalibrationError(f"{path}: not a .npy/.npz array file ({e})") from None
-    if isinstance(data, np.lib.npyio.NpzFile):
-        with data:
-            names = data.files
-            if all(n in names for n in graph.inputs):
-                arrays = {n: data[n] for n in graph.inputs}
-            elif len(graph.inputs) == 1 and len(names) >= 1:
-                key = "x" if "x" in names else names[0]
-                arrays = {graph.inputs[0]: data[key]}
-            else:
-                raise CalibrationError(f"{path} holds {names}; the model's inputs are {graph.inputs}")
+    from ..npyio import read_array_file
+    data = read_array_file(path, CalibrationError)
+    if isinstance(data, dict):
+        names = list(data)
+        if all(n in names for n in graph.inputs):
+            arrays = {n: data[n] for n in graph.inputs}
+        elif len(graph.inputs) == 1 and len(names) >= 1:
+            key = "x" if "x" in names else names[0]
+            arrays = {graph.inputs[0]: data[key]}
+        else:
+            raise CalibrationError(f"{path} holds {names}; the model's inputs are {graph.inputs}")
     else:
         if len(graph.inputs) != 1:
             raise CalibrationError(f"{path}: one array for a model with inputs {graph.inputs}; use .npz")
