@@ -458,6 +458,8 @@ class _Converter:
     def _tensor_array(self, t, what: str) -> np.ndarray:
         onnx = self.onnx
         _dtype_name(t.data_type, what)
+        if any(d < 0 for d in t.dims):       # numpy's reshape would take a negative dim as "infer it"
+            raise ConversionError(f"{what}: negative dim in dims {list(t.dims)}")
         if onnx.external_data_helper.uses_external_data(t):
             loc = dict((kv.key, kv.value) for kv in t.external_data).get("location", "")
             if not os.path.isfile(os.path.join(self.base_dir, loc)):
@@ -542,6 +544,7 @@ class _Converter:
                 self.unsupported[op] += 1
                 return
         where = f"node {self.node_name!r} ({op})"
+        _check_arity_and_attr_types(onnx, node, schema, where)
         given = {a.name: _attr_value(onnx, a, where) for a in node.attribute}
         attrs = dict(_defaults(onnx, schema))
         attrs.update(given)
@@ -876,6 +879,29 @@ def _norm_batchnorm(c: _Converter, node, attrs, given, schema) -> None:
 def _norm_scatter(c: _Converter, node, attrs, given, schema) -> None:
     # Scatter (opset 9-10) was renamed ScatterElements in opset 11
     c.emit("ScatterElements", _ins(node), _outs(node), {"axis": attrs.get("axis", 0)})
+
+
+def _check_arity_and_attr_types(onnx, node, schema, where: str) -> None:
+    """What the op's ONNX schema fixes before any normalizer reads the node: the number of
+    inputs and outputs, the required inputs present, each attribute of the declared type
+    (a hostile file can give any; a normalizer would otherwise index or int() it blindly)."""
+    n_in, n_out = len(node.input), len(node.output)
+    if not schema.min_input <= n_in <= schema.max_input:
+        raise ConversionError(f"{where}: {n_in} inputs given, the op takes "
+                              f"{schema.min_input}..{schema.max_input}")
+    if not schema.min_output <= n_out <= schema.max_output:
+        raise ConversionError(f"{where}: {n_out} outputs given, the op takes "
+                              f"{schema.min_output}..{schema.max_output}")
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for i, formal in enumerate(list(schema.inputs)[:n_in]):
+        if formal.option == single and not node.input[i]:
+            raise ConversionError(f"{where}: required input {i} ({formal.name}) is empty")
+    for a in node.attribute:
+        decl = schema.attributes.get(a.name)
+        if decl is not None and int(a.type) != int(decl.type):
+            raise ConversionError(f"{where}: attribute {a.name!r} is of type "
+                                  f"{onnx.AttributeProto.AttributeType.Name(a.type)}, the op declares "
+                                  f"{onnx.AttributeProto.AttributeType.Name(int(decl.type))}")
 
 
 def _spatial_rank(c: _Converter, node, attrs) -> Optional[int]:
