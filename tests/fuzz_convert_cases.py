@@ -133,6 +133,9 @@ def _mutate_onnx(m, rng) -> str:
         return f"sparse indices part {part}"
     if kind == 5:                                            # node inputs
         choice = int(rng.integers(3))
+        if not len(node.input):
+            node.input.append("nosuch")
+            return f"input {node.name} -> nosuch"
         if choice == 0:
             del node.input[int(rng.integers(len(node.input))):]
             return f"inputs {node.name} -> {list(node.input)}"
