@@ -474,6 +474,36 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    from .difftest import DEFAULT_TOL_STEPS, format_report, verify_at_scale
+    _check_file(args.model, "model")
+    if args.samples < 1 or args.batch < 1:
+        raise UsageError("--samples and --batch must be at least 1")
+    rng = None
+    if args.range:
+        try:
+            lo, hi = (float(v) for v in args.range.split(","))
+        except ValueError:
+            raise UsageError(f"--range wants LOW,HIGH; got {args.range!r}") from None
+        if not lo < hi:
+            raise UsageError(f"--range {args.range}: LOW must be below HIGH")
+        rng = (lo, hi)
+    if args.data and not os.path.exists(args.data):
+        raise UsageError(f"data not found: {args.data}")
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()] if args.backend else None
+    rep = verify_at_scale(args.model, args.artifact, samples=args.samples, backends=backends, data=args.data,
+                          batch=args.batch, out_dir=args.out, tol=args.tol,
+                          tol_steps=args.tol_steps if args.tol_steps is not None else DEFAULT_TOL_STEPS,
+                          seed=args.seed, value_range=rng, recipe=args.recipe, threads=args.threads)
+    print(json.dumps(rep, indent=2, default=str) if args.json else format_report(rep))
+    if not rep["passed"]:
+        print("edge-infer: verify: outputs differ beyond the tolerance" + (
+            f" (worst inputs in {args.out})" if args.out else " (--out DIR saves the worst inputs)"),
+            file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_ops(args) -> int:
     from .backends import BACKENDS
     table = {}
@@ -614,6 +644,29 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("--plot", metavar="FILE.png", help="latency histogram and per-op times (needs matplotlib)")
     b.set_defaults(fn=cmd_bench)
+
+    v = sub.add_parser("verify", help="differential test: an artifact against its source model on many inputs")
+    v.add_argument("model", metavar="MODEL.onnx|MODEL.tflite")
+    v.add_argument("artifact", metavar="ARTIFACT.eim")
+    v.add_argument("--samples", type=int, default=1000, help="inputs to compare (default 1000)")
+    v.add_argument("--backend", help="backends to run the artifact on, A,B (default: every available one)")
+    v.add_argument("--data", metavar="DIR|FILE", help="real inputs: a folder of .npy files or images, or an "
+                   ".npy/.npz (images preprocessed by --recipe)")
+    v.add_argument("--recipe", metavar="NAME|FILE", help="preprocessing recipe: the images of --data, and the "
+                   "range of random inputs (default: the artifact's calibration recipe)")
+    v.add_argument("--range", metavar="LOW,HIGH", help="random float inputs uniform in this range "
+                   "(default: the recipe's range, else standard normal)")
+    v.add_argument("--batch", type=int, default=256, help="samples per run where the batch dim is symbolic")
+    v.add_argument("--tol", type=float, help="largest relative error (||ours - ref|| / ||ref|| per sample) "
+                   "against the source (default 1e-5 for fp32 artifacts; int8: reported only unless given)")
+    v.add_argument("--tol-steps", type=float, help="int8 artifacts: largest difference of a backend from the "
+                   "CPU backend, in steps of the output's quantization scale (default 2)")
+    v.add_argument("--out", metavar="DIR", help="write report.json and each backend's worst input "
+                   "(worst_BACKEND.npy, replay with run --input)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--threads", type=int)
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(fn=cmd_verify)
 
     o = sub.add_parser("ops", help="supported ops per backend")
     o.add_argument("--json", action="store_true")
