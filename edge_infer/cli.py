@@ -398,24 +398,17 @@ def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, 
     """Time each listed (or every available) backend on the model; store the medians in the
     picker's timings cache so that later ``backend="auto"`` picks use them."""
     _check_counts(runs, warmup)
-    from .backends import BACKENDS
-    from .backends.picker import _instantiate, candidate_names, model_key, record_timing
+    from .backends.picker import candidate_names, model_key, record_timing, usable_backends
     from .runtime import Runtime, specialize
     from .verify import random_inputs
     probe_rt = Runtime(path, backend="cpu", threads=threads)
     prefer = (probe_rt.meta.get("target") or {}).get("backends") or ()
     names = candidate_names(prefer) if which == "all" else [n.strip() for n in which.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BACKENDS and n != "native"]
-    if unknown:
-        raise UsageError(f"unknown backend(s) {unknown}; known: {', '.join(sorted(BACKENDS))}")
+    names, skipped = usable_backends(names)
     feeds = random_inputs(probe_rt.graph, 0, shapes=input_shapes)
     key = model_key(specialize(probe_rt.graph, {k: v.shape for k, v in feeds.items()}), probe_rt.threads)
-    results, skipped = [], {}
-    for name in dict.fromkeys("cpu" if n == "native" else n for n in names):
-        _, ok, why = _instantiate(name)
-        if not ok:
-            skipped[name] = why
-            continue
+    results = []
+    for name in names:
         try:
             rep = bench_artifact(path, runs, warmup, name, threads, input_shapes)
         except EdgeInferError as e:

@@ -215,18 +215,11 @@ def _is_int8(graph) -> bool:
 
 def _runtimes(artifact: str, backends: Optional[Sequence[str]], threads) -> Tuple[dict, dict]:
     from .backends import BACKENDS
-    from .backends.picker import _instantiate
+    from .backends.picker import usable_backends
     from .runtime import Runtime
-    names = list(backends) if backends else list(BACKENDS)
-    unknown = [n for n in names if n not in BACKENDS and n != "native"]
-    if unknown:
-        raise DiffTestError(f"unknown backend(s) {unknown}; known: {', '.join(sorted(BACKENDS))}")
-    rts, skipped = {}, {}
-    for name in dict.fromkeys("cpu" if n == "native" else n for n in names):
-        _, ok, why = _instantiate(name)
-        if not ok:
-            skipped[name] = why
-            continue
+    names, skipped = usable_backends(list(backends) if backends else list(BACKENDS))
+    rts = {}
+    for name in names:
         try:
             rts[name] = Runtime(artifact, backend=name, threads=threads)
         except EdgeInferError as e:

@@ -192,6 +192,23 @@ def _instantiate(name: str):
     return b, bool(ok), str(why or "")
 
 
+def usable_backends(names: Sequence[str]):
+    """(the backends of ``names`` available here, in order, "native" as "cpu", each once;
+    {name: why not} of the others). An unknown name raises BackendError."""
+    from . import BACKENDS
+    unknown = [n for n in names if n not in BACKENDS and n not in ALIASES]
+    if unknown:
+        raise BackendError(f"unknown backend(s) {unknown}; known: {', '.join(sorted(BACKENDS))}")
+    usable, skipped = [], {}
+    for name in dict.fromkeys(ALIASES.get(n, n) for n in names):
+        _, ok, why = _instantiate(name)
+        if ok:
+            usable.append(name)
+        else:
+            skipped[name] = why
+    return usable, skipped
+
+
 def coverage(backend: Backend, graph: Graph) -> dict:
     """{"nodes", "supported", "unsupported": {op: count}} over the nodes that run."""
     nodes = running_nodes(graph)
