@@ -299,28 +299,20 @@ def run_folder(folder: str, suffix: str = "") -> None:
     """Convert each model in ``folder`` (ending in ``suffix``) and run what converts once."""
     import tempfile
     from edge_infer import convert
-    from edge_infer.errors import EdgeInferError
     from edge_infer.runtime import Runtime
+    from fuzz_cases import outcome, random_feeds
+
+    def attempt(path, out):
+        convert(path, out, max_bytes="256MB")
+        rt = Runtime(out, backend="cpu", threads=1)
+        rt.run(random_feeds(rt))
+        return "ok"
     with tempfile.TemporaryDirectory() as tmp:
         for name in sorted(os.listdir(folder)):
             if not name.endswith(suffix):
                 continue
             print(json.dumps({"file": name, "outcome": "start"}), flush=True)
-            out = os.path.join(tmp, "out.eim")
-            try:
-                convert(os.path.join(folder, name), out, max_bytes="256MB")
-                rt = Runtime(out, backend="cpu", threads=1)
-                feeds = {}
-                for i in rt.graph.inputs:
-                    t = rt.graph.tensors[i]
-                    shape = [d if isinstance(d, int) else 1 for d in t.shape]
-                    feeds[i] = np.random.default_rng(1).standard_normal(shape).astype(t.dtype)
-                rt.run(feeds)
-                res = {"file": name, "outcome": "ok"}
-            except EdgeInferError as e:
-                res = {"file": name, "outcome": "error", "msg": str(e)[:160]}
-            except Exception as e:  # noqa: BLE001  (what the test is looking for)
-                res = {"file": name, "outcome": "raw", "msg": f"{type(e).__name__}: {e}"[:300]}
+            res = outcome(name, lambda: attempt(os.path.join(folder, name), os.path.join(tmp, "out.eim")))
             print(json.dumps(res), flush=True)
 
 
