@@ -111,6 +111,12 @@ def test_tflite_source_and_real_data(digits, tmp_path):
     rep = verify_at_scale(digits_model_path(), fp32, samples=10 ** 6, backends=["cpu"], data=digits_samples_path(),
                           batch=100)
     assert rep["passed"] and rep["samples"] == len(x) and rep["inputs"] == "data"
+    folder = tmp_path / "npy"                   # a folder of .npy files: one sample, or a batch, each
+    folder.mkdir()
+    np.save(folder / "a.npy", x[0])
+    np.save(folder / "b.npy", x[1:8])
+    rep = verify_at_scale(digits_model_path(), fp32, samples=100, backends=["cpu"], data=str(folder))
+    assert rep["passed"] and rep["samples"] == 8
 
 
 @pytest.mark.parametrize("args, needle", [
