@@ -66,6 +66,41 @@ def onnx_base():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
+def onnx_base2():
+    """A second ONNX base (opset 18): shape ops, Resize, Concat, Slice, Gather, Transpose, a
+    ConvTranspose, int8 QDQ, ReduceMean, Pad and Split, on a [1, 3, 6, 6] input."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(1)
+
+    def init(name, arr):
+        return numpy_helper.from_array(np.asarray(arr), name)
+    inits = [init("wt", rng.standard_normal((3, 2, 2, 2)).astype(np.float32)),
+             init("scales", np.array([1, 1, 2, 2], np.float32)),
+             init("starts", np.array([0, 1], np.int64)), init("ends", np.array([3, 11], np.int64)),
+             init("axes", np.array([1, 3], np.int64)), init("gi", np.array([0, 2, 1], np.int64)),
+             init("qs", np.float32(0.05)), init("qz", np.int8(3)), init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1],
+                                                                                         np.int64)),
+             init("split", np.array([7, 7], np.int64)), init("rax", np.array([2, 3], np.int64))]
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "wt"], ["ct"], "deconv", strides=[2, 2], kernel_shape=[2, 2],
+                         group=1, output_padding=[0, 0]),
+        helper.make_node("Resize", ["x", "", "scales"], ["rs"], "resize", mode="nearest"),
+        helper.make_node("Concat", ["ct", "rs"], ["cat"], "concat", axis=1),
+        helper.make_node("Slice", ["cat", "starts", "ends", "axes"], ["sl"], "slice"),
+        helper.make_node("Gather", ["sl", "gi"], ["ga"], "gather", axis=1),
+        helper.make_node("QuantizeLinear", ["ga", "qs", "qz"], ["q"], "quant"),
+        helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["dq"], "dequant"),
+        helper.make_node("Transpose", ["dq"], ["tr"], "transpose", perm=[0, 1, 3, 2]),
+        helper.make_node("Pad", ["tr", "pads"], ["pd"], "pad", mode="reflect"),
+        helper.make_node("Split", ["pd", "split"], ["s0", "s1"], "split", axis=3),
+        helper.make_node("Add", ["s0", "s1"], ["ad"], "add"),
+        helper.make_node("ReduceMean", ["ad", "rax"], ["y"], "mean", keepdims=1),
+    ]
+    graph = helper.make_graph(nodes, "fuzz2", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 1, 1])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
 def _mutate_onnx(m, rng) -> str:
     from onnx import AttributeProto, TensorProto
     g = m.graph
@@ -114,6 +149,13 @@ def _mutate_onnx(m, rng) -> str:
         t.data_type = int(rng.choice([TensorProto.INT8, TensorProto.DOUBLE, TensorProto.STRING,
                                       TensorProto.FLOAT16, TensorProto.BOOL, 0, 99]))
         return f"init {t.name} data_type {t.data_type}"
+    if kind == 4 and not len(g.sparse_initializer):          # no sparse initializer: a string attribute
+        strs = [(n, a) for n in g.node for a in n.attribute if a.type == AttributeProto.STRING]
+        if not strs:
+            return "no string attribute"
+        n, a = strs[int(rng.integers(len(strs)))]
+        a.s = [b"", b"bogus", b"constant", b"linear", b"cubic", b"edge", b"\xff" * 3][int(rng.integers(7))]
+        return f"attr {n.name}.{a.name}={a.s!r}"
     if kind == 4:                                            # the sparse initializer
         s = g.sparse_initializer[0]
         part = int(rng.integers(4))
@@ -263,6 +305,47 @@ def _mutate_tflite(w, rng) -> str:
     return f"{name} version {w.opcode_list[op['opcode']][2]}"
 
 
+def tflite_base2():
+    """(ModelWriter, inputs, outputs) of a second float TFLite base: PAD, TRANSPOSE_CONV,
+    CONCATENATION, RESIZE_BILINEAR, STRIDED_SLICE, TRANSPOSE, MEAN, ADD, SPLIT, GATHER."""
+    from edge_infer.tflite_format import SAME, ModelWriter
+    rng = np.random.default_rng(1)
+    w = ModelWriter("fuzz2")
+    f = lambda name, shape: w.tensor(name, "float32", shape)     # noqa: E731
+    i32 = lambda name, v: w.tensor(name, "int32", (len(v),), data=np.array(v))   # noqa: E731
+    x = f("x", (1, 6, 6, 3))
+    pads = w.tensor("pads", "int32", (4, 2), data=np.array([[0, 0], [1, 1], [1, 1], [0, 0]]))
+    p = f("p", (1, 8, 8, 3))
+    w.op("PAD", [x, pads], [p])
+    wt = w.tensor("wt", "float32", (2, 2, 2, 3), data=rng.standard_normal((2, 2, 2, 3)))
+    oshape = i32("oshape", [1, 16, 16, 2])
+    ct = f("ct", (1, 16, 16, 2))
+    w.op("TRANSPOSE_CONV", [oshape, wt, p], [ct], {"padding": SAME, "stride_w": 2, "stride_h": 2})
+    size = i32("size", [16, 16])
+    rz = f("rz", (1, 16, 16, 3))
+    w.op("RESIZE_BILINEAR", [p, size], [rz], {"align_corners": False, "half_pixel_centers": True})
+    cat = f("cat", (1, 16, 16, 5))
+    w.op("CONCATENATION", [ct, rz], [cat], {"axis": 3, "fused_activation_function": 0})
+    b, e, st = i32("b", [0, 1, 0, 0]), i32("e", [1, 15, 16, 4]), i32("st", [1, 2, 1, 1])
+    ss = f("ss", (1, 7, 16, 4))
+    w.op("STRIDED_SLICE", [cat, b, e, st], [ss], {"begin_mask": 0, "end_mask": 0, "shrink_axis_mask": 0})
+    perm = i32("perm", [0, 2, 1, 3])
+    tr = f("tr", (1, 16, 7, 4))
+    w.op("TRANSPOSE", [ss, perm], [tr])
+    sp_axis = w.tensor("sp_axis", "int32", (), data=np.array(3))
+    s0, s1 = f("s0", (1, 16, 7, 2)), f("s1", (1, 16, 7, 2))
+    w.op("SPLIT", [sp_axis, tr], [s0, s1], {"num_splits": 2})
+    ad = f("ad", (1, 16, 7, 2))
+    w.op("ADD", [s0, s1], [ad], {"fused_activation_function": 1})
+    gi = i32("gi", [1, 0])
+    ga = f("ga", (1, 16, 7, 2))
+    w.op("GATHER", [ad, gi], [ga], {"axis": 3})
+    rax = i32("rax", [1, 2])
+    y = f("y", (1, 1, 1, 2))
+    w.op("MEAN", [ga, rax], [y], {"keep_dims": True})
+    return w, [x], [y]
+
+
 # -- cases ----------------------------------------------------------------------------------
 
 def make_cases(seed: int, n: int, folder: str) -> list:
@@ -271,7 +354,7 @@ def make_cases(seed: int, n: int, folder: str) -> list:
     rng = np.random.default_rng(seed)
     out = []
     for k in range(n):
-        m = onnx_base()
+        m = onnx_base() if k % 2 == 0 else onnx_base2()
         desc = "; ".join(_mutate_onnx(m, rng) for _ in range(1 + int(rng.integers(2))))
         try:
             data = m.SerializeToString()
@@ -282,7 +365,7 @@ def make_cases(seed: int, n: int, folder: str) -> list:
             f.write(data)
         out.append((path, desc))
     for k in range(n):
-        w, ins, outs = tflite_base()
+        w, ins, outs = tflite_base() if k % 2 == 0 else tflite_base2()
         desc = "; ".join(_mutate_tflite(w, rng) for _ in range(1 + int(rng.integers(2))))
         try:
             data = w.finish(ins, outs)

@@ -239,6 +239,7 @@ class _Converter:
         self.node_names: set = set()
         self.reserved_node_names = {n.name for n in model.graph.node if n.name}
         self._emitted = 0
+        self._check_declared_dims()
         self.types = self._collect_types()
         self.unsupported: Counter = Counter()
         self.node_name = ""           # IR name of the ONNX node being converted
@@ -305,6 +306,25 @@ class _Converter:
                 continue
             add(vi)
         return types
+
+    def _check_declared_dims(self) -> None:
+        """Refuse a negative dim anywhere the file declares one, before ONNX's own (C++) shape
+        inference sees it: its Slice rule asserts on one and aborts the process."""
+        g = self.model.graph
+        for kind, vis in (("input", g.input), ("output", g.output), ("value_info", g.value_info)):
+            for vi in vis:
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                    dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value")]
+                    if any(d < 0 for d in dims):
+                        raise ConversionError(f"{kind} {vi.name!r}: negative dim in {dims}")
+        tensors = [(t.name, t) for t in g.initializer] + [
+            (s.values.name, t) for s in g.sparse_initializer for t in (s.values, s.indices)]
+        for name, t in tensors:
+            if any(d < 0 for d in t.dims):
+                raise ConversionError(f"initializer {name!r}: negative dim in dims {list(t.dims)}")
+        for s in g.sparse_initializer:
+            if any(d < 0 for d in s.dims):
+                raise ConversionError(f"initializer {s.values.name!r}: negative dim in dims {list(s.dims)}")
 
     def _inferred_value_infos(self):
         """Run ONNX shape inference on a light copy of the graph (big
