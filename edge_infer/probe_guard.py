@@ -126,10 +126,24 @@ MEASURE_CODE = ("import json, sys\n"
 def throughput_in_child(name: str, threads: int) -> Dict[str, Any]:
     """``throughput.measure_profile`` of the registered backend ``name`` run in a child process
     (the microbenchmark compiles and runs kernels in the driver: PoCL segfaulted there under an
-    address-space limit). Raises ``DeviceCrashError`` where the child did not answer."""
+    address-space limit). Raises ``DeviceCrashError`` where the child did not answer; that
+    answer is remembered in ``devices.json`` under the probe's key (same limits, drivers,
+    environment), so later processes do not crash a child again (a success is cached by the
+    picker as any profile is)."""
+    key = f"measure-{name}-t{int(threads)}-" + _key(name if name in _MODULES else "opencl")
+    with _lock:
+        failed = _cache_read().get(key)
+    if isinstance(failed, str):
+        raise DeviceCrashError(failed)
     res, why = call_in_child(MEASURE_CODE, [name, threads], f"the {name} microbenchmark", timeout=300)
     if res is None or not isinstance(res, dict):
-        raise DeviceCrashError(why or f"the {name} microbenchmark gave no answer")
+        why = why or f"the {name} microbenchmark gave no answer"
+        if "could not start" not in why:
+            with _lock:
+                data = _cache_read()
+                data[key] = why
+                _cache_write(data)
+        raise DeviceCrashError(why)
     return res
 
 

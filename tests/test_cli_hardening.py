@@ -202,3 +202,8 @@ def test_microbenchmark_that_crashes_makes_the_backend_unavailable(tmp_path, mon
     ocl = next(e for e in choice.report["candidates"] if e["name"] == "opencl")
     assert not ocl["available"] and "crashed (SIGSEGV)" in ocl["reason"]
     assert choice.name != "opencl"
+    # remembered for this machine's limits: the next process does not crash a child again
+    monkeypatch.setattr(picker, "_measured_here", {})
+    monkeypatch.setattr(probe_guard, "MEASURE_CODE", "raise SystemExit('must not run again')")
+    again = picker.pick(g, "auto", ("opencl", "cpu"), 1, estimate=True)
+    assert "crashed (SIGSEGV)" in next(e for e in again.report["candidates"] if e["name"] == "opencl")["reason"]
