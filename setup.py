@@ -52,12 +52,20 @@ class OptionalNativeBuild(build_ext):
         return []      # not a Python module: no PyInit_ symbol
 
 
+#: EDGE_INFER_NATIVE_DEBUG=1: the debug variant, every exported kernel checking its arguments'
+#: preconditions (EI_CHECK in src/edge_native.h; aborts naming the condition). Build it apart,
+#: e.g. `EDGE_INFER_NATIVE_DEBUG=1 python setup.py build_ext --build-lib DIR`, and load it with
+#: EDGE_INFER_NATIVE_LIB=DIR/edge_infer/backends/cpu/native/_edge_native....so
+DEBUG_NATIVE = os.environ.get("EDGE_INFER_NATIVE_DEBUG", "") not in ("", "0")
+
 NATIVE = Extension(
     "edge_infer.backends.cpu.native._edge_native",
     sources=sorted(glob.glob(os.path.join(NATIVE_DIR, "src", "*.c"))),
     depends=sorted(glob.glob(os.path.join(NATIVE_DIR, "src", "*.h"))),
     include_dirs=[os.path.join(NATIVE_DIR, "src")],
-    extra_compile_args=["-O3", "-std=gnu11", "-fno-strict-aliasing", "-pthread", "-Wall"],
+    define_macros=[("EI_DEBUG_CHECKS", "1")] if DEBUG_NATIVE else [],
+    extra_compile_args=["-O1" if DEBUG_NATIVE else "-O3", "-std=gnu11", "-fno-strict-aliasing", "-pthread",
+                        "-Wall"],
     extra_link_args=["-pthread"],
 )
 

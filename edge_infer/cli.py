@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .errors import EdgeInferError, QuantizationDriftError
+from .npyio import read_array_file
 
 #: exit status of ``convert`` when int8 broke an output (and no --allow-drift); user errors exit 2
 EXIT_DRIFT = 3
@@ -44,12 +45,9 @@ def load_input_files(items: List[str], input_names: List[str]) -> Dict[str, np.n
             name, path = None, item
         if not os.path.isfile(path):
             raise UsageError(f"input file not found: {path}")
-        try:
-            data = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise UsageError(f"{path}: not a .npy/.npz array file ({e})") from None
-        if isinstance(data, np.lib.npyio.NpzFile):
-            feeds.update({k: data[k] for k in data.files})
+        data = read_array_file(path, UsageError)
+        if isinstance(data, dict):
+            feeds.update(data)
             continue
         if name is None:
             if len(input_names) != 1:
@@ -65,6 +63,8 @@ def cmd_convert(args) -> int:
     from .convert import convert
     if not os.path.isfile(args.model):
         raise UsageError(f"model file not found: {args.model}")
+    if args.output:
+        _check_output_path(args.output)
     import warnings
     from .errors import QuantizationDriftWarning
     with warnings.catch_warnings():
@@ -163,6 +163,7 @@ def quantize_options(args) -> dict:
 def cmd_export(args) -> int:
     from .artifact import load_artifact
     from .quantize.export_onnx import export_qdq
+    _check_output_path(args.output)
     graph, _ = load_artifact(args.artifact)
     if args.format == "tflite":
         from .export_tflite import export_tflite
@@ -192,8 +193,7 @@ def cmd_run(args) -> int:
         from .backends.picker import format_report
         print(format_report(rt.backend_report()))
     if args.output:
-        np.savez(args.output, **out)
-        print(f"saved {len(out)} output(s) to {args.output}")
+        print(f"saved {len(out)} output(s) to {save_outputs(out, args.output)}")
     for name, arr in out.items():
         desc = f"{name}: {arr.dtype}{list(arr.shape)}"
         if arr.size and arr.dtype.kind in "fiu":
@@ -202,6 +202,38 @@ def cmd_run(args) -> int:
                 desc += f" argmax {arr.argmax(axis=1).tolist()[:16]}"
         print(desc)
     return 0
+
+
+def save_outputs(out: Dict[str, np.ndarray], path: str) -> str:
+    """Write a run's outputs; returns where. ``path`` an existing folder (or ending in ``/``):
+    one ``NAME.npy`` per output inside it (names made file-safe); otherwise an ``.npz`` at
+    exactly ``path`` (numpy would append ``.npz`` to a bare name: not done here), written
+    to a temporary file first so that a failed write leaves nothing behind."""
+    import re
+    from .artifact import _atomic_write
+    if os.path.isdir(path) or path.endswith((os.sep, "/")):
+        os.makedirs(path, exist_ok=True)
+        used = set()
+        for name, arr in out.items():
+            base = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "output"
+            stem, k = base, 1
+            while stem in used:
+                stem, k = f"{base}_{k}", k + 1
+            used.add(stem)
+            _atomic_write(os.path.join(path, stem + ".npy"), lambda f, a=arr: np.save(f, a))
+        return os.path.join(path, "") + ("{" + ",".join(sorted(used)) + "}.npy")
+    _check_output_path(path)
+    _atomic_write(path, lambda f: np.savez(f, **out))
+    return path
+
+
+def _check_output_path(path: str) -> None:
+    """An output file path must not be a folder, and its folder must exist."""
+    if os.path.isdir(path):
+        raise UsageError(f"output {path} is a directory: give a file path")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"output folder not found: {folder}")
 
 
 def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
@@ -376,6 +408,7 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
                    trusted_keys=None) -> dict:
     """Time a model: latency percentiles and a per-op time table (under ``memory_limit``)."""
     import time
+    _check_counts(runs, warmup)
     from .runtime import Runtime
     from .verify import random_inputs
     rt = Runtime(path, backend=backend, threads=threads, memory_limit=memory_limit, trusted_keys=trusted_keys)
@@ -415,28 +448,29 @@ def bench_artifact(path: str, runs: int = 50, warmup: int = 5, backend: str = "a
     }
 
 
+def _check_counts(runs: int, warmup: int) -> None:
+    if int(runs) < 1:
+        raise UsageError(f"--runs must be at least 1, got {runs}")
+    if int(warmup) < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
+
+
 def bench_backends(path: str, which: str, runs: int, warmup: int, threads=None, input_shapes=None,
                    trusted_keys=None) -> dict:
     """Time each listed (or every available) backend on the model; store the medians in the
     picker's timings cache so that later ``backend="auto"`` picks use them."""
-    from .backends import BACKENDS
-    from .backends.picker import _instantiate, candidate_names, model_key, record_timing
+    _check_counts(runs, warmup)
+    from .backends.picker import candidate_names, model_key, record_timing, usable_backends
     from .runtime import Runtime, specialize
     from .verify import random_inputs
     probe_rt = Runtime(path, backend="cpu", threads=threads, trusted_keys=trusted_keys)
     prefer = (probe_rt.meta.get("target") or {}).get("backends") or ()
     names = candidate_names(prefer) if which == "all" else [n.strip() for n in which.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BACKENDS and n != "native"]
-    if unknown:
-        raise UsageError(f"unknown backend(s) {unknown}; known: {', '.join(sorted(BACKENDS))}")
+    names, skipped = usable_backends(names)
     feeds = random_inputs(probe_rt.graph, 0, shapes=input_shapes)
     key = model_key(specialize(probe_rt.graph, {k: v.shape for k, v in feeds.items()}), probe_rt.threads)
-    results, skipped = [], {}
-    for name in dict.fromkeys("cpu" if n == "native" else n for n in names):
-        _, ok, why = _instantiate(name)
-        if not ok:
-            skipped[name] = why
-            continue
+    results = []
+    for name in names:
         try:
             rep = bench_artifact(path, runs, warmup, name, threads, input_shapes, trusted_keys=trusted_keys)
         except EdgeInferError as e:
@@ -493,6 +527,36 @@ def cmd_bench(args) -> int:
     print(f"  {'op':24} {'count':>5} {'ms':>9} {'share':>6}")
     for e in rep["ops"]:
         print(f"  {e['op']:24} {e['count']:5d} {e['ms']:9.3f} {e['share']:6.1%}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .difftest import DEFAULT_TOL_STEPS, format_report, verify_at_scale
+    _check_file(args.model, "model")
+    if args.samples < 1 or args.batch < 1:
+        raise UsageError("--samples and --batch must be at least 1")
+    rng = None
+    if args.range:
+        try:
+            lo, hi = (float(v) for v in args.range.split(","))
+        except ValueError:
+            raise UsageError(f"--range wants LOW,HIGH; got {args.range!r}") from None
+        if not lo < hi:
+            raise UsageError(f"--range {args.range}: LOW must be below HIGH")
+        rng = (lo, hi)
+    if args.data and not os.path.exists(args.data):
+        raise UsageError(f"data not found: {args.data}")
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()] if args.backend else None
+    rep = verify_at_scale(args.model, args.artifact, samples=args.samples, backends=backends, data=args.data,
+                          batch=args.batch, out_dir=args.out, tol=args.tol,
+                          tol_steps=args.tol_steps if args.tol_steps is not None else DEFAULT_TOL_STEPS,
+                          seed=args.seed, value_range=rng, recipe=args.recipe, threads=args.threads)
+    print(json.dumps(rep, indent=2, default=str) if args.json else format_report(rep))
+    if not rep["passed"]:
+        print("edge-infer: verify: outputs differ beyond the tolerance" + (
+            f" (worst inputs in {args.out})" if args.out else " (--out DIR saves the worst inputs)"),
+            file=sys.stderr)
+        return 1
     return 0
 
 
@@ -679,6 +743,29 @@ def build_parser() -> argparse.ArgumentParser:
                    "this Ed25519 public key (repeatable: any of them)")
     b.set_defaults(fn=cmd_bench)
 
+    v = sub.add_parser("verify", help="differential test: an artifact against its source model on many inputs")
+    v.add_argument("model", metavar="MODEL.onnx|MODEL.tflite")
+    v.add_argument("artifact", metavar="ARTIFACT.eim")
+    v.add_argument("--samples", type=int, default=1000, help="inputs to compare (default 1000)")
+    v.add_argument("--backend", help="backends to run the artifact on, A,B (default: every available one)")
+    v.add_argument("--data", metavar="DIR|FILE", help="real inputs: a folder of .npy files or images, or an "
+                   ".npy/.npz (images preprocessed by --recipe)")
+    v.add_argument("--recipe", metavar="NAME|FILE", help="preprocessing recipe: the images of --data, and the "
+                   "range of random inputs (default: the artifact's calibration recipe)")
+    v.add_argument("--range", metavar="LOW,HIGH", help="random float inputs uniform in this range "
+                   "(default: the recipe's range, else standard normal)")
+    v.add_argument("--batch", type=int, default=256, help="samples per run where the batch dim is symbolic")
+    v.add_argument("--tol", type=float, help="largest relative error (||ours - ref|| / ||ref|| per sample) "
+                   "against the source (default 1e-5 for fp32 artifacts; int8: reported only unless given)")
+    v.add_argument("--tol-steps", type=float, help="int8 artifacts: largest difference of a backend from the "
+                   "CPU backend, in steps of the output's quantization scale (default 2)")
+    v.add_argument("--out", metavar="DIR", help="write report.json and each backend's worst input "
+                   "(worst_BACKEND.npy, replay with run --input)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--threads", type=int)
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(fn=cmd_verify)
+
     o = sub.add_parser("ops", help="supported ops per backend")
     o.add_argument("--json", action="store_true")
     o.set_defaults(fn=cmd_ops)
@@ -737,6 +824,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if hasattr(args, "artifact"):
             _check_file(args.artifact, "artifact")
+        if getattr(args, "threads", None) is not None and args.threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {args.threads}")
         return args.fn(args)
     except QuantizationDriftError as e:
         if args.debug:

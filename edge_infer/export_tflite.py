@@ -1097,10 +1097,8 @@ def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_pa
             graph = load_artifact(path)[0]
     data = graph_to_tflite(graph, input_shapes, sparse=sparse)
     if out_path is not None:
-        tmp = os.fspath(out_path) + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, os.fspath(out_path))
+        from .artifact import _atomic_write     # a failed write leaves no temporary file
+        _atomic_write(os.fspath(out_path), lambda f: f.write(data))
     return data
 
 

@@ -134,6 +134,18 @@ def _thermal(root: str) -> List[Dict[str, Any]]:
 
 
 def _opencl() -> Dict[str, Any]:
+    """OpenCL platforms and devices, probed in a child process (``probe_guard``)."""
+    from .probe_guard import guarded_probe
+    return guarded_probe("opencl")
+
+
+def _cuda() -> Dict[str, Any]:
+    """CUDA devices, probed in a child process (``probe_guard``)."""
+    from .probe_guard import guarded_probe
+    return guarded_probe("cuda")
+
+
+def _opencl_direct() -> Dict[str, Any]:
     try:
         import pyopencl as cl  # noqa: F401
     except ImportError:
@@ -188,7 +200,7 @@ def parse_nvidia_smi(text: str) -> List[Dict[str, Any]]:
     return devs
 
 
-def _cuda() -> Dict[str, Any]:
+def _cuda_direct() -> Dict[str, Any]:
     try:
         import cupy  # noqa: F401
     except ImportError:

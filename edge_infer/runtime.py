@@ -109,6 +109,18 @@ class Runtime:
             self.memory_limit, self.memory_limit_source = parse_size(memory_limit), "argument"
         else:
             self.memory_limit, self.memory_limit_source = default_memory_limit(self.meta)
+        #: a limit the caller (or the artifact, ``convert --memory-limit``) set is a bound: only
+        #: backends that size their memory up front are picked (a target's budget or the
+        #: available memory is checked where plans are sized, but excludes no backend)
+        #: (a backend asked for by name is refused only under a limit given here)
+        self.memory_bound = self.memory_limit is not None and (
+            self.memory_limit_source == "argument"
+            or (backend == "auto" and self.memory_limit_source.startswith("artifact")))
+        if self.memory_bound and backend != "auto" and not get_backend(backend).plans_memory:
+            from .backends.picker import NO_MEMORY_BOUND
+            from .errors import BackendError
+            raise BackendError(f"backend {backend!r} {NO_MEMORY_BOUND}; drop the memory limit or "
+                               "use another backend")
         #: dynamically shaped models (a symbolic input dim) plan arenas in the process's buddy pool
         self.dynamic = any(not isinstance(d, (int, np.integer)) for n in self.graph.inputs
                            for d in (self.graph.tensors[n].shape or ("?",)))
@@ -162,7 +174,7 @@ class Runtime:
         if choice is None:
             g = graph if graph is not None else (self.graph if shapes is None else specialize(self.graph, shapes))
             prefer = (self.meta.get("target") or {}).get("backends") or ()
-            choice = pick(g, self.requested_backend, prefer, self.threads)
+            choice = pick(g, self.requested_backend, prefer, self.threads, memory_bound=self.memory_bound)
             self._choices[key] = choice
         self._choice = choice
         return choice
@@ -220,11 +232,6 @@ class Runtime:
                     pool = self._new_pool(g, backend, key)
                     ex = pool.acquire()  # build one now: errors surface here
                     pool.release(ex)
-                    if (ex.arena_plan is None and self.requested_backend == "auto"
-                            and self.memory_limit_source == "argument" and backend.name != "cpu"):
-                        # a memory limit the caller set is checked on plans that size their memory
-                        # up front: keep to the CPU backend rather than run unchecked
-                        pool, ex = self._cpu_for_memory_limit(shapes, g)
                     self._check_memory(ex, shapes, pool)
                     self._evict_over_budget()
                     if len(self._plans) >= self.max_shapes:
@@ -232,19 +239,6 @@ class Runtime:
                     self._plans[key] = pool
                     _trim_heap()
         return pool
-
-    def _cpu_for_memory_limit(self, shapes, g: Graph):
-        from .backends.picker import pick
-        first = self._choices[tuple(tuple(shapes[n]) for n in self.graph.inputs)]
-        choice = pick(g, "cpu", threads=self.threads)
-        choice.report["why"] = (f"{first.name} was fastest but does not size its memory up front, and a "
-                                f"memory limit was given: {first.report.get('why', '')}")
-        choice.report["candidates"] = first.report.get("candidates", [])
-        self._choices[tuple(tuple(shapes[n]) for n in self.graph.inputs)] = self._choice = choice
-        pool = self._new_pool(g, choice.backend, tuple(tuple(shapes[n]) for n in self.graph.inputs))
-        ex = pool.acquire()
-        pool.release(ex)
-        return pool, ex
 
     def _prepare_options(self) -> dict:
         return {"memory_limit": self.memory_limit}

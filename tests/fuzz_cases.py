@@ -192,27 +192,39 @@ def make_doc_cases(seed: int, n: int, folder: str) -> list:
     return out
 
 
+def random_feeds(rt) -> dict:
+    """Seeded standard-normal inputs for a Runtime (symbolic dims 1)."""
+    feeds = {}
+    for i in rt.graph.inputs:
+        t = rt.graph.tensors[i]
+        shape = [d if isinstance(d, int) else 1 for d in t.shape]
+        feeds[i] = np.random.default_rng(1).standard_normal(shape).astype(t.dtype)
+    return feeds
+
+
+def outcome(name: str, attempt) -> dict:
+    """``attempt()`` -> "ok" / another outcome; an edge_infer error is "error", any other
+    exception "raw" (a bug). One JSON-able line for the test."""
+    from edge_infer.errors import EdgeInferError
+    try:
+        return {"file": name, "outcome": attempt()}
+    except EdgeInferError as e:
+        return {"file": name, "outcome": "error", "msg": str(e)[:160]}
+    except Exception as e:  # noqa: BLE001  (what the test is looking for)
+        return {"file": name, "outcome": "raw", "msg": f"{type(e).__name__}: {e}"[:300]}
+
+
 def run_folder(folder: str) -> None:
     """Load and run each artifact twice; one JSON line per file."""
-    from edge_infer.errors import EdgeInferError
     from edge_infer.runtime import Runtime
+
+    def attempt(path):
+        rt = Runtime(path, backend="cpu", threads=1)
+        feeds = random_feeds(rt)
+        a, b = rt.run(feeds), rt.run(feeds)
+        return "ok" if all(np.array_equal(a[k], b[k], equal_nan=True) for k in a) else "nondeterministic"
     for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        try:
-            rt = Runtime(path, backend="cpu", threads=1)
-            feeds = {}
-            for i in rt.graph.inputs:
-                t = rt.graph.tensors[i]
-                shape = [d if isinstance(d, int) else 1 for d in t.shape]
-                feeds[i] = np.random.default_rng(1).standard_normal(shape).astype(t.dtype)
-            a, b = rt.run(feeds), rt.run(feeds)
-            same = all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
-            res = {"file": name, "outcome": "ok" if same else "nondeterministic"}
-        except EdgeInferError as e:
-            res = {"file": name, "outcome": "error", "msg": str(e)[:160]}
-        except Exception as e:  # noqa: BLE001  (what the test is looking for)
-            res = {"file": name, "outcome": "raw", "msg": f"{type(e).__name__}: {e}"[:300]}
-        print(json.dumps(res), flush=True)
+        print(json.dumps(outcome(name, lambda: attempt(os.path.join(folder, name)))), flush=True)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ class Backend:
     """Interface of a backend. Subclasses set ``name`` and override the methods."""
 
     name = "base"
+    #: whether this backend's plans size their memory up front (an ``arena_plan``), so that a
+    #: memory limit can be checked before a run; LiteRT allocates inside its own interpreter
+    plans_memory = False
 
     def available(self) -> Tuple[bool, str]:
         """(usable here?, why not)."""

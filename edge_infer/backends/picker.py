@@ -36,6 +36,7 @@ from functools import lru_cache
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import BackendError, UnsupportedOpError
+from ..probe_guard import DeviceCrashError
 from ..ir import Graph
 from ..ir.shape_rules_dynamic import data_dependent_tensors
 from .base import Backend
@@ -47,6 +48,9 @@ from .throughput import MICROBENCH_VERSION, graph_seconds, measure_profile, runn
 ALIASES = {"native": "cpu", "numpy": "cpu"}
 FALLBACK = "cpu"
 TIE = 0.03
+#: why a backend is no option under a memory limit (pick's ``memory_bound``)
+NO_MEMORY_BOUND = ("cannot honour a memory limit: it allocates inside its own runtime, so the "
+                   "plan's memory is not known before a run")
 
 #: a profile measured while the 1-minute load average per CPU exceeds this is re-measured
 #: by a later process that finds the machine quieter
@@ -134,7 +138,11 @@ def throughput_profile(backend: Backend, threads: int, refresh: bool = False) ->
         if not busy or key in _measured_here or _load_per_cpu() > MAX_LOAD_TO_SAVE:
             return prof
         # measured on a busy machine and it is quiet now: measure again, once per process
-    prof = measure_profile(backend, threads)
+    if getattr(backend, "isolate_probe", False):   # a GPU driver: measured where a crash cannot reach us
+        from ..probe_guard import throughput_in_child
+        prof = throughput_in_child(backend.name, threads)
+    else:
+        prof = measure_profile(backend, threads)
     prof["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     prof["load_per_cpu"] = _load_per_cpu()
     _measured_here[key] = prof
@@ -186,6 +194,23 @@ def _instantiate(name: str):
     return b, bool(ok), str(why or "")
 
 
+def usable_backends(names: Sequence[str]):
+    """(the backends of ``names`` available here, in order, "native" as "cpu", each once;
+    {name: why not} of the others). An unknown name raises BackendError."""
+    from . import BACKENDS
+    unknown = [n for n in names if n not in BACKENDS and n not in ALIASES]
+    if unknown:
+        raise BackendError(f"unknown backend(s) {unknown}; known: {', '.join(sorted(BACKENDS))}")
+    usable, skipped = [], {}
+    for name in dict.fromkeys(ALIASES.get(n, n) for n in names):
+        _, ok, why = _instantiate(name)
+        if ok:
+            usable.append(name)
+        else:
+            skipped[name] = why
+    return usable, skipped
+
+
 def coverage(backend: Backend, graph: Graph) -> dict:
     """{"nodes", "supported", "unsupported": {op: count}} over the nodes that run. A node that
     touches a tensor whose shape is decided at run time is the CPU backend's alone."""
@@ -213,12 +238,16 @@ class Choice:
 
 def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), threads: int = 1,
          profiles: Optional[Dict[str, dict]] = None, use_timings: bool = True,
-         min_ratio: float = DEFAULT_MIN_RATIO, estimate: bool = False) -> Choice:
+         min_ratio: float = DEFAULT_MIN_RATIO, estimate: bool = False,
+         memory_bound: bool = False) -> Choice:
     """The backend (or partition) to run ``graph`` (concrete shapes) with; see the module doc.
 
     ``requested``: "auto" or a backend name (then only it, partitioned with the CPU where it
     lacks ops). ``profiles``: throughput profiles to use instead of measuring (tests).
-    ``use_timings``: consult measured timings. ``estimate``: estimate even a lone option."""
+    ``use_timings``: consult measured timings. ``estimate``: estimate even a lone option.
+    ``memory_bound``: the caller set a memory limit, so only backends whose plans size their
+    memory up front (``Backend.plans_memory``) are options, and no partition; the others are
+    listed in the report as excluded, with why."""
     from . import BACKENDS
     requested = ALIASES.get(requested, requested)
     if requested != "auto" and requested not in BACKENDS:
@@ -241,6 +270,12 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         report["candidates"].append(entry)
         if not ok:
             continue
+        if memory_bound and not getattr(b, "plans_memory", False):
+            entry["excluded"] = NO_MEMORY_BOUND
+            if requested == name:
+                raise BackendError(f"backend {name!r} {NO_MEMORY_BOUND}; drop the memory limit or use "
+                                   "another backend")
+            continue
         insts[name] = b
         cov = coverage(b, graph)
         entry["coverage"] = cov
@@ -249,6 +284,8 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         if not cov["unsupported"]:
             options.append((name, b, None))
             entry["option"] = name
+        elif name != FALLBACK and cov["supported"] and memory_bound:
+            entry["why_not"] = "a partition's memory is not checked against a memory limit"
         elif name != FALLBACK and cov["supported"]:
             entry["option"] = "partition"
     if requested != "auto":
@@ -265,6 +302,11 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
             if name not in profs:
                 try:
                     profs[name] = throughput_profile(b, threads)
+                except DeviceCrashError as e:   # the driver crashed measuring: not used at all
+                    e_ = _entry(report, name)
+                    e_.update(available=False, reason=f"unavailable because {e}", option=None)
+                    options = [o for o in options if o[0] != name]
+                    partial = [p for p in partial if p[0] != name]
                 except Exception as e:  # noqa: BLE001  (the microbenchmark failed: no estimate)
                     _entry(report, name)["profile_error"] = str(e)
     for name, b in partial:
@@ -355,6 +397,9 @@ def format_report(rep: dict) -> str:
     for e in rep["candidates"]:
         if not e["available"]:
             lines.append(f"  {e['name']:8} unavailable: {e['reason']}")
+            continue
+        if e.get("excluded"):
+            lines.append(f"  {e['name']:8} excluded: {e['excluded']}")
             continue
         cov = e.get("coverage", {})
         text = f"  {e['name']:8} covers {cov.get('supported')}/{cov.get('nodes')} nodes"

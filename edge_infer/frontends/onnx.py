@@ -241,6 +241,7 @@ class _Converter:
         self.node_names: set = set()
         self.reserved_node_names = {n.name for n in model.graph.node if n.name}
         self._emitted = 0
+        self._check_declared_dims()
         self.types = self._collect_types()
         self.unsupported: Counter = Counter()
         self.node_name = ""           # IR name of the ONNX node being converted
@@ -307,6 +308,25 @@ class _Converter:
                 continue
             add(vi)
         return types
+
+    def _check_declared_dims(self) -> None:
+        """Refuse a negative dim anywhere the file declares one, before ONNX's own (C++) shape
+        inference sees it: its Slice rule asserts on one and aborts the process."""
+        g = self.model.graph
+        for kind, vis in (("input", g.input), ("output", g.output), ("value_info", g.value_info)):
+            for vi in vis:
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                    dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value")]
+                    if any(d < 0 for d in dims):
+                        raise ConversionError(f"{kind} {vi.name!r}: negative dim in {dims}")
+        tensors = [(t.name, t) for t in g.initializer] + [
+            (s.values.name, t) for s in g.sparse_initializer for t in (s.values, s.indices)]
+        for name, t in tensors:
+            if any(d < 0 for d in t.dims):
+                raise ConversionError(f"initializer {name!r}: negative dim in dims {list(t.dims)}")
+        for s in g.sparse_initializer:
+            if any(d < 0 for d in s.dims):
+                raise ConversionError(f"initializer {s.values.name!r}: negative dim in dims {list(s.dims)}")
 
     def _inferred_value_infos(self):
         """Run ONNX shape inference on a light copy of the graph (big
@@ -460,6 +480,8 @@ class _Converter:
     def _tensor_array(self, t, what: str) -> np.ndarray:
         onnx = self.onnx
         _dtype_name(t.data_type, what)
+        if any(d < 0 for d in t.dims):       # numpy's reshape would take a negative dim as "infer it"
+            raise ConversionError(f"{what}: negative dim in dims {list(t.dims)}")
         if onnx.external_data_helper.uses_external_data(t):
             loc = dict((kv.key, kv.value) for kv in t.external_data).get("location", "")
             if not os.path.isfile(os.path.join(self.base_dir, loc)):
@@ -561,6 +583,7 @@ class _Converter:
                 self.unsupported[op] += 1
                 return
         where = f"node {self.node_name!r} ({op})"
+        _check_arity_and_attr_types(onnx, node, schema, where)
         given = {a.name: _attr_value(onnx, a, where) for a in node.attribute}
         attrs = dict(_defaults(onnx, schema))
         attrs.update(given)
@@ -895,6 +918,29 @@ def _norm_batchnorm(c: _Converter, node, attrs, given, schema) -> None:
 def _norm_scatter(c: _Converter, node, attrs, given, schema) -> None:
     # Scatter (opset 9-10) was renamed ScatterElements in opset 11
     c.emit("ScatterElements", _ins(node), _outs(node), {"axis": attrs.get("axis", 0)})
+
+
+def _check_arity_and_attr_types(onnx, node, schema, where: str) -> None:
+    """What the op's ONNX schema fixes before any normalizer reads the node: the number of
+    inputs and outputs, the required inputs present, each attribute of the declared type
+    (a hostile file can give any; a normalizer would otherwise index or int() it blindly)."""
+    n_in, n_out = len(node.input), len(node.output)
+    if not schema.min_input <= n_in <= schema.max_input:
+        raise ConversionError(f"{where}: {n_in} inputs given, the op takes "
+                              f"{schema.min_input}..{schema.max_input}")
+    if not schema.min_output <= n_out <= schema.max_output:
+        raise ConversionError(f"{where}: {n_out} outputs given, the op takes "
+                              f"{schema.min_output}..{schema.max_output}")
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for i, formal in enumerate(list(schema.inputs)[:n_in]):
+        if formal.option == single and not node.input[i]:
+            raise ConversionError(f"{where}: required input {i} ({formal.name}) is empty")
+    for a in node.attribute:
+        decl = schema.attributes.get(a.name)
+        if decl is not None and int(a.type) != int(decl.type):
+            raise ConversionError(f"{where}: attribute {a.name!r} is of type "
+                                  f"{onnx.AttributeProto.AttributeType.Name(a.type)}, the op declares "
+                                  f"{onnx.AttributeProto.AttributeType.Name(int(decl.type))}")
 
 
 def _spatial_rank(c: _Converter, node, attrs) -> Optional[int]:

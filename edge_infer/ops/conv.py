@@ -27,7 +27,15 @@ def _channels(node: Node, graph: Graph):
     return xs, xs[-1] if last else xs[1]
 
 
+#: what a convolution's input and weight may hold (int8/uint8: the quantized kernels)
+CONV_DTYPES = ("float16", "float32", "float64", "int8", "uint8")
+
+
 def _check_conv(node: Node, graph: Graph) -> None:
+    for k, what in ((0, "input 0 (X)"), (1, "input 1 (W)")):
+        t = graph.tensors.get(node.inputs[k])
+        if t is not None and t.dtype not in CONV_DTYPES:
+            fail(node, what, f"dtype {t.dtype}; a convolution takes {', '.join(CONV_DTYPES)}")
     ws = shape(graph, node.inputs[1])
     xs, c = _channels(node, graph)
     if ws is None:

@@ -126,8 +126,10 @@ def check_graph(graph: Graph, max_bytes: Optional[int], generated: Optional[int]
         if t.data is not None:
             consts += int(t.data.nbytes) if count_constants else 0
             continue
-        if t.shape is not None and all(known(d) for d in t.shape):
-            n = _count(t.shape)
+        if t.shape is not None:
+            # a symbolic dim counts as 1: the least any run allocates, and what convert's
+            # verification feeds (an input [1, 2, 2**40, "N"] is refused, not tried)
+            n = _count([d if known(d) else 1 for d in t.shape])
             nbytes = n * np.dtype(t.dtype).itemsize
             if n > MAX_ELEMENTS or (max_bytes is not None and nbytes > max_bytes):
                 _refuse(f"tensor {t.name!r} of shape {list(t.shape)}", nbytes, max_bytes or 0)

@@ -10,6 +10,7 @@ sample each (leading batch dim 1). ``calib`` is
 * a single image file;
 * a ``.npy`` array of samples ``[N, ...]`` (already preprocessed), or an ``.npz`` with one
   such array per model input (or a single array for a one-input model);
+* a folder of such ``.npy`` / ``.npz`` files (each one sample or a batch), in name order;
 * any Python iterable of arrays (one-input models) or of ``{input name: array}`` dicts; an
   array with the model's rank is a batch and is split into samples;
 * ``"random"``: seeded standard-normal inputs (say so explicitly: random data calibrates a
@@ -233,20 +234,17 @@ def _as_feed(graph: Graph, item) -> Dict[str, np.ndarray]:
 
 
 def _array_source(graph: Graph, path: str) -> Iterator[Dict[str, np.ndarray]]:
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise CalibrationError(f"{path}: not a .npy/.npz array file ({e})") from None
-    if isinstance(data, np.lib.npyio.NpzFile):
-        with data:
-            names = data.files
-            if all(n in names for n in graph.inputs):
-                arrays = {n: data[n] for n in graph.inputs}
-            elif len(graph.inputs) == 1 and len(names) >= 1:
-                key = "x" if "x" in names else names[0]
-                arrays = {graph.inputs[0]: data[key]}
-            else:
-                raise CalibrationError(f"{path} holds {names}; the model's inputs are {graph.inputs}")
+    from ..npyio import read_array_file
+    data = read_array_file(path, CalibrationError)
+    if isinstance(data, dict):
+        names = list(data)
+        if all(n in names for n in graph.inputs):
+            arrays = {n: data[n] for n in graph.inputs}
+        elif len(graph.inputs) == 1 and len(names) >= 1:
+            key = "x" if "x" in names else names[0]
+            arrays = {graph.inputs[0]: data[key]}
+        else:
+            raise CalibrationError(f"{path} holds {names}; the model's inputs are {graph.inputs}")
     else:
         if len(graph.inputs) != 1:
             raise CalibrationError(f"{path}: one array for a model with inputs {graph.inputs}; use .npz")
@@ -276,6 +274,15 @@ def load_calibration(calib, graph: Graph, samples: Optional[int] = None,
     if isinstance(calib, (str, os.PathLike)):
         path = os.fspath(calib)
         ext = os.path.splitext(path)[1].lower()
+        arrays = sorted(f for f in os.listdir(path) if f.lower().endswith((".npy", ".npz"))) \
+            if os.path.isdir(path) else []
+        if arrays:        # a folder of arrays: each file one sample or a batch, in name order
+            feeds = []
+            for f in arrays:
+                feeds.extend(_array_source(graph, os.path.join(path, f)))
+                if limit and len(feeds) >= limit:
+                    break
+            return feeds[:limit] if limit else feeds
         if os.path.isdir(path):
             files = _image_files(path)
             if limit:

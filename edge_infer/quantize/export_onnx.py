@@ -286,6 +286,8 @@ def export_qdq(graph: Graph, path: Union[str, os.PathLike, None] = None, opset: 
         except onnx.checker.ValidationError as e:
             raise ExportError(f"exported model fails the ONNX checker: {str(e).splitlines()[0]}") from None
     if path is not None:
-        onnx.save(model, os.fspath(path))
+        from ..artifact import _atomic_write    # a failed write leaves no partial or temporary file
+        data = model.SerializeToString()
+        _atomic_write(os.fspath(path), lambda f: f.write(data))
     counts = dict(ex.counts, nodes=len(model.graph.node), initializers=len(model.graph.initializer))
     return model, counts

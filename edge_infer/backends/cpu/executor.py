@@ -264,6 +264,7 @@ class CpuBackend(Backend):
     """numpy/BLAS kernels for every supported op."""
 
     name = "cpu"
+    plans_memory = True
 
     def supported_ops(self):
         return sorted(KERNELS)

@@ -32,9 +32,12 @@ class CudaBackend(Backend):
     """GPU kernels through CuPy (or the CPU emulator of them, when given as ``device``)."""
 
     name = "cuda"
+    plans_memory = True
 
     def __init__(self, device=None):
         self._device = device
+        #: the picker's microbenchmark of a real GPU runs in a child process (probe_guard)
+        self.isolate_probe = device is None
 
     def available(self):
         if self._device is not None:

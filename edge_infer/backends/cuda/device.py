@@ -39,7 +39,14 @@ def import_cupy():
 
 
 def cupy_status() -> Tuple[bool, str]:
-    """(usable?, why not): CuPy imports and sees at least one CUDA device."""
+    """(usable?, why not): CuPy imports and sees at least one CUDA device (first asked in a
+    child process, ``probe_guard``, so that a driver that aborts cannot take this one down)."""
+    import importlib.util
+    if importlib.util.find_spec("cupy") is not None:
+        from ...probe_guard import guarded_probe
+        first = guarded_probe("cuda")
+        if not first.get("available"):
+            return False, str(first.get("reason", "no CUDA device"))
     cp = import_cupy()
     if cp is None:
         return False, _cupy_error

@@ -8,6 +8,12 @@ A node is supported when the exporter covers it (``unsupported_reason``).
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -30,6 +36,40 @@ def interpreter_class():
     return None, "; ".join(errors)
 
 
+_stderr_lock = threading.Lock()
+_log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Keep what LiteRT's C++ code prints straight to file descriptor 2 ("INFO: Created
+    TensorFlow Lite XNNPACK delegate for CPU.", its error lines) off the process's stderr,
+    where it would break a command line's one-line error contract; yields the list that
+    receives those lines once the block ends (also logged at DEBUG to ``edge_infer.backends.
+    litert``). fd 2 is process-wide: another thread's writes to it inside the block land
+    here too, so the block is kept to interpreter creation."""
+    lines: List[str] = []
+    with _stderr_lock:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):   # no fd 2 (embedded, closed): nothing to hide
+            yield lines
+            return
+        with tempfile.TemporaryFile() as cap:
+            os.dup2(cap.fileno(), 2)
+            try:
+                yield lines
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                cap.seek(0)
+                text = cap.read(1 << 16).decode("utf-8", "replace")
+                lines.extend(ln for ln in text.splitlines() if ln.strip())
+                for ln in lines:
+                    _log.debug("%s", ln)
+
+
 class LiteRTExecutable(Executable):
     """One interpreter over the exported model, its tensors allocated once."""
 
@@ -41,11 +81,16 @@ class LiteRTExecutable(Executable):
         self.graph = graph
         self.nodes: List[Node] = list(graph.nodes)
         self.model_bytes = graph_to_tflite(graph)
-        try:
-            self.interpreter = cls(model_content=self.model_bytes, num_threads=max(1, int(threads or 1)))
-            self.interpreter.allocate_tensors()
-        except (RuntimeError, ValueError) as e:
-            raise BackendError(f"LiteRT refused the exported model: {str(e).splitlines()[0]}") from None
+        with _quiet_stderr() as log:
+            try:
+                self.interpreter = cls(model_content=self.model_bytes, num_threads=max(1, int(threads or 1)))
+                self.interpreter.allocate_tensors()
+                err = None
+            except (RuntimeError, ValueError) as e:
+                err = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+        if err is not None:
+            detail = next((ln for ln in log if ln.startswith("ERROR")), "")
+            raise BackendError(f"LiteRT refused the exported model: {err}" + (f" ({detail})" if detail else ""))
         self.module = where
         ins = self.interpreter.get_input_details()
         outs = self.interpreter.get_output_details()

@@ -90,8 +90,15 @@ class OpenCLBackend(Backend):
     """float32 and int8 kernels on one OpenCL device."""
 
     name = "opencl"
+    plans_memory = True
+    #: the picker's microbenchmark runs in a child process (probe_guard): the driver may crash
+    isolate_probe = True
 
     def available(self) -> Tuple[bool, str]:
+        from ...probe_guard import guarded_probe
+        first = guarded_probe("opencl")       # a driver that aborts does so in a child process
+        if not first.get("available"):
+            return False, str(first.get("reason", "no OpenCL device"))
         try:
             dev = choose_device()
         except BackendError as e:

@@ -35,7 +35,11 @@ class EiStep(ctypes.Structure):
 
 
 def library_path() -> Optional[str]:
-    """The built shared library next to this file, or None."""
+    """The built shared library next to this file (or the one ``EDGE_INFER_NATIVE_LIB`` names:
+    the debug build, see setup.py), or None."""
+    chosen = os.environ.get("EDGE_INFER_NATIVE_LIB")
+    if chosen:
+        return chosen if os.path.isfile(chosen) else None
     found = sorted(glob.glob(os.path.join(HERE, "_edge_native*.so")) +
                    glob.glob(os.path.join(HERE, "_edge_native*.dylib")))
     return found[0] if found else None
@@ -64,6 +68,7 @@ def _load() -> Tuple[Optional[ctypes.CDLL], str]:
     so.ei_set_isa_mask.argtypes = [ctypes.c_int]
     so.ei_run_steps.restype = None
     so.ei_run_steps.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    so.ei_debug_checks.restype = ctypes.c_int
     return so, ""
 
 
@@ -71,6 +76,11 @@ lib, why_not = _load()
 if lib is None:
     warnings.warn(f"edge_infer: native CPU kernels unavailable ({why_not}); using the numpy kernels",
                   RuntimeWarning, stacklevel=2)
+
+
+def debug_checks() -> bool:
+    """Whether the loaded library checks kernel preconditions (the EI_DEBUG_CHECKS build)."""
+    return lib is not None and bool(lib.ei_debug_checks())
 
 
 def available() -> Tuple[bool, str]:

@@ -429,6 +429,12 @@ static rows_fn pick(const ei_dw_args *a) {
 }
 
 EI_API void ei_depthwise(const ei_dw_args *a) {
+    EI_CHECK(a->n >= 0 && a->c >= 1 && a->h >= 0 && a->w >= 0 && a->oh >= 0 && a->ow >= 0);
+    EI_CHECK(a->kh >= 1 && a->kw >= 1 && a->sh >= 1 && a->sw >= 1 && a->dh >= 1 && a->dw >= 1);
+    EI_CHECK(a->pt >= 0 && a->pl >= 0);
+    EI_CHECK(!a->is_int8 || (a->zp_x >= -128 && a->zp_x <= 127 && a->zp_y >= -128 && a->zp_y <= 127
+                             && a->lo <= a->hi && a->mult != NULL && a->shift != NULL));
+    EI_CHECK(a->x != NULL && a->y != NULL && a->wt != NULL);
     dw_ctx c = { a, pick(a), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a) };
     int t = a->threads < 1 ? 1 : a->threads;
     /* at least ~2^16 taps per slot in int8 graphs (all native: the pool's workers are awake);

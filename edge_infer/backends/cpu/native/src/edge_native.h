@@ -35,6 +35,22 @@ EI_API int ei_cpu_features(void);
 EI_API int ei_set_isa_mask(int mask);
 int ei_has(int feature);
 
+/* ---- debug checks ----
+ * Built with -DEI_DEBUG_CHECKS (`EDGE_INFER_NATIVE_DEBUG=1 python setup.py build_ext`), the
+ * exported kernels check the preconditions of their argument struct before reading memory
+ * (window geometry, strides and dilations >= 1, pads >= 0, channel/group divisibility,
+ * quantization ranges, sparse index structure) and on a violation print
+ * "edge_native: precondition failed in FN: COND (FILE:LINE)" to stderr and abort. The Python
+ * side validates every value first (edge_infer/ops), so a failure means a bug there; the
+ * release build compiles the checks out. ei_debug_checks() says which build is loaded. */
+#ifdef EI_DEBUG_CHECKS
+#define EI_CHECK(cond) do { if (!(cond)) ei_check_failed(__func__, #cond, __FILE__, __LINE__); } while (0)
+#else
+#define EI_CHECK(cond) ((void)0)
+#endif
+__attribute__((noreturn)) void ei_check_failed(const char *fn, const char *cond, const char *file, int line);
+EI_API int ei_debug_checks(void);
+
 /* ---- steps ---- */
 typedef void (*ei_step_fn)(const void *args);
 typedef struct { ei_step_fn fn; const void *args; } ei_step;

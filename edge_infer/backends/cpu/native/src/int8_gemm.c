@@ -570,6 +570,13 @@ static void conv_tasks(void *vctx, int64_t t0, int64_t t1) {
 }
 
 EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
+    EI_CHECK(a->n >= 0 && a->c >= 1 && a->h >= 0 && a->w >= 0 && a->m >= 1 && a->oh >= 0 && a->ow >= 0);
+    EI_CHECK(a->kh >= 1 && a->kw >= 1 && a->sh >= 1 && a->sw >= 1 && a->dh >= 1 && a->dw >= 1);
+    EI_CHECK(a->pt >= 0 && a->pl >= 0);
+    EI_CHECK(a->zp_x >= -128 && a->zp_x <= 127 && a->zp_y >= -128 && a->zp_y <= 127);
+    EI_CHECK(a->lo >= -128 && a->lo <= a->hi && a->hi <= 127);
+    EI_CHECK(a->x != NULL && a->y != NULL && a->wpack != NULL && a->bias != NULL && a->mult != NULL
+             && a->shift != NULL);
     conv_ctx cx;
     cx.a = a;
     make_plan(a, &cx.p);

@@ -273,6 +273,14 @@ static void pool_range(void *ctx, int64_t b, int64_t e) {
 }
 
 void ei_pool2d_f32(const ei_pool2d_f32_args *a) {
+    EI_CHECK(a->n >= 0 && a->c >= 0 && a->h >= 0 && a->w >= 0 && a->oh >= 0 && a->ow >= 0);
+    EI_CHECK(a->kh >= 1 && a->kw >= 1 && a->sh >= 1 && a->sw >= 1 && a->dh >= 1 && a->dw >= 1);
+    EI_CHECK(a->pt >= 0 && a->pl >= 0 && a->pb >= 0 && a->pr >= 0);
+    EI_CHECK(a->op == EI_POOL_MAX || a->op == EI_POOL_AVG);
+    /* every output window starts inside the padded input */
+    EI_CHECK(a->oh == 0 || (a->oh - 1) * (int64_t)a->sh < a->h + a->pt + a->pb);
+    EI_CHECK(a->ow == 0 || (a->ow - 1) * (int64_t)a->sw < a->w + a->pl + a->pr);
+    EI_CHECK(a->x != NULL && a->y != NULL);
     int64_t units = a->nhwc ? a->n * a->oh : a->n * a->c;
     int64_t per = a->nhwc ? a->ow * a->c : a->oh * a->ow;
     int64_t work = units * per * a->kh * a->kw;
@@ -353,6 +361,8 @@ static void global_range(void *ctx, int64_t b, int64_t e) {
 }
 
 void ei_global_pool_f32(const ei_global_pool_f32_args *a) {
+    EI_CHECK(a->op == EI_POOL_MAX || a->op == EI_POOL_AVG);
+    EI_CHECK(a->n <= 0 || a->c <= 0 || a->p <= 0 || (a->x != NULL && a->y != NULL));
     if (a->n <= 0 || a->c <= 0 || a->p <= 0) return;
     int64_t units = a->nhwc ? a->n : a->n * a->c;
     if (a->threads <= 1 || a->n * a->c * a->p < 65536 || units < 2) { global_range((void *)a, 0, units); return; }

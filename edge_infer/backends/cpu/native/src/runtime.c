@@ -18,6 +18,22 @@
 
 int ei_abi_version(void) { return EI_ABI_VERSION; }
 
+#include <stdio.h>
+
+void ei_check_failed(const char *fn, const char *cond, const char *file, int line) {
+    fprintf(stderr, "edge_native: precondition failed in %s: %s (%s:%d)\n", fn, cond, file, line);
+    fflush(stderr);
+    abort();
+}
+
+int ei_debug_checks(void) {
+#ifdef EI_DEBUG_CHECKS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 static int detect_features(void) {
     int f = 0;
 #if defined(__x86_64__) || defined(__i386__)

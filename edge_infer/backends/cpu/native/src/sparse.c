@@ -287,7 +287,33 @@ static void sp_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+#ifdef EI_DEBUG_CHECKS
+static int sp_well_formed(const ei_sparse_mm_args *a) {
+    /* CSR / BCSR: indptr starts at 0 and never decreases; the delta-coded block columns of
+     * every block row add up to a column inside the matrix */
+    if (a->encoding == EI_SP_BITMASK) return a->mask != NULL && a->row_offsets != NULL;
+    if (a->indptr == NULL || a->indptr[0] != 0) return 0;
+    const uint8_t *j8 = (const uint8_t *)a->indices; const uint16_t *j16 = (const uint16_t *)a->indices;
+    for (int64_t rb = 0; rb < a->rows / a->br; rb++) {
+        if (a->indptr[rb + 1] < a->indptr[rb]) return 0;
+        int64_t c = 0;
+        for (int64_t e = a->indptr[rb]; e < a->indptr[rb + 1]; e++) {
+            c += a->index_bytes == 1 ? j8[e] : j16[e];
+            if (c >= a->cols / a->bc) return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
 void ei_sparse_mm(const ei_sparse_mm_args *a) {
+    EI_CHECK(a->encoding == EI_SP_CSR || a->encoding == EI_SP_BCSR || a->encoding == EI_SP_BITMASK);
+    EI_CHECK(a->rows >= 0 && a->cols >= 0 && a->br >= 1 && a->bc >= 1);
+    EI_CHECK(a->encoding == EI_SP_BITMASK || a->index_bytes == 1 || a->index_bytes == 2);
+    EI_CHECK(a->p <= 0 || (a->x != NULL && a->y != NULL && a->values != NULL));
+#ifdef EI_DEBUG_CHECKS
+    EI_CHECK(sp_well_formed(a));
+#endif
     if (a->p <= 0) return;
     sp_job job = {a, sp_pick()};
     int64_t tiles = (a->p + SP_T - 1) / SP_T;
