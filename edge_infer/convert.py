@@ -185,6 +185,15 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             calib=None if isinstance(calib, str) and calib == "random" else calib, calib_samples=calib_samples,
             calib_recipe=calib_recipe)
     qreport = None
+    from .quantize.import_qdq import import_qdq, is_prequantized
+    if is_prequantized(graph):   # QDQ / QOperator: int8 ops with the file's own parameters
+        if quantize is not None:
+            raise ConversionError(f"{os.path.basename(src)} is already quantized (QuantizeLinear/DequantizeLinear "
+                                  "nodes): convert it without --quantize; its own scales are used")
+        optimized, ireport = import_qdq(optimized)
+        if ireport["float_nodes"]:
+            warnings.warn(f"{len(ireport['float_nodes'])} node(s) of the pre-quantized model stay float32: "
+                          + "; ".join(f"{k}: {v}" for k, v in list(ireport["float_nodes"].items())[:5]))
     if quantize is not None:     # after the fp32 optimization and its verification
         from .quantize import quantize_model
         optimized, qreport = quantize_model(optimized, calib, calib_samples=calib_samples,
@@ -208,6 +217,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     }
     if memory_limit is not None:
         meta["memory_limit"] = memory_limit
+    if is_prequantized(graph):
+        meta["quantization"] = ireport
     if qreport is not None:
         meta["provenance"]["options"]["quantization"] = {
             "quantize": quantize,
@@ -235,6 +246,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
               "artifact_bytes": nbytes, **opt_report}
     if qreport is not None:
         result["quantization"] = qreport
+    elif "quantization" in meta:
+        result["quantization"] = meta["quantization"]
     if sreport.get("encoded") or pruning:
         result["sparsity"] = sreport
     return result

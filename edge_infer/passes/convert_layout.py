@@ -68,7 +68,8 @@ UNARY = frozenset({
     "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "Abs", "Neg", "Exp", "Log", "Sqrt",
     "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos",
     "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Cast",
-    "ThresholdedRelu", "Shrink", "BitwiseNot", "Clip", "Dropout"})
+    "ThresholdedRelu", "Shrink", "BitwiseNot", "Clip", "Dropout",
+    "QuantizeLinear", "DequantizeLinear"})     # per tensor (scalar scale / zero point) only
 BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Sum", "Mean",
                        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
                        "Xor", "PRelu", "Where", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
