@@ -526,6 +526,10 @@ class _Converter:
         else:
             self.node_name = self._unique_node_name(node.name or f"{node.op_type}_{k}")
         op = node.op_type
+        if node.domain == "com.microsoft" and op in MS_NORMALIZERS:
+            given = {a.name: _attr_value(onnx, a, f"node {self.node_name!r} ({op})") for a in node.attribute}
+            MS_NORMALIZERS[op](self, node, dict(given), given, None)
+            return
         if node.domain not in ("", "ai.onnx"):
             self.unsupported[f"{node.domain}.{op}"] += 1
             return
@@ -957,6 +961,8 @@ NORMALIZERS: Dict[str, Normalizer] = {
     "CastLike": _norm_castlike,
 }
 NORMALIZERS.update({op: _norm_reduce for op in REDUCE_AXES_INPUT})
+from .onnx_qoperator import MS_NORMALIZERS, NORMALIZERS as _QOPERATOR  # noqa: E402
+NORMALIZERS.update(_QOPERATOR)
 
 
 # -- input shape pinning ---------------------------------------------------------

@@ -322,12 +322,53 @@ class _Importer:
         return p, clamp, ""
 
     def op(self, node: Node) -> None:
+        x = self.name(node.inputs[0]) if node.inputs else ""
+        if x in self.act and node.op in MOVE_OPS and self.T[x].dtype == "int8":
+            self.move_int(node, x)                     # QOperator: MaxPool, Flatten ... on the integers
+            return
+        for k, i in enumerate(node.inputs):
+            if i and self.name(i) in self.act and self.act[self.name(i)].shift:
+                node.inputs[k] = self.restore_uint8(self.name(i))
         why = self.try_int8(node)
         if why:
             touches = any(i in self.int8_of or i in self.requant_of or i in self.const_dq for i in node.inputs)
             if touches:
                 self.reasons[node.name] = why
             self.emit(node)
+
+    def move_int(self, node: Node, x: str) -> None:
+        """Data movement applied to an integer activation directly: its output carries the
+        input's parameters (a uint8 one: the same shift to int8)."""
+        p = self.act[x]
+        if node.op == "Pad":
+            ins = list(node.inputs)
+            cv = ins[2] if len(ins) > 2 else ""
+            if cv and p.shift:
+                v = np.asarray(self.T[cv].data).astype(np.int32) - p.shift
+                ins[2] = self.const(cv + "_int8", v.astype(np.int8), _qdict(p.s(), p.zp8()))
+                node.inputs = ins
+        for o in node.outputs:
+            if o:
+                self.T[o].dtype = "int8"
+                self.T[o].quant = _qdict(p.s(), p.zp8())
+                self.act[o] = p
+        self.int8_nodes.append(node.name)
+        self.emit(node)
+
+    def restore_uint8(self, t8: str) -> str:
+        """The uint8 values of shifted activation ``t8`` for an op that reads integers as they
+        are (DequantizeLinear -> QuantizeLinear to the file's uint8 parameters: exact)."""
+        p = self.act[t8]
+        f = self.g.unique_name(t8 + "_float")
+        self.g.add_tensor(f, "float32", self.T[t8].shape)
+        self.dq_node(t8, f, p, t8)
+        u8 = self.g.unique_name(t8 + "_uint8")
+        self.g.add_tensor(u8, "uint8", self.T[t8].shape)
+        sc = self.const(u8 + "_scale", np.array(np.float32(p.s())))
+        zp = self.const(u8 + "_zero_point", np.array(p.zp8() + 128, np.uint8))
+        self.out.append(Node("QuantizeLinear", [f, sc, zp], [u8], {"axis": 1, "block_size": 0, "output_dtype": 0,
+                                                                    "saturate": 1}, self.node_name(t8 + "/uint8")))
+        return u8
 
     def try_int8(self, node: Node) -> str:
         """Emit ``node`` as an int8 op and return "", or return why it stays float."""
@@ -375,6 +416,8 @@ class _Importer:
                 return why
         if op == "Softmax" and (np.float32(p_out.s()) != np.float32(1 / 256) or p_out.zp8() != -128):
             return "int8 Softmax writes (1/256, -128); the file quantizes its output otherwise"
+        if op == "GlobalAveragePool" and not p_in[0].same(p_out):
+            op, ins, attrs = self.mean_as_depthwise(node, ins, attrs)
         y = node.outputs[0]
         y8 = self.add_int8(y + "_int8", y, p_out)
         self.int8_nodes.append(node.name)
@@ -388,6 +431,27 @@ class _Importer:
         self.int8_of[y] = (y8, p_out)
         self.dq_node(y8, y, p_out, node.name)
         return ""
+
+    def mean_as_depthwise(self, node: Node, ins: List[str], attrs: dict):
+        """A GlobalAveragePool whose output parameters differ from its input's as a depthwise Conv
+        with unit weights at scale 1/n: the same requantized mean, one rounding of
+        sum(x - zp_x) * s_x / (n s_y), and a native kernel (the native mean keeps the parameters)."""
+        shape = self.T[node.inputs[0]].shape
+        last = (attrs.get("data_layout") or "NCHW") == "NHWC"
+        if shape is None or not all(isinstance(d, int) for d in shape) or len(shape) < 3:
+            return node.op, ins, attrs
+        c = shape[-1] if last else shape[1]
+        sp = list(shape[1:-1] if last else shape[2:])
+        n = int(np.prod(sp))
+        if n > 1024:                                   # the depthwise kernels' exact-sum limit
+            return node.op, ins, attrs
+        w = self.const(node.name + "_mean_weights", np.ones([c, 1] + sp, np.int8),
+                       _qdict(np.float32(1.0 / n), 0))
+        conv = {"auto_pad": "NOTSET", "dilations": [1] * len(sp), "group": c, "kernel_shape": sp,
+                "pads": [0] * (2 * len(sp)), "strides": [1] * len(sp)}
+        if last:
+            conv["data_layout"] = "NHWC"
+        return "Conv", [ins[0], w], conv
 
     def fuse_clamp(self, node: Node, clamp: Node, ins: List[str], attrs: dict):
         """The anchor with the Relu/Clip as its int8 output clamp (FusedConv/FusedGemm/FusedMatMul)."""
