@@ -57,6 +57,9 @@ SUPPORTED_OPS = (
     "ReduceLogSumExp", "Expand", "Tile", "Range", "Where", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Identity", "Dropout", "Erf", "Gelu",
     "Floor", "Ceil", "ArgMax", "ArgMin", "InstanceNormalization", "Softplus",
+    # pre-quantized models: QOperator (expanded to QDQ) and dynamic quantization
+    "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+    "DynamicQuantizeLinear",
 )
 
 RTOL, ATOL = 1e-4, 1e-5

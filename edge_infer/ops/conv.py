@@ -27,6 +27,13 @@ def _channels(node: Node, graph: Graph):
     return xs, xs[-1] if last else xs[1]
 
 
+def _check_conv_integer(node: Node, graph: Graph) -> None:
+    """ConvInteger: the Conv geometry (its zero points are inputs 2 and 3, not a bias)."""
+    from .quantize import _check_integer_zero_points
+    _check_conv(Node("Conv", node.inputs[:2], node.outputs, node.attrs, node.name), graph)
+    _check_integer_zero_points(node, graph)
+
+
 def _check_conv(node: Node, graph: Graph) -> None:
     ws = shape(graph, node.inputs[1])
     xs, c = _channels(node, graph)
@@ -73,6 +80,7 @@ _FUSED = dict(activation=STR(), activation_params=FLOATS())
 
 SCHEMAS = {
     "Conv": op((2, 3), check=_check_conv, **_WINDOW),
+    "ConvInteger": op((2, 4), check=_check_conv_integer, **_WINDOW),
     "FusedConv": op((2, 4), check=_check_conv, **_WINDOW, **_FUSED),
     "ConvTranspose": op((2, 3), check=_check_conv, **_WINDOW, output_padding=INTS(0, MAX_WINDOW),
                         output_shape=INTS(0)),

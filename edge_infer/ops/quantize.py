@@ -87,7 +87,24 @@ def _check_qdq(node: Node, graph: Graph) -> None:
              f"zero point {qz[:4].tolist()}")
 
 
+def _check_integer_zero_points(node: Node, graph: Graph) -> None:
+    """ConvInteger / MatMulInteger: zero points of their operand's dtype, per tensor or along a
+    dimension that exists (per output channel / row / column)."""
+    for k in (2, 3):
+        zname = node.inputs[k] if len(node.inputs) > k else ""
+        if not zname:
+            continue
+        xt, zt = graph.tensors.get(node.inputs[k - 2]), graph.tensors.get(zname)
+        if xt is not None and zt is not None and zt.dtype != xt.dtype:
+            fail(node, f"input {k} (zero point)", f"{zt.dtype} for a {xt.dtype} operand")
+        z = const(graph, zname)
+        if z is not None and np.asarray(z).ndim > 1:
+            fail(node, f"input {k} (zero point)", "a scalar or a 1-D tensor")
+
+
 SCHEMAS = {
+    "DynamicQuantizeLinear": op((1, 1), (3, 3)),
+    "MatMulInteger": op((2, 4), check=_check_integer_zero_points),
     "QuantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), saturate=BOOL, block_size=INT(0)),
     "DequantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), block_size=INT(0)),
 }
