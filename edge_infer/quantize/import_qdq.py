@@ -39,8 +39,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..ir import Graph, Node, infer_shapes
-from .quantizer import (ANCHOR_OPS, BINARY_OPS, CLAMP_OPS, INT8_OPS, PASS_THROUGH, _qdict, data_inputs,
-                        int8_support)
+from .quantizer import ANCHOR_OPS, BINARY_OPS, CLAMP_OPS, INT8_OPS, PASS_THROUGH, data_inputs, int8_support
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 #: ops that only move or select values: int8 in, int8 out with the input's parameters
@@ -73,6 +72,17 @@ class QParams:
     def same(self, other: "QParams") -> bool:
         return (other is not None and self.per_tensor and other.per_tensor and
                 np.float32(self.s()) == np.float32(other.s()) and self.zp8() == other.zp8())
+
+
+def _short(values) -> List[float]:
+    """float32 scales as the shortest decimals that read back as the same float32 (every reader
+    casts a scale to float32 first): ~11 characters of JSON per scale instead of ~20, which for
+    per-channel weights and biases is most of the graph text a QDQ import adds."""
+    return [float(repr(np.float32(v)).replace("np.float32(", "").rstrip(")")) for v in np.atleast_1d(values)]
+
+
+def _qdict(scale, zp, axis=None) -> dict:
+    return {"scale": _short(scale), "zero_point": [int(z) for z in np.atleast_1d(zp)], "axis": axis}
 
 
 def is_prequantized(graph: Graph) -> bool:
@@ -229,14 +239,14 @@ class _Importer:
         p8 = QParams(p.scale, zero, axis, "int8")
         if q.dtype == np.int8 and not np.any(p.zp) and self.T[dq.inputs[0]].quant is None:
             return self._tag_const(dq.inputs[0], p, axis), p8, ""       # the file's array, no copy
-        quant = {"scale": [float(v) for v in p.scale], "zero_point": [0] * p.scale.size, "axis": axis}
+        quant = {"scale": _short(p.scale), "zero_point": [0] * p.scale.size, "axis": axis}
         return self.const(dq.inputs[0] + "_int8", centred.astype(np.int8), quant), p8, ""
 
     def _tag_const(self, name: str, p: QParams, axis) -> str:
         """Give int8 constant ``name`` (zero points 0) its quant: the same array, no copy."""
         t = self.T[name]
         if t.quant is None:
-            t.quant = {"scale": [float(v) for v in p.scale], "zero_point": [0] * p.scale.size, "axis": axis}
+            t.quant = {"scale": _short(p.scale), "zero_point": [0] * p.scale.size, "axis": axis}
         return name
 
     def const_operand(self, f: str) -> Optional[Tuple[str, QParams]]:
@@ -557,12 +567,15 @@ class _Importer:
                     "fixed point represents (2^-32 .. 2^30)")
         bi = _BIAS_INPUT.get(op)
         if bi is not None and len(node.inputs) > bi and node.inputs[bi]:
-            why = self.bias(node.inputs[bi], ins, bi, p_x, s_w, n_out)
+            why = self.bias(node.inputs[bi], ins, bi, p_x, s_w, float(np.max(ms)))
             if why:
                 return why
         return ""
 
-    def bias(self, bname: str, ins: List[str], bi: int, p_x: QParams, s_w: np.ndarray, n_out) -> str:
+    def bias(self, bname: str, ins: List[str], bi: int, p_x: QParams, s_w: np.ndarray, m_max: float) -> str:
+        """The bias as int32 at s_x * s_w: the file's values when its bias scale is that (as
+        onnxruntime's quantizer writes it); else re-rounded, when that moves an output by at most
+        1/100 of a step (half a bias step times the multiplier s_x s_w / s_y)."""
         want = (np.float32(p_x.s()) * s_w.astype(np.float32)).astype(np.float32)
         dq = self.const_dq.get(bname)
         if dq is not None and self.T[dq.inputs[0]].data.dtype == np.int32:
@@ -580,6 +593,9 @@ class _Importer:
             if data is None:
                 return "bias is not a constant"
             real = np.asarray(data, np.float64).reshape(-1)
+        if 0.5 * m_max > 0.01:
+            return (f"bias scale differs from s_x*s_w; re-rounding the bias would move outputs by up to "
+                    f"{0.5 * m_max:.3g} steps")
         real = np.broadcast_to(real, want.shape)
         v = real / want.astype(np.float64)
         v = np.sign(v) * np.floor(np.abs(v) + 0.5)

@@ -1,0 +1,230 @@
+"""Pre-quantized ONNX import (quantize/import_qdq.py, frontends/onnx_qoperator.py,
+kernels/integer.py): float models built here, quantized by onnxruntime's own quantizer
+(QDQ and QOperator, per channel and per tensor, int8 and uint8 activations, dynamic),
+converted without --quantize, and compared with onnxruntime running the same file.
+
+Parity is counted in output quantization steps: our int8 kernels requantize in TFLite's
+fixed point (round half away from zero), onnxruntime in float32 (round half to even), so a
+value that lands within float32 rounding of a half step may differ by one step (and that
+difference may carry into the next layers); the tests assert at most one step at the output
+and that nearly all outputs are bit-exact.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+from onnx import helper, numpy_helper  # noqa: E402
+
+import edge_infer  # noqa: E402
+from edge_infer.backends.cpu import native  # noqa: E402
+from edge_infer.errors import ConversionError  # noqa: E402
+from edge_infer.runtime import Runtime  # noqa: E402
+from int8_op_graphs import mnv3_block  # noqa: E402
+from onnx_models import make_model, vi  # noqa: E402
+
+QF, QT = quantization.QuantFormat, quantization.QuantType
+
+
+def small_cnn(seed: int = 0, c: int = 32):
+    """conv/relu, depthwise/relu, pointwise + residual Add/relu, MaxPool, conv/relu,
+    GlobalAveragePool, Flatten, Gemm: weights large enough that they, not the graph, size the file."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
+        return name
+
+    def conv(x, y, cin, cout, k, s=1, g=1):
+        w = rng.standard_normal((cout, cin // g, k, k)) * np.sqrt(2 / (cin // g * k * k))
+        nodes.append(helper.make_node("Conv", [x, const(y + "_w", w), const(y + "_b", rng.standard_normal(cout) * 0.1)],
+                                      [y], kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g))
+        return y
+    nodes.append(helper.make_node("Relu", [conv("input", "c1", 3, c, 3, 2)], ["r1"]))
+    nodes.append(helper.make_node("Relu", [conv("r1", "dw", c, c, 3, 1, c)], ["r2"]))
+    nodes.append(helper.make_node("Add", [conv("r2", "pw", c, c, 1), "r1"], ["add"]))
+    nodes.append(helper.make_node("Relu", ["add"], ["r3"]))
+    nodes.append(helper.make_node("MaxPool", ["r3"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]))
+    nodes.append(helper.make_node("Relu", [conv("mp", "c4", c, 2 * c, 3)], ["r4"]))
+    nodes.append(helper.make_node("Relu", [conv("r4", "c5", 2 * c, 2 * c, 3)], ["r5"]))
+    nodes.append(helper.make_node("GlobalAveragePool", ["r5"], ["gap"]))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"]))
+    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", rng.standard_normal((10, 2 * c)) * 0.3),
+                                           const("fc_b", rng.standard_normal(10) * 0.1)], ["logits"], transB=1))
+    return make_model(nodes, [vi("input", [1, 3, 32, 32])], [vi("logits", [1, 10])], opset=17, initializers=inits)
+
+
+MODELS = {"cnn": (small_cnn, (1, 3, 32, 32)), "mnv3": (mnv3_block, (1, 3, 16, 16))}
+
+
+def samples(shape, n, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(n)]
+
+
+class Reader(quantization.CalibrationDataReader):
+    """Seeded calibration samples."""
+
+    def __init__(self, shape, n: int = 16, seed: int = 0):
+        self.it = iter([{"input": x} for x in samples(shape, n, seed)])
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def quantized(tmp_path, model: str, fmt, act, per_channel: bool) -> str:
+    make, shape = MODELS[model]
+    src, dst = str(tmp_path / f"{model}.onnx"), str(tmp_path / f"{model}_q.onnx")
+    onnx.save(make(), src)
+    logging.getLogger().setLevel(logging.ERROR)           # the quantizer's pre-processing advice
+    quantization.quantize_static(src, dst, Reader(shape), quant_format=fmt, activation_type=act,
+                                 weight_type=QT.QInt8, per_channel=per_channel)
+    return dst
+
+
+def output_scale(path: str) -> float:
+    """The scale of the DequantizeLinear writing the model's output (QDQ and QOperator alike)."""
+    m = onnx.load(path)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    prod = {o: n for n in m.graph.node for o in n.output}
+    n = prod[m.graph.output[0].name]
+    while n.op_type != "DequantizeLinear":
+        n = prod[n.input[0]]
+    return float(inits[n.input[1]])
+
+
+def compare_with_ort(path: str, eim: str, shape, n: int = 8):
+    """(max |ours - ort| in output steps, fraction of outputs bit-exact) on fresh seeded inputs."""
+    rt = Runtime(eim, backend="cpu")
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    step = output_scale(path)
+    worst, exact, total = 0.0, 0, 0
+    for x in samples(shape, n, seed=123):
+        ours = next(iter(rt.run({"input": x}).values()))
+        ref = sess.run(None, {"input": x})[0]
+        d = np.abs(ours.astype(np.float64) - ref) / step
+        worst = max(worst, float(d.max()))
+        exact += int((d < 1e-3).sum())
+        total += d.size
+    return worst, exact / total
+
+
+def assert_native_int8(eim: str, shape, allowed_float=()):
+    """Q/DQ only at the graph's edges (or around ``allowed_float`` ops), every step native."""
+    rt = Runtime(eim, backend="cpu")
+    g = rt.graph
+    float_ops = [n.op for n in g.nodes if n.op not in ("QuantizeLinear", "DequantizeLinear")
+                 and all(g.tensors[o].dtype != "int8" for o in n.outputs if o)]
+    assert set(float_ops) <= set(allowed_float), float_ops
+    if not allowed_float:
+        inner = [n.name for n in g.nodes if n.op in ("QuantizeLinear", "DequantizeLinear")
+                 and not (n.inputs[0] in g.inputs or n.outputs[0] in g.outputs)]
+        assert not inner, inner
+    ex = rt.plan({"input": shape})
+    if native.lib is not None:
+        slow = [n.op for n, s in zip(ex.nodes, ex.steps) if getattr(s, "native_step", None) is None]
+        assert not slow, slow
+    weights = [t for t in g.tensors.values() if t.is_const and t.data.size > 64]
+    assert weights and all(t.dtype in ("int8", "int32") for t in weights), \
+        [(t.name, t.dtype) for t in weights if t.dtype not in ("int8", "int32")]
+
+
+@pytest.mark.parametrize("fmt,act,per_channel", [
+    (QF.QDQ, QT.QInt8, True), (QF.QDQ, QT.QInt8, False), (QF.QDQ, QT.QUInt8, True), (QF.QDQ, QT.QUInt8, False),
+    (QF.QOperator, QT.QUInt8, True), (QF.QOperator, QT.QInt8, False)])
+def test_cnn_imports_all_int8_native_and_matches_onnxruntime(tmp_path, fmt, act, per_channel):
+    path = quantized(tmp_path, "cnn", fmt, act, per_channel)
+    eim = str(tmp_path / "m.eim")
+    res = edge_infer.convert(path, eim)
+    rep = res["quantization"]
+    assert not rep["float_nodes"] and rep["int8_nodes"] >= 10, rep
+    shape = MODELS["cnn"][1]
+    assert_native_int8(eim, shape)
+    # the weights are the file's int8/int32 arrays, no float copy (the graph text is another
+    # matter: on a model this small it outweighs what it describes, see docs/quantization.md)
+    src_bytes = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(path).graph.initializer)
+    ours = sum(t.data.nbytes for t in Runtime(eim, backend="cpu").graph.tensors.values()
+               if t.is_const and not t.name.endswith("_mean_weights"))
+    assert ours <= src_bytes, (ours, src_bytes)
+    assert res["artifact_bytes"] <= 1.3 * res["source_bytes"], (res["artifact_bytes"], res["source_bytes"])
+    worst, exact = compare_with_ort(path, eim, shape)
+    assert worst <= 1.001, worst
+    assert exact >= 0.8, exact
+    print(f"max {worst:.2f} steps from onnxruntime, {100 * exact:.1f}% of outputs bit-exact")
+
+
+@pytest.mark.parametrize("fmt,act,per_channel", [(QF.QDQ, QT.QInt8, True), (QF.QDQ, QT.QUInt8, False),
+                                                 (QF.QOperator, QT.QUInt8, True)])
+def test_mobilenetv3_block(tmp_path, fmt, act, per_channel):
+    """HardSwish / HardSigmoid tables, squeeze-excite Mul, residual Add, MatMul head: int8 where the
+    file quantizes them; what it leaves float (its Softmax, a HardSwish read unquantized) stays float."""
+    path = quantized(tmp_path, "mnv3", fmt, act, per_channel)
+    eim = str(tmp_path / "m.eim")
+    with pytest.warns(UserWarning, match="stay float32"):
+        res = edge_infer.convert(path, eim)
+    rep = res["quantization"]
+    assert rep["int8_nodes"] >= 12, rep
+    assert set(rep["float_nodes"].values()) <= {
+        "int8 Softmax writes (1/256, -128); the file quantizes its output otherwise",
+        "the output is not quantized (read by float ops)"}, rep["float_nodes"]
+    shape = MODELS["mnv3"][1]
+    assert_native_int8(eim, shape, allowed_float=("Softmax", "HardSwish", "GlobalAveragePool"))
+    worst, exact = compare_with_ort(path, eim, shape)
+    assert worst <= 1.001, worst
+    assert exact >= 0.8, exact
+    print(f"max {worst:.2f} steps from onnxruntime, {100 * exact:.1f}% of outputs bit-exact")
+
+
+def test_dynamic_quantization_matches_onnxruntime(tmp_path):
+    """quantize_dynamic: DynamicQuantizeLinear + ConvInteger / MatMulInteger run at run time;
+    the integer products are exact, so only float32 rounding of the rescaling differs."""
+    src, dst = str(tmp_path / "cnn.onnx"), str(tmp_path / "cnn_dyn.onnx")
+    onnx.save(small_cnn(), src)
+    quantization.quantize_dynamic(src, dst, weight_type=QT.QInt8)
+    ops = {n.op_type for n in onnx.load(dst).graph.node}
+    assert {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"} <= ops
+    eim = str(tmp_path / "m.eim")
+    edge_infer.convert(dst, eim)
+    rt = Runtime(eim, backend="cpu")
+    assert any(t.is_const and t.dtype == "int8" and t.data.size > 1000 for t in rt.graph.tensors.values())
+    sess = ort.InferenceSession(dst, providers=["CPUExecutionProvider"])
+    for x in samples((1, 3, 32, 32), 4, seed=7):
+        ours, ref = rt.run({"input": x})["logits"], sess.run(None, {"input": x})[0]
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_unrepresentable_scale_stays_float_and_says_why(tmp_path):
+    """A requantization multiplier s_x s_w / s_y below 2^-32 has no int8 fixed-point form: that
+    conv runs in float32 between the file's DequantizeLinear/QuantizeLinear, named in the report."""
+    path = quantized(tmp_path, "cnn", QF.QDQ, QT.QInt8, True)
+    m = onnx.load(path)
+    prod = {o: n for n in m.graph.node for o in n.output}
+    conv = next(n for n in m.graph.node if n.op_type == "Conv" and n.input[1].startswith("c4"))
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == conv.output[0])
+    assert prod[conv.input[0]].op_type == "DequantizeLinear"
+    inits = {t.name: t for t in m.graph.initializer}
+    scale = inits[q.input[1]]
+    scale.CopyFrom(numpy_helper.from_array(np.array(1e9, np.float32), scale.name))
+    # the scale is shared with the DequantizeLinear after: the int8 value stays meaningful
+    bad = str(tmp_path / "bad.onnx")
+    onnx.save(m, bad)
+    eim = str(tmp_path / "bad.eim")
+    with pytest.warns(UserWarning, match="fixed point"):
+        res = edge_infer.convert(bad, eim)
+    why = res["quantization"]["float_nodes"]
+    assert any("multiplier" in v and "fixed point" in v for v in why.values()), why
+    worst, _ = compare_with_ort(bad, eim, MODELS["cnn"][1], n=3)
+    assert worst <= 1.001, (worst, why)
+
+
+def test_requantizing_an_already_quantized_model_is_refused(tmp_path):
+    path = quantized(tmp_path, "cnn", QF.QDQ, QT.QInt8, True)
+    with pytest.raises(ConversionError, match="already quantized"):
+        edge_infer.convert(path, str(tmp_path / "m.eim"), quantize="int8", calib="random")
