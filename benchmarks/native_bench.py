@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Native kernels: our int8 vs our fp32 vs onnxruntime (fp32 and its static int8 QDQ) vs LiteRT fp32.
+"""Native kernels: our int8 vs our fp32 vs onnxruntime (fp32 and its static int8 QDQ) vs LiteRT fp32,
+and onnxruntime's QDQ file imported by us.
 
 One run, side by side, on a MobileNet-v2-class model (torchvision layout, ReLU6, batch 1,
 224x224, random He weights, built as ONNX here) and a ResNet-class model (onnx's light
@@ -14,6 +15,9 @@ our int8.
 * onnxruntime fp32 (ORT_ENABLE_ALL) and onnxruntime static int8 QDQ
   (``onnxruntime.quantization.quantize_static``, per-channel int8 weights, int8 activations,
   the same calibration inputs);
+* ours int8, QDQ import: onnxruntime's QDQ file above converted by ``edge_infer.convert`` as it is
+  (its own scales and int8 weights, quantize/import_qdq.py), with its size against the QDQ file
+  and its distance from onnxruntime running that file, in output quantization steps;
 * LiteRT (ai-edge-litert, XNNPACK) fp32 on ``edge_infer.export_tflite`` of our fp32 graph
   ("n/a" when the exporter or the interpreter is missing, or the export fails).
 
@@ -197,6 +201,34 @@ def interleaved(engines, feed, rounds: int, warmup: int = 2, block: int = 4):
     return {k: (min(v) * 1e3, float(np.median(v)) * 1e3) for k, v in ts.items()}
 
 
+def qdq_import(qdq: str, eim: str, in_name: str, feed, threads: int, session):
+    """Our runtime on onnxruntime's QDQ file converted as it is (no --quantize: the file's own
+    scales, quantize/import_qdq.py); prints sizes, native ops and the distance from onnxruntime."""
+    import edge_infer
+    from edge_infer.runtime import Runtime
+    res = edge_infer.convert(qdq, eim)
+    rt = Runtime(eim, backend="cpu", threads=threads)
+    plan = rt.plan({in_name: feed.shape})
+    native_steps = sum(getattr(st, "native_step", None) is not None for st in plan.steps)
+    ours = next(iter(rt.run({in_name: feed}).values()))
+    ref = session.run(None, {in_name: feed})[0]
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(qdq)
+    inits = {t.name: t for t in m.graph.initializer}
+    last = next(n for n in m.graph.node if m.graph.output[0].name in n.output)
+    step = float(numpy_helper.to_array(inits[last.input[1]])) if last.op_type == "DequantizeLinear" else None
+    rep = res["quantization"]
+    diff = np.abs(ours.astype(np.float64) - ref)
+    print(f"\nQDQ import: source {res['source_bytes']:,} B, artifact {res['artifact_bytes']:,} B "
+          f"({res['artifact_bytes'] / res['source_bytes']:.3f}x); {rep['int8_nodes']} int8 nodes, "
+          f"{len(rep['float_nodes'])} float ({', '.join(sorted(set(rep['float_nodes'].values())))[:120] or '-'}); "
+          f"{native_steps} of {len(plan.steps)} steps native; vs onnxruntime on the same file: "
+          + (f"max {diff.max() / step:.1f} output steps, {100 * float((diff < 1e-3 * step).mean()):.1f}% bit-exact"
+             if step else f"max abs diff {diff.max():.3g}"))
+    return rt
+
+
 def bench_model(name: str, threads: int, rounds: int, tmp: str) -> None:
     from edge_infer.frontends import load_model
     from edge_infer.convert import optimize_verified
@@ -221,8 +253,11 @@ def bench_model(name: str, threads: int, rounds: int, tmp: str) -> None:
         s32 = ort_session(path, threads)
         engines["onnxruntime fp32"] = lambda x: s32.run(None, {in_name: x})
         try:
-            s8 = ort_session(ort_int8(path, os.path.join(tmp, name + "_qdq.onnx"), in_name, cal), threads)
+            qdq = ort_int8(path, os.path.join(tmp, name + "_qdq.onnx"), in_name, cal)
+            s8 = ort_session(qdq, threads)
             engines["onnxruntime int8 QDQ"] = lambda x: s8.run(None, {in_name: x})
+            imported = qdq_import(qdq, os.path.join(tmp, name + "_qdq.eim"), in_name, feed, threads, s8)
+            engines["ours int8, QDQ import"] = lambda x: imported.run({in_name: x})
         except Exception as e:
             notes.append(f"onnxruntime int8: n/a ({type(e).__name__}: {str(e)[:80]})")
     except ImportError:
