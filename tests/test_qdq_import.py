@@ -228,3 +228,100 @@ def test_requantizing_an_already_quantized_model_is_refused(tmp_path):
     path = quantized(tmp_path, "cnn", QF.QDQ, QT.QInt8, True)
     with pytest.raises(ConversionError, match="already quantized"):
         edge_infer.convert(path, str(tmp_path / "m.eim"), quantize="int8", calib="random")
+
+
+def fake_quant_model(seed: int = 3):
+    """The form of a PyTorch QAT export: float weights behind QuantizeLinear -> DequantizeLinear
+    (per channel, symmetric), activations through Q/DQ pairs, the Relu kept between the conv
+    and its output's QuantizeLinear, uint8 activations."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def qdq(x, s, zp, name):
+        nodes.append(helper.make_node("QuantizeLinear", [x, const(name + "_s", np.float32(s)),
+                                                         const(name + "_z", np.uint8(zp))], [name + "_q"]))
+        nodes.append(helper.make_node("DequantizeLinear", [name + "_q", name + "_s", name + "_z"], [name + "_dq"]))
+        return name + "_dq"
+
+    def conv(x, name, cin, cout, k, s_in):
+        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2 / (cin * k * k))).astype(np.float32)
+        sw = (np.abs(w).reshape(cout, -1).max(1) / 127).astype(np.float32)
+        nodes.append(helper.make_node("QuantizeLinear", [const(name + "_w", w), const(name + "_ws", sw),
+                                                         const(name + "_wz", np.zeros(cout, np.int8))],
+                                      [name + "_wq"], axis=0))
+        nodes.append(helper.make_node("DequantizeLinear", [name + "_wq", name + "_ws", name + "_wz"],
+                                      [name + "_wdq"], axis=0))
+        b = (rng.standard_normal(cout) * 0.1 / (s_in * sw)).round().astype(np.int32)
+        nodes.append(helper.make_node("DequantizeLinear", [const(name + "_b", b), const(name + "_bs", (s_in * sw).astype(np.float32))],
+                                      [name + "_bdq"], axis=0))
+        nodes.append(helper.make_node("Conv", [x, name + "_wdq", name + "_bdq"], [name], kernel_shape=[k, k],
+                                      pads=[k // 2] * 4))
+        nodes.append(helper.make_node("Relu", [name], [name + "_relu"]))
+        return name + "_relu"
+    x = qdq("input", 2 / 255, 128, "in")
+    x = qdq(conv(x, "c1", 3, 16, 3, np.float32(2 / 255)), 0.02, 0, "a1")
+    x = qdq(conv(x, "c2", 16, 16, 3, np.float32(0.02)), 0.03, 0, "a2")
+    nodes.append(helper.make_node("Identity", [x], ["out"]))
+    return make_model(nodes, [vi("input", [1, 3, 16, 16])], [vi("out", None)], opset=17, initializers=inits)
+
+
+def test_fake_quant_export_form(tmp_path):
+    """Float weights quantized in the graph (folded to the int8 values, no float copy kept), the
+    Relu fused as the int8 conv's clamp, uint8 activations shifted to int8: bit-exact with onnxruntime."""
+    path = str(tmp_path / "fq.onnx")
+    onnx.save(fake_quant_model(), path)
+    eim = str(tmp_path / "fq.eim")
+    res = edge_infer.convert(path, eim)
+    assert not res["quantization"]["float_nodes"], res["quantization"]
+    g = Runtime(eim, backend="cpu").graph
+    convs = [n for n in g.nodes if n.op in ("Conv", "FusedConv")]
+    assert len(convs) == 2 and all(n.attrs.get("activation") == "Relu" for n in convs), convs
+    assert all(t.dtype in ("int8", "int32") for t in g.tensors.values() if t.is_const and t.data.size > 16)
+    assert_native_int8(eim, (1, 3, 16, 16))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rt = Runtime(eim, backend="cpu")
+    for x in samples((1, 3, 16, 16), 4, seed=11):
+        d = np.abs(rt.run({"input": x})["out"] - sess.run(None, {"input": x})[0]) / 0.03
+        assert d.max() <= 1.001, d.max()
+
+
+def nhwc_model(seed: int = 4):
+    """A TensorFlow-style export: an NHWC input and a Transpose pair around every conv."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    x = "input"
+    for i, (cin, cout) in enumerate([(3, 16), (16, 16), (16, 32)]):
+        w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (cin * 9))).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("Transpose", [x], [f"t{i}"], perm=[0, 3, 1, 2]),
+                  helper.make_node("Conv", [f"t{i}", f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3, 3], pads=[1] * 4),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+                  helper.make_node("Transpose", [f"r{i}"], [f"n{i}"], perm=[0, 2, 3, 1])]
+        x = f"n{i}"
+    return make_model(nodes, [vi("input", [1, 16, 16, 3])], [vi(x, None)], opset=17, initializers=inits)
+
+
+def test_transposes_of_nhwc_exports_are_absorbed(tmp_path):
+    """The Transpose pairs a TensorFlow export puts around each conv (130 in the detector of issue
+    19) cancel in the layout pass with the Q/DQ between them: no Transpose is left."""
+    src, dst = str(tmp_path / "nhwc.onnx"), str(tmp_path / "nhwc_q.onnx")
+    onnx.save(nhwc_model(), src)
+    logging.getLogger().setLevel(logging.ERROR)
+    quantization.quantize_static(src, dst, Reader((1, 16, 16, 3)), quant_format=QF.QDQ,
+                                 activation_type=QT.QInt8, weight_type=QT.QInt8, per_channel=True)
+    assert sum(n.op_type == "Transpose" for n in onnx.load(dst).graph.node) == 6
+    eim = str(tmp_path / "nhwc.eim")
+    edge_infer.convert(dst, eim)
+    g = Runtime(eim, backend="cpu").graph
+    assert not [n for n in g.nodes if n.op == "Transpose"], [n.op for n in g.nodes]
+    assert_native_int8(eim, (1, 16, 16, 3))
+    sess = ort.InferenceSession(dst, providers=["CPUExecutionProvider"])
+    rt = Runtime(eim, backend="cpu")
+    x = samples((1, 16, 16, 3), 1, seed=2)[0]
+    ours, ref = next(iter(rt.run({"input": x}).values())), sess.run(None, {"input": x})[0]
+    assert np.abs(ours - ref).max() <= 1.001 * output_scale(dst)
