@@ -111,7 +111,6 @@ class _Importer:
     def __init__(self, g: Graph):
         self.g = g
         self.T = g.tensors
-        self.prod = g.producers()
         self.cons = g.consumers()
         self.out: List[Node] = []
         self.rename: Dict[str, str] = {}
@@ -439,6 +438,9 @@ class _Importer:
             self.absorbed.add(clamp.name)
             self.int8_of[clamp.outputs[0]] = (y8, p_out)
             self.int8_nodes.append(clamp.name)
+        elif clamp is not None and self.clamp_is_noop(clamp, p_out):
+            self.absorbed.add(clamp.name)             # e.g. Add -> Relu -> Q with zero point -128
+            self.int8_of[clamp.outputs[0]] = (y8, p_out)
         self.out.append(Node(op, ins, [y8], attrs, node.name))
         self.int8_of[y] = (y8, p_out)
         self.dq_node(y8, y, p_out, node.name)
@@ -464,6 +466,16 @@ class _Importer:
         if last:
             conv["data_layout"] = "NHWC"
         return "Conv", [ins[0], w], conv
+
+    def clamp_is_noop(self, clamp: Node, p: QParams) -> bool:
+        """Whether Relu/Clip ``clamp`` changes nothing on int8 values at parameters ``p`` (its bounds
+        at or beyond the ends of the int8 range: onnxruntime picks such output ranges on purpose)."""
+        lo_real, hi_real = p.s() * (-128 - p.zp8()), p.s() * (127 - p.zp8())
+        if clamp.op == "Relu":
+            return lo_real >= 0.0
+        names = list(clamp.inputs[1:3]) + ["", ""]
+        lo, hi = (float(np.asarray(self.T[n].data).reshape(-1)[0]) if n else None for n in names[:2])
+        return (lo is None or lo <= lo_real) and (hi is None or hi >= hi_real)
 
     def fuse_clamp(self, node: Node, clamp: Node, ins: List[str], attrs: dict):
         """The anchor with the Relu/Clip as its int8 output clamp (FusedConv/FusedGemm/FusedMatMul)."""
