@@ -325,3 +325,29 @@ def test_transposes_of_nhwc_exports_are_absorbed(tmp_path):
     x = samples((1, 16, 16, 3), 1, seed=2)[0]
     ours, ref = next(iter(rt.run({"input": x}).values())), sess.run(None, {"input": x})[0]
     assert np.abs(ours - ref).max() <= 1.001 * output_scale(dst)
+
+
+def test_imported_model_exports_again(tmp_path):
+    """The imported int8 graph is our ordinary int8 form: exported as ONNX QDQ it is the source
+    model again for onnxruntime (the same outputs), and as TFLite it runs in LiteRT."""
+    from edge_infer.artifact import load_artifact
+    from edge_infer.quantize.export_onnx import export_qdq
+    path = quantized(tmp_path, "cnn", QF.QDQ, QT.QUInt8, True)
+    eim = str(tmp_path / "m.eim")
+    edge_infer.convert(path, eim)
+    g, _ = load_artifact(eim)
+    again = str(tmp_path / "again.onnx")
+    export_qdq(g, again)
+    x = samples((1, 3, 32, 32), 1, seed=4)[0]
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    out = ort.InferenceSession(again, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    np.testing.assert_array_equal(out, ref)
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    from edge_infer.export_tflite import export_tflite
+    it = litert.Interpreter(model_content=export_tflite(g))
+    it.allocate_tensors()
+    inp, o = it.get_input_details()[0], it.get_output_details()[0]
+    it.set_tensor(inp["index"], np.ascontiguousarray(x if tuple(inp["shape"]) == x.shape else x.transpose(0, 2, 3, 1)))
+    it.invoke()
+    ours = Runtime(eim, backend="cpu").run({"input": x})["logits"]
+    assert np.abs(it.get_tensor(o["index"]) - ours).max() <= 2.001 * output_scale(path)
