@@ -391,3 +391,78 @@ def test_qoperator_microsoft_ops(tmp_path):
     worst, exact = compare_with_ort(dst, eim, (1, 3, 16, 16))
     assert worst <= 1.001, worst
     print(f"max {worst:.2f} steps from onnxruntime, {100 * exact:.1f}% of outputs bit-exact")
+
+
+def tensorrt_style_model(seed: int = 0):
+    """TensorRT's QAT form: symmetric int8 (zero point 0, scale amax / 127) Q/DQ on the inputs
+    of each conv and on the residual branch only; conv outputs, the residual Add and the Relu
+    are float until the next conv's input quantizer."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def qdq(x, amax, name):
+        s = const(name + "_s", np.float32(amax / 127))
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, const(name + "_z", np.int8(0))], [name + "_q"]))
+        nodes.append(helper.make_node("DequantizeLinear", [name + "_q", s, name + "_z"], [name + "_dq"]))
+        return name + "_dq"
+
+    def conv(x, name, cin, cout):
+        w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (cin * 9))).astype(np.float32)
+        sw = (np.abs(w).reshape(cout, -1).max(1) / 127).astype(np.float32)
+        nodes.append(helper.make_node("QuantizeLinear", [const(name + "_w", w), const(name + "_ws", sw),
+                                                         const(name + "_wz", np.zeros(cout, np.int8))],
+                                      [name + "_wq"], axis=0))
+        nodes.append(helper.make_node("DequantizeLinear", [name + "_wq", name + "_ws", name + "_wz"],
+                                      [name + "_wdq"], axis=0))
+        nodes.append(helper.make_node("Conv", [x, name + "_wdq", const(name + "_b", (rng.standard_normal(cout) * 0.1)
+                                                                       .astype(np.float32))],
+                                      [name], kernel_shape=[3, 3], pads=[1] * 4))
+        return name, w
+    c1, _ = conv(qdq("input", 3.0, "in"), "c1", 3, 16)
+    nodes.append(helper.make_node("Relu", [c1], ["r1"]))
+    c2, _ = conv(qdq("r1", 4.0, "a1"), "c2", 16, 16)
+    nodes.append(helper.make_node("Add", [c2, qdq("r1", 4.0, "res")], ["add"]))
+    nodes.append(helper.make_node("Relu", ["add"], ["r2"]))
+    c3, w3 = conv(qdq("r2", 6.0, "a2"), "c3", 16, 8)
+    return make_model(nodes, [vi("input", [1, 3, 16, 16])], [vi(c3, None)], opset=17, initializers=inits), w3
+
+
+def test_tensorrt_style_qdq(tmp_path):
+    """Conv + residual Add + Relu with no quantizer in between become one int8 FusedConv (the
+    residual int8, the Relu its clamp) quantized by the next conv's input quantizer; the output
+    conv, read by nothing quantized, stays float on the int8 input."""
+    model, w3 = tensorrt_style_model()
+    path = str(tmp_path / "trt.onnx")
+    onnx.save(model, path)
+    eim = str(tmp_path / "trt.eim")
+    with pytest.warns(UserWarning, match="stay float32"):
+        res = edge_infer.convert(path, eim)
+    assert list(res["quantization"]["float_nodes"].values()) == ["the output is not quantized (read by float ops)"]
+    g = Runtime(eim, backend="cpu").graph
+    fused = [n for n in g.nodes if n.op == "FusedConv"]
+    assert len(fused) == 2 and all(n.attrs.get("activation") == "Relu" for n in fused)
+    assert any(len(n.inputs) > 3 and n.inputs[3] and g.tensors[n.inputs[3]].dtype == "int8" for n in fused)
+    rt, sess = Runtime(eim, backend="cpu"), ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    # the float output conv sees its int8 input within a step of onnxruntime's: bound it by that
+    bound = (6.0 / 127) * float(np.abs(w3).reshape(w3.shape[0], -1).sum(1).max())
+    for x in samples((1, 3, 16, 16), 3, seed=8):
+        d = np.abs(next(iter(rt.run({"input": x}).values())) - sess.run(None, {"input": x})[0]).max()
+        assert d <= bound, (d, bound)
+
+
+def test_integer_op_zero_points_are_validated(tmp_path):
+    """A MatMulInteger zero point that matches no dimension is refused at conversion, naming the
+    node and the input, before any kernel reads it."""
+    nodes = [helper.make_node("MatMulInteger", ["a", "b", "azp"], ["y"], name="mmi")]
+    inits = [numpy_helper.from_array(np.arange(12, dtype=np.uint8).reshape(3, 4), "b"),
+             numpy_helper.from_array(np.array([1, 2, 3, 4, 5], np.uint8), "azp")]
+    model = make_model(nodes, [vi("a", [2, 3], onnx.TensorProto.UINT8)], [vi("y", [2, 4], onnx.TensorProto.INT32)],
+                       opset=17, initializers=inits)
+    path = str(tmp_path / "mmi.onnx")
+    onnx.save(model, path)
+    with pytest.raises(ConversionError, match=r"mmi.*zero point.*5 values for a dimension of 2"):
+        edge_infer.convert(path, str(tmp_path / "mmi.eim"))

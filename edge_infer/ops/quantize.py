@@ -7,7 +7,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..ir.graph import Graph, Node, Tensor
-from .schema import BOOL, INT, ValidationError, check_axis, const, fail, op, rank
+from .schema import BOOL, INT, ValidationError, check_axis, const, fail, op, rank, shape
 
 #: the range a zero point may take for each quantized dtype
 ZP_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
@@ -88,18 +88,35 @@ def _check_qdq(node: Node, graph: Graph) -> None:
 
 
 def _check_integer_zero_points(node: Node, graph: Graph) -> None:
-    """ConvInteger / MatMulInteger: zero points of their operand's dtype, per tensor or along a
-    dimension that exists (per output channel / row / column)."""
+    """ConvInteger / MatMulInteger: int8/uint8 operands, zero points of their operand's dtype,
+    one value or one per row of A / column of B / output channel of W (ConvInteger's input
+    zero point: one value)."""
+    conv = node.op == "ConvInteger"
     for k in (2, 3):
+        xt = graph.tensors.get(node.inputs[k - 2])
+        known_dtype = xt is not None and (xt.is_const or xt.name in graph.inputs)   # else not inferred yet
+        if known_dtype and xt.dtype not in ("int8", "uint8"):
+            fail(node, f"input {k - 2}", f"{xt.dtype} (int8 or uint8)")
         zname = node.inputs[k] if len(node.inputs) > k else ""
         if not zname:
             continue
-        xt, zt = graph.tensors.get(node.inputs[k - 2]), graph.tensors.get(zname)
-        if xt is not None and zt is not None and zt.dtype != xt.dtype:
+        zt = graph.tensors.get(zname)
+        if known_dtype and zt is not None and zt.is_const and zt.dtype != xt.dtype:
             fail(node, f"input {k} (zero point)", f"{zt.dtype} for a {xt.dtype} operand")
-        z = const(graph, zname)
-        if z is not None and np.asarray(z).ndim > 1:
+        zs = shape(graph, zname)
+        if zs is None:
+            continue
+        if len(zs) > 1:
             fail(node, f"input {k} (zero point)", "a scalar or a 1-D tensor")
+        n = int(np.prod(zs)) if all(isinstance(d, int) for d in zs) else None
+        xs = shape(graph, node.inputs[k - 2])
+        if n is None or n == 1 or xs is None or not xs:
+            continue
+        if conv and k == 2:
+            fail(node, "input 2 (x zero point)", f"{n} values; ConvInteger's input zero point is one value")
+        dim = xs[0] if conv else (xs[-2] if k == 2 and len(xs) >= 2 else xs[-1])
+        if isinstance(dim, int) and n != dim:
+            fail(node, f"input {k} (zero point)", f"{n} values for a dimension of {dim}")
 
 
 SCHEMAS = {
