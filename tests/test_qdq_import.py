@@ -151,8 +151,7 @@ def test_cnn_imports_all_int8_native_and_matches_onnxruntime(tmp_path, fmt, act,
     # the weights are the file's int8/int32 arrays, no float copy (the graph text is another
     # matter: on a model this small it outweighs what it describes, see docs/quantization.md)
     src_bytes = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(path).graph.initializer)
-    ours = sum(t.data.nbytes for t in Runtime(eim, backend="cpu").graph.tensors.values()
-               if t.is_const and not t.name.endswith("_mean_weights"))
+    ours = sum(t.data.nbytes for t in Runtime(eim, backend="cpu").graph.tensors.values() if t.is_const)
     assert ours <= src_bytes, (ours, src_bytes)
     assert res["artifact_bytes"] <= 1.3 * res["source_bytes"], (res["artifact_bytes"], res["source_bytes"])
     worst, exact = compare_with_ort(path, eim, shape)
@@ -466,3 +465,33 @@ def test_integer_op_zero_points_are_validated(tmp_path):
     onnx.save(model, path)
     with pytest.raises(ConversionError, match=r"mmi.*zero point.*5 values for a dimension of 2"):
         edge_infer.convert(path, str(tmp_path / "mmi.eim"))
+
+
+@pytest.mark.skipif(native.lib is None, reason="native kernels not built")
+@pytest.mark.parametrize("nhwc", [False, True])
+def test_requantized_global_mean_native_equals_numpy(monkeypatch, nhwc):
+    """The native GlobalAveragePool to other output parameters (onnxruntime's QDQ form) is the
+    numpy kernel's requantized mean bit for bit, over random shapes and parameters."""
+    from edge_infer.ir import Graph
+    rng = np.random.default_rng(1 + nhwc)
+    for _ in range(12):
+        n, c, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 300)), int(rng.integers(1, 12)), int(rng.integers(1, 12))
+        shape = (n, h, w, c) if nhwc else (n, c, h, w)
+        g = Graph("gap")
+        g.add_input("x", "int8", shape)
+        g.tensors["x"].quant = {"scale": [float(rng.uniform(1e-3, 0.2))], "zero_point": [int(rng.integers(-128, 128))],
+                                "axis": None}
+        g.add_tensor("y", "int8", None, None, {"scale": [float(rng.uniform(1e-3, 0.2))],
+                                               "zero_point": [int(rng.integers(-128, 128))], "axis": None})
+        g.add_node("GlobalAveragePool", ["x"], ["y"], name="gap", **({"data_layout": "NHWC"} if nhwc else {}))
+        g.outputs = ["y"]
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        rt = Runtime(g, backend="cpu")
+        assert "native" in rt.plan({"x": shape}).notes["gap"]
+        fast = rt.run({"x": x})["y"]
+        with monkeypatch.context() as m:
+            m.setattr(native, "lib", None)
+            slow_rt = Runtime(g.copy(), backend="cpu")
+            assert "native" not in slow_rt.plan({"x": shape}).notes["gap"]
+            slow = slow_rt.run({"x": x})["y"]
+        np.testing.assert_array_equal(fast, slow)

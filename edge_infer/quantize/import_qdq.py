@@ -429,8 +429,6 @@ class _Importer:
                 return why
         if op == "Softmax" and (np.float32(p_out.s()) != np.float32(1 / 256) or p_out.zp8() != -128):
             return "int8 Softmax writes (1/256, -128); the file quantizes its output otherwise"
-        if op == "GlobalAveragePool" and not p_in[0].same(p_out):
-            op, ins, attrs = self.mean_as_depthwise(node, ins, attrs)
         y = node.outputs[0]
         y8 = self.add_int8(y + "_int8", y, p_out)
         self.int8_nodes.append(node.name)
@@ -447,27 +445,6 @@ class _Importer:
         self.int8_of[y] = (y8, p_out)
         self.dq_node(y8, y, p_out, node.name)
         return ""
-
-    def mean_as_depthwise(self, node: Node, ins: List[str], attrs: dict):
-        """A GlobalAveragePool whose output parameters differ from its input's as a depthwise Conv
-        with unit weights at scale 1/n: the same requantized mean, one rounding of
-        sum(x - zp_x) * s_x / (n s_y), and a native kernel (the native mean keeps the parameters)."""
-        shape = self.T[node.inputs[0]].shape
-        last = (attrs.get("data_layout") or "NCHW") == "NHWC"
-        if shape is None or not all(isinstance(d, int) for d in shape) or len(shape) < 3:
-            return node.op, ins, attrs
-        c = shape[-1] if last else shape[1]
-        sp = list(shape[1:-1] if last else shape[2:])
-        n = int(np.prod(sp))
-        if n > 1024:                                   # the depthwise kernels' exact-sum limit
-            return node.op, ins, attrs
-        w = self.const(node.name + "_mean_weights", np.ones([c, 1] + sp, np.int8),
-                       _qdict(np.full(c, np.float32(1.0 / n)), 0, 0))    # per channel: as TFLite's depthwise wants
-        conv = {"auto_pad": "NOTSET", "dilations": [1] * len(sp), "group": c, "kernel_shape": sp,
-                "pads": [0] * (2 * len(sp)), "strides": [1] * len(sp)}
-        if last:
-            conv["data_layout"] = "NHWC"
-        return "Conv", [ins[0], w], conv
 
     def clamp_is_noop(self, clamp: Node, p: QParams) -> bool:
         """Whether Relu/Clip ``clamp`` changes nothing on int8 values at parameters ``p`` (its bounds
