@@ -27,9 +27,10 @@ and rewrites it, in one walk in execution order, into int8 ops on int8 tensors c
   requantization multiplier s_x s_w / s_y outside what the kernels' fixed point represents,
   Gemm alpha != 1 ...); leftover DequantizeLinear of constants become float constants.
 
-Arithmetic: our int8 kernels requantize in TFLite's fixed point (round half away from zero on
-a 31-bit multiplier); onnxruntime requantizes in float32 (round half to even). The results
-agree except on values within float32 rounding of a half step: then they differ by one step.
+Arithmetic: our int8 kernels requantize in TFLite's fixed point, MultiplyByQuantizedMultiplier
+with its two roundings (the first keeps 2^-e of a step for a right shift e); onnxruntime
+multiplies by a float32 scale and rounds once. Values within 2^-(e+1) of a half step can round
+apart: one step, on a fraction of a percent of a layer's values (docs/quantization.md).
 """
 from __future__ import annotations
 
@@ -336,7 +337,8 @@ class _Importer:
         if node.op == "Sum" and len([i for i in node.inputs if i]) == 2:
             node.op = "Add"                            # old exporters' residual Sum: the same op
         x = self.name(node.inputs[0]) if node.inputs else ""
-        if x in self.act and node.op in MOVE_OPS and self.T[x].dtype == "int8":
+        if x in self.act and node.op in MOVE_OPS and self.T[x].dtype == "int8" and \
+                not (self.act[x].shift and any(o in self.g.outputs for o in node.outputs)):
             self.move_int(node, x)                     # QOperator: MaxPool, Flatten ... on the integers
             return
         for k, i in enumerate(node.inputs):
@@ -385,7 +387,7 @@ class _Importer:
 
     def try_int8(self, node: Node) -> str:
         """Emit ``node`` as an int8 op and return "", or return why it stays float."""
-        op, g = node.op, self.g
+        op = node.op
         if node.name in self.absorbed:
             return ""
         if op not in INT8_OPS:
