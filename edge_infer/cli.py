@@ -75,7 +75,10 @@ def cmd_convert(args) -> int:
     print(f"  size {rep['source_bytes']:,} B (source) -> {rep['artifact_bytes']:,} B "
           f"({rep['artifact_bytes'] / max(rep['source_bytes'], 1):.2f}x)")
     print(f"  verified: max relative error {rep['max_relative_error']:.2e} (tolerance {rep['tolerance']:g})")
-    if rep.get("quantization"):
+    if rep.get("quantization") and "calibration" not in rep["quantization"]:
+        from .quantize.import_qdq import format_import_summary
+        print(format_import_summary(rep["quantization"]))      # a pre-quantized model
+    elif rep.get("quantization"):
         from .quantize import format_summary
         print(format_summary(rep["quantization"]))
         if args.report:

@@ -495,3 +495,22 @@ def test_requantized_global_mean_native_equals_numpy(monkeypatch, nhwc):
             assert "native" not in slow_rt.plan({"x": shape}).notes["gap"]
             slow = slow_rt.run({"x": x})["y"]
         np.testing.assert_array_equal(fast, slow)
+
+
+def test_cli_convert_and_inspect(tmp_path, capsys):
+    """`edge-infer convert` of a QDQ file says what it imported; `inspect` shows the int8 nodes and
+    the native steps; `--quantize` on it is a user error (exit 2, one line)."""
+    from edge_infer.cli import main
+    path = quantized(tmp_path, "cnn", QF.QDQ, QT.QInt8, True)
+    out = str(tmp_path / "m.eim")
+    assert main(["convert", path, "-o", out]) == 0
+    assert "pre-quantized model: " in capsys.readouterr().out
+    assert main(["inspect", out]) == 0
+    text = capsys.readouterr().out
+    assert "int8: " in text and "file's scales" in text
+    if native.lib is not None:
+        steps = next(line for line in text.splitlines() if "steps native" in line)
+        n, total = (int(v) for v in steps.split("kernels: ")[1].split(" steps")[0].split(" of "))
+        assert n == total, steps
+    assert main(["convert", path, "-o", str(tmp_path / "q.eim"), "--quantize", "int8", "--calib", "random"]) == 2
+    assert "already quantized" in capsys.readouterr().err

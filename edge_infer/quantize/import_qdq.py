@@ -641,3 +641,13 @@ def import_qdq(graph: Graph) -> Tuple[Graph, dict]:
     q.metadata["quantization"] = {"scheme": "int8 (TFLite) with the source's own parameters (QDQ import)",
                                   "float_nodes": sorted(float_nodes)}
     return q, report
+
+
+def format_import_summary(report: dict) -> str:
+    """The CLI's lines about a pre-quantized model's import (``import_qdq``'s report)."""
+    lines = [f"  pre-quantized model: {report['int8_nodes']} int8 node(s) with the file's own scales; "
+             f"QuantizeLinear/DequantizeLinear {report['qdq_nodes_in']} -> {report['qdq_nodes_out']}; "
+             f"weights {report['weight_bytes']:,} B"]
+    for name, why in report.get("float_nodes", {}).items():
+        lines.append(f"    float32: {name}: {why}")
+    return "\n".join(lines)
