@@ -118,6 +118,11 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     the budget (default: from the output shapes), ``metric(reference, candidate)`` (dicts of
     output arrays, higher is better) replaces it (see quantize/metrics.py).
 
+    A pre-quantized ONNX model (QuantizeLinear/DequantizeLinear pairs, or QOperator ops) is
+    imported into int8 ops with its own scales after the fp32 passes (quantize/import_qdq.py);
+    ``result["quantization"]`` then says which nodes run int8 and why the others stay float32,
+    and ``quantize`` is refused (the model is quantized already).
+
     ``layout``: the data layout the level-3 layout pass puts spatial ops in: "nchw",
     "nhwc", or "auto" (the target profile's ``preferred_layout``, else the CPU
     backend's, see passes/convert_layout.py and docs/layout.md). Inputs and outputs
