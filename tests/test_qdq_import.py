@@ -148,12 +148,14 @@ def test_cnn_imports_all_int8_native_and_matches_onnxruntime(tmp_path, fmt, act,
     assert not rep["float_nodes"] and rep["int8_nodes"] >= 10, rep
     shape = MODELS["cnn"][1]
     assert_native_int8(eim, shape)
-    # the weights are the file's int8/int32 arrays, no float copy (the graph text is another
-    # matter: on a model this small it outweighs what it describes, see docs/quantization.md)
+    # the weights are the file's int8/int32 arrays, no float copy; the whole file is within 10 %
+    # of a QDQ source (measured 1.03x; QOperator 1.12x: on a model this small our graph text is a
+    # few KB more than ONNX's; MobileNet-v2 below and the benchmarks' ResNet-50 come out smaller)
     src_bytes = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(path).graph.initializer)
     ours = sum(t.data.nbytes for t in Runtime(eim, backend="cpu").graph.tensors.values() if t.is_const)
     assert ours <= src_bytes, (ours, src_bytes)
-    assert res["artifact_bytes"] <= 1.3 * res["source_bytes"], (res["artifact_bytes"], res["source_bytes"])
+    bound = 1.1 if fmt == QF.QDQ else 1.2                 # a QOperator file has no Q/DQ nodes to spell out
+    assert res["artifact_bytes"] <= bound * res["source_bytes"], (res["artifact_bytes"], res["source_bytes"])
     worst, exact = compare_with_ort(path, eim, shape)
     assert worst <= 1.001, worst
     assert exact >= 0.7, exact
@@ -514,3 +516,25 @@ def test_cli_convert_and_inspect(tmp_path, capsys):
         assert n == total, steps
     assert main(["convert", path, "-o", str(tmp_path / "q.eim"), "--quantize", "int8", "--calib", "random"]) == 2
     assert "already quantized" in capsys.readouterr().err
+
+
+def test_mobilenet_v2_artifact_no_larger_than_qdq_source(tmp_path):
+    """The size target on a real architecture (MobileNet-v2 1.0, benchmarks/native_bench.py's
+    ONNX, 64x64 input to keep the calibration short; the weights are the same at any input size):
+    every node int8 and native, the artifact no larger than onnxruntime's QDQ file."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location(
+        "native_bench", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "native_bench.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    src, dst = str(tmp_path / "mb2.onnx"), str(tmp_path / "mb2_q.onnx")
+    bench.mobilenet_v2_onnx(src, hw=64)
+    logging.getLogger().setLevel(logging.ERROR)
+    quantization.quantize_static(src, dst, Reader((1, 3, 64, 64), n=4), quant_format=QF.QDQ,
+                                 activation_type=QT.QInt8, weight_type=QT.QInt8, per_channel=True)
+    eim = str(tmp_path / "mb2.eim")
+    res = edge_infer.convert(dst, eim)
+    assert not res["quantization"]["float_nodes"]
+    assert res["artifact_bytes"] <= res["source_bytes"], (res["artifact_bytes"], res["source_bytes"])
+    assert_native_int8(eim, (1, 3, 64, 64))

@@ -569,8 +569,11 @@ class _Importer:
 
     def bias(self, bname: str, ins: List[str], bi: int, p_x: QParams, s_w: np.ndarray, m_max: float) -> str:
         """The bias as int32 at s_x * s_w: the file's values when its bias scale is that (to a
-        relative 1e-5, as onnxruntime's quantizer writes it); else re-rounded, when that moves an output by at most
-        1/100 of a step (half a bias step times the multiplier s_x s_w / s_y)."""
+        relative 1e-5, as onnxruntime's quantizer writes it); else re-rounded, when that moves an
+        output by at most 1/100 of a step (half a bias step times the multiplier s_x s_w / s_y).
+        It carries no ``quant``: that scale is implied (the kernels never read it; the exporters
+        compute it, ``export_onnx.implied_bias_quant``), which saves a JSON scale per channel:
+        ~15 bytes of graph text each, what keeps the artifact under its QDQ source."""
         want = (np.float32(p_x.s()) * s_w.astype(np.float32)).astype(np.float32)
         dq = self.const_dq.get(bname)
         if dq is not None and self.T[dq.inputs[0]].data.dtype == np.int32:
@@ -582,7 +585,7 @@ class _Importer:
             # onnxruntime's fused QLinearConv/QGemm take the int32 bias as it is at s_x * s_w; its
             # quantizer writes the bias scale computed another way (float64), a few ulps apart
             if q.size == want.size and np.allclose(have, want, rtol=1e-5, atol=0):
-                ins[bi] = self._tag_const(dq.inputs[0], QParams(want, np.zeros(want.size), 0, "int32"), 0)
+                ins[bi] = dq.inputs[0]                 # no quant: its scale is s_x * s_w by definition
                 return ""
             real = q.astype(np.float64) * have.astype(np.float64)
         else:
@@ -597,7 +600,7 @@ class _Importer:
         v = real / want.astype(np.float64)
         v = np.sign(v) * np.floor(np.abs(v) + 0.5)
         bq = np.clip(v, -(1 << 31), (1 << 31) - 1).astype(np.int32)
-        ins[bi] = self.const(bname + "_int32", bq, _qdict(want, 0, 0))
+        ins[bi] = self.const(bname + "_int32", bq)
         return ""
 
     # -- finishing ----------------------------------------------------------------------------
