@@ -286,7 +286,7 @@ def cmd_inspect(args) -> int:
         floats = q.get("float_nodes") or {}
         print(f"  int8: {rep.get('int8_nodes', 0)} of {rep['nodes']} nodes"
               + (f" ({q['source']})" if q.get("source") else "")
-              + (f"; float32: " + "; ".join(f"{k} ({v})" for k, v in list(floats.items())[:6])
+              + ("; float32: " + "; ".join(f"{k} ({v})" for k, v in list(floats.items())[:6])
                  if isinstance(floats, dict) and floats else ""))
     opt = rep["optimization"]
     if opt.get("passes"):

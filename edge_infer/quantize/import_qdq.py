@@ -237,9 +237,9 @@ class _Importer:
             return None, None, f"{what}: values minus zero point do not fit int8"
         axis = None if p.per_tensor else p.axis % q.ndim
         p8 = QParams(p.scale, zero, axis, "int8")
-        if q.dtype == np.int8 and not np.any(p.zp) and self.T[dq.inputs[0]].quant is None:
-            return self._tag_const(dq.inputs[0], p, axis), p8, ""       # the file's array, no copy
         quant = {"scale": _short(p.scale), "zero_point": [0], "axis": axis}
+        if q.dtype == np.int8 and not np.any(p.zp) and self.T[dq.inputs[0]].quant in (None, quant):
+            return self._tag_const(dq.inputs[0], p, axis), p8, ""       # the file's array, no copy
         return self.const(dq.inputs[0] + "_int8", centred.astype(np.int8), quant), p8, ""
 
     def _tag_const(self, name: str, p: QParams, axis) -> str:
