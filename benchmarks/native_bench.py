@@ -17,6 +17,9 @@ faster):
   ``.tflite`` export of the same int8 model (``edge-infer export --format tflite``), so both run
   the same scales and zero points ("n/a" with the reason when the exporter or the interpreter is
   missing, or the export fails).
+* ours int8, QDQ import: onnxruntime's QDQ file above converted by ``edge_infer.convert`` as it is
+  (its own scales and int8 weights, quantize/import_qdq.py), with its size against the QDQ file
+  and its distance from onnxruntime running that file, in output quantization steps;
 
 Models (benchmarks/_common.py names and groups): ``mobilenetv2`` (built here, standard-normal
 inputs), ``resnet50`` (onnx's light model, seeded weights), and the families users deploy
@@ -134,6 +137,34 @@ def int8_scores(task: str, fp32, candidates: dict, xs) -> str:
             + ", ".join(parts))
 
 
+def qdq_import(qdq: str, eim: str, in_name: str, feed, threads: int, session):
+    """Our runtime on onnxruntime's QDQ file converted as it is (no --quantize: the file's own
+    scales, quantize/import_qdq.py), and an info line: sizes, native ops, distance from onnxruntime."""
+    import edge_infer
+    from edge_infer.runtime import Runtime
+    res = edge_infer.convert(qdq, eim)
+    rt = Runtime(eim, backend="cpu", threads=threads)
+    plan = rt.plan({in_name: feed.shape})
+    native_steps = sum(getattr(st, "native_step", None) is not None for st in plan.steps)
+    ours = next(iter(rt.run({in_name: feed}).values()))
+    ref = session.run(None, {in_name: feed})[0]
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(qdq)
+    inits = {t.name: t for t in m.graph.initializer}
+    last = next(n for n in m.graph.node if m.graph.output[0].name in n.output)
+    step = float(numpy_helper.to_array(inits[last.input[1]])) if last.op_type == "DequantizeLinear" else None
+    rep = res["quantization"]
+    diff = np.abs(ours.astype(np.float64) - ref)
+    info = (f"QDQ import: source {res['source_bytes']:,} B, artifact {res['artifact_bytes']:,} B "
+          f"({res['artifact_bytes'] / res['source_bytes']:.3f}x); {rep['int8_nodes']} int8 nodes, "
+          f"{len(rep['float_nodes'])} float ({', '.join(sorted(set(rep['float_nodes'].values())))[:120] or '-'}); "
+          f"{native_steps} of {len(plan.steps)} steps native; vs onnxruntime on the same file: "
+          + (f"max {diff.max() / step:.1f} output steps, {100 * float((diff < 1e-3 * step).mean()):.1f}% bit-exact"
+             if step else f"max abs diff {diff.max():.3g}"))
+    return rt, info
+
+
 def build_engines(name: str, threads: int, n_calib: int, n_score: int, tmp: str):
     """({engine: fn(x)}, timed input, info lines) for model ``name`` at ``threads``."""
     from edge_infer.convert import optimize_verified
@@ -161,8 +192,13 @@ def build_engines(name: str, threads: int, n_calib: int, n_score: int, tmp: str)
         s32 = C.ort_session(path, threads)
         engines["onnxruntime fp32"] = lambda x: s32.run(None, {in_name: x})[0]
         try:
-            s8 = C.ort_session(ort_int8(path, os.path.join(tmp, name + "_qdq.onnx"), in_name, cal), threads)
+            qdq = ort_int8(path, os.path.join(tmp, name + "_qdq.onnx"), in_name, cal)
+            s8 = C.ort_session(qdq, threads)
             engines["onnxruntime int8 QDQ"] = lambda x: s8.run(None, {in_name: x})[0]
+            imported, qdq_info = qdq_import(qdq, os.path.join(tmp, name + "_qdq.eim"), in_name, held[0],
+                                            threads, s8)
+            engines["ours int8, QDQ import"] = lambda x: imported.run({in_name: x})[out_name]
+            notes.append(qdq_info)
         except Exception as e:  # noqa: BLE001
             notes.append(f"onnxruntime int8: n/a ({type(e).__name__}: {str(e)[:80]})")
     except ImportError:

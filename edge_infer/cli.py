@@ -90,7 +90,10 @@ def cmd_convert(args) -> int:
               f"({rep['verified_shapes_source']})")
     if rep.get("signed_by"):
         print(f"  signed: Ed25519, key id {rep['signed_by']}")
-    if rep.get("quantization"):
+    if rep.get("quantization") and "calibration" not in rep["quantization"]:
+        from .quantize.import_qdq import format_import_summary
+        print(format_import_summary(rep["quantization"]))      # a pre-quantized model
+    elif rep.get("quantization"):
         from .quantize import format_summary
         print(format_summary(rep["quantization"]))
         if args.report:
@@ -272,6 +275,8 @@ def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
         "sparsity": _sparse_compression(graph),
         "provenance": meta.get("provenance", {}), "optimization": meta.get("optimization", {}),
         "target": meta.get("target", {}).get("name"),
+        "int8_nodes": sum(1 for n in graph.nodes if any(o and graph.tensors[o].dtype == "int8" for o in n.outputs)),
+        "quantization": meta.get("quantization", {}),
     }
 
 
@@ -306,8 +311,11 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
         return {"weights_bytes": weights, "error": str(e)}
     from .ir.shape_rules_dynamic import data_dependent_tensors
     plan = ex.arena_plan.summary()
+    steps = getattr(ex, "steps", None) or []       # a staged plan (run-time shapes) has none up front
+    slow = [n.op for n, st in zip(ex.nodes, steps) if getattr(st, "native_step", None) is None]
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
             **plan, "workspace_bytes": int(ex.workspace_bytes), "memory_limit": memory_limit,
+            "steps": len(steps), "native_steps": len(steps) - len(slow), "numpy_steps": sorted(set(slow)),
             "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t},
             # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
             "data_dependent": data_dependent_tensors(ex.graph)}
@@ -357,6 +365,13 @@ def cmd_inspect(args) -> int:
             print(f"  {kind[:-1]:6} {t['name']}: {t['dtype']}{t['shape']}")
     print(f"  {rep['nodes']} nodes, {rep['parameters']:,} parameters, {rep['weight_bytes']:,} weight bytes")
     print("  ops: " + ", ".join(f"{k} x{v}" for k, v in rep["ops"].items()))
+    q = rep.get("quantization") or {}
+    if rep.get("int8_nodes") or q:
+        floats = q.get("float_nodes") or {}
+        print(f"  int8: {rep.get('int8_nodes', 0)} of {rep['nodes']} nodes"
+              + (f" ({q['source']})" if q.get("source") else "")
+              + ("; float32: " + "; ".join(f"{k} ({v})" for k, v in list(floats.items())[:6])
+                 if isinstance(floats, dict) and floats else ""))
     opt = rep["optimization"]
     if opt.get("passes"):
         print(f"  passes (opt level {opt.get('opt_level')}):")
@@ -371,6 +386,8 @@ def cmd_inspect(args) -> int:
               f"arena {m['arena_bytes']:,} B (naive {m['naive_bytes']:,}, lower bound {m['lower_bound_bytes']:,}, "
               f"{m['in_place']} in place), workspace {m['workspace_bytes']:,} B"
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
+        print(f"  kernels: {m['native_steps']} of {m['steps']} steps native"
+              + (f" (numpy: {', '.join(m['numpy_steps'])})" if m["numpy_steps"] else ""))
         for name, note in m.get("tiled", {}).items():
             print(f"    tiled to fit: {name}: {note}")
         if m.get("data_dependent"):

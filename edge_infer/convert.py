@@ -150,6 +150,11 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     unless ``allow_drift`` (then a ``QuantizationDriftWarning``; ``result["quantization"]
     ["drift"]`` holds the findings either way).
 
+    A pre-quantized ONNX model (QuantizeLinear/DequantizeLinear pairs, or QOperator ops) is
+    imported into int8 ops with its own scales after the fp32 passes (quantize/import_qdq.py);
+    ``result["quantization"]`` then says which nodes run int8 and why the others stay float32,
+    and ``quantize`` is refused (the model is quantized already).
+
     ``layout``: the data layout the level-3 layout pass puts spatial ops in: "nchw",
     "nhwc", or "auto" (the target profile's ``preferred_layout``, else the CPU
     backend's, see passes/convert_layout.py and docs/layout.md). Inputs and outputs
@@ -241,6 +246,15 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             calib=None if isinstance(calib, str) and calib == "random" else calib, calib_samples=calib_samples,
             calib_recipe=calib_recipe)
     qreport = None
+    from .quantize.import_qdq import import_qdq, is_prequantized
+    if is_prequantized(graph):   # QDQ / QOperator: int8 ops with the file's own parameters
+        if quantize is not None:
+            raise ConversionError(f"{os.path.basename(src)} is already quantized (QuantizeLinear/DequantizeLinear "
+                                  "nodes): convert it without --quantize; its own scales are used")
+        optimized, ireport = import_qdq(optimized)
+        if ireport["float_nodes"]:
+            warnings.warn(f"{len(ireport['float_nodes'])} node(s) of the pre-quantized model stay float32: "
+                          + "; ".join(f"{k}: {v}" for k, v in list(ireport["float_nodes"].items())[:5]))
     if quantize is not None:     # after the fp32 optimization and its verification
         from .quantize import quantize_model
         optimized, qreport = quantize_model(optimized, calib, calib_samples=calib_samples,
@@ -267,6 +281,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     }
     if memory_limit is not None:
         meta["memory_limit"] = memory_limit
+    if is_prequantized(graph):
+        meta["quantization"] = ireport
     if qreport is not None:
         meta["provenance"]["options"]["quantization"] = {
             "quantize": quantize,
@@ -297,6 +313,8 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         result["signed_by"] = signer_id(signer)
     if qreport is not None:
         result["quantization"] = qreport
+    elif "quantization" in meta:
+        result["quantization"] = meta["quantization"]
     if sreport.get("encoded") or pruning:
         result["sparsity"] = sreport
     return result

@@ -390,15 +390,22 @@ class _Exporter:
             bt = self.g.tensors[bname]
             if b is None:
                 raise ExportError(f"node {node.name!r}: the bias must be a constant")
+            quant = bt.quant
+            if quant is None and b.dtype == np.int32 and _q8(xt) and wt.quant is not None:
+                quant = self.implied_bias_quant(m, wt, xt)     # an imported model's bias: s_x * s_w
             return self.const(bname, b.reshape(-1), b.dtype.name if b.dtype != np.float64 else "float32",
-                              self.tq(bt.quant, 0))
+                              self.tq(quant, 0))
         if _q8(xt) and wt.quant is not None:
-            sw = np.asarray(wt.quant["scale"], np.float64)
-            s = (np.float64(xt.quant["scale"][0]) * sw).astype(np.float32)
-            s = np.broadcast_to(s, (m,)) if s.size == 1 else s
-            return self.const("bias", np.zeros(m, np.int32), "int32",
-                              {"scale": s.tolist(), "zero_point": [0] * m, "axis": 0})
+            return self.const("bias", np.zeros(m, np.int32), "int32", self.implied_bias_quant(m, wt, xt))
         return self.const("bias", np.zeros(m, np.float32))
+
+    @staticmethod
+    def implied_bias_quant(m: int, wt, xt) -> dict:
+        """int32 bias parameters of an int8 conv / FC: s_x * s_w[c], zero point 0."""
+        sw = np.asarray(wt.quant["scale"], np.float64)
+        s = (np.float64(xt.quant["scale"][0]) * sw).astype(np.float32)
+        s = np.broadcast_to(s, (m,)) if s.size == 1 else s
+        return {"scale": s.tolist(), "zero_point": [0] * m, "axis": 0}
 
     def fc(self, node: Node, a: str, W: np.ndarray, wquant: Optional[dict], bname_or_arr, act: int,
            rest, keep_dims: bool, sparse=None) -> None:

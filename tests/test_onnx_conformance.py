@@ -64,6 +64,9 @@ SUPPORTED_OPS = (
     "GroupNormalization", "Einsum", "LSTM", "GRU", "RNN", "Attention",
     "TopK", "NonZero", "NonMaxSuppression", "Compress", "GatherND", "ScatterND", "ScatterElements",
     "OneHot", "CumSum", "Unique", "CenterCropPad",
+    # pre-quantized models: QOperator (expanded to QDQ) and dynamic quantization
+    "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+    "DynamicQuantizeLinear",
 )
 
 RTOL, ATOL = 1e-4, 1e-5

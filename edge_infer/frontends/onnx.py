@@ -567,6 +567,10 @@ class _Converter:
             where = f"node {self.node_name!r} (com.microsoft.{op})"
             CONTRIB_LOWERINGS[op](self, node, {a.name: _attr_value(onnx, a, where) for a in node.attribute})
             return
+        if node.domain == "com.microsoft" and op in MS_NORMALIZERS:
+            given = {a.name: _attr_value(onnx, a, f"node {self.node_name!r} ({op})") for a in node.attribute}
+            MS_NORMALIZERS[op](self, node, dict(given), given, None)
+            return
         if node.domain not in ("", "ai.onnx"):
             self.unsupported[f"{node.domain}.{op}"] += 1
             return
@@ -1027,6 +1031,8 @@ from .onnx_contrib import LOWERINGS as CONTRIB_LOWERINGS  # noqa: E402
 from .onnx_attention import NORMALIZERS as _ATTENTION_NORMALIZERS  # noqa: E402
 NORMALIZERS.update(_ATTENTION_NORMALIZERS)
 NORMALIZERS.update(_SEQUENCE_NORMALIZERS)
+from .onnx_qoperator import MS_NORMALIZERS, NORMALIZERS as _QOPERATOR  # noqa: E402
+NORMALIZERS.update(_QOPERATOR)
 
 
 # -- input shape pinning ---------------------------------------------------------

@@ -23,3 +23,24 @@ def _quantize_linear(node, ins):
 def _dequantize_linear(node, ins):
     scale = ins[1]
     return [(scale.dtype if scale is not None else "float32", ins[0].shape)]
+
+
+# -- dynamic quantization (onnxruntime's quantize_dynamic) --------------------------------------
+
+@rule("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(node, ins):
+    return [("uint8", ins[0].shape), ("float32", ()), ("uint8", ())]
+
+
+@rule("MatMulInteger")
+def _matmul_integer(node, ins):
+    from .shape_inference import SHAPE_RULES
+    (_, shape), = SHAPE_RULES["MatMul"](node, ins[:2])
+    return [("int32", shape)]
+
+
+@rule("ConvInteger")
+def _conv_integer(node, ins):
+    from .shape_inference import SHAPE_RULES
+    (_, shape), = SHAPE_RULES["Conv"](node, ins[:2])
+    return [("int32", shape)]

@@ -31,6 +31,13 @@ def _channels(node: Node, graph: Graph):
 CONV_DTYPES = ("float16", "float32", "float64", "int8", "uint8")
 
 
+def _check_conv_integer(node: Node, graph: Graph) -> None:
+    """ConvInteger: the Conv geometry (its zero points are inputs 2 and 3, not a bias)."""
+    from .quantize import _check_integer_zero_points
+    _check_conv(Node("Conv", node.inputs[:2], node.outputs, node.attrs, node.name), graph)
+    _check_integer_zero_points(node, graph)
+
+
 def _check_conv(node: Node, graph: Graph) -> None:
     for k, what in ((0, "input 0 (X)"), (1, "input 1 (W)")):
         t = graph.tensors.get(node.inputs[k])
@@ -81,6 +88,7 @@ _FUSED = dict(activation=STR(), activation_params=FLOATS())
 
 SCHEMAS = {
     "Conv": op((2, 3), check=_check_conv, **_WINDOW),
+    "ConvInteger": op((2, 4), check=_check_conv_integer, **_WINDOW),
     "FusedConv": op((2, 4), check=_check_conv, **_WINDOW, **_FUSED),
     "ConvTranspose": op((2, 3), check=_check_conv, **_WINDOW, output_padding=INTS(0, MAX_WINDOW),
                         output_shape=INTS(0)),

@@ -7,7 +7,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..ir.graph import Graph, Node, Tensor
-from .schema import BOOL, INT, ValidationError, check_axis, const, fail, op, rank
+from .schema import BOOL, INT, ValidationError, check_axis, const, fail, op, rank, shape
 
 #: the range a zero point may take for each quantized dtype
 ZP_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
@@ -87,7 +87,41 @@ def _check_qdq(node: Node, graph: Graph) -> None:
              f"zero point {qz[:4].tolist()}")
 
 
+def _check_integer_zero_points(node: Node, graph: Graph) -> None:
+    """ConvInteger / MatMulInteger: int8/uint8 operands, zero points of their operand's dtype,
+    one value or one per row of A / column of B / output channel of W (ConvInteger's input
+    zero point: one value)."""
+    conv = node.op == "ConvInteger"
+    for k in (2, 3):
+        xt = graph.tensors.get(node.inputs[k - 2])
+        known_dtype = xt is not None and (xt.is_const or xt.name in graph.inputs)   # else not inferred yet
+        if known_dtype and xt.dtype not in ("int8", "uint8"):
+            fail(node, f"input {k - 2}", f"{xt.dtype} (int8 or uint8)")
+        zname = node.inputs[k] if len(node.inputs) > k else ""
+        if not zname:
+            continue
+        zt = graph.tensors.get(zname)
+        if known_dtype and zt is not None and zt.is_const and zt.dtype != xt.dtype:
+            fail(node, f"input {k} (zero point)", f"{zt.dtype} for a {xt.dtype} operand")
+        zs = shape(graph, zname)
+        if zs is None:
+            continue
+        if len(zs) > 1:
+            fail(node, f"input {k} (zero point)", "a scalar or a 1-D tensor")
+        n = int(np.prod(zs)) if all(isinstance(d, int) for d in zs) else None
+        xs = shape(graph, node.inputs[k - 2])
+        if n is None or n == 1 or xs is None or not xs:
+            continue
+        if conv and k == 2:
+            fail(node, "input 2 (x zero point)", f"{n} values; ConvInteger's input zero point is one value")
+        dim = xs[0] if conv else (xs[-2] if k == 2 and len(xs) >= 2 else xs[-1])
+        if isinstance(dim, int) and n != dim:
+            fail(node, f"input {k} (zero point)", f"{n} values for a dimension of {dim}")
+
+
 SCHEMAS = {
+    "DynamicQuantizeLinear": op((1, 1), (3, 3)),
+    "MatMulInteger": op((2, 4), check=_check_integer_zero_points),
     "QuantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), saturate=BOOL, block_size=INT(0)),
     "DequantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), block_size=INT(0)),
 }

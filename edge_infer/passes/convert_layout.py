@@ -22,7 +22,9 @@ perm (0, 2, 3, 1)). It walks the nodes in order and:
   with keepdims=0), Slice (``axes``), Pad (``pads``/``axes``), Gather, Resize
   (scales/sizes/roi, or ``axes``);
 * a Transpose reading a permuted version is absorbed: its output is the same
-  stored data with a composed perm (no node at all);
+  stored data with a composed perm (no node at all); so is an NHWC -> NCHW Transpose of
+  plain data (a TensorFlow export's, before each conv): its input is the output's NHWC
+  version, and the NCHW form is made only where something reads it;
 * Reshape / Flatten / Squeeze / Unsqueeze become a Reshape of the stored data
   when the reshape only merges or splits dims that are laid out contiguously
   and in order in storage (e.g. Flatten after a global pool, a channel split),
@@ -70,7 +72,8 @@ UNARY = frozenset({
     "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "Abs", "Neg", "Exp", "Log", "Sqrt",
     "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos",
     "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Cast",
-    "ThresholdedRelu", "Shrink", "BitwiseNot", "Clip", "Dropout"})
+    "ThresholdedRelu", "Shrink", "BitwiseNot", "Clip", "Dropout",
+    "QuantizeLinear", "DequantizeLinear"})     # per tensor (scalar scale / zero point) only
 BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Sum", "Mean",
                        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
                        "Xor", "PRelu", "Where", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
@@ -618,6 +621,13 @@ class LayoutRewriter:
     def transpose(self, node: Node) -> bool:
         x, y = node.inputs[0], node.outputs[0]
         alts = self.alt_perms(x)
+        if not alts and self.rank(x) == 4 and [_norm(int(a), 4) for a in node.attrs.get("perm") or []] \
+                == list(inverse(NHWC)) and self.const_value(x) is None:
+            # NHWC data made NCHW (a TensorFlow export's Transpose before each conv): x is y's
+            # NHWC version, so spatial ops read x itself; y's plain form is made only if read
+            self._put(y, {NHWC: x})
+            self.changes += 1
+            return True
         if self.has_plain(x) or not alts:
             return False
         r = len(alts[0])

@@ -10,6 +10,16 @@ from ..ir.shape_inference import infer_node, is_foldable
 MAX_FOLDED_BYTES = 64 << 20
 
 
+def keeps_quantized(node, graph: Graph) -> bool:
+    """A DequantizeLinear of an integer constant (the weights of a pre-quantized model) is
+    left for ``quantize/import_qdq.py``, which takes the int8 values as they are: folded, it
+    would be a float32 copy four times the size (the leftovers are folded there)."""
+    if node.op != "DequantizeLinear":
+        return False
+    t = graph.tensors.get(node.inputs[0])
+    return t is not None and t.is_const and t.dtype in ("int8", "uint8", "int32") and t.quant is None
+
+
 def fold_constants(graph: Graph) -> int:
     from ..backends.cpu import fold_node
     graph.toposort()
@@ -18,7 +28,7 @@ def fold_constants(graph: Graph) -> int:
     for node in graph.nodes:
         infer_node(node, graph)
         outs = [graph.tensors[o] for o in node.outputs if o]
-        if is_foldable(node, graph) and all(t.is_static for t in outs) \
+        if is_foldable(node, graph) and not keeps_quantized(node, graph) and all(t.is_static for t in outs) \
                 and sum(t.nbytes for t in outs) <= MAX_FOLDED_BYTES:
             fold_node(node, graph)
             folded += 1

@@ -16,7 +16,7 @@ Opset 21 (the IR's); ``onnx`` is needed (the ``convert`` extra).
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Union
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 
@@ -30,6 +30,24 @@ _IR_ONLY_ATTRS = ("activation", "activation_params", "data_layout")
 _DTYPE_ATTRS = {"Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype",), "RandomUniform": ("dtype",),
                 "RandomNormalLike": ("dtype",), "RandomUniformLike": ("dtype",), "Multinomial": ("dtype",),
                 "Bernoulli": ("dtype",)}
+
+
+def implied_bias_quant(g: Graph, node: Node) -> Optional[dict]:
+    """The parameters of an int32 bias that carries none (an imported pre-quantized model's):
+    scale s_x * s_w[c] in float32, zero point 0, by definition of the int8 conv / gemm."""
+    if node.op not in _BIAS_OPS or len(node.inputs) < 3 or not node.inputs[2]:
+        return None
+    b, x, w = (g.tensors.get(node.inputs[i]) for i in (2, 0, 1))
+    if b is None or b.quant is not None or b.dtype != "int32" or x is None or w is None \
+            or x.quant is None or w.quant is None:
+        return None
+    s = (np.float32(x.quant["scale"][0]) * np.asarray(w.quant["scale"], np.float32)).astype(np.float32)
+    n = int(np.asarray(b.data).size) if b.is_const else s.size
+    s = np.broadcast_to(s.reshape(-1), (n,)) if s.size == 1 else s
+    return {"scale": [float(v) for v in s], "zero_point": [0], "axis": 0}
+
+
+_BIAS_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "FusedMatMul", "ConvTranspose")
 
 
 class ExportError(EdgeInferError):
@@ -73,8 +91,8 @@ class _Exporter:
         self.nodes.append(self.helper.make_node(op, ins, outs, name=name or self.unique(op), **attrs))
 
     # -- quantization parameters ----------------------------------------------------------------
-    def qparams(self, tname: str, int_dtype: str):
-        q = self.g.tensors[tname].quant
+    def qparams(self, tname: str, int_dtype: str, quant: Optional[dict] = None):
+        q = quant or self.g.tensors[tname].quant
         s = np.asarray(q["scale"], np.float32)
         zp = np.asarray(q.get("zero_point", [0]), np.int64)
         axis = q.get("axis")
@@ -86,21 +104,22 @@ class _Exporter:
         return (self.init(self.unique(tname + "_scale"), s),
                 self.init(self.unique(tname + "_zero_point"), zp.astype(int_dtype)), int(axis or 0))
 
-    def float_in(self, name: str) -> str:
-        """The float value of input ``name``: itself, or a DequantizeLinear of an int8/int32 tensor."""
+    def float_in(self, name: str, quant: Optional[dict] = None) -> str:
+        """The float value of input ``name``: itself, or a DequantizeLinear of an int8/int32 tensor
+        (``quant``: parameters the tensor does not carry itself, an implied bias scale)."""
         if not name:
             return name
         t = self.g.tensors[name]
-        if t.is_const and t.quant is None:
+        if t.is_const and t.quant is None and quant is None:
             self.init(name, t.data)
             return name
-        if t.quant is None or t.dtype not in ("int8", "uint8", "int32"):
+        if (t.quant is None and quant is None) or t.dtype not in ("int8", "uint8", "int32"):
             return name
         if name in self.dq_of:
             return self.dq_of[name]
         if t.is_const:
             self.init(name, t.data)
-        s, z, axis = self.qparams(name, t.dtype)
+        s, z, axis = self.qparams(name, t.dtype, quant)
         out = self.unique(name + "_dq")
         self.node("DequantizeLinear", [name, s, z], [out], name=self.unique(name + "/DequantizeLinear"),
                   **({"axis": axis} if axis is not None else {}))
@@ -248,7 +267,8 @@ class _Exporter:
                 self.node(node.op, [self.raw_in(i) for i in node.inputs], list(node.outputs), name=node.name,
                           **self.attrs(node))
                 continue
-            ins = [self.float_in(i) for i in node.inputs]
+            ins = [self.float_in(i, implied_bias_quant(g, node) if k == 2 else None)
+                   for k, i in enumerate(node.inputs)]
             fouts = [self.unique(o + "_float") if o else "" for o in node.outputs]
             self.float_op(node, ins, fouts)
             for o, fo in zip(node.outputs, fouts):

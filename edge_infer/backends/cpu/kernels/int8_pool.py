@@ -24,7 +24,7 @@ from ....ir import Node
 from ....ir.shape_rules_nn import channels_last, split_layout
 from ..native import ops as native_ops
 from .conv import padded_input, view_as
-from .int8_common import QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multipliers, scratch
+from .int8_common import QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier, quantize_multipliers, scratch
 from .pool import _geometry, _window_counts, separable_reduce
 
 
@@ -146,6 +146,12 @@ def int8_global_average_pool(node: Node, ctx) -> Callable[[], None]:
         fast = native_ops.global_pool_s8_step(x, y, "avg", last, ctx.threads)
         if fast is not None:
             ctx.note(node, f"int8 native mean over {p} positions (TFLite rounded mean)")
+            return fast
+    else:
+        q, sh = quantize_multiplier(float(np.float32(s_x)) / (float(p) * float(np.float32(s_y))))
+        fast = native_ops.global_pool_s8_step(x, y, "avg", last, ctx.threads, (q, sh, zp_x, zp_y))
+        if fast is not None:
+            ctx.note(node, f"int8 native mean over {p} positions (requantized)")
             return fast
     final = rounded_mean_step(acc, p, y2, ctx) if same else \
         _requant_mean_step(acc, p, s_x, zp_x, s_y, zp_y, y2, ctx)

@@ -85,7 +85,9 @@ class Pool2dArgs(ctypes.Structure):
 class GlobalPoolArgs(ctypes.Structure):
     _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n", ctypes.c_int64),
                 ("c", ctypes.c_int64), ("p", ctypes.c_int64), ("op", ctypes.c_int32),
-                ("nhwc", ctypes.c_int32), ("threads", ctypes.c_int32), ("pad_", ctypes.c_int32)]
+                ("nhwc", ctypes.c_int32), ("threads", ctypes.c_int32), ("pad_", ctypes.c_int32),
+                ("mult", ctypes.c_int32), ("shift", ctypes.c_int32), ("zp_x", ctypes.c_int32),
+                ("zp_y", ctypes.c_int32)]
 
 
 class SeqArgs(ctypes.Structure):
@@ -323,7 +325,9 @@ class QdqArgs(ctypes.Structure):
 class GlobalPoolS8Args(ctypes.Structure):
     _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n", ctypes.c_int64),
                 ("c", ctypes.c_int64), ("p", ctypes.c_int64), ("op", ctypes.c_int32),
-                ("nhwc", ctypes.c_int32), ("threads", ctypes.c_int32), ("pad_", ctypes.c_int32)]
+                ("nhwc", ctypes.c_int32), ("threads", ctypes.c_int32), ("pad_", ctypes.c_int32),
+                ("mult", ctypes.c_int32), ("shift", ctypes.c_int32), ("zp_x", ctypes.c_int32),
+                ("zp_y", ctypes.c_int32)]
 
 
 class MaxPoolS8Args(ctypes.Structure):
@@ -353,20 +357,22 @@ def qdq_step(x: np.ndarray, y: np.ndarray, scale: float, zero_point: int, thread
     return native_step(fn, args, x, y)
 
 
-def global_pool_s8_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threads: int = 1
-                        ) -> Optional[Callable[[], None]]:
+def global_pool_s8_step(x: np.ndarray, y: np.ndarray, op: str, nhwc: bool, threads: int = 1,
+                        requant: Optional[Tuple[int, int, int, int]] = None) -> Optional[Callable[[], None]]:
     """int8 GlobalMaxPool ("max") or GlobalAveragePool at equal input/output parameters ("avg":
-    TFLite's rounded mean) of x (N, C, *sp) or (N, *sp, C)."""
+    TFLite's rounded mean) of x (N, C, *sp) or (N, *sp, C); ``requant`` = (q, shift, zp_x, zp_y)
+    of s_x / (n s_y): the mean to other output parameters (one MultiplyByQuantizedMultiplier)."""
     if not _has("ei_global_pool_s8") or x.ndim < 3 or x.dtype != np.int8 or y.dtype != np.int8:
         return None
     if not _dense(x, y) or x.size == 0:
         return None
     n, c = x.shape[0], x.shape[-1] if nhwc else x.shape[1]
     p = x.size // (n * c)
-    if p >= 1 << 24:
+    if p >= (1 << 23 if requant else 1 << 24):      # the sums (and sum - p zp_x) stay int32
         return None
-    args = GlobalPoolS8Args(x.ctypes.data, y.ctypes.data, n, c, p, int(op == "avg"), int(bool(nhwc)),
-                            _threads(threads), 0)
+    q, sh, zx, zy = requant or (0, 0, 0, 0)
+    args = GlobalPoolS8Args(x.ctypes.data, y.ctypes.data, n, c, p, 2 if requant else int(op == "avg"),
+                            int(bool(nhwc)), _threads(threads), 0, q, sh, zx, zy)
     return native_step("ei_global_pool_s8", args, x, y)
 
 

@@ -8,6 +8,7 @@
  */
 #pragma GCC optimize("fp-contract=off", "no-math-errno")
 #include "edge_native.h"
+#include "ei_int8.h"
 
 #include <string.h>
 
@@ -18,8 +19,15 @@
 typedef struct {
     const int8_t *x; int8_t *y;
     int64_t n, c, p;          /* batch, channels, spatial positions */
-    int32_t op, nhwc, threads, pad_;     /* op: 0 max, 1 TFLite rounded mean */
+    int32_t op, nhwc, threads, pad_;     /* op: 0 max, 1 TFLite rounded mean, 2 requantized mean */
+    int32_t mult, shift, zp_x, zp_y;     /* op 2: zp_y + MBQM(sum - p zp_x, s_x / (p s_y)) */
 } ei_global_pool_s8_args;
+
+/* op 2: the mean to other output parameters, one rounding (kernels/int8_pool._requant_mean_step) */
+static inline int8_t requant_mean(const ei_global_pool_s8_args *a, int32_t acc) {
+    int64_t v = (int64_t)ei_mbqm(acc - (int32_t)(a->p * a->zp_x), a->mult, a->shift) + a->zp_y;
+    return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+}
 
 static inline int8_t rounded_mean(int64_t acc, int64_t n) {
     int64_t q = ((acc < 0 ? -acc : acc) + n / 2) / n;
@@ -52,7 +60,8 @@ static void global_s8_range(void *ctx, int64_t b, int64_t e) {
             }
         }
         int8_t *y = a->y + bi * a->c + c0;
-        for (int64_t j = 0; j < cn; j++) y[j] = a->op ? rounded_mean(acc[j], a->p) : (int8_t)acc[j];
+        for (int64_t j = 0; j < cn; j++)
+            y[j] = a->op == 2 ? requant_mean(a, acc[j]) : a->op ? rounded_mean(acc[j], a->p) : (int8_t)acc[j];
     }
 }
 
