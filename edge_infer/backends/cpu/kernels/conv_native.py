@@ -91,10 +91,15 @@ def _step(ctx, args: ConvF32Args, keep) -> Callable[[], None]:
     return _native.native_step("ei_conv_f32", args, scratch, *keep)
 
 
+def _dense_const(ctx, name: str) -> bool:
+    """A constant dense weight: a sparse-encoded one goes to the sparse dispatch instead."""
+    return isinstance(ctx.const(name), np.ndarray)
+
+
 def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     """An NHWC float32 Conv / FusedConv (1-D or 2-D, constant weights, any group, stride,
     dilation and padding) as the native kernel, or None."""
-    if not _lib_ok() or not channels_last(node) or ctx.const(node.inputs[1]) is None:
+    if not _lib_ok() or not channels_last(node) or not _dense_const(ctx, node.inputs[1]):
         return None
     from .conv import _conv_geometry
     x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, True)
@@ -140,7 +145,7 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     """Gemm / FusedGemm (no transA) and MatMul / FusedMatMul with a constant 2-D B on float32
     as the native kernel (rows of A as 1x1 conv pixels), or None."""
-    if not _lib_ok() or ctx.const(node.inputs[1]) is None:
+    if not _lib_ok() or not _dense_const(ctx, node.inputs[1]):
         return None
     a, b, y = ctx.value(node.inputs[0]), ctx.value(node.inputs[1]), ctx.value(node.outputs[0])
     if not (_f32c(a) and _f32c(y)) or b.ndim != 2 or a.ndim < 1 or y.size == 0:
