@@ -234,7 +234,8 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
         return {"weights_bytes": weights, "error": str(e)}
     plan = ex.arena_plan.summary()
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
-            **plan, "workspace_bytes": int(ex.workspace_bytes), "memory_limit": memory_limit,
+            **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(ex.scratch_bytes),
+            "memory_limit": memory_limit,
             "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t}}
 
 
@@ -288,6 +289,9 @@ def cmd_inspect(args) -> int:
               f"arena {m['arena_bytes']:,} B (naive {m['naive_bytes']:,}, lower bound {m['lower_bound_bytes']:,}, "
               f"{m['in_place']} in place), workspace {m['workspace_bytes']:,} B"
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
+        roles = ", ".join(f"{k} {v:,} B" for k, v in m.get("scratch_bytes", {}).items() if v)
+        print(f"    scratch: {len(m.get('scratch_in_arena', {}))} kernel(s) in arena bytes free during their step"
+              + (f"; shared by role: {roles}" if roles else ""))
         for name, note in m.get("tiled", {}).items():
             print(f"    tiled to fit: {name}: {note}")
     if rep.get("sparsity", {}).get("encoded_tensors"):

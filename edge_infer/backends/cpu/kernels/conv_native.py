@@ -86,6 +86,13 @@ def _step(ctx, args: ConvF32Args, keep) -> Callable[[], None]:
     from .conv import shared_cols
     fn = _native.function("ei_conv_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
     nbytes = int(fn(ctypes.addressof(args)))
+    if not ctx.scratch_fits("im2col", nbytes) and args.threads > 1:
+        # one tile per thread: fewer threads under a tight budget (the same sums per output)
+        per = nbytes // args.threads
+        args.threads = int(max(1, min(args.threads, (ctx.workspace_budget + ctx.scratch_held("im2col")) // max(per, 1))))
+        nbytes = int(fn(ctypes.addressof(args)))
+    if not ctx.scratch_fits("im2col", nbytes):
+        return None         # its tile does not fit what the memory budget leaves: the numpy conv bands
     scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
     args.scratch = None if scratch is None else scratch.ctypes.data
     return _native.native_step("ei_conv_f32", args, scratch, *keep)

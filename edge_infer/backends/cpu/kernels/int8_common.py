@@ -87,58 +87,13 @@ def install_int8_dispatch() -> None:
 
 # -- shared scratch -----------------------------------------------------------------------------
 
-def _max_elems(ctx, role: str) -> int:
-    """What one scratch ``role`` must hold for any int8 node of the plan: im2col columns for
-    "cols", else the largest activation tensor."""
-    cache = ctx.__dict__.setdefault("_int8_scratch_bounds", {})
-    key = "cols" if role == "cols" else "tensor"
-    if key not in cache:
-        g = ctx.graph
-        if key == "cols":
-            best = row = 0
-            for n in g.nodes:
-                if n.op not in ("Conv", "FusedConv") or not n.outputs:
-                    continue
-                x, w, y = (g.tensors.get(n.inputs[0]), g.tensors.get(n.inputs[1]), g.tensors.get(n.outputs[0]))
-                if None in (x, w, y) or y.dtype != "int8" or not (x.is_static and y.is_static) or w.shape is None:
-                    continue
-                last = (n.attrs.get("data_layout") or "NCHW") == "NHWC"
-                c = x.shape[-1] if last else x.shape[1]
-                sp = y.shape[1:-1] if last else y.shape[2:]
-                p = int(np.prod(sp))
-                best = max(best, int(c) * int(np.prod(w.shape[2:])) * p)
-                row = max(row, int(c) * int(np.prod(w.shape[2:])) * p // max(int(sp[0]) if sp else 1, 1))
-            cache[key], cache["cols_row"] = best, row
-        else:
-            cache[key] = max([t.size for t in g.tensors.values() if not t.is_const and t.is_static] + [0])
-    return cache[key]
-
-
 def scratch(ctx, role: str, shape, dtype) -> np.ndarray:
-    """A scratch array for ``role``, shared by every int8 kernel of the plan.
-
-    Steps run one at a time and these buffers are fully rewritten before they are read in
-    every run, so one buffer per (role, dtype), sized for the largest user, serves all kernels
-    (ResNet-50: ~40 MB instead of ~340 MB of per-node scratch). Two buffers a kernel uses at
-    the same time need different roles. Never for state kept between runs (padded borders,
-    tables). Without a plan context (tests, folding) a fresh array."""
-    shape = tuple(int(d) for d in shape)
-    need = int(np.prod(shape, dtype=np.int64))
-    dt = np.dtype(dtype)
-    if ctx is None or not hasattr(ctx, "graph"):
-        return np.empty(shape, dt)
-    store = ctx.__dict__.setdefault("_int8_scratch", {})
-    key = (role, dt.str)
-    buf = store.get(key)
-    if buf is None:
-        most = _max_elems(ctx, role)
-        if role == "cols":       # im2col columns: capped by the budget (convs then run in bands),
-            room = getattr(ctx, "workspace_budget", math.inf) // dt.itemsize   # >= one row of each
-            most = most if room >= most else max(room, ctx._int8_scratch_bounds["cols_row"])
-        buf = store[key] = ctx.workspace((int(max(need, most)),), dt, tileable=role == "cols")
-    if buf.size < need:
-        return ctx.workspace(shape, dt)
-    return buf[:need].reshape(shape)
+    """``ctx.scratch(role, shape, dtype)`` (the plan's scratch shared by role, see
+    ``memory/scratch.py``); without a plan context (tests, folding) a fresh array. The
+    im2col columns ("im2col") are tileable: their size follows the workspace budget."""
+    if ctx is None or not hasattr(ctx, "scratch"):
+        return np.empty(tuple(int(d) for d in shape), np.dtype(dtype))
+    return ctx.scratch(role, shape, dtype, tileable=role == "im2col")
 
 
 # -- quantization parameters ------------------------------------------------------------------

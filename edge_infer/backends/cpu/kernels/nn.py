@@ -213,33 +213,6 @@ def instance_norm(node: Node, ctx) -> Callable[[], None]:
     return inorm
 
 
-def _lrn_scratch(ctx, role: str, shape, dtype) -> np.ndarray:
-    """A view of shape ``shape`` into the plan's LRN scratch for ``role``, one buffer per
-    role and dtype sized for the largest LRN of the graph (Inception-v1: 12 MB -> 6 MB)."""
-    dt = np.dtype(dtype)
-    need = int(np.prod(shape, dtype=np.int64))
-    store = ctx.__dict__.setdefault("_lrn_scratch", {}) if hasattr(ctx, "__dict__") else {}
-    buf = store.get((role, dt.str))
-    if buf is None:
-        most = need
-        for n in getattr(getattr(ctx, "graph", None), "nodes", ()):
-            t = ctx.graph.tensors.get(n.inputs[0]) if n.op == "LRN" and n.inputs else None
-            if t is None or t.shape is None or not all(isinstance(d, (int, np.integer)) for d in t.shape):
-                continue
-            ch = t.shape[-1] if channels_last(n) else t.shape[1]
-            elems = int(np.prod(t.shape, dtype=np.int64))
-            if role == "squares" and ch:
-                elems = elems // int(ch) * (int(ch) + int(n.attrs.get("size", 1)) - 1)
-            most = max(most, elems)
-        buf = store[(role, dt.str)] = ctx.workspace((most,), dt)
-    if buf.size < need:
-        return ctx.workspace(shape, dt)
-    if buf.strides[0] == 0:                       # an over-budget placeholder
-        from ....memory.budget import placeholder
-        return placeholder(shape, dt)
-    return buf[:need].reshape(shape)
-
-
 @kernel("LRN")
 def lrn(node: Node, ctx) -> Callable[[], None]:
     """y = x / (bias + alpha/size * sum of x^2 over a window of channels) ** beta."""
@@ -250,42 +223,67 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
     bias = float(node.attrs.get("bias", 1.0))
     last = channels_last(node)
     c = x.shape[-1] if last else x.shape[1]
-    # window: floor((size-1)/2) channels below, ceil((size-1)/2) above; squares live
-    # in a channel-padded workspace whose zero border is written once
-    before = (size - 1) // 2
+    if x.size == 0:
+        return lambda: None
+    # as (lead, C, positions): NCHW (N, C, S); NHWC (N*S, C) seen as (1, N*S, C) with the
+    # channel axis last. The sums only mix channels, so the positions run in bands whose
+    # squares fit LRN_BAND bytes (the same values as in one pass, in cache, a small scratch)
     if last:
-        sq_shape = x.shape[:-1] + (c + size - 1,)
+        x3, y3 = view_as(x, (1, x.size // c, c)), view_as(y, (1, y.size // c, c))
+        npos = x3.shape[1]
+        pos = lambda a, b: (slice(None), slice(a, b), slice(None))
         chan = lambda a, b: (Ellipsis, slice(a, b))
     else:
-        sq_shape = (x.shape[0], c + size - 1) + x.shape[2:]
+        x3 = view_as(x, (x.shape[0], c, x.size // (x.shape[0] * c)))
+        y3 = view_as(y, x3.shape)
+        npos = x3.shape[2]
+        pos = lambda a, b: (slice(None), slice(None), slice(a, b))
         chan = lambda a, b: (slice(None), slice(a, b))
-    # the scratch is shared by the plan's LRNs (steps run one at a time), so each run
-    # zeroes its own border of (size - 1) channels rather than once here
-    sqp = _lrn_scratch(ctx, "squares", sq_shape, y.dtype)
-    sq = sqp[chan(before, before + c)]
-    border = [v for v in (sqp[chan(0, before)], sqp[chan(before + c, c + size - 1)]) if v.size]
+    per_pos = x3.shape[0] * (c + size - 1) * y.dtype.itemsize
+    band = int(max(1, min(npos, LRN_BAND // per_pos)))
+    # window: floor((size-1)/2) channels below, ceil((size-1)/2) above; the squares live in
+    # a channel-padded scratch shared by the plan's LRNs, so each band zeroes its border of
+    # (size - 1) channels
+    before = (size - 1) // 2
+    sq_shape = (1, band, c + size - 1) if last else (x3.shape[0], c + size - 1, band)
+    sqp_all = ctx.scratch("lrn_squares", sq_shape, y.dtype)
     # the window sums accumulate in y itself (x is read once more at the end, elementwise),
     # unless the arena gave y x's place
-    ss = y if not np.may_share_memory(x, y) else _lrn_scratch(ctx, "sums", y.shape, y.dtype)
-    shifted = [sqp[chan(j, j + c)] for j in range(size)]
+    inplace = np.may_share_memory(x, y)
+    ss_all = ctx.scratch("lrn_sums", y3[pos(0, band)].shape, y.dtype) if inplace else None
     k = alpha / size
+    jobs = []
+    for p0 in range(0, npos, band):
+        nb = min(band, npos - p0)
+        sqp = sqp_all[pos(0, nb)]
+        xb, yb = x3[pos(p0, p0 + nb)], y3[pos(p0, p0 + nb)]
+        ss = ss_all[pos(0, nb)] if inplace else yb
+        border = [v for v in (sqp[chan(0, before)], sqp[chan(before + c, c + size - 1)]) if v.size]
+        jobs.append((xb, yb, ss, sqp[chan(before, before + c)], border,
+                     [sqp[chan(j, j + c)] for j in range(size)]))
 
     def run():
-        for v in border:
-            v.fill(0)
-        np.multiply(x, x, out=sq)
-        if size > 1:
-            np.add(shifted[0], shifted[1], out=ss)
-        else:
-            np.copyto(ss, shifted[0])
-        for s in shifted[2:]:
-            np.add(ss, s, out=ss)
-        np.multiply(ss, k, out=ss)
-        np.add(ss, bias, out=ss)
-        np.power(ss, -beta, out=ss)
-        np.multiply(x, ss, out=y)
-    ctx.note(node, f"{'NHWC ' if last else ''}channel window sum of {size} shifted squares")
+        for xb, yb, ss, sq, border, shifted in jobs:
+            for v in border:
+                v.fill(0)
+            np.multiply(xb, xb, out=sq)
+            if size > 1:
+                np.add(shifted[0], shifted[1], out=ss)
+            else:
+                np.copyto(ss, shifted[0])
+            for s in shifted[2:]:
+                np.add(ss, s, out=ss)
+            np.multiply(ss, k, out=ss)
+            np.add(ss, bias, out=ss)
+            np.power(ss, -beta, out=ss)
+            np.multiply(xb, ss, out=yb)
+    ctx.note(node, f"{'NHWC ' if last else ''}channel window sum of {size} shifted squares"
+                   + (f", {len(jobs)} bands of {band} positions" if len(jobs) > 1 else ""))
     return run
+
+
+#: most bytes of an LRN's channel-padded squares scratch (positions run in bands beyond)
+LRN_BAND = 256 << 10
 
 
 # -- Softmax family -------------------------------------------------------------------------
