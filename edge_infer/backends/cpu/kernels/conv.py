@@ -543,13 +543,13 @@ def conv_transpose(node: Node, ctx) -> Callable[[], None]:
     if ctx.const(node.inputs[1]) is not None:
         wt = np.ascontiguousarray(wt)
     x3 = view_as(x, (n, group, cg, pin))
-    cols = ctx.workspace((group, mg * ksize, pin), dtype)
+    cols = ctx.scratch("deconv_cols", (group, mg * ksize, pin), dtype)
     cols_t = view_as(cols, (m, ksize, *insp))
     # accumulation buffer covers the full (uncropped) output and the crop window
     full = [strides[i] * (insp[i] - 1) + (kernel[i] - 1) * dil[i] + 1 for i in range(nsp)]
     base = [max(0, -pads[i]) for i in range(nsp)]
     size = [base[i] + max(full[i], pads[i] + osp[i]) for i in range(nsp)]
-    acc = ctx.workspace((m, *size), dtype)
+    acc = ctx.scratch("deconv_acc", (m, *size), dtype)       # zeroed every run
     sp_strides = acc.strides[1:]
     adds = []
     for t, tap in enumerate(np.ndindex(*kernel)):

@@ -241,7 +241,8 @@ def _conv_transpose_native(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads,
             fb = bias - int(zp_x) * w_mk.astype(np.int64).sum(axis=1)
             pt = len(tys) - 1 - (ry + pads[0] - tys[0]) // strides[0]
             pl = len(txs) - 1 - (rx + pads[1] - txs[0]) // strides[1]
-            part = ctx.workspace((n, ty, tx, m) if nhwc else (n, m, ty, tx), np.int8)
+            # one phase at a time: the phases share the role's bytes
+            part = ctx.scratch("deconv_part", (n, ty, tx, m) if nhwc else (n, m, ty, tx), np.int8)
             conv = native_kernels.int8_conv_step(
                 ctx, x=x, y=part, w_mk=w_mk, bias=fb, q=q, shift=sh, zp_x=zp_x, zp_y=zp_y, lo=-128, hi=127,
                 geometry=(n, cin, h, wd, m, ty, tx, len(tys), len(txs), 1, 1, 1, 1, pt, pl),
