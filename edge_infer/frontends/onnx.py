@@ -512,9 +512,9 @@ class _Converter:
         return meta
 
     def _count_unsupported_emitted(self) -> None:
-        from ..backends.cpu import KERNELS
+        from .. import ops
         for node in self._emitted_nodes:
-            if node.op not in KERNELS:
+            if not ops.supported(node.op):
                 self.unsupported[node.op] += 1
 
     def _convert_node(self, node, k: int) -> None:
@@ -549,8 +549,8 @@ class _Converter:
         try:
             fn(self, node, attrs, given, schema)
         except ConversionError:
-            from ..backends.cpu import KERNELS
-            if op in KERNELS or op in NORMALIZERS:
+            from .. import ops
+            if ops.supported(op) or op in NORMALIZERS:
                 raise
             # the op has no kernel anyway: say so, in the one list of unsupported ops
             self.unsupported[op] += 1
@@ -921,10 +921,10 @@ def _norm_transpose(c: _Converter, node, attrs, given, schema) -> None:
 
 
 def _norm_castlike(c: _Converter, node, attrs, given, schema) -> None:
-    from ..backends.cpu import KERNELS
+    from .. import ops
     like = node.input[1]
     info = c.types.get(like)
-    if "CastLike" not in KERNELS and info is not None and info[0] in ONNX_TO_DTYPE:
+    if not ops.supported("CastLike") and info is not None and info[0] in ONNX_TO_DTYPE:
         c.emit("Cast", [node.input[0]], _outs(node), {"to": info[0]})
         return
     c.emit("CastLike", _ins(node), _outs(node), attrs, schema)

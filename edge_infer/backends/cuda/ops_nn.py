@@ -12,7 +12,7 @@ from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ir.padding import resolve_pads
 from ...ir.shape_rules_nn import channels_last, resize_plan, split_layout, window_attrs
-from ..cpu.kernels.nn import _nearest_index, _source_coords, _taps
+from ...ops.resize import nearest_index, source_coords, taps
 from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i64, launcher
 
 
@@ -305,7 +305,7 @@ def resize(node: Node, ctx):
         return copy_step(ctx, x, lambda v: v, y)
     steps, cur, shape = [], x, list(xs)
     for k, a in enumerate(axes):
-        xo, _ = _source_coords(ctm, ys[a], xs[a], scale[a], None)
+        xo, _ = source_coords(ctm, ys[a], xs[a], scale[a], None)
         shape[a] = ys[a]
         dst = y if k == len(axes) - 1 else ctx.scratch(f"resize_{k % 2}", tuple(shape), dt)
         outer = int(np.prod(shape[:a], dtype=np.int64))
@@ -313,13 +313,13 @@ def resize(node: Node, ctx):
         total = outer * ys[a] * inner
         geo = (i64(outer), i32(xs[a]), i32(ys[a]), i64(inner))
         if mode == "nearest":
-            idx = _nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
+            idx = nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
             steps.append(ctx.launch("gather_axis_b1" if size == 1 else "gather_axis_b4", grid_1d(total), (BLOCK,),
                                     (ctx.flat(cur, 0, np.uint8 if size == 1 else np.int32),
                                      ctx.flat(dst, 0, np.uint8 if size == 1 else np.int32),
                                      ctx.upload(idx.astype(np.int32)), *geo)))
         else:
-            idx, w = _taps(xo, mode, scale[a], xs[a], bool(attrs.get("antialias", 0)),
+            idx, w = taps(xo, mode, scale[a], xs[a], bool(attrs.get("antialias", 0)),
                            float(attrs.get("cubic_coeff_a", -0.75)), bool(attrs.get("exclude_outside", 0)))
             steps.append(ctx.launch("resize_axis_f32", grid_1d(total), (BLOCK,),
                                     (cur, dst, ctx.upload(np.ascontiguousarray(idx, np.int32)),

@@ -753,7 +753,7 @@ def expand(node: Node, pc) -> None:
 
 @op("Resize", "Upsample")
 def resize(node: Node, pc) -> None:
-    from ..cpu.kernels import nn as cpu_nn            # the host-side index/weight math is shared
+    from ...ops.resize import nearest_index, source_coords, taps   # the host-side index/weight math is shared
     from ...ir.shape_rules_nn import resize_plan
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = pc.shape(x), pc.shape(y)
@@ -800,8 +800,8 @@ def resize(node: Node, pc) -> None:
             shape = [1] * (r - a0)
             shape[a - a0] = ys[a]
             if a in axes:
-                xo, _ = cpu_nn._source_coords(ctm, ys[a], xs[a], scale[a], None)
-                ia = cpu_nn._nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
+                xo, _ = source_coords(ctm, ys[a], xs[a], scale[a], None)
+                ia = nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
             else:
                 ia = np.arange(xs[a])
             flat = flat + (ia * stride).reshape(shape)
@@ -815,8 +815,8 @@ def resize(node: Node, pc) -> None:
     need_f32(pc, node, [x, y])
     cur, cur_shape = pc.ref(x), list(xs)
     for k, a in enumerate(axes):
-        xo, _ = cpu_nn._source_coords(ctm, ys[a], xs[a], scale[a], None)
-        idx, w = cpu_nn._taps(xo, mode, scale[a], xs[a], False, float(attrs.get("cubic_coeff_a", -0.75)),
+        xo, _ = source_coords(ctm, ys[a], xs[a], scale[a], None)
+        idx, w = taps(xo, mode, scale[a], xs[a], False, float(attrs.get("cubic_coeff_a", -0.75)),
                               bool(attrs.get("exclude_outside", 0)))
         nxt_shape = list(cur_shape)
         nxt_shape[a] = ys[a]

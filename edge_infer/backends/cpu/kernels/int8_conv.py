@@ -34,14 +34,9 @@ from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, wind
 from .. import native
 from ..native import kernels as native_kernels
 from .conv import COLS_CAP, band_note, band_rows, bands, padded_input, tap_views, view_as
+from ....ops.qmath import conv_requant_params
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
-                          qparams, quantize_multiplier, quantize_multipliers, requantize, scratch)
-
-
-def conv_requant_params(s_x: float, s_w: np.ndarray, s_y: float):
-    """Per-channel (q, shift) of s_x * s_w[m] / s_y, computed in double from float32 scales."""
-    ms = [float(np.float32(s_x)) * float(sw) / float(np.float32(s_y)) for sw in np.asarray(s_w, np.float32)]
-    return quantize_multipliers(ms)
+                          qparams, quantize_multiplier, requantize, scratch)
 
 
 def folded_bias(ctx, node: Node, w_int: np.ndarray, zp_x: int, m: int) -> np.ndarray:

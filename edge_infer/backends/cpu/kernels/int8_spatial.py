@@ -19,7 +19,7 @@
 """
 from __future__ import annotations
 
-from typing import Callable, List, Tuple
+from typing import Callable, List
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from ....ir import Node
 from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
+from ....ops.int8_tables import SOFTMAX_OUTPUT, softmax_exp_table, softmax_s8_params  # noqa: F401
+from ....ops.resize import BILINEAR_MODES, resize_axes  # noqa: F401
 from .int8_common import ChunkedGemm, Requantizer, int8_kernel, per_tensor, qparams
 from .int8_conv import conv_requant_params
 from .nn import resize as float_resize
@@ -73,23 +75,6 @@ def bilinear_axis(out: int, inp: int, align: bool, half: bool) -> np.ndarray:
     lo = np.maximum(cdiv(v), 0)
     hi = np.minimum(cdiv(v + (1 << 10) - 1), inp - 1)
     return np.stack([lo, hi, v - (1 << 10) * lo], axis=1).astype(np.int32)
-
-
-#: ONNX coordinate_transformation_mode -> (align_corners, half_pixel_centers) of TFLite's kernel
-BILINEAR_MODES = {"half_pixel": (False, True), "pytorch_half_pixel": (False, True),
-                  "align_corners": (True, False), "asymmetric": (False, False)}
-
-
-def resize_axes(x_shape, y_shape):
-    """(nhwc, (H axis, W axis)) of a 4-D resize that changes only two spatial axes, else None."""
-    if len(x_shape) != 4:
-        return None
-    changed = {a for a in range(4) if x_shape[a] != y_shape[a]}
-    if changed <= {2, 3}:
-        return False, (2, 3)
-    if changed <= {1, 2}:
-        return True, (1, 2)
-    return None
 
 
 @int8_kernel("Resize")
@@ -298,29 +283,6 @@ def _conv_transpose_numpy(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads, 
 
 
 # -- Softmax -------------------------------------------------------------------------------------------
-
-#: TFLite's int8 SOFTMAX output parameters
-SOFTMAX_OUTPUT = (1.0 / 256.0, -128)
-
-
-def softmax_exp_table(s_x: float, beta: float = 1.0) -> np.ndarray:
-    """e[d] = round(2^20 exp(-beta s_x d)), d = 0..255 (int32)."""
-    d = np.arange(256, dtype=np.float64)
-    return np.rint(np.exp(-float(beta) * float(np.float32(s_x)) * d) * (1 << 20)).astype(np.int32)
-
-
-def softmax_s8_params(node: Node, ctx, shape, x_dtype, y_dtype) -> Tuple[np.ndarray, int]:
-    """(exp table, row length) of an int8 Softmax, checked: what every backend's kernel needs."""
-    if np.dtype(x_dtype) != np.int8 or np.dtype(y_dtype) != np.int8:
-        raise UnsupportedOpError(f"Softmax {node.name!r}: int8 kernel wants int8 in and out")
-    s_x, _ = per_tensor(ctx, node.inputs[0], "input")
-    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
-    if (np.float32(s_y), zp_y) != (np.float32(SOFTMAX_OUTPUT[0]), SOFTMAX_OUTPUT[1]):
-        raise UnsupportedOpError(f"Softmax {node.name!r}: int8 output must be (1/256, -128), got ({s_y}, {zp_y})")
-    axis = int(node.attrs.get("axis", -1)) % len(shape)
-    if any(d != 1 for d in shape[axis + 1:]):
-        raise UnsupportedOpError(f"Softmax {node.name!r}: int8 Softmax runs over the last axis")
-    return softmax_exp_table(s_x), int(shape[axis])
 
 
 @int8_kernel("Softmax")
