@@ -21,6 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...ops.activations import codes_for
 from ...ir.shape_rules_nn import channels_last, split_layout
 from ...ir.shape_rules_tensor import slice_bounds, slice_params, transpose_perm
 
@@ -33,11 +34,10 @@ MAX_BLOCKS = 65535
 
 i32, i64, f32 = np.int32, np.int64, np.float32
 
-#: activation / unary codes (kernels/common.cuh ACT_*)
-ACT = {"": 0, "Relu": 1, "Clip": 2, "Sigmoid": 3, "Tanh": 4, "HardSigmoid": 5, "LeakyRelu": 6,
-       "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Elu": 11, "Softplus": 12, "Softsign": 13,
-       "Mish": 14, "Exp": 15, "Log": 16, "Abs": 17, "Neg": 18, "Sqrt": 19, "Reciprocal": 20, "Floor": 21,
-       "Ceil": 22, "Erf": 23, "Identity": 24, "Selu": 25, "Celu": 26}
+#: activation / unary codes (the one table, ops/activations.py) of the ones kernels/common.cuh runs
+ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "Gelu",
+                 "GeluTanh", "Elu", "Softplus", "Softsign", "Mish", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal",
+                 "Floor", "Ceil", "Erf", "Identity", "Selu", "Celu"))
 #: binary codes (kernels/elementwise.cu BIN_*)
 BIN = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
 

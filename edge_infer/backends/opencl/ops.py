@@ -13,17 +13,17 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...ops.activations import codes_for
 from ...ir.padding import resolve_pads
 from ...ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
 from .executable import round_up
 
 OPS: Dict[str, Callable] = {}
 
-#: activation name -> code in kernels/common.cl
-ACT = {"": 0, "Relu": 1, "Clip": 2, "Sigmoid": 3, "Tanh": 4, "HardSigmoid": 5, "LeakyRelu": 6,
-       "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Abs": 11, "Neg": 12, "Sqrt": 13,
-       "Exp": 14, "Log": 15, "Reciprocal": 16, "Floor": 17, "Ceil": 18, "Elu": 19, "Softplus": 20,
-       "Softsign": 21, "Erf": 22, "Identity": 23, "Selu": 24}
+#: activation name -> code (the one table, ops/activations.py) of the activations kernels/common.cl runs
+ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "Gelu",
+                 "GeluTanh", "Abs", "Neg", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Elu", "Softplus",
+                 "Softsign", "Erf", "Identity", "Selu"))
 UNARY = [k for k in ACT if k and k not in ("GeluTanh",)]
 BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
 #: element-wise kernels that read x[i] before writing y[i]: safe to run in place

@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ....ops.activations import codes_for
 from .. import native as _native
 
 _P = ctypes.c_void_p
@@ -45,7 +46,7 @@ class DepthwiseArgs(ctypes.Structure):
 
 
 #: fused fp32 activations the native depthwise kernel applies (src/depthwise.c ACT_*)
-DW_ACTIVATIONS = {"": 0, "Relu": 1, "Clip": 2, "HardSwish": 3, "HardSigmoid": 4, "LeakyRelu": 5}
+DW_ACTIVATIONS = codes_for(("", "Relu", "Clip", "HardSwish", "HardSigmoid", "LeakyRelu"))
 
 
 def _fn(name, restype, *argtypes):

@@ -15,6 +15,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ....ops.activations import codes_for
 from . import EiStep, native_step
 
 _pkg = sys.modules[__package__]      # read ``lib`` there at prepare: tests switch it off
@@ -33,9 +34,9 @@ MAX_RANK = 6
 _I64x = ctypes.c_int64 * MAX_RANK
 
 #: unary op codes (EI_U_* of elementwise.h); also the activations of a binary epilogue
-UNARY = {"": 0, "Identity": 0, "Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "Tanh": 5,
-         "HardSigmoid": 6, "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Exp": 11,
-         "Neg": 12, "Abs": 13, "Sqrt": 14, "Reciprocal": 15, "Floor": 16, "Ceil": 17, "Round": 18}
+UNARY = codes_for(("", "Identity", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
+                   "SiLU", "Gelu", "GeluTanh", "Exp", "Neg", "Abs", "Sqrt", "Reciprocal", "Floor", "Ceil",
+                   "Round"))
 #: binary op codes (EI_B_*)
 BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "PRelu": 6}
 
