@@ -343,7 +343,7 @@ def int8_concat(node: Node, pc) -> None:
     axis = int(node.attrs.get("axis", 0)) % len(ys)
     yst = strides_of(ys)
     at, requantized = 0, 0
-    from .ops import copy_launch
+    from .ops_tensor import copy_launch
     yb, yo = pc.ref(y)
     for name in node.inputs:
         if not name:
