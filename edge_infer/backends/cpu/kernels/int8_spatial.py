@@ -19,7 +19,7 @@
 """
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import numpy as np
 
@@ -29,9 +29,10 @@ from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
 from ....ops.int8_tables import SOFTMAX_OUTPUT, softmax_exp_table, softmax_s8_params  # noqa: F401
-from ....ops.resize import BILINEAR_MODES, resize_axes  # noqa: F401
+from ....ops.resize import BILINEAR_MODES, resize_axes, source_coords  # noqa: F401
 from .int8_common import ChunkedGemm, Requantizer, int8_kernel, per_tensor, qparams
 from .int8_conv import conv_requant_params
+from .nn import changed_axes, nearest_blocks, resize_scale
 from .nn import resize as float_resize
 
 # -- Resize ------------------------------------------------------------------------------------------
@@ -64,6 +65,29 @@ def _nearest_sources(node: Node, ctx, x: np.ndarray, y: np.ndarray) -> np.ndarra
     return yi.reshape(-1)
 
 
+def _nearest_runs(node: Node, ctx, x: np.ndarray, y: np.ndarray) -> Optional[Callable[[], None]]:
+    """The native memcpy runs of an int8 nearest Resize, from one source index per block of
+    the unchanged trailing dims (a pixel in NHWC): the float kernel's index math without its
+    per-value index arrays (on a 640x640 detector they were 30 MB at prepare). None: the
+    general path serves (tf_crop_and_resize, an identity resize, no native library)."""
+    if node.op != "Resize" or node.attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return None
+    scale, roi, dynamic = resize_scale(node, ctx, x, y)
+    axes = changed_axes(x.shape, y.shape, scale, roi)
+    if not axes:
+        return None
+    ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest_mode = node.attrs.get("nearest_mode", "round_prefer_floor")
+    coords = {a: source_coords(ctm, y.shape[a], x.shape[a], scale[a], None) for a in axes}
+    blocks = nearest_blocks(x.shape, y.shape, axes, coords, nearest_mode, scale)
+    lead, inner = int(np.prod(x.shape[:axes[0]])), int(np.prod(x.shape[axes[-1] + 1:]))
+    nat = native_int8.runs_step(x.reshape(lead, -1), y.reshape(lead, -1), blocks, ctx, inner=inner)
+    if nat is not None:
+        note = f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}"
+        ctx.note(node, f"int8 {note}{' (scales taken from the planned shapes)' if dynamic else ''}; native memcpy runs")
+    return nat
+
+
 def bilinear_axis(out: int, inp: int, align: bool, half: bool) -> np.ndarray:
     """(out, 3) int32 rows (lower, upper, d) of TFLite's integer bilinear along one axis."""
     if align and out > 1:
@@ -84,6 +108,9 @@ def int8_resize(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"Resize {node.name!r}: int8 kernel wants int8 in and out")
     mode = node.attrs.get("mode", "nearest")
     if mode == "nearest":                                   # a gather: values pass unchanged, no parameters needed
+        nat = _nearest_runs(node, ctx, x, y)
+        if nat is not None:
+            return nat
         step = float_resize(node, ctx)                      # dtype-generic gather (the numpy path)
         nat = native_int8.runs_step(x.reshape(1, -1), y.reshape(1, -1), _nearest_sources(node, ctx, x, y), ctx)
         note = ctx.notes.get(node.name, "nearest")

@@ -7,7 +7,7 @@ layout pass permutes its scales/sizes/roi (or remaps ``axes``) instead."""
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -379,6 +379,70 @@ def dropout(node: Node, ctx) -> Callable[[], None]:
 # -- Resize / Upsample ------------------------------------------------------------------------
 
 
+def changed_axes(x_shape, y_shape, scale: Sequence[float], roi: Optional[np.ndarray]) -> List[int]:
+    """The axes a resize changes: identity axes (scale 1, same size, trivial roi) are skipped,
+    as the reference does."""
+    r = len(x_shape)
+    axes = []
+    for a in range(r):
+        trivial_roi = roi is None or (math.isclose(roi[a], 0.0) and math.isclose(roi[a + r], 1.0))
+        if not (math.isclose(scale[a], 1.0) and y_shape[a] == x_shape[a] and trivial_roi):
+            axes.append(a)
+    return axes
+
+
+def nearest_blocks(x_shape, y_shape, axes: Sequence[int], coords: dict, nearest_mode: str,
+                   scale: Sequence[float]) -> np.ndarray:
+    """Flat source index, in blocks of the unchanged trailing dims after the last changed axis,
+    of every output block from the first changed axis on (a nearest resize over ``axes``)."""
+    a0, t = axes[0], axes[-1]
+    out_mid = tuple(y_shape[a0:t + 1])
+    flat = np.zeros(out_mid, np.intp)
+    stride = 1
+    for a in range(t, a0 - 1, -1):
+        shape = [1] * len(out_mid)
+        shape[a - a0] = y_shape[a]
+        if a in coords:
+            ia = _nearest_index(coords[a][0], nearest_mode, scale[a], x_shape[a])
+        else:
+            ia = np.arange(x_shape[a], dtype=np.intp)
+        flat = flat + (ia * stride).reshape(shape)
+        stride *= x_shape[a]
+    return flat.ravel()
+
+
+def resize_scale(node: Node, ctx, x: np.ndarray, y: np.ndarray) -> Tuple[List[float], Optional[np.ndarray], bool]:
+    """(per-axis scale, full roi or None, whether the scales come from the planned shapes) of a
+    Resize node, checked against the planned output shape."""
+    r = x.ndim
+    attrs = node.attrs
+    axes = [int(a) % r for a in (attrs.get("axes") or range(r))]
+    scales_name, sizes_name = _opt(node, 2), _opt(node, 3)
+    sc, sz = _const_or_none(ctx, scales_name), _const_or_none(ctx, sizes_name)
+    dynamic = (sc is None and sz is None and
+               any(nm and ctx.tensor(nm).shape not in ((0,),) for nm in (scales_name, sizes_name)))
+    if dynamic:
+        # scales/sizes computed at run time: the planned output shape fixes them
+        scale = [y.shape[a] / x.shape[a] for a in range(r)]
+    else:
+        scale, out = resize_plan(x.shape, attrs, sc, sz)
+        if tuple(out) != tuple(y.shape):
+            raise ShapeError(f"Resize {node.name!r}: planned output {y.shape} != computed {tuple(out)}")
+    roi = None
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        rv = _const_or_none(ctx, _opt(node, 1))
+        if rv is not None:
+            rv = np.asarray(rv, np.float64).ravel()
+            full = np.array([0.0] * r + [1.0] * r)
+            na = len(axes)
+            if len(rv) != 2 * na:
+                raise ShapeError(f"Resize {node.name!r}: roi has {len(rv)} values for {na} axes")
+            for i, a in enumerate(axes):
+                full[a], full[a + r] = rv[i], rv[i + na]
+            roi = full
+    return scale, roi, dynamic
+
+
 def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[float],
                    attrs: dict, roi: Optional[np.ndarray]) -> Callable[[], None]:
     r = x.ndim
@@ -394,12 +458,7 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
     if ctm == "tf_crop_and_resize":
         if roi is None:
             raise UnsupportedOpError(f"Resize {node.name!r}: tf_crop_and_resize needs a constant roi")
-    # axes that change: skip identity axes, as the reference does
-    axes = []
-    for a in range(r):
-        trivial_roi = roi is None or (math.isclose(roi[a], 0.0) and math.isclose(roi[a + r], 1.0))
-        if not (math.isclose(scale[a], 1.0) and y.shape[a] == x.shape[a] and trivial_roi):
-            axes.append(a)
+    axes = changed_axes(x.shape, y.shape, scale, roi)
     if not axes:
         ctx.note(node, "identity resize (copy)")
         return lambda: np.copyto(y, x)
@@ -491,33 +550,8 @@ def _const_or_none(ctx, name: str) -> Optional[np.ndarray]:
 @kernel("Resize")
 def resize(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    r = x.ndim
-    attrs = node.attrs
-    axes = [int(a) % r for a in (attrs.get("axes") or range(r))]
-    scales_name, sizes_name = _opt(node, 2), _opt(node, 3)
-    sc, sz = _const_or_none(ctx, scales_name), _const_or_none(ctx, sizes_name)
-    dynamic = (sc is None and sz is None and
-               any(nm and ctx.tensor(nm).shape not in ((0,),) for nm in (scales_name, sizes_name)))
-    if dynamic:
-        # scales/sizes computed at run time: the planned output shape fixes them
-        scale = [y.shape[a] / x.shape[a] for a in range(r)]
-    else:
-        scale, out = resize_plan(x.shape, attrs, sc, sz)
-        if tuple(out) != tuple(y.shape):
-            raise ShapeError(f"Resize {node.name!r}: planned output {y.shape} != computed {tuple(out)}")
-    roi = None
-    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
-        rv = _const_or_none(ctx, _opt(node, 1))
-        if rv is not None:
-            rv = np.asarray(rv, np.float64).ravel()
-            full = np.array([0.0] * r + [1.0] * r)
-            na = len(axes)
-            if len(rv) != 2 * na:
-                raise ShapeError(f"Resize {node.name!r}: roi has {len(rv)} values for {na} axes")
-            for i, a in enumerate(axes):
-                full[a], full[a + r] = rv[i], rv[i + na]
-            roi = full
-    fn = _resize_kernel(node, ctx, x, y, scale, attrs, roi)
+    scale, roi, dynamic = resize_scale(node, ctx, x, y)
+    fn = _resize_kernel(node, ctx, x, y, scale, node.attrs, roi)
     if dynamic:
         ctx.notes[node.name] += " (scales taken from the planned shapes)"
     return fn
