@@ -122,23 +122,9 @@ def bytes_table(models) -> list:
 
 
 def rss_child(kind: str, path: str, feeds_path: str, threads: int) -> dict:
-    with np.load(feeds_path) as f:
-        feeds = {k: f[k] for k in f.files}
-    if kind == "ort":
-        import onnxruntime as ort
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        run = lambda: sess.run(None, feeds)  # noqa: E731
-    else:
-        from edge_infer import Runtime
-        rt = Runtime(path, backend="cpu", threads=threads)
-        run = lambda: rt.run(feeds)  # noqa: E731
-    for _ in range(3):
-        run()
-    from memory_bench import vm
-    return {"peak_rss": vm("VmHWM")}
+    """Peak RSS of a child running ``path`` (an .eim, or an ONNX model for onnxruntime)."""
+    from memory_bench import rss_child as child
+    return child(kind, path, path, threads, feeds_path)
 
 
 def run_child(args, env) -> dict:

@@ -1,15 +1,6 @@
-"""Shared pieces of the int8 kernels: TFLite fixed-point arithmetic, quantization
-parameters of a tensor, exact int8 GEMMs through float32 BLAS, and the dtype dispatch.
-
-Fixed point (exactly TFLite's reference kernels, ``tensorflow/lite/kernels/internal/common.h``
-without ``TFLITE_SINGLE_ROUNDING``):
-
-* ``quantize_multiplier(m)`` (``QuantizeMultiplier``): a real multiplier ``m > 0`` as an
-  int32 ``q`` in [2^30, 2^31) and a power-of-two ``shift``: ``m ~= q * 2^(shift - 31)``;
-* ``MultiplyByQuantizedMultiplier(x, q, shift)`` =
-  ``RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x * 2^max(shift, 0), q), max(-shift, 0))``:
-  ``Requantizer`` evaluates it on whole int64 arrays (per-tensor or per-channel ``q``/``shift``)
-  with in-place numpy integer ops, into workspaces allocated once at prepare.
+"""Shared pieces of the CPU int8 kernels: exact int8 GEMMs through float32 BLAS and the int8
+registration. The fixed-point arithmetic and the quantization parameters every backend uses
+are ``ops/qmath.py`` (re-exported here for the kernels).
 
 Exact int8 GEMM in float32: a product of two int8 values is at most 2^14 in magnitude, so
 every partial sum of at most 1024 of them is an integer of magnitude <= 2^24, which float32
