@@ -10,8 +10,8 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.padding import resolve_pads
-from ...ir.shape_rules_nn import channels_last, resize_plan, split_layout, window_attrs
+from ...ir.shape_rules_nn import channels_last, resize_plan, split_layout
+from ...ops.conv import conv_geometry, window_geometry
 from ...ops.resize import nearest_index, source_coords, taps
 from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i64, launcher
 
@@ -21,30 +21,26 @@ from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i
 class ConvGeom:
     """Geometry of a 1-D or 2-D Conv / pool in either layout (1-D runs as 2-D with H = 1)."""
 
-    def __init__(self, node: Node, x_shape, y_shape, kernel: Sequence[int], ceil_mode: bool = False):
-        self.last = channels_last(node)
+    def __init__(self, node: Node, x_shape, y_shape, kernel: Sequence[int], ceil_mode: bool = False,
+                 w_shape=None):
+        """A pool's window (``kernel``), or a conv's (``w_shape``: its weights' shape)."""
         nsp = len(x_shape) - 2
         if nsp not in (1, 2):
             raise UnsupportedOpError(f"{node.op} {node.name!r}: {nsp}-D windows are not supported on CUDA "
                                      "(1-D and 2-D are)")
-        n, c, insp = split_layout(tuple(x_shape), self.last)
-        wa = window_attrs(node, nsp, kernel)
-        pads, osp = resolve_pads(list(insp), list(kernel), wa["strides"], wa["dilations"], wa["pads"],
-                                 wa["auto_pad"], wa["ceil_mode"] if ceil_mode else False)
-        if min(pads) < 0:
+        g = (conv_geometry(node, x_shape, w_shape, y_shape) if w_shape is not None
+             else window_geometry(node, x_shape, y_shape, kernel, ceil_mode=ceil_mode))
+        if min(g.pads) < 0:
             raise UnsupportedOpError(f"{node.op} {node.name!r}: negative pads are not supported")
-        if tuple(y_shape[:1]) != (n,) or tuple(split_layout(tuple(y_shape), self.last)[2]) != tuple(osp):
-            raise ShapeError(f"{node.op} {node.name!r}: planned output {tuple(y_shape)} does not match the "
-                             f"window geometry (spatial {tuple(osp)})")
-        one = lambda v, d: [d] + list(v) if nsp == 1 else list(v)
-        self.n, self.c = int(n), int(c)
-        self.h, self.w = one(insp, 1)
-        self.oh, self.ow = one(osp, 1)
-        self.kh, self.kw = one(kernel, 1)
-        self.sh, self.sw = one(wa["strides"], 1)
-        self.dh, self.dw = one(wa["dilations"], 1)
-        self.ph, self.pw = one(pads[:nsp], 0)
-        self.ph_end, self.pw_end = one(pads[nsp:], 0)
+        g = g.planar()
+        self.last = g.last
+        self.n, self.c = g.n, g.c
+        self.h, self.w = g.in_sp
+        self.oh, self.ow = g.out_sp
+        self.kh, self.kw = g.kernel
+        self.sh, self.sw = g.strides
+        self.dh, self.dw = g.dilations
+        self.ph, self.pw, self.ph_end, self.pw_end = g.pads
         self.p = self.oh * self.ow
 
     def args(self) -> tuple:
@@ -57,15 +53,9 @@ def _conv_setup(node: Node, ctx):
     x_t, w_t, y_t = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
     w_shape = tuple(w_t.shape)
     kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w_shape[2:])]
-    if list(w_shape[2:]) != kernel:
-        raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w_shape}")
-    g = ConvGeom(node, x_t.shape, y_t.shape, kernel)
+    g = ConvGeom(node, x_t.shape, y_t.shape, kernel, w_shape=w_shape)
     group = int(node.attrs.get("group", 1))
     m, cg = int(w_shape[0]), int(w_shape[1])
-    if g.c != cg * group or m % group:
-        raise ShapeError(f"Conv {node.name!r}: X {x_t.shape}, W {w_shape}, group {group} disagree")
-    if split_layout(tuple(y_t.shape), g.last)[1] != m:
-        raise ShapeError(f"Conv {node.name!r}: output channels {y_t.shape} != {m}")
     return g, group, m, cg
 
 

@@ -14,8 +14,9 @@ import numpy as np
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ops.activations import codes_for
-from ...ir.padding import resolve_pads
-from ...ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from ...ops.conv import conv_geometry as checked_conv_geometry
+from ...ops.conv import window_geometry
+from ...ir.shape_rules_nn import channels_last, split_layout
 from .executable import round_up
 
 OPS: Dict[str, Callable] = {}
@@ -371,30 +372,16 @@ def conv_geometry(node: Node, pc):
     dilations, group, cg, mg, last."""
     x, wn, y = node.inputs[0], node.inputs[1], node.outputs[0]
     xs, ws, ys = pc.shape(x), pc.shape(wn), pc.shape(y)
-    last = channels_last(node)
     nsp = len(xs) - 2
     if nsp not in (1, 2):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: {nsp}-D convolution (OpenCL: 1-D and 2-D)")
-    n, c, insp = split_layout(xs, last)
-    m, cg = ws[:2]
-    group = int(node.attrs.get("group", 1))
-    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or ws[2:])]
-    if list(ws[2:]) != kernel or c != cg * group or m % group:
-        raise ShapeError(f"{node.op} {node.name!r}: X {xs}, W {ws}, group {group} disagree")
-    wa = window_attrs(node, nsp, kernel)
-    pads, osp = resolve_pads(insp, kernel, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"])
-    if tuple(ys) != join_layout(n, m, osp, last):
-        raise ShapeError(f"{node.op} {node.name!r}: planned output {ys} != {join_layout(n, m, osp, last)}")
-    if min(pads) < 0:
+    g = checked_conv_geometry(node, xs, ws, ys)
+    if min(g.pads) < 0:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: negative pads")
-    if nsp == 1:
-        insp, osp, kernel = (1, insp[0]), (1, osp[0]), [1, kernel[0]]
-        st, dil, pads = [1, wa["strides"][0]], [1, wa["dilations"][0]], [0, pads[0], 0, pads[1]]
-    else:
-        st, dil = wa["strides"], wa["dilations"]
-    return dict(N=n, C=c, H=insp[0], W=insp[1], M=m, OH=osp[0], OW=osp[1], KH=kernel[0], KW=kernel[1],
-                SH=st[0], SW=st[1], PH=pads[0], PW=pads[1], PHE=pads[2], PWE=pads[3], DH=dil[0], DW=dil[1],
-                G=group, CG=cg, MG=m // group, last=last)
+    g = g.planar()
+    return dict(N=g.n, C=g.c, H=g.in_sp[0], W=g.in_sp[1], M=g.m, OH=g.out_sp[0], OW=g.out_sp[1], KH=g.kernel[0],
+                KW=g.kernel[1], SH=g.strides[0], SW=g.strides[1], PH=g.pads[0], PW=g.pads[1], PHE=g.pads[2],
+                PWE=g.pads[3], DH=g.dilations[0], DW=g.dilations[1], G=g.group, CG=g.cg, MG=g.mg, last=g.last)
 
 
 def geo_list(g) -> List[int]:
@@ -528,17 +515,9 @@ def pool_geometry(node: Node, pc):
     ks = [int(k) for k in (node.attrs.get("kernel_shape") or [])]
     if len(ks) != nsp:
         raise ShapeError(f"{node.op} {node.name!r}: kernel_shape {ks}")
-    last = channels_last(node)
-    n, c, insp = split_layout(xs, last)
-    wa = window_attrs(node, nsp, ks)
-    pads, osp = resolve_pads(insp, ks, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"], wa["ceil_mode"])
-    if tuple(ys) != join_layout(n, c, osp, last):
-        raise ShapeError(f"{node.op} {node.name!r}: planned output {ys} != {join_layout(n, c, osp, last)}")
-    st, dil = wa["strides"], wa["dilations"]
-    if nsp == 1:
-        insp, osp, ks, st, dil, pads = (1, insp[0]), (1, osp[0]), [1, ks[0]], [1, st[0]], [1, dil[0]], [0, pads[0], 0, pads[1]]
-    return [n, c, insp[0], insp[1], osp[0], osp[1], ks[0], ks[1], st[0], st[1], pads[0], pads[1], dil[0], dil[1],
-            int(last), pads[2], pads[3]]
+    g = window_geometry(node, xs, ys, ks, ceil_mode=True).planar()
+    return [g.n, g.c, *g.in_sp, *g.out_sp, *g.kernel, *g.strides, g.pads[0], g.pads[1], *g.dilations,
+            int(g.last), g.pads[2], g.pads[3]]
 
 
 @op("MaxPool")

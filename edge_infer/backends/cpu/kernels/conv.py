@@ -41,9 +41,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import (channels_last, conv_transpose_geometry, join_layout, split_layout,
-                                   window_attrs)
+from ....ir.shape_rules_nn import channels_last, conv_transpose_geometry
+from ....ops.conv import conv_geometry
 from ..native import kernels as native_kernels
 from ..registry import kernel
 from . import conv_native
@@ -264,23 +263,9 @@ def _conv_geometry(node: Node, ctx, last: bool):
     x = ctx.value(node.inputs[0])
     y = ctx.value(node.outputs[0])
     w = _weights(ctx, node.inputs[1], y.dtype)
-    n, c, insp = split_layout(x.shape, last)
-    m, cg = w.shape[:2]
-    nsp = x.ndim - 2
-    group = int(node.attrs.get("group", 1))
-    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
-    tag = " (NHWC)" if last else ""
-    if list(w.shape[2:]) != kernel:
-        raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w.shape}")
-    if c != cg * group or m % group:
-        raise ShapeError(f"Conv {node.name!r}: X {x.shape}{tag}, W {w.shape}, group {group} disagree")
-    wa = window_attrs(node, nsp, kernel)
-    strides, dil = wa["strides"], wa["dilations"]
-    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
-    want = join_layout(n, m, osp, last)
-    if tuple(y.shape) != want:
-        raise ShapeError(f"Conv {node.name!r}: planned output {y.shape} != computed {want}{tag}")
-    return x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp
+    g = conv_geometry(node, x.shape, w.shape, y.shape, last)
+    return (x, y, w, g.n, g.c, g.m, g.cg, g.nsp, g.group, list(g.kernel), list(g.strides), list(g.dilations),
+            list(g.pads), list(g.out_sp))
 
 
 @kernel("Conv")

@@ -29,11 +29,11 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from ....ir.shape_rules_nn import channels_last
 from .. import native
 from ..native import kernels as native_kernels
 from .conv import COLS_CAP, band_note, band_rows, bands, padded_input, tap_views, view_as
+from ....ops.conv import conv_geometry
 from ....ops.qmath import conv_requant_params
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
                           qparams, quantize_multiplier, requantize, scratch)
@@ -104,23 +104,14 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     wq = qparams(ctx, wname, "weights")
     if np.any(wq.zero_point != 0):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 weights must be symmetric (zero point 0)")
-    n, c, insp = split_layout(x.shape, last)
-    m, cg = w.shape[:2]
-    nsp = x.ndim - 2
+    geo = conv_geometry(node, x.shape, w.shape, y.shape, last)
+    n, c, m, cg, group, nsp = geo.n, geo.c, geo.m, geo.cg, geo.group, geo.nsp
+    insp, kernel, strides, dil = list(geo.in_sp), list(geo.kernel), list(geo.strides), list(geo.dilations)
+    pads, osp = list(geo.pads), list(geo.out_sp)
     s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
     if wq.scale.size not in (1, m) or (wq.scale.size == m and m > 1 and wq.axis not in (0, None)):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: weight scales must be per tensor or per "
                                  f"output channel (axis 0); got {wq.scale.size} along axis {wq.axis}")
-    group = int(node.attrs.get("group", 1))
-    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
-    if list(w.shape[2:]) != kernel or c != cg * group or m % group:
-        raise ShapeError(f"{node.op} {node.name!r}: X {x.shape}, W {w.shape}, group {group} disagree")
-    wa = window_attrs(node, nsp, kernel)
-    strides, dil = wa["strides"], wa["dilations"]
-    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
-    if tuple(y.shape) != join_layout(n, m, osp, last):
-        raise ShapeError(f"{node.op} {node.name!r}: planned output {y.shape} != computed "
-                         f"{join_layout(n, m, osp, last)}")
     act = str(node.attrs.get("activation", "") or "") if node.op == "FusedConv" else ""
     lo, hi = clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
     ksize = int(np.prod(kernel))
