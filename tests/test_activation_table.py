@@ -81,3 +81,17 @@ def test_device_programs_carry_the_table():
     want = A.defines("ACT_")
     assert want in source("elementwise")
     assert want in module_source("elementwise.cu")
+
+
+@pytest.mark.parametrize("act, params, want", [("LeakyRelu", [], (0.01, 0.0)), ("HardSigmoid", [0.3], (0.3, 0.5)),
+                                               ("Clip", [0.0, 6.0], (0.0, 6.0)), ("Relu", [], (0.0, 0.0))])
+def test_epilogue_parameters_mean_the_same_on_opencl_and_cuda(act, params, want):
+    """Parameters a fused node leaves out take the table's defaults on both device backends
+    (before: 0 on OpenCL, an error on CUDA)."""
+    from edge_infer.backends.cuda.ops import _act_params
+    from edge_infer.backends.opencl.ops import activation
+    from edge_infer.ir import Node
+    node = Node("FusedConv", ["x", "w"], ["y"], {"activation": act, "activation_params": params}, name="c")
+    code, p0, p1 = activation(node)
+    assert (code, p0, p1) == _act_params(node)
+    assert code == A.CODES[act] and (p0, p1) == pytest.approx(want)

@@ -73,6 +73,20 @@ def codes_for(names: Iterable[str]) -> Dict[str, int]:
     return {n: CODES[n] for n in names}
 
 
+def fused_params(node, supported: Dict[str, int]) -> Tuple[int, float, float]:
+    """(code, p0, p1) of a fused node's epilogue (attributes ``activation`` and
+    ``activation_params``): parameters the node leaves out take the table's defaults, the same
+    on every backend; an activation outside ``supported`` (the backend's name -> code map for
+    epilogues) is an ``UnsupportedOpError`` naming the node."""
+    from ..errors import UnsupportedOpError
+    name = str(node.attrs.get("activation", "") or "")
+    if name not in supported:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: epilogue activation {name!r} is not supported here")
+    given = [float(p) for p in node.attrs.get("activation_params", []) or []]
+    p = given + list(DEFAULTS.get(name, ()))[len(given):] + [0.0, 0.0]
+    return supported[name], p[0], p[1]
+
+
 def macro(name: str) -> str:
     """The macro suffix of a name: NONE for "", else the name upper-cased."""
     return "NONE" if name == "" else name.upper()

@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ops.activations import codes_for
+from ...ops.activations import codes_for, fused_params
 from ...ir.shape_rules_nn import channels_last, split_layout
 from ...ir.shape_rules_tensor import slice_bounds, slice_params, transpose_perm
 
@@ -38,6 +38,8 @@ i32, i64, f32 = np.int32, np.int64, np.float32
 ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "Gelu",
                  "GeluTanh", "Elu", "Softplus", "Softsign", "Mish", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal",
                  "Floor", "Ceil", "Erf", "Identity", "Selu", "Celu"))
+#: the activations a fused epilogue may carry
+EPILOGUE_ACT = {k: v for k, v in ACT.items() if k not in ("Exp", "Log")}
 #: binary codes (kernels/elementwise.cu BIN_*)
 BIN = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
 
@@ -68,15 +70,7 @@ def _opt(node: Node, i: int) -> str:
 
 
 def _act_params(node: Node) -> Tuple[int, float, float]:
-    name = str(node.attrs.get("activation", "") or "")
-    params = [float(p) for p in node.attrs.get("activation_params", []) or []]
-    if name not in ACT or name in ("Exp", "Log"):
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: fused activation {name!r} is not supported on CUDA")
-    need = {"Clip": 2, "LeakyRelu": 1, "HardSigmoid": 2}.get(name, 0)
-    if len(params) < need:
-        raise ShapeError(f"{node.op} {node.name!r}: activation {name} has params {params}")
-    p = params + [0.0, 0.0]
-    return ACT[name], p[0], p[1]
+    return fused_params(node, EPILOGUE_ACT)
 
 
 # -- strided copies (Transpose, Concat, Slice, Expand, Reshape, Identity) ------------------------

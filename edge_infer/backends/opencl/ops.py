@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ops.activations import codes_for
+from ...ops.activations import codes_for, fused_params
 from ...ops.conv import conv_geometry as checked_conv_geometry
 from ...ops.conv import window_geometry
 from ...ir.shape_rules_nn import channels_last, split_layout
@@ -26,6 +26,8 @@ ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRel
                  "GeluTanh", "Abs", "Neg", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Elu", "Softplus",
                  "Softsign", "Erf", "Identity", "Selu"))
 UNARY = [k for k in ACT if k and k not in ("GeluTanh",)]
+#: the activations a fused epilogue may carry
+EPILOGUE_ACT = {k: v for k, v in ACT.items() if k != "Identity"}
 BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
 #: element-wise kernels that read x[i] before writing y[i]: safe to run in place
 INPLACE = frozenset(set(UNARY) | set(BINARY) | {"Sum"})
@@ -90,11 +92,7 @@ def broadcast_meta(a_shape, b_shape, y_shape) -> List[int]:
 
 def activation(node: Node) -> Tuple[int, float, float]:
     """(code, p0, p1) of a fused node's ``activation`` attribute."""
-    name = str(node.attrs.get("activation", "") or "")
-    params = [float(p) for p in node.attrs.get("activation_params", []) or []]
-    if name not in ACT or name in ("Identity",):
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: epilogue activation {name!r} not supported")
-    return ACT[name], (params + [0.0, 0.0])[0], (params + [0.0, 0.0])[1]
+    return fused_params(node, EPILOGUE_ACT)
 
 
 def unary_params(node: Node, pc) -> Tuple[int, float, float]:
