@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import as_strided
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ops.activations import codes_for, fused_params
+from ...ops.elementwise import broadcast_plan
 from ...ir.shape_rules_nn import channels_last, split_layout
 from ...ir.shape_rules_tensor import slice_bounds, slice_params, transpose_perm
 
@@ -240,20 +241,12 @@ def clip(node: Node, ctx):
 
 
 def broadcast_meta(ctx, a_shape, b_shape, y_shape):
-    """(contiguous flag, meta array) of a broadcasting binary kernel."""
+    """(contiguous flag, meta array, rank) of a broadcasting binary kernel: the dims merged as
+    ``ops.elementwise.broadcast_plan`` merges them for every backend."""
     if tuple(a_shape) == tuple(y_shape) == tuple(b_shape):
-        return i32(1), ctx.meta([0])
-    rank = max(len(y_shape), 1)
-    dims = [1] * (rank - len(y_shape)) + list(y_shape)
-
-    def strides(shape):
-        shape = [1] * (rank - len(shape)) + list(shape)
-        st, acc = [0] * rank, 1
-        for d in range(rank - 1, -1, -1):
-            st[d] = 0 if shape[d] == 1 and dims[d] != 1 else acc
-            acc *= shape[d]
-        return st
-    return i32(0), ctx.meta(dims + strides(a_shape) + strides(b_shape))
+        return i32(1), ctx.meta([0]), i32(max(len(y_shape), 1))
+    dims, sa, sb = broadcast_plan(a_shape, b_shape, y_shape)
+    return i32(0), ctx.meta(dims + sa + sb), i32(len(dims))
 
 
 @launcher("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Sum")
@@ -280,9 +273,8 @@ def _binary_step(ctx, a, b, y, code: int):
     n = int(np.prod(y.shape, dtype=np.int64))
     if np.broadcast_shapes(tuple(a.shape), tuple(b.shape)) != tuple(y.shape):
         raise ShapeError(f"binary: {a.shape} and {b.shape} do not broadcast to {y.shape}")
-    contiguous, meta = broadcast_meta(ctx, a.shape, b.shape, y.shape)
-    return [ctx.launch("binary_f32", grid_1d(n), (BLOCK,),
-                       (a, b, y, i64(n), i32(code), i32(max(len(y.shape), 1)), meta, contiguous))]
+    contiguous, meta, rank = broadcast_meta(ctx, a.shape, b.shape, y.shape)
+    return [ctx.launch("binary_f32", grid_1d(n), (BLOCK,), (a, b, y, i64(n), i32(code), rank, meta, contiguous))]
 
 
 @launcher("BatchNormalization")

@@ -277,10 +277,10 @@ def int8_binary(node: Node, ctx):
         op = 0
         (q1, sh1), (q2, sh2), (qy, shy) = add_params(s1, s2, s_y, node.op == "Sub")
     n = int(np.prod(y.shape, dtype=np.int64))
-    contiguous, meta = broadcast_meta(ctx, a.shape, b.shape, y.shape)
+    contiguous, meta, rank = broadcast_meta(ctx, a.shape, b.shape, y.shape)
     ctx.note(node, f"int8 {node.op} (TFLite integer arithmetic)")
     return [ctx.launch("binary_s8", grid_1d(n), (BLOCK,),
-                       (a, b, y, i64(n), i32(op), i32(max(len(y.shape), 1)), meta, contiguous, i32(zp1), i32(q1),
+                       (a, b, y, i64(n), i32(op), rank, meta, contiguous, i32(zp1), i32(q1),
                         i32(sh1), i32(zp2), i32(q2), i32(sh2), i32(zp_y), i32(qy), i32(shy)))]
 
 

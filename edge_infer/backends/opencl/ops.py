@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ops.activations import codes_for, fused_params
+from ...ops.elementwise import broadcast_plan
 from ...ops.conv import conv_geometry as checked_conv_geometry
 from ...ops.conv import window_geometry
 from ...ir.shape_rules_nn import channels_last, split_layout
@@ -70,21 +71,7 @@ def broadcast_meta(a_shape, b_shape, y_shape) -> List[int]:
     operands already have y's shape."""
     if tuple(a_shape) == tuple(y_shape) and tuple(b_shape) == tuple(y_shape):
         return [0]
-    nd = len(y_shape)
-    dims, sa, sb = [], [], []
-    for shape, out in ((a_shape, sa), (b_shape, sb)):
-        full = (1,) * (nd - len(shape)) + tuple(shape)
-        st = strides_of(full)
-        out.extend(0 if full[i] == 1 and y_shape[i] != 1 else st[i] for i in range(nd))
-    dims = list(y_shape)
-    # merge dim i into i-1 where both operands are contiguous across the boundary
-    md, ma, mb = [dims[0]] if nd else [], [sa[0]] if nd else [], [sb[0]] if nd else []
-    for i in range(1, nd):
-        if ma[-1] == sa[i] * dims[i] and mb[-1] == sb[i] * dims[i]:
-            md[-1] *= dims[i]
-            ma[-1], mb[-1] = sa[i], sb[i]
-        else:
-            md.append(dims[i]); ma.append(sa[i]); mb.append(sb[i])
+    md, ma, mb = broadcast_plan(a_shape, b_shape, y_shape)
     if len(md) > MAXD:
         raise UnsupportedOpError(f"broadcast over {len(md)} dims (at most {MAXD})")
     return [len(md)] + md + ma + mb
