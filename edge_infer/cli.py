@@ -314,9 +314,10 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     steps = getattr(ex, "steps", None) or []       # a staged plan (run-time shapes) has none up front
     slow = [n.op for n, st in zip(ex.nodes, steps) if getattr(st, "native_step", None) is None]
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
-            **plan, "workspace_bytes": int(ex.workspace_bytes), "memory_limit": memory_limit,
+            **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(getattr(ex, "scratch_bytes", None) or {}),
+            "memory_limit": memory_limit,
             "steps": len(steps), "native_steps": len(steps) - len(slow), "numpy_steps": sorted(set(slow)),
-            "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t},
+            "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t or "to fit the memory budget" in t},
             # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
             "data_dependent": data_dependent_tensors(ex.graph)}
 
@@ -388,6 +389,9 @@ def cmd_inspect(args) -> int:
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
         print(f"  kernels: {m['native_steps']} of {m['steps']} steps native"
               + (f" (numpy: {', '.join(m['numpy_steps'])})" if m["numpy_steps"] else ""))
+        roles = ", ".join(f"{k} {v:,} B" for k, v in m.get("scratch_bytes", {}).items() if v)
+        print(f"    scratch: {len(m.get('scratch_in_arena', {}))} kernel(s) in arena bytes free during their step"
+              + (f"; shared by role: {roles}" if roles else ""))
         for name, note in m.get("tiled", {}).items():
             print(f"    tiled to fit: {name}: {note}")
         if m.get("data_dependent"):

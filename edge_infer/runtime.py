@@ -70,6 +70,14 @@ def _limit_blas_threads(n: int) -> None:
     _blas_limiter = threadpool_limits(limits=n, user_api="blas")
 
 
+def _scratch_stats(ex) -> dict:
+    """A plan's scratch: {role: bytes} of the buffers shared by role (in its workspace) and
+    how many kernels' scratch lies in arena bytes free during their step."""
+    plan = ex.arena_plan
+    return {"scratch_bytes": dict(getattr(ex, "scratch_bytes", None) or {}),     # a staged plan has none
+            "scratch_in_arena": len(getattr(plan, "scratch_offsets", None) or ()) if plan is not None else 0}
+
+
 class Runtime:
     """Runs a converted model.
 
@@ -292,7 +300,8 @@ class Runtime:
                     plan = ex.arena_plan
                     plans.append({"input_shapes": [list(s) for s in key], "slot": k,
                                   "arena_bytes": plan.size if plan is not None else None,
-                                  "workspace_bytes": int(ex.workspace_bytes), **_staged_stats(ex)})
+                                  "workspace_bytes": int(ex.workspace_bytes), **_scratch_stats(ex),
+                                  **_staged_stats(ex)})
             held = self._slots.held_bytes()
         else:
             for key, pool in list(self._plans.items()):
@@ -301,7 +310,7 @@ class Runtime:
                 plans.append({"input_shapes": [list(s) for s in key], "executables": pool.size,
                               "arena_bytes": plan.size if plan is not None else None,
                               "workspace_bytes": int(ex.workspace_bytes) if ex is not None else None,
-                              **_staged_stats(ex)})
+                              **(_scratch_stats(ex) if ex is not None else {}), **_staged_stats(ex)})
             held = sum(((p["arena_bytes"] or 0) + (p["workspace_bytes"] or 0)) * p["executables"] for p in plans)
         return {"memory_limit": self.memory_limit, "memory_limit_source": self.memory_limit_source,
                 "dynamic": self.dynamic, "plans": plans, "held_bytes": held,

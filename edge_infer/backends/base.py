@@ -29,12 +29,15 @@ class Executable:
     read of a plan is declared here, so no caller probes for it: ``arena_plan`` is the
     activation arena's plan (``memory.arena.ArenaPlan``) where the backend sizes its memory up
     front, else None (LiteRT, which allocates inside its own interpreter); ``workspace_bytes``
-    is the scratch outside the arena; ``notes`` maps a node name to the algorithm chosen."""
+    is the scratch outside the arena (``scratch_bytes``: its buffers shared by role); ``notes`` maps a node name to the algorithm chosen."""
 
     #: the nodes that run, in order
     nodes: List[Node]
     arena_plan: Optional["ArenaPlan"] = None
     workspace_bytes: int = 0
+    #: {role: bytes} of the scratch buffers shared by role (``memory/scratch.py``), part of
+    #: ``workspace_bytes``; scratch placed in the arena is ``arena_plan.scratch_offsets``
+    scratch_bytes: Dict[str, int] = {}
     notes: Dict[str, str] = {}
 
     def run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:

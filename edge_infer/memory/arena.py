@@ -41,10 +41,15 @@ class ArenaPlan:
     lower_bound: int = 0
     #: gives the arena's memory back (set when it came from the dynamic pool)
     release: Optional[Callable[[], None]] = None
+    #: the uint8 array the plan was laid out in (set by the backend that allocates it)
+    arena: Optional[np.ndarray] = None
+    #: scratch placed inside the arena, {"role@node": offset} (``ArenaHoles``)
+    scratch_offsets: Dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict:
         return {"arena_bytes": self.size, "naive_bytes": self.naive, "lower_bound_bytes": self.lower_bound,
                 "tensors": len(self.offsets), "in_place": len(self.aliases),
+                "scratch_in_arena": dict(self.scratch_offsets),
                 "vs_lower_bound": round(self.size / self.lower_bound, 3) if self.lower_bound else 1.0}
 
 
@@ -155,6 +160,44 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     return ArenaPlan(size=size, offsets={n: block_off[root(n)] for n in names}, nbytes=nbytes,
                      lifetimes=life, aliases=aliases, naive=sum(_align(b) for b in nbytes.values()),
                      lower_bound=lower)
+
+
+class ArenaHoles:
+    """Bytes of a planned arena that no tensor uses during a step: where the scratch of the
+    kernel running at that step goes first (``memory/scratch.py``), so per-step scratch
+    shares the bytes of dead activations and costs nothing beyond the arena."""
+
+    def __init__(self, plan: ArenaPlan):
+        self.plan = plan
+        self._live: Dict[int, List[Tuple[int, int]]] = {}
+        #: per step: the (offset, size) blocks handed out for it
+        self.taken: Dict[int, List[Tuple[int, int]]] = {}
+
+    def _busy(self, step: int) -> List[Tuple[int, int]]:
+        if step not in self._live:
+            p = self.plan
+            self._live[step] = [(p.offsets[n], _align(p.nbytes[n])) for n, (f, l) in p.lifetimes.items()
+                                if f <= step <= l and n in p.offsets]
+        return self._live[step]
+
+    def take(self, step: int, nbytes: int, keep: bool = True) -> Optional[int]:
+        """The lowest offset of ``nbytes`` free during ``step`` (then taken, unless not
+        ``keep``), or None."""
+        size = _align(max(nbytes, 1))
+        off = 0
+        for o, s in sorted(self._busy(step) + self.taken.get(step, [])):
+            if off + size <= o:
+                break
+            off = max(off, o + s)
+        if off + size > self.plan.size:
+            return None
+        if keep:
+            self.taken.setdefault(step, []).append((off, size))
+        return off
+
+    def release(self, step: int) -> None:
+        """Give back what ``step`` took (its kernel is prepared again)."""
+        self.taken.pop(step, None)
 
 
 def arena_views(graph: Graph, plan: ArenaPlan, arena: np.ndarray) -> Dict[str, np.ndarray]:

@@ -23,7 +23,20 @@ for _family in (conv, pool, gemm, elementwise, norm, tensor, quantize, reduce, r
 _ERRORS = {"load": ArtifactError, "convert": ConversionError}
 
 __all__ = ["SCHEMAS", "ValidationError", "ResourceLimitError", "validate_node", "validate_graph",
-           "validate_meta", "default_limit"]
+           "validate_meta", "default_limit", "supported", "int8_ok"]
+
+
+def supported(op: str) -> bool:
+    """Whether edge_infer runs ``op``: it has a schema here (and so, ``tests/test_validate.py``
+    checks, a kernel on the reference CPU backend). What the frontends ask, rather than a
+    backend's kernel table."""
+    return op in SCHEMAS
+
+
+def int8_ok(node: Node, graph: Graph) -> Optional[str]:
+    """None when an int8 kernel can run ``node``, else why not (``ops/int8.py``)."""
+    from .int8 import int8_ok as ok
+    return ok(node, graph)
 
 
 def validate_node(node: Node, graph: Graph) -> None:

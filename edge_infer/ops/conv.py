@@ -1,7 +1,14 @@
-"""Conv, ConvTranspose and FusedConv (dense and sparse weights): schemas and geometry checks."""
+"""Conv, ConvTranspose and FusedConv (dense and sparse weights): schemas, geometry checks, and
+the one checked geometry object the conv and pool kernels of every backend take (``ConvGeometry``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence, Tuple
+
+from ..errors import ShapeError
 from ..ir.graph import Graph, Node
+from ..ir.padding import resolve_pads
+from ..ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
 from .schema import FLOATS, INT, INTS, STR, fail, known, op, shape
 
 AUTO_PAD = STR("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -93,3 +100,77 @@ SCHEMAS = {
     "ConvTranspose": op((2, 3), check=_check_conv, **_WINDOW, output_padding=INTS(0, MAX_WINDOW),
                         output_shape=INTS(0)),
 }
+
+
+# -- the one checked conv / window geometry ---------------------------------------------------
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The checked window geometry of a Conv or pool node, from which every backend derives its
+    kernel arguments: layout, batch, input and output channels, group, kernel, strides,
+    dilations, pads (the begin of each spatial dim, then the ends) and spatial sizes."""
+    last: bool
+    n: int
+    c: int
+    m: int
+    group: int
+    kernel: Tuple[int, ...]
+    strides: Tuple[int, ...]
+    dilations: Tuple[int, ...]
+    pads: Tuple[int, ...]
+    in_sp: Tuple[int, ...]
+    out_sp: Tuple[int, ...]
+
+    @property
+    def nsp(self) -> int:
+        return len(self.kernel)
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.group
+
+    @property
+    def mg(self) -> int:
+        return self.m // self.group
+
+    def planar(self) -> "ConvGeometry":
+        """A 1-D window as a 2-D one of height 1 (2-D ones unchanged)."""
+        if self.nsp != 1:
+            return self
+        return replace(self, kernel=(1,) + self.kernel, strides=(1,) + self.strides,
+                       dilations=(1,) + self.dilations, pads=(0, self.pads[0], 0, self.pads[1]),
+                       in_sp=(1,) + self.in_sp, out_sp=(1,) + self.out_sp)
+
+
+def window_geometry(node: Node, x_shape, y_shape, kernel: Sequence[int], m: Optional[int] = None,
+                    group: int = 1, ceil_mode: bool = False, last: Optional[bool] = None) -> ConvGeometry:
+    """The geometry of a window op (a pool: ``m`` None, the output has the input's channels)
+    over ``x_shape``, checked against the planned ``y_shape``."""
+    last = channels_last(node) if last is None else last
+    n, c, insp = split_layout(tuple(x_shape), last)
+    nsp = len(x_shape) - 2
+    wa = window_attrs(node, nsp, list(kernel))
+    pads, osp = resolve_pads(list(insp), list(kernel), wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"],
+                             wa["ceil_mode"] if ceil_mode else False)
+    m = int(c if m is None else m)
+    want = join_layout(n, m, osp, last)
+    if tuple(y_shape) != tuple(want):
+        raise ShapeError(f"{node.op} {node.name!r}: planned output {tuple(y_shape)} != computed {tuple(want)}"
+                         f"{' (NHWC)' if last else ''}")
+    ints = lambda v: tuple(int(i) for i in v)  # noqa: E731
+    return ConvGeometry(bool(last), int(n), int(c), m, int(group), ints(kernel), ints(wa["strides"]),
+                        ints(wa["dilations"]), ints(pads), ints(insp), ints(osp))
+
+
+def conv_geometry(node: Node, x_shape, w_shape, y_shape, last: Optional[bool] = None) -> ConvGeometry:
+    """The geometry of a Conv / FusedConv: weights (M, C / group, *kernel) against the input,
+    the group and the planned output."""
+    group = int(node.attrs.get("group", 1))
+    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w_shape[2:])]
+    if list(w_shape[2:]) != kernel:
+        raise ShapeError(f"{node.op} {node.name!r}: kernel_shape {kernel} != weight shape {tuple(w_shape)}")
+    m, cg = int(w_shape[0]), int(w_shape[1])
+    c = split_layout(tuple(x_shape), channels_last(node) if last is None else last)[1]
+    if group < 1 or c != cg * group or m % group:
+        raise ShapeError(f"{node.op} {node.name!r}: X {tuple(x_shape)}, W {tuple(w_shape)}, group {group} disagree")
+    return window_geometry(node, x_shape, y_shape, kernel, m=m, group=group, last=last)

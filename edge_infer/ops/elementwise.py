@@ -1,6 +1,8 @@
 """Element-wise ops: unary math and activations, binary and variadic ops, Softmax."""
 from __future__ import annotations
 
+from typing import List, Sequence, Tuple
+
 from ..ir.graph import Graph, Node
 from .schema import BOOL, FLOAT, INT, STR, UNBOUNDED, check_axis, op, rank
 
@@ -40,3 +42,37 @@ SCHEMAS.update({
     "Softmax": op(check=_check_softmax, axis=INT()),
     "LogSoftmax": op(check=_check_softmax, axis=INT()),
 })
+
+
+# -- broadcasting, as every backend's binary kernels index it ------------------------------------
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> List[int]:
+    """Element strides of a contiguous array of ``shape`` read broadcast to ``out_shape``
+    (0 along the dims it is broadcast over)."""
+    full = [1] * (len(out_shape) - len(shape)) + list(shape)
+    strides, acc = [0] * len(full), 1
+    for k in range(len(full) - 1, -1, -1):
+        strides[k] = acc if full[k] != 1 else 0
+        acc *= full[k]
+    return strides
+
+
+def collapse_dims(shape: Sequence[int], *strides: Sequence[int]) -> Tuple[List[int], List[List[int]]]:
+    """Drop size-1 dims and merge neighbours that are contiguous in every stride list."""
+    dims = [(d, [s[k] for s in strides]) for k, d in enumerate(shape) if d != 1]
+    out: List[Tuple[int, List[int]]] = []
+    for d, st in dims:
+        if out and all(ps == s * d for ps, s in zip(out[-1][1], st)):
+            out[-1] = (out[-1][0] * d, st)
+        else:
+            out.append((d, st))
+    return [d for d, _ in out], [[st[k] for _, st in out] for k in range(len(strides))]
+
+
+def broadcast_plan(a_shape, b_shape, y_shape) -> Tuple[List[int], List[int], List[int]]:
+    """(dims, a strides, b strides) of ``y = a op b`` with numpy broadcasting, dims merged as far
+    as both operands allow (at least one dim): the loop every backend's binary kernel runs."""
+    dims, (sa, sb) = collapse_dims(y_shape, broadcast_strides(a_shape, y_shape), broadcast_strides(b_shape, y_shape))
+    if not dims:
+        return [1], [0], [0]
+    return dims, sa, sb

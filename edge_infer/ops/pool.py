@@ -1,6 +1,8 @@
 """MaxPool, AveragePool, the global pools and LRN: schemas and window checks."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir.graph import Graph, Node
 from .conv import AUTO_PAD, LAYOUT, MAX_WINDOW, window_lengths
 from .schema import BOOL, FLOAT, INT, INTS, fail, op, rank
@@ -32,3 +34,9 @@ SCHEMAS = {
                     pads=INTS(0, MAX_WINDOW)),
     "LRN": op(size=INT(1, MAX_WINDOW), alpha=FLOAT(), beta=FLOAT(), bias=FLOAT()),
 }
+
+
+def window_counts(size: int, out: int, k: int, s: int, d: int, lo: int, hi: int) -> np.ndarray:
+    """Per output position: how many of the k taps (in padded coordinates) fall in [lo, hi)."""
+    pos = np.arange(out)[:, None] * s + np.arange(k)[None, :] * d
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)

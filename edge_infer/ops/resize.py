@@ -1,9 +1,13 @@
 """Resize and Upsample: modes and positive finite scales."""
 from __future__ import annotations
 
+import math
+from typing import Optional, Tuple
+
 import numpy as np
 
 from ..ir.graph import Graph, Node
+from ..errors import UnsupportedOpError
 from .schema import BOOL, FLOAT, FLOATS, INTS, STR, const, fail, op
 
 
@@ -32,3 +36,119 @@ SCHEMAS = {
                  data_layout=STR("NCHW", "NHWC")),
     "Upsample": op((1, 2), check=_check_resize, mode=_MODE, scales=FLOATS()),
 }
+
+
+# -- coordinate math shared by every backend's Resize ----------------------------------------
+
+def source_coords(ctm: str, out_len: int, in_len: int, scale: float,
+                   roi: Optional[Tuple[float, float]]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """Input coordinate of every output index along one axis (ONNX
+    coordinate_transformation_mode), and the out-of-range mask for
+    tf_crop_and_resize (else None).
+
+    Computed in float32 as onnxruntime does, so that coordinates which land
+    exactly on a rounding tie (nearest mode) resolve the same way it does.
+    """
+    f = np.float32
+    o = np.arange(out_len, dtype=f)
+    s = f(scale)
+    half = f(0.5)
+    if ctm == "half_pixel":
+        xo = (o + half) / s - half
+    elif ctm == "pytorch_half_pixel":
+        # the spec (and onnxruntime) map a length-1 output to 0
+        xo = (o + half) / s - half if out_len > 1 else np.zeros(out_len, f)
+    elif ctm == "align_corners":
+        xo = o * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(out_len, f)
+    elif ctm == "asymmetric":
+        xo = o / s
+    elif ctm == "tf_half_pixel_for_nn":          # opset 11-12 only, kept for old TF exports
+        xo = (o + half) / s
+    elif ctm == "half_pixel_symmetric":
+        adjustment = f(out_len) / (s * f(in_len))
+        offset = f(in_len) / f(2) * (f(1) - adjustment)
+        xo = offset + (o + half) / s - half
+    elif ctm == "tf_crop_and_resize":
+        start, end = f(roi[0]), f(roi[1])
+        if out_len > 1:
+            xo = start * f(in_len - 1) + o * (end - start) * f(in_len - 1) / f(out_len - 1)
+        else:
+            xo = np.full(out_len, half * (start + end) * f(in_len - 1), f)
+        return xo.astype(np.float64), (xo < 0) | (xo > in_len - 1)
+    else:
+        raise UnsupportedOpError(f"Resize: coordinate_transformation_mode {ctm!r} is not supported")
+    return xo.astype(np.float64), None
+
+
+def nearest_index(xo: np.ndarray, mode: str, scale: float, in_len: int) -> np.ndarray:
+    if mode == "round_prefer_floor":
+        idx = np.where(xo - np.floor(xo) <= 0.5, np.floor(xo), np.ceil(xo))
+    elif mode == "round_prefer_ceil":
+        idx = np.where(xo - np.floor(xo) < 0.5, np.floor(xo), np.ceil(xo))
+    elif mode == "floor":
+        idx = np.floor(xo)
+    elif mode == "ceil":
+        idx = np.ceil(xo)
+    elif mode == "simple":
+        # Upsample / Resize-10 (as onnxruntime): truncate, or ceil when downsampling
+        idx = np.ceil(xo) if scale < 1 else np.trunc(xo)
+    else:
+        raise UnsupportedOpError(f"Resize: nearest_mode {mode!r} is not supported")
+    return np.clip(idx, 0, in_len - 1).astype(np.intp)
+
+
+def cubic(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys cubic convolution kernel at distances ``t``."""
+    t = np.abs(t)
+    t2, t3 = t * t, t * t * t
+    return np.where(t <= 1, (a + 2) * t3 - (a + 3) * t2 + 1,
+                    np.where(t < 2, a * t3 - 5 * a * t2 + 8 * a * t - 4 * a, 0.0))
+
+
+def taps(xo: np.ndarray, mode: str, scale: float, in_len: int, antialias: bool,
+          cubic_a: float, exclude_outside: bool) -> Tuple[np.ndarray, np.ndarray]:
+    """(indices, weights), each (out_len, taps), of a linear/cubic filter along one axis.
+
+    The tap window is anchored at the input pixel at or left of the coordinate
+    (ratio in (0, 1], as the ONNX reference); antialiasing widens the filter by
+    1/scale when downsampling. Indices are clamped to the edge (edge padding).
+    """
+    s = min(scale, 1.0) if antialias else 1.0
+    left = np.floor(xo)
+    left = np.where(xo == left, left - 1, left)
+    ratio = xo - left                                   # in (0, 1]
+    if mode == "linear":
+        start = int(math.floor(-1 / s) + 1)
+    else:
+        start = int(math.floor(-2 / s) + 1)
+    offs = np.arange(start, 2 - start)        # 2 (linear) or 4 (cubic) taps, more with antialias
+    dist = (offs[None, :] - ratio[:, None]) * s
+    if mode == "linear":
+        w = np.clip(1 - np.abs(dist), 0, 1)
+    else:
+        w = cubic(dist, cubic_a)
+    if antialias:
+        w = w / w.sum(axis=1, keepdims=True)
+    idx = left[:, None].astype(np.int64) + offs[None, :]
+    if exclude_outside:
+        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
+        tot = w.sum(axis=1, keepdims=True)
+        w = w / np.where(tot == 0, 1.0, tot)
+    return np.clip(idx, 0, in_len - 1).astype(np.intp), w
+
+
+#: ONNX coordinate_transformation_mode -> (align_corners, half_pixel_centers) of TFLite's kernel
+BILINEAR_MODES = {"half_pixel": (False, True), "pytorch_half_pixel": (False, True),
+                  "align_corners": (True, False), "asymmetric": (False, False)}
+
+
+def resize_axes(x_shape, y_shape):
+    """(nhwc, (H axis, W axis)) of a 4-D resize that changes only two spatial axes, else None."""
+    if len(x_shape) != 4:
+        return None
+    changed = {a for a in range(4) if x_shape[a] != y_shape[a]}
+    if changed <= {2, 3}:
+        return False, (2, 3)
+    if changed <= {1, 2}:
+        return True, (1, 2)
+    return None

@@ -12,9 +12,10 @@ from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node, Tensor
 from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
-from ...memory.arena import ArenaPlan, arena_views, plan_arena
+from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
 from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_pages
+from ...memory.scratch import ScratchRoles, typed_view
 from .registry import KERNELS
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
@@ -25,7 +26,8 @@ class PrepareContext:
     """What a kernel's prepare step may see and ask for."""
 
     def __init__(self, graph: Graph, buffers: Dict[str, np.ndarray], threads: int = 1,
-                 budget: Optional[int] = None, tile_cap: float = math.inf):
+                 budget: Optional[int] = None, tile_cap: float = math.inf,
+                 arena_plan: Optional[ArenaPlan] = None):
         self.graph = graph
         self.buffers = buffers
         self.threads = threads
@@ -39,6 +41,14 @@ class PrepareContext:
         self.tiled_bytes = 0
         #: a workspace went over the budget: this plan is only counted, never run
         self.over_budget = False
+        #: scratch shared by role (``scratch``): one buffer per role, its largest request
+        #: (``arena_plan``: the buffers' arena, whose bytes free during a step take scratch first)
+        holes = ArenaHoles(arena_plan) if arena_plan is not None and arena_plan.arena is not None else None
+        self.roles = ScratchRoles(self._alloc, self._grown, holes, arena_plan.arena if holes else None)
+        #: index of the node being prepared (None: outside a plan's preparation)
+        self.node_index: Optional[int] = None
+        #: per node index: (workspace bytes, tileable bytes) it took outside the roles
+        self.node_bytes: Dict[int, List[int]] = {}
 
     @property
     def workspace_budget(self) -> float:
@@ -72,12 +82,54 @@ class PrepareContext:
         budget, a placeholder is returned and the plan is only measured."""
         dt = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        self.workspace_bytes += nbytes
-        self.tiled_bytes += nbytes if tileable else 0
+        self._grown(nbytes, tileable)
+        if self.node_index is not None:
+            own = self.node_bytes.setdefault(self.node_index, [0, 0])
+            own[0] += nbytes
+            own[1] += nbytes if tileable else 0
         if self.budget is not None and self.workspace_bytes > self.budget:
             self.over_budget = True
             return placeholder(shape, dt)
         return np.empty(shape, dt)
+
+    def scratch(self, role: str, shape, dtype="float32", tileable: bool = False) -> np.ndarray:
+        """Scratch for ``role``, shared by every kernel of the plan that asks for that role
+        (``memory/scratch.py``): the kernel rewrites it fully in every run before reading it,
+        and two buffers it uses at the same time have two roles. The plan holds one buffer
+        per role, of its largest request. ``tileable``: the size came from
+        ``workspace_budget`` (smaller tiles would shrink it). Over the budget: a placeholder."""
+        dt = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        buf = self.roles.request(role, nbytes, self.node_index, tileable)
+        return typed_view(buf, shape, dt)
+
+    def scratch_fits(self, role: str, nbytes: int) -> bool:
+        """Whether ``scratch(role, ...)`` of ``nbytes`` would fit: bytes of the arena free
+        during this step, the role's buffer as it is, or what ``workspace_budget`` leaves."""
+        return self.roles.fits(role, nbytes, self.node_index, self.workspace_budget)
+
+    def scratch_held(self, role: str) -> int:
+        """Bytes the plan's ``role`` scratch holds so far (0: none yet)."""
+        return self.roles.held(role)
+
+    def _grown(self, nbytes: int, tileable: bool) -> None:
+        self.workspace_bytes += nbytes
+        self.tiled_bytes += nbytes if tileable else 0
+
+    def _alloc(self, nbytes: int, tileable: bool) -> np.ndarray:
+        if self.budget is not None and self.workspace_bytes > self.budget:
+            self.over_budget = True
+            return placeholder((nbytes,), np.uint8)
+        return aligned_empty(nbytes)
+
+    def begin_node(self, index: int) -> None:
+        """``nodes[index]`` is prepared (again): what it took before is given back."""
+        self.node_index = index
+        own = self.node_bytes.pop(index, None)
+        if own is not None:
+            self.workspace_bytes -= own[0]
+            self.tiled_bytes -= own[1]
+        self.roles.forget(index)
 
     def note(self, node: Node, text: str) -> None:
         """Record the algorithm a kernel chose for ``node`` (shown by inspect)."""
@@ -113,6 +165,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         arena = aligned_empty(max(plan.size, 1))
     else:
         arena, plan.release = arena_alloc(max(plan.size, 1))
+    plan.arena = arena
     return arena_views(graph, plan, arena), plan
 
 
@@ -175,8 +228,31 @@ def _with_nodes(graph: Graph, nodes: List[Node]) -> Graph:
     return g
 
 
+def _prepare_at(ctx: PrepareContext, nodes: List[Node], k: int) -> Callable[[], None]:
+    ctx.begin_node(k)
+    step = prepare_node(nodes[k], ctx)
+    # packing read these weights once: out of the RSS (runs map back what they read)
+    drop_pages([ctx.const(i) for i in nodes[k].inputs if i])
+    return step
+
+
+def _settle(ctx: PrepareContext, nodes: List[Node], steps: List[Callable[[], None]]) -> None:
+    """Prepare again the nodes holding views of a scratch buffer that was replaced (a role
+    outgrew it). Requests are deterministic, so one round settles
+    it; the bound guards a kernel that would ask for more each time."""
+    for _ in range(4):
+        if not ctx.roles.stale:
+            break
+        again, ctx.roles.stale = sorted(ctx.roles.stale), set()
+        ctx.roles.repeats += len(again)
+        for k in again:
+            steps[k] = _prepare_at(ctx, nodes, k)
+    ctx.node_index = None
+
+
 def prepare_within(graph: Graph, nodes: List[Node], buffers, threads: int, budget: Optional[int],
-                   arena_bytes: int = 0) -> Tuple[PrepareContext, List[Callable[[], None]]]:
+                   arena_bytes: int = 0, arena_plan: Optional[ArenaPlan] = None
+                   ) -> Tuple[PrepareContext, List[Callable[[], None]]]:
     """Prepare every node so that all workspaces fit ``budget`` bytes.
 
     First with no cap on tiles; if that goes over, again with the tileable scratch capped
@@ -185,13 +261,10 @@ def prepare_within(graph: Graph, nodes: List[Node], buffers, threads: int, budge
     the last attempt's count is the least the plan needs."""
     cap = math.inf
     for attempt in range(3):
-        ctx = PrepareContext(graph, buffers, threads, budget, cap)
+        ctx = PrepareContext(graph, buffers, threads, budget, cap, arena_plan)
         try:
-            steps = []
-            for n in nodes:
-                steps.append(prepare_node(n, ctx))
-                # packing read these weights once: out of the RSS (runs map back what they read)
-                drop_pages([ctx.const(i) for i in n.inputs if i])
+            steps = [_prepare_at(ctx, nodes, k) for k in range(len(nodes))]
+            _settle(ctx, nodes, steps)
         except Exception:
             if not ctx.over_budget:
                 raise
@@ -216,7 +289,7 @@ class CpuExecutable(Executable):
         budget = None if memory_limit is None else memory_limit - self.arena_plan.size
         try:
             ctx, self.steps = prepare_within(graph, self.nodes, self.buffers, threads, budget,
-                                             self.arena_plan.size)
+                                             self.arena_plan.size, self.arena_plan)
         except BaseException:
             if self.arena_plan.release is not None:
                 self.arena_plan.release()
@@ -227,6 +300,13 @@ class CpuExecutable(Executable):
         self.run_steps = group_native(self.steps)
         self.notes = ctx.notes
         self.workspace_bytes = ctx.workspace_bytes
+        #: {role: bytes} of the scratch buffers shared by role (in ``workspace_bytes``); the
+        #: scratch placed in the arena: ``arena_plan.scratch_offsets``
+        self.scratch_bytes = ctx.roles.sizes()
+        self.arena_plan.scratch_offsets = {f"{role}@{self.nodes[k].name}": off for (role, k), (off, _)
+                                           in ctx.roles.arena_blocks().items()}
+        #: node preparations repeated because a role grew after they were prepared
+        self.scratch_repeats = ctx.roles.repeats
         self._in = [(name, self.buffers[name]) for name in graph.inputs if name in self.buffers]
         self._out = [(name, self.buffers.get(name, graph.tensors[name].data)) for name in graph.outputs]
 

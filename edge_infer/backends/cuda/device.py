@@ -79,6 +79,8 @@ def module_source(source: str) -> str:
         code = f.read()
     with open(os.path.join(KERNEL_DIR, "common.cuh")) as f:
         header = f.read().replace("#pragma once", "")
+    with open(os.path.join(KERNEL_DIR, "activations.cuh")) as f:
+        header = header.replace('#include "activations.cuh"', f.read(), 1)
     if '#include "common.cuh"' not in code:
         raise BackendError(f"{source} does not include common.cuh")
     return code.replace('#include "common.cuh"', header, 1)

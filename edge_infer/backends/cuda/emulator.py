@@ -152,7 +152,7 @@ def build_library() -> str:
     text = _source_text()
     extra = os.environ.get("EDGE_INFER_EMU_CFLAGS", "").split()     # e.g. -fsanitize=address
     h = hashlib.sha256((text + " ".join(extra)).encode())
-    for p in cu_sources() + [os.path.join(KERNEL_DIR, f) for f in ("common.cuh", "host_shim.h")]:
+    for p in cu_sources() + [os.path.join(KERNEL_DIR, f) for f in ("common.cuh", "activations.cuh", "host_shim.h")]:
         h.update(open(p, "rb").read())
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                          "edge_infer", "cuda_emulator")

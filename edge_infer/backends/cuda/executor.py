@@ -28,7 +28,7 @@ from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node
 from ...memory.arena import plan_arena
 from ..base import Executable
-from ..cpu.kernels.int8_common import is_int8_node
+from ...ops.qmath import is_int8_node
 from .ops import INT8_LAUNCHERS, LAUNCHERS, UNARY_OPS, fake
 from .signatures import check_args
 

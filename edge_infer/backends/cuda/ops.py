@@ -21,6 +21,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...ops.activations import codes_for, fused_params
+from ...ops.elementwise import broadcast_plan
 from ...ir.shape_rules_nn import channels_last, split_layout
 from ...ir.shape_rules_tensor import slice_bounds, slice_params, transpose_perm
 
@@ -33,11 +35,12 @@ MAX_BLOCKS = 65535
 
 i32, i64, f32 = np.int32, np.int64, np.float32
 
-#: activation / unary codes (kernels/common.cuh ACT_*)
-ACT = {"": 0, "Relu": 1, "Clip": 2, "Sigmoid": 3, "Tanh": 4, "HardSigmoid": 5, "LeakyRelu": 6,
-       "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Elu": 11, "Softplus": 12, "Softsign": 13,
-       "Mish": 14, "Exp": 15, "Log": 16, "Abs": 17, "Neg": 18, "Sqrt": 19, "Reciprocal": 20, "Floor": 21,
-       "Ceil": 22, "Erf": 23, "Identity": 24, "Selu": 25, "Celu": 26}
+#: activation / unary codes (the one table, ops/activations.py) of the ones kernels/common.cuh runs
+ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "Gelu",
+                 "GeluTanh", "Elu", "Softplus", "Softsign", "Mish", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal",
+                 "Floor", "Ceil", "Erf", "Identity", "Selu", "Celu"))
+#: the activations a fused epilogue may carry
+EPILOGUE_ACT = {k: v for k, v in ACT.items() if k not in ("Exp", "Log")}
 #: binary codes (kernels/elementwise.cu BIN_*)
 BIN = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
 
@@ -68,15 +71,7 @@ def _opt(node: Node, i: int) -> str:
 
 
 def _act_params(node: Node) -> Tuple[int, float, float]:
-    name = str(node.attrs.get("activation", "") or "")
-    params = [float(p) for p in node.attrs.get("activation_params", []) or []]
-    if name not in ACT or name in ("Exp", "Log"):
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: fused activation {name!r} is not supported on CUDA")
-    need = {"Clip": 2, "LeakyRelu": 1, "HardSigmoid": 2}.get(name, 0)
-    if len(params) < need:
-        raise ShapeError(f"{node.op} {node.name!r}: activation {name} has params {params}")
-    p = params + [0.0, 0.0]
-    return ACT[name], p[0], p[1]
+    return fused_params(node, EPILOGUE_ACT)
 
 
 # -- strided copies (Transpose, Concat, Slice, Expand, Reshape, Identity) ------------------------
@@ -246,20 +241,12 @@ def clip(node: Node, ctx):
 
 
 def broadcast_meta(ctx, a_shape, b_shape, y_shape):
-    """(contiguous flag, meta array) of a broadcasting binary kernel."""
+    """(contiguous flag, meta array, rank) of a broadcasting binary kernel: the dims merged as
+    ``ops.elementwise.broadcast_plan`` merges them for every backend."""
     if tuple(a_shape) == tuple(y_shape) == tuple(b_shape):
-        return i32(1), ctx.meta([0])
-    rank = max(len(y_shape), 1)
-    dims = [1] * (rank - len(y_shape)) + list(y_shape)
-
-    def strides(shape):
-        shape = [1] * (rank - len(shape)) + list(shape)
-        st, acc = [0] * rank, 1
-        for d in range(rank - 1, -1, -1):
-            st[d] = 0 if shape[d] == 1 and dims[d] != 1 else acc
-            acc *= shape[d]
-        return st
-    return i32(0), ctx.meta(dims + strides(a_shape) + strides(b_shape))
+        return i32(1), ctx.meta([0]), i32(max(len(y_shape), 1))
+    dims, sa, sb = broadcast_plan(a_shape, b_shape, y_shape)
+    return i32(0), ctx.meta(dims + sa + sb), i32(len(dims))
 
 
 @launcher("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Sum")
@@ -286,9 +273,8 @@ def _binary_step(ctx, a, b, y, code: int):
     n = int(np.prod(y.shape, dtype=np.int64))
     if np.broadcast_shapes(tuple(a.shape), tuple(b.shape)) != tuple(y.shape):
         raise ShapeError(f"binary: {a.shape} and {b.shape} do not broadcast to {y.shape}")
-    contiguous, meta = broadcast_meta(ctx, a.shape, b.shape, y.shape)
-    return [ctx.launch("binary_f32", grid_1d(n), (BLOCK,),
-                       (a, b, y, i64(n), i32(code), i32(max(len(y.shape), 1)), meta, contiguous))]
+    contiguous, meta, rank = broadcast_meta(ctx, a.shape, b.shape, y.shape)
+    return [ctx.launch("binary_f32", grid_1d(n), (BLOCK,), (a, b, y, i64(n), i32(code), rank, meta, contiguous))]
 
 
 @launcher("BatchNormalization")

@@ -14,13 +14,10 @@ import numpy as np
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ir.shape_rules_nn import channels_last, split_layout
-from ..cpu.kernels import int8_common as I8
-from ..cpu.kernels.int8_conv import conv_requant_params
-from ..cpu.kernels.int8_elementwise import (LUT_OPS, _clip_bounds, activation_fn, add_params, lut_table,
-                                            requant_table, round_half_away)
-from ..cpu.kernels.int8_gemm import _b_scales, _bias
-from ..cpu.kernels.int8_spatial import softmax_s8_params
-from ..cpu.kernels.pool import _window_counts
+from ...ops import qmath as I8
+from ...ops.pool import window_counts as axis_window_counts
+from ...ops.qmath import b_scales, clip_bounds, conv_requant_params, int8_bias, round_half_away
+from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
 from .ops import BLOCK, _opt, broadcast_meta, copy_step, gemm_grid, grid_1d, i32, i64, launcher
 from .ops_nn import ConvGeom, _conv_setup, _pool_geom
 
@@ -135,7 +132,7 @@ def _gemm_s8(node, ctx, a, a_name, s_b, b_mat_nk, bias, n_cols, k_len, rows, zp_
 
 
 def _bias_i32(ctx, node, name, n):
-    b = _bias(ctx, node, name, n)                            # int64, checked by the CPU helper
+    b = int8_bias(ctx, node, name, n)                        # int64, checked by the shared helper
     if np.abs(b).max(initial=0) >= 2 ** 31:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: bias outside int32")
     return ctx.upload(b.astype(np.int32))
@@ -158,7 +155,7 @@ def int8_gemm(node: Node, ctx):
     b_nk = np.ascontiguousarray(bh if tb else bh.T, np.int8)                      # (N, K)
     n, k = b_nk.shape
     rows = int(at.shape[1] if ta else at.shape[0])
-    s_b = _b_scales(ctx, node, node.inputs[1], n, 0 if tb else 1)
+    s_b = b_scales(ctx, node, node.inputs[1], n, 0 if tb else 1)
     a = ctx.buf(node.inputs[0])
     extra = []
     if ta:
@@ -181,7 +178,7 @@ def int8_matmul(node: Node, ctx):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 MatMul wants operands of rank >= 2")
     k, n = bsh[-2], bsh[-1]
     zp_a = I8.per_tensor(ctx, node.inputs[0], "A")[1]
-    s_b = _b_scales(ctx, node, node.inputs[1], n, len(bsh) - 1)
+    s_b = b_scales(ctx, node, node.inputs[1], n, len(bsh) - 1)
     bias = _bias_i32(ctx, node, _opt(node, 2) if node.op == "FusedMatMul" else "", n)
     a = ctx.buf(node.inputs[0])
     bh = ctx.const(node.inputs[1])
@@ -247,7 +244,7 @@ def int8_clamp(node: Node, ctx):
     _int8(node, ctx, node.inputs[0], node.outputs[0])
     s_x, zp_x = I8.per_tensor(ctx, node.inputs[0], "input")
     s_y, zp_y = I8.per_tensor(ctx, node.outputs[0], "output")
-    a, b = (0.0, None) if node.op == "Relu" else _clip_bounds(node, ctx)
+    a, b = (0.0, None) if node.op == "Relu" else clip_bounds(node, ctx)
     f = np.float32
     lo = -128 if a is None else max(-128, min(127, zp_y + int(round_half_away(f(a) / f(s_y)))))
     hi = 127 if b is None else min(127, max(-128, zp_y + int(round_half_away(f(b) / f(s_y)))))
@@ -280,10 +277,10 @@ def int8_binary(node: Node, ctx):
         op = 0
         (q1, sh1), (q2, sh2), (qy, shy) = add_params(s1, s2, s_y, node.op == "Sub")
     n = int(np.prod(y.shape, dtype=np.int64))
-    contiguous, meta = broadcast_meta(ctx, a.shape, b.shape, y.shape)
+    contiguous, meta, rank = broadcast_meta(ctx, a.shape, b.shape, y.shape)
     ctx.note(node, f"int8 {node.op} (TFLite integer arithmetic)")
     return [ctx.launch("binary_s8", grid_1d(n), (BLOCK,),
-                       (a, b, y, i64(n), i32(op), i32(max(len(y.shape), 1)), meta, contiguous, i32(zp1), i32(q1),
+                       (a, b, y, i64(n), i32(op), rank, meta, contiguous, i32(zp1), i32(q1),
                         i32(sh1), i32(zp2), i32(q2), i32(sh2), i32(zp_y), i32(qy), i32(shy)))]
 
 
@@ -317,10 +314,10 @@ def int8_concat(node: Node, ctx):
 
 def window_counts(g: ConvGeom, include_pad: bool) -> np.ndarray:
     """(oh, ow) taps counted by each average-pool window (the divisor), as the CPU kernel."""
-    cy = _window_counts(g.h, g.oh, g.kh, g.sh, g.dh, 0 if include_pad else g.ph,
-                        g.ph + g.h + (g.ph_end if include_pad else 0))
-    cx = _window_counts(g.w, g.ow, g.kw, g.sw, g.dw, 0 if include_pad else g.pw,
-                        g.pw + g.w + (g.pw_end if include_pad else 0))
+    cy = axis_window_counts(g.h, g.oh, g.kh, g.sh, g.dh, 0 if include_pad else g.ph,
+                             g.ph + g.h + (g.ph_end if include_pad else 0))
+    cx = axis_window_counts(g.w, g.ow, g.kw, g.sw, g.dw, 0 if include_pad else g.pw,
+                             g.pw + g.w + (g.pw_end if include_pad else 0))
     return cy[:, None] * cx[None, :]
 
 

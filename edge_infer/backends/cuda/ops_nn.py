@@ -10,9 +10,9 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.padding import resolve_pads
-from ...ir.shape_rules_nn import channels_last, resize_plan, split_layout, window_attrs
-from ..cpu.kernels.nn import _nearest_index, _source_coords, _taps
+from ...ir.shape_rules_nn import channels_last, resize_plan, split_layout
+from ...ops.conv import conv_geometry, window_geometry
+from ...ops.resize import nearest_index, source_coords, taps
 from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i64, launcher
 
 
@@ -21,30 +21,26 @@ from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i
 class ConvGeom:
     """Geometry of a 1-D or 2-D Conv / pool in either layout (1-D runs as 2-D with H = 1)."""
 
-    def __init__(self, node: Node, x_shape, y_shape, kernel: Sequence[int], ceil_mode: bool = False):
-        self.last = channels_last(node)
+    def __init__(self, node: Node, x_shape, y_shape, kernel: Sequence[int], ceil_mode: bool = False,
+                 w_shape=None):
+        """A pool's window (``kernel``), or a conv's (``w_shape``: its weights' shape)."""
         nsp = len(x_shape) - 2
         if nsp not in (1, 2):
             raise UnsupportedOpError(f"{node.op} {node.name!r}: {nsp}-D windows are not supported on CUDA "
                                      "(1-D and 2-D are)")
-        n, c, insp = split_layout(tuple(x_shape), self.last)
-        wa = window_attrs(node, nsp, kernel)
-        pads, osp = resolve_pads(list(insp), list(kernel), wa["strides"], wa["dilations"], wa["pads"],
-                                 wa["auto_pad"], wa["ceil_mode"] if ceil_mode else False)
-        if min(pads) < 0:
+        g = (conv_geometry(node, x_shape, w_shape, y_shape) if w_shape is not None
+             else window_geometry(node, x_shape, y_shape, kernel, ceil_mode=ceil_mode))
+        if min(g.pads) < 0:
             raise UnsupportedOpError(f"{node.op} {node.name!r}: negative pads are not supported")
-        if tuple(y_shape[:1]) != (n,) or tuple(split_layout(tuple(y_shape), self.last)[2]) != tuple(osp):
-            raise ShapeError(f"{node.op} {node.name!r}: planned output {tuple(y_shape)} does not match the "
-                             f"window geometry (spatial {tuple(osp)})")
-        one = lambda v, d: [d] + list(v) if nsp == 1 else list(v)
-        self.n, self.c = int(n), int(c)
-        self.h, self.w = one(insp, 1)
-        self.oh, self.ow = one(osp, 1)
-        self.kh, self.kw = one(kernel, 1)
-        self.sh, self.sw = one(wa["strides"], 1)
-        self.dh, self.dw = one(wa["dilations"], 1)
-        self.ph, self.pw = one(pads[:nsp], 0)
-        self.ph_end, self.pw_end = one(pads[nsp:], 0)
+        g = g.planar()
+        self.last = g.last
+        self.n, self.c = g.n, g.c
+        self.h, self.w = g.in_sp
+        self.oh, self.ow = g.out_sp
+        self.kh, self.kw = g.kernel
+        self.sh, self.sw = g.strides
+        self.dh, self.dw = g.dilations
+        self.ph, self.pw, self.ph_end, self.pw_end = g.pads
         self.p = self.oh * self.ow
 
     def args(self) -> tuple:
@@ -57,15 +53,9 @@ def _conv_setup(node: Node, ctx):
     x_t, w_t, y_t = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
     w_shape = tuple(w_t.shape)
     kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w_shape[2:])]
-    if list(w_shape[2:]) != kernel:
-        raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w_shape}")
-    g = ConvGeom(node, x_t.shape, y_t.shape, kernel)
+    g = ConvGeom(node, x_t.shape, y_t.shape, kernel, w_shape=w_shape)
     group = int(node.attrs.get("group", 1))
     m, cg = int(w_shape[0]), int(w_shape[1])
-    if g.c != cg * group or m % group:
-        raise ShapeError(f"Conv {node.name!r}: X {x_t.shape}, W {w_shape}, group {group} disagree")
-    if split_layout(tuple(y_t.shape), g.last)[1] != m:
-        raise ShapeError(f"Conv {node.name!r}: output channels {y_t.shape} != {m}")
     return g, group, m, cg
 
 
@@ -305,7 +295,7 @@ def resize(node: Node, ctx):
         return copy_step(ctx, x, lambda v: v, y)
     steps, cur, shape = [], x, list(xs)
     for k, a in enumerate(axes):
-        xo, _ = _source_coords(ctm, ys[a], xs[a], scale[a], None)
+        xo, _ = source_coords(ctm, ys[a], xs[a], scale[a], None)
         shape[a] = ys[a]
         dst = y if k == len(axes) - 1 else ctx.scratch(f"resize_{k % 2}", tuple(shape), dt)
         outer = int(np.prod(shape[:a], dtype=np.int64))
@@ -313,13 +303,13 @@ def resize(node: Node, ctx):
         total = outer * ys[a] * inner
         geo = (i64(outer), i32(xs[a]), i32(ys[a]), i64(inner))
         if mode == "nearest":
-            idx = _nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
+            idx = nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
             steps.append(ctx.launch("gather_axis_b1" if size == 1 else "gather_axis_b4", grid_1d(total), (BLOCK,),
                                     (ctx.flat(cur, 0, np.uint8 if size == 1 else np.int32),
                                      ctx.flat(dst, 0, np.uint8 if size == 1 else np.int32),
                                      ctx.upload(idx.astype(np.int32)), *geo)))
         else:
-            idx, w = _taps(xo, mode, scale[a], xs[a], bool(attrs.get("antialias", 0)),
+            idx, w = taps(xo, mode, scale[a], xs[a], bool(attrs.get("antialias", 0)),
                            float(attrs.get("cubic_coeff_a", -0.75)), bool(attrs.get("exclude_outside", 0)))
             steps.append(ctx.launch("resize_axis_f32", grid_1d(total), (BLOCK,),
                                     (cur, dst, ctx.upload(np.ascontiguousarray(idx, np.int32)),

@@ -32,9 +32,12 @@ def cache_dir() -> str:
 
 
 def source(name: str) -> str:
-    """The full source of program ``name``: the shared header and the kernel file."""
-    with open(os.path.join(KERNEL_DIR, "common.cl")) as f:
+    """The full source of program ``name``: the activation codes, the shared header and the
+    kernel file."""
+    with open(os.path.join(KERNEL_DIR, "activations.cl")) as f:       # the one activation table
         common = f.read()
+    with open(os.path.join(KERNEL_DIR, "common.cl")) as f:
+        common += f.read()
     with open(os.path.join(KERNEL_DIR, name + ".cl")) as f:
         return common + "\n" + f.read()
 

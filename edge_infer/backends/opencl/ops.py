@@ -13,18 +13,22 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.padding import resolve_pads
-from ...ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from ...ops.activations import codes_for, fused_params
+from ...ops.elementwise import broadcast_plan
+from ...ops.conv import conv_geometry as checked_conv_geometry
+from ...ops.conv import window_geometry
+from ...ir.shape_rules_nn import channels_last, split_layout
 from .executable import round_up
 
 OPS: Dict[str, Callable] = {}
 
-#: activation name -> code in kernels/common.cl
-ACT = {"": 0, "Relu": 1, "Clip": 2, "Sigmoid": 3, "Tanh": 4, "HardSigmoid": 5, "LeakyRelu": 6,
-       "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Abs": 11, "Neg": 12, "Sqrt": 13,
-       "Exp": 14, "Log": 15, "Reciprocal": 16, "Floor": 17, "Ceil": 18, "Elu": 19, "Softplus": 20,
-       "Softsign": 21, "Erf": 22, "Identity": 23, "Selu": 24}
+#: activation name -> code (the one table, ops/activations.py) of the activations kernels/common.cl runs
+ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "Gelu",
+                 "GeluTanh", "Abs", "Neg", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Elu", "Softplus",
+                 "Softsign", "Erf", "Identity", "Selu"))
 UNARY = [k for k in ACT if k and k not in ("GeluTanh",)]
+#: the activations a fused epilogue may carry
+EPILOGUE_ACT = {k: v for k, v in ACT.items() if k != "Identity"}
 BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
 #: element-wise kernels that read x[i] before writing y[i]: safe to run in place
 INPLACE = frozenset(set(UNARY) | set(BINARY) | {"Sum"})
@@ -67,21 +71,7 @@ def broadcast_meta(a_shape, b_shape, y_shape) -> List[int]:
     operands already have y's shape."""
     if tuple(a_shape) == tuple(y_shape) and tuple(b_shape) == tuple(y_shape):
         return [0]
-    nd = len(y_shape)
-    dims, sa, sb = [], [], []
-    for shape, out in ((a_shape, sa), (b_shape, sb)):
-        full = (1,) * (nd - len(shape)) + tuple(shape)
-        st = strides_of(full)
-        out.extend(0 if full[i] == 1 and y_shape[i] != 1 else st[i] for i in range(nd))
-    dims = list(y_shape)
-    # merge dim i into i-1 where both operands are contiguous across the boundary
-    md, ma, mb = [dims[0]] if nd else [], [sa[0]] if nd else [], [sb[0]] if nd else []
-    for i in range(1, nd):
-        if ma[-1] == sa[i] * dims[i] and mb[-1] == sb[i] * dims[i]:
-            md[-1] *= dims[i]
-            ma[-1], mb[-1] = sa[i], sb[i]
-        else:
-            md.append(dims[i]); ma.append(sa[i]); mb.append(sb[i])
+    md, ma, mb = broadcast_plan(a_shape, b_shape, y_shape)
     if len(md) > MAXD:
         raise UnsupportedOpError(f"broadcast over {len(md)} dims (at most {MAXD})")
     return [len(md)] + md + ma + mb
@@ -89,11 +79,7 @@ def broadcast_meta(a_shape, b_shape, y_shape) -> List[int]:
 
 def activation(node: Node) -> Tuple[int, float, float]:
     """(code, p0, p1) of a fused node's ``activation`` attribute."""
-    name = str(node.attrs.get("activation", "") or "")
-    params = [float(p) for p in node.attrs.get("activation_params", []) or []]
-    if name not in ACT or name in ("Identity",):
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: epilogue activation {name!r} not supported")
-    return ACT[name], (params + [0.0, 0.0])[0], (params + [0.0, 0.0])[1]
+    return fused_params(node, EPILOGUE_ACT)
 
 
 def unary_params(node: Node, pc) -> Tuple[int, float, float]:
@@ -371,30 +357,16 @@ def conv_geometry(node: Node, pc):
     dilations, group, cg, mg, last."""
     x, wn, y = node.inputs[0], node.inputs[1], node.outputs[0]
     xs, ws, ys = pc.shape(x), pc.shape(wn), pc.shape(y)
-    last = channels_last(node)
     nsp = len(xs) - 2
     if nsp not in (1, 2):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: {nsp}-D convolution (OpenCL: 1-D and 2-D)")
-    n, c, insp = split_layout(xs, last)
-    m, cg = ws[:2]
-    group = int(node.attrs.get("group", 1))
-    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or ws[2:])]
-    if list(ws[2:]) != kernel or c != cg * group or m % group:
-        raise ShapeError(f"{node.op} {node.name!r}: X {xs}, W {ws}, group {group} disagree")
-    wa = window_attrs(node, nsp, kernel)
-    pads, osp = resolve_pads(insp, kernel, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"])
-    if tuple(ys) != join_layout(n, m, osp, last):
-        raise ShapeError(f"{node.op} {node.name!r}: planned output {ys} != {join_layout(n, m, osp, last)}")
-    if min(pads) < 0:
+    g = checked_conv_geometry(node, xs, ws, ys)
+    if min(g.pads) < 0:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: negative pads")
-    if nsp == 1:
-        insp, osp, kernel = (1, insp[0]), (1, osp[0]), [1, kernel[0]]
-        st, dil, pads = [1, wa["strides"][0]], [1, wa["dilations"][0]], [0, pads[0], 0, pads[1]]
-    else:
-        st, dil = wa["strides"], wa["dilations"]
-    return dict(N=n, C=c, H=insp[0], W=insp[1], M=m, OH=osp[0], OW=osp[1], KH=kernel[0], KW=kernel[1],
-                SH=st[0], SW=st[1], PH=pads[0], PW=pads[1], PHE=pads[2], PWE=pads[3], DH=dil[0], DW=dil[1],
-                G=group, CG=cg, MG=m // group, last=last)
+    g = g.planar()
+    return dict(N=g.n, C=g.c, H=g.in_sp[0], W=g.in_sp[1], M=g.m, OH=g.out_sp[0], OW=g.out_sp[1], KH=g.kernel[0],
+                KW=g.kernel[1], SH=g.strides[0], SW=g.strides[1], PH=g.pads[0], PW=g.pads[1], PHE=g.pads[2],
+                PWE=g.pads[3], DH=g.dilations[0], DW=g.dilations[1], G=g.group, CG=g.cg, MG=g.mg, last=g.last)
 
 
 def geo_list(g) -> List[int]:
@@ -528,17 +500,9 @@ def pool_geometry(node: Node, pc):
     ks = [int(k) for k in (node.attrs.get("kernel_shape") or [])]
     if len(ks) != nsp:
         raise ShapeError(f"{node.op} {node.name!r}: kernel_shape {ks}")
-    last = channels_last(node)
-    n, c, insp = split_layout(xs, last)
-    wa = window_attrs(node, nsp, ks)
-    pads, osp = resolve_pads(insp, ks, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"], wa["ceil_mode"])
-    if tuple(ys) != join_layout(n, c, osp, last):
-        raise ShapeError(f"{node.op} {node.name!r}: planned output {ys} != {join_layout(n, c, osp, last)}")
-    st, dil = wa["strides"], wa["dilations"]
-    if nsp == 1:
-        insp, osp, ks, st, dil, pads = (1, insp[0]), (1, osp[0]), [1, ks[0]], [1, st[0]], [1, dil[0]], [0, pads[0], 0, pads[1]]
-    return [n, c, insp[0], insp[1], osp[0], osp[1], ks[0], ks[1], st[0], st[1], pads[0], pads[1], dil[0], dil[1],
-            int(last), pads[2], pads[3]]
+    g = window_geometry(node, xs, ys, ks, ceil_mode=True).planar()
+    return [g.n, g.c, *g.in_sp, *g.out_sp, *g.kernel, *g.strides, g.pads[0], g.pads[1], *g.dilations,
+            int(g.last), g.pads[2], g.pads[3]]
 
 
 @op("MaxPool")
@@ -624,264 +588,5 @@ def softmax(node: Node, pc) -> None:
     pc.note(node, f"{node.op} over axis {ax} ({L} values)")
 
 
-# -- data movement ---------------------------------------------------------------------------------
-
-def copy_launch(node, pc, src: str, dst: str, shape, src_strides, dst_strides, src_off=0, dst_off=0) -> None:
-    """Strided N-D copy of ``shape`` elements from tensor src to tensor dst."""
-    item = np.dtype(pc.dtype(src)).itemsize
-    if item not in (1, 2, 4, 8) or np.dtype(pc.dtype(dst)).itemsize != item:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: element size {item}")
-    # drop size-1 dims, merge dims contiguous in both
-    dims = [(int(d), int(s), int(t)) for d, s, t in zip(shape, src_strides, dst_strides) if int(d) != 1]
-    merged = []
-    for d, s, t in dims:
-        if merged and merged[-1][1] == s * d and merged[-1][2] == t * d:
-            merged[-1] = (merged[-1][0] * d, s, t)
-        else:
-            merged.append((d, s, t))
-    if len(merged) > MAXD:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: copy over {len(merged)} dims (at most {MAXD})")
-    n = int(np.prod(shape))
-    if n == 0:
-        return
-    meta = [len(merged)] + [m[0] for m in merged] + [m[1] for m in merged] + [m[2] for m in merged]
-    sb, so = pc.ref(src)
-    db, do = pc.ref(dst)
-    launch1d(pc, node, "tensor", f"copy_nd_{item}", n, [sb, so + src_off, db, do + dst_off, n, pc.meta(meta)])
-
-
-@op("Transpose")
-def transpose(node: Node, pc) -> None:
-    x, y = node.inputs[0], node.outputs[0]
-    xs = pc.shape(x)
-    perm = [int(p) for p in (node.attrs.get("perm") or list(range(len(xs)))[::-1])]
-    st = strides_of(xs)
-    ys = tuple(xs[p] for p in perm)
-    if ys != pc.shape(y):
-        raise ShapeError(f"Transpose {node.name!r}: {ys} != {pc.shape(y)}")
-    copy_launch(node, pc, x, y, ys, [st[p] for p in perm], strides_of(ys))
-    pc.note(node, f"strided copy, perm {perm}")
-
-
-@op("Concat")
-def concat(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_concat
-        return int8_concat(node, pc)
-    y = node.outputs[0]
-    ys = pc.shape(y)
-    axis = int(node.attrs.get("axis", 0)) % len(ys)
-    yst = strides_of(ys)
-    at = 0
-    for name in node.inputs:
-        if not name:
-            continue
-        if pc.dtype(name) != pc.dtype(y):
-            raise UnsupportedOpError(f"Concat {node.name!r}: mixed dtypes")
-        s = pc.shape(name)
-        copy_launch(node, pc, name, y, s, strides_of(s), yst, dst_off=at * yst[axis])
-        at += s[axis]
-    if at != ys[axis]:
-        raise ShapeError(f"Concat {node.name!r}: inputs give {at} along axis {axis}, output {ys[axis]}")
-    pc.note(node, f"{len([i for i in node.inputs if i])} strided copies along axis {axis}")
-
-
-@op(*sorted(["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"]))
-def view(node: Node, pc) -> None:
-    """A view whose input could not be aliased (a constant): one copy."""
-    x, y = node.inputs[0], node.outputs[0]
-    if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
-        raise UnsupportedOpError(f"Dropout {node.name!r}: mask output")
-    if int(np.prod(pc.shape(x))) != int(np.prod(pc.shape(y))) or pc.dtype(x) != pc.dtype(y):
-        raise ShapeError(f"{node.op} {node.name!r}: {pc.shape(x)} -> {pc.shape(y)}")
-    n = int(np.prod(pc.shape(y)))
-    copy_launch(node, pc, x, y, (n,), (1,), (1,))
-    pc.note(node, "copy")
-
-
-@op("Slice")
-def slice_(node: Node, pc) -> None:
-    x, y = node.inputs[0], node.outputs[0]
-    xs = pc.shape(x)
-    vals = [pc.const(_opt(node, i)) if _opt(node, i) else None for i in range(1, 5)]
-    if vals[0] is None or vals[1] is None or any(_opt(node, i) and vals[i - 1] is None for i in range(1, 5)):
-        raise UnsupportedOpError(f"Slice {node.name!r}: starts/ends/axes/steps must be constants")
-    starts, ends = [int(v) for v in vals[0].reshape(-1)], [int(v) for v in vals[1].reshape(-1)]
-    axes = [int(a) % len(xs) for a in vals[2].reshape(-1)] if vals[2] is not None else list(range(len(starts)))
-    steps = [int(s) for s in vals[3].reshape(-1)] if vals[3] is not None else [1] * len(starts)
-    st = strides_of(xs)
-    shape, sst, off = list(xs), list(st), 0
-    for s, e, a, k in zip(starts, ends, axes, steps):
-        r = range(xs[a])[slice(s, e, k)]
-        shape[a] = len(r)
-        sst[a] = st[a] * k
-        off += (r.start if len(r) else 0) * st[a]
-    if tuple(shape) != pc.shape(y):
-        raise ShapeError(f"Slice {node.name!r}: {shape} != {pc.shape(y)}")
-    copy_launch(node, pc, x, y, shape, sst, strides_of(shape), src_off=off)
-    pc.note(node, "strided copy")
-
-
-@op("Split")
-def split(node: Node, pc) -> None:
-    x = node.inputs[0]
-    xs = pc.shape(x)
-    axis = int(node.attrs.get("axis", 0)) % len(xs)
-    st = strides_of(xs)
-    at = 0
-    for o in node.outputs:
-        if not o:
-            continue
-        s = pc.shape(o)
-        copy_launch(node, pc, x, o, s, st, strides_of(s), src_off=at * st[axis])
-        at += s[axis]
-    if at != xs[axis]:
-        raise ShapeError(f"Split {node.name!r}: outputs cover {at} of {xs[axis]}")
-    pc.note(node, f"{len(node.outputs)} strided copies")
-
-
-@op("Expand")
-def expand(node: Node, pc) -> None:
-    x, y = node.inputs[0], node.outputs[0]
-    xs, ys = pc.shape(x), pc.shape(y)
-    full = (1,) * (len(ys) - len(xs)) + tuple(xs)
-    st = strides_of(full)
-    copy_launch(node, pc, x, y, ys, [0 if full[i] == 1 and ys[i] != 1 else st[i] for i in range(len(ys))],
-                strides_of(ys))
-    pc.note(node, "broadcasting copy")
-
-
-@op("Resize", "Upsample")
-def resize(node: Node, pc) -> None:
-    from ..cpu.kernels import nn as cpu_nn            # the host-side index/weight math is shared
-    from ...ir.shape_rules_nn import resize_plan
-    x, y = node.inputs[0], node.outputs[0]
-    xs, ys = pc.shape(x), pc.shape(y)
-    r = len(xs)
-    if node.op == "Upsample":
-        mode = {"bilinear": "linear", "trilinear": "linear"}.get(str(node.attrs.get("mode", "nearest")),
-                                                                str(node.attrs.get("mode", "nearest")))
-        attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "simple"}
-    else:
-        attrs = node.attrs
-    mode = attrs.get("mode", "nearest")
-    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
-    if ctm == "tf_crop_and_resize" or bool(attrs.get("antialias", 0)) and mode != "nearest":
-        raise UnsupportedOpError(f"Resize {node.name!r}: {ctm}{' antialias' if attrs.get('antialias') else ''}")
-    if mode not in ("nearest", "linear", "cubic"):
-        raise UnsupportedOpError(f"Resize {node.name!r}: mode {mode}")
-    scale = [ys[a] / xs[a] for a in range(r)]
-    if node.op == "Resize":
-        sc = pc.const(_opt(node, 2)) if _opt(node, 2) else None
-        sz = pc.const(_opt(node, 3)) if _opt(node, 3) else None
-        if sc is not None and sc.size == 0:
-            sc = None
-        if sz is not None and sz.size == 0:
-            sz = None
-        if sc is not None or sz is not None:
-            scale, _ = resize_plan(xs, attrs, sc, sz)
-    elif _opt(node, 1) and pc.const(_opt(node, 1)) is not None:
-        scale = [float(s) for s in pc.const(_opt(node, 1)).reshape(-1)]
-    dt = pc.dtype(x)
-    axes = [a for a in range(r) if not (abs(scale[a] - 1.0) < 1e-12 and ys[a] == xs[a])]
-    item = np.dtype(dt).itemsize
-    if not axes:
-        copy_launch(node, pc, x, y, ys, strides_of(xs), strides_of(ys))
-        pc.note(node, "identity resize (copy)")
-        return
-    if mode == "nearest":
-        if item not in (1, 4):
-            raise UnsupportedOpError(f"Resize {node.name!r}: dtype {dt}")
-        a0 = axes[0]
-        lead = int(np.prod(xs[:a0]))
-        flat = np.zeros(ys[a0:], np.int64)
-        stride = 1
-        for a in range(r - 1, a0 - 1, -1):
-            shape = [1] * (r - a0)
-            shape[a - a0] = ys[a]
-            if a in axes:
-                xo, _ = cpu_nn._source_coords(ctm, ys[a], xs[a], scale[a], None)
-                ia = cpu_nn._nearest_index(xo, attrs.get("nearest_mode", "round_prefer_floor"), scale[a], xs[a])
-            else:
-                ia = np.arange(xs[a])
-            flat = flat + (ia * stride).reshape(shape)
-            stride *= xs[a]
-        out_row, in_row = int(flat.size), int(np.prod(xs[a0:]))
-        n = lead * out_row
-        launch1d(pc, node, "tensor", f"gather_rows_{item}", n,
-                 [*pc.ref(x), *pc.ref(y), n, pc.upload(flat.reshape(-1).astype(np.int32)), out_row, in_row])
-        pc.note(node, f"nearest resize: one gather over axes {axes}")
-        return
-    need_f32(pc, node, [x, y])
-    cur, cur_shape = pc.ref(x), list(xs)
-    for k, a in enumerate(axes):
-        xo, _ = cpu_nn._source_coords(ctm, ys[a], xs[a], scale[a], None)
-        idx, w = cpu_nn._taps(xo, mode, scale[a], xs[a], False, float(attrs.get("cubic_coeff_a", -0.75)),
-                              bool(attrs.get("exclude_outside", 0)))
-        nxt_shape = list(cur_shape)
-        nxt_shape[a] = ys[a]
-        if k == len(axes) - 1:
-            dst = pc.ref(y)
-        else:
-            dst = (pc.scratch(f"resize_{node.name}_{k}", int(np.prod(nxt_shape)) * 4), 0)
-        inner = int(np.prod(cur_shape[a + 1:]))
-        n = int(np.prod(nxt_shape))
-        T = idx.shape[1]
-        launch1d(pc, node, "nn", "resize_axis_f32", n,
-                 [*cur, *dst, n, pc.upload(idx.astype(np.int32)), pc.upload(w.astype(np.float32)),
-                  pc.upload(np.zeros(ys[a], np.int8)), T, xs[a], ys[a], inner, 0.0])
-        cur, cur_shape = dst, nxt_shape
-    pc.note(node, f"{mode} resize ({ctm}), separable over axes {axes}")
-
-
-@op("Pad")
-def pad(node: Node, pc) -> None:
-    from ...ir.shape_rules_tensor import pad_amounts
-    x, y = node.inputs[0], node.outputs[0]
-    xs, ys = pc.shape(x), pc.shape(y)
-    if node.attrs.get("mode", "constant") != "constant":
-        raise UnsupportedOpError(f"Pad {node.name!r}: mode {node.attrs.get('mode')} (OpenCL: constant)")
-    if np.dtype(pc.dtype(x)).itemsize != 4:
-        raise UnsupportedOpError(f"Pad {node.name!r}: dtype {pc.dtype(x)}")
-    amounts = pad_amounts(node, [pc.tensor(n) if n else None for n in node.inputs], len(xs))
-    if amounts is None or any(b < 0 or e < 0 for b, e in amounts):
-        raise UnsupportedOpError(f"Pad {node.name!r}: pads must be constant and non-negative")
-    cname = _opt(node, 2)
-    value = np.zeros((), pc.dtype(y))
-    if cname:
-        v = pc.const(cname)
-        if v is None:
-            raise UnsupportedOpError(f"Pad {node.name!r}: the pad value must be constant")
-        value = np.asarray(v, pc.dtype(y)).reshape(())
-    if len(xs) > MAXD:
-        raise UnsupportedOpError(f"Pad {node.name!r}: rank {len(xs)}")
-    n = int(np.prod(ys))
-    meta = [len(xs)] + list(ys) + list(xs) + [b for b, _ in amounts]
-    launch1d(pc, node, "tensor", "pad_const_4", n, [*pc.ref(x), *pc.ref(y), n, pc.meta(meta),
-                                                   np.uint32(value.view(np.uint32))])
-    pc.note(node, "constant pad")
-
-
-@op("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
-def reduce(node: Node, pc) -> None:
-    from ...ir.shape_rules_tensor import reduce_axes
-    x, y = node.inputs[0], node.outputs[0]
-    need_f32(pc, node, [x, y])
-    xs = pc.shape(x)
-    axes = reduce_axes(node, [pc.tensor(n) if n else None for n in node.inputs], len(xs))
-    if axes is None:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: axes must be constant")
-    axes = sorted(axes)
-    if not axes:
-        copy_launch(node, pc, x, y, xs, strides_of(xs), strides_of(xs))
-        return
-    if axes != list(range(axes[0], axes[-1] + 1)):
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: axes {axes} are not one contiguous block")
-    L = int(np.prod([xs[a] for a in axes]))
-    if L == 0:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: empty reduction")
-    inner = int(np.prod(xs[axes[-1] + 1:]))
-    total = int(np.prod(xs)) // L
-    code = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}[node.op]
-    launch1d(pc, node, "nn", "reduce_f32", total, [*pc.ref(x), *pc.ref(y), L, inner, total, code])
-    pc.note(node, f"{node.op} over axes {axes} ({L} values)")
+# data movement and reductions: ops_tensor.py (registers into OPS)
+from . import ops_tensor  # noqa: E402,F401

@@ -13,11 +13,9 @@ import numpy as np
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ir.shape_rules_nn import channels_last, split_layout
-from ..cpu.kernels.int8_common import (INT32_MIN, QMAX, QMIN, clamp_range, per_tensor, qparams,
-                                       quantize_multiplier, quantize_multipliers, requantize)
-from ..cpu.kernels.int8_conv import conv_requant_params
-from ..cpu.kernels.int8_elementwise import (LUT_OPS, activation_fn, add_params, lut_table, requant_table)
-from ..cpu.kernels.int8_common import round_half_away
+from ...ops.qmath import (INT32_MIN, QMAX, QMIN, clamp_range, clip_bounds, conv_requant_params, per_tensor,
+                          qparams, quantize_multiplier, quantize_multipliers, requantize, round_half_away)
+from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
 from .ops import (OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant, geo_list,
                   launch1d, matmul_batches, op, pack_conv_weights, pool_geometry, strides_of)
 from .executable import round_up
@@ -61,8 +59,7 @@ def int8_unary(node: Node, pc) -> None:
         return
     if node.op not in ("Relu", "Clip"):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: no int8 OpenCL kernel")
-    from ..cpu.kernels.int8_elementwise import _clip_bounds
-    a, b = (0.0, None) if node.op == "Relu" else _clip_bounds(node, pc)
+    a, b = (0.0, None) if node.op == "Relu" else clip_bounds(node, pc)
     f32 = np.float32
     lo = QMIN if a is None else max(QMIN, min(QMAX, zp_y + int(round_half_away(f32(a) / f32(s_y)))))
     hi = QMAX if b is None else min(QMAX, max(QMIN, zp_y + int(round_half_away(f32(b) / f32(s_y)))))
@@ -78,7 +75,6 @@ def int8_unary(node: Node, pc) -> None:
 
 def int8_softmax(node: Node, pc) -> None:
     """int8 Softmax over the last axis: the CPU kernel's integer exp table and exact quotient."""
-    from ..cpu.kernels.int8_spatial import softmax_s8_params
     x, y = node.inputs[0], node.outputs[0]
     table, cols = softmax_s8_params(node, pc, pc.shape(x), pc.dtype(x), pc.dtype(y))
     rows = int(np.prod(pc.shape(x))) // max(cols, 1)
@@ -347,7 +343,7 @@ def int8_concat(node: Node, pc) -> None:
     axis = int(node.attrs.get("axis", 0)) % len(ys)
     yst = strides_of(ys)
     at, requantized = 0, 0
-    from .ops import copy_launch
+    from .ops_tensor import copy_launch
     yb, yo = pc.ref(y)
     for name in node.inputs:
         if not name:

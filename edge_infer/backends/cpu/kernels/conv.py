@@ -41,9 +41,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import (channels_last, conv_transpose_geometry, join_layout, split_layout,
-                                   window_attrs)
+from ....ir.shape_rules_nn import channels_last, conv_transpose_geometry
+from ....ops.conv import conv_geometry
 from ..native import kernels as native_kernels
 from ..registry import kernel
 from . import conv_native
@@ -62,13 +61,10 @@ def padded_input(ctx, x: np.ndarray, pads: Sequence[int], extra: Sequence[int] =
     """A workspace holding ``x`` padded by ``pads`` (plus ``extra`` at the end of
     each spatial dim) and the step that refreshes it.
 
-    With no padding at all the input itself is returned. The padded buffers of a plan are
-    views of one scratch sized for its largest padded Conv input (``shared_pad_bytes``):
-    steps run one at a time and each copies its input into the interior at its start, so
-    one buffer serves them all; a step refills the border (with ``fill``) only when
-    another geometry used the scratch since its last run (ResNet-50: 5.3 MB -> 1.6 MB, one
-    slab fill per border side and run at most). A request larger than the scratch gets a
-    buffer of its own, shared by requests of the same geometry, border filled once here.
+    With no padding at all the input itself is returned. The padded buffer is the plan's
+    "padded" scratch role (``ctx.scratch``: one buffer for the padded Conv and pool inputs,
+    sized for the largest, or bytes of the arena dead during the step): each step writes the
+    border (with ``fill``, a few slabs) and copies its input into the interior at its start.
     ``last``: x is channels-last (N, *spatial, C) rather than (N, C, *spatial).
     """
     nsp = x.ndim - 2
@@ -85,24 +81,7 @@ def padded_input(ctx, x: np.ndarray, pads: Sequence[int], extra: Sequence[int] =
     for i in range(nsp):
         idx[first + i] = slice(pads[i], pads[i] + x.shape[first + i])
     dt = np.dtype(x.dtype)
-    key = (tuple(shape), tuple(x.shape), dt.str, str(fill), first, tuple(pads[:nsp]))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    shared = _shared_pad(ctx, nbytes)
-    if shared is None:
-        store = ctx.__dict__.setdefault("_padded_inputs", {})
-        xp = store.get(key)
-        if xp is None:
-            xp = store[key] = ctx.workspace(shape, dt)
-            xp.fill(fill)
-        inner = xp[tuple(idx)]
-        return xp, lambda: np.copyto(inner, x)
-    buf, owner = shared
-    key = ctx.__dict__.setdefault("_pad_keys", {}).setdefault(key, key)   # one object per geometry
-    if buf.strides[0] == 0:          # over the memory budget: counted only, never run
-        from ....memory.budget import placeholder
-        xp = placeholder(shape, dt)
-    else:
-        xp = buf[:nbytes].view(dt).reshape(shape)
+    xp = ctx.scratch("padded", shape, dt)
     inner = xp[tuple(idx)]
     slabs = []                       # the border: per spatial dim, the part before and after x
     for i in range(nsp):
@@ -116,60 +95,10 @@ def padded_input(ctx, x: np.ndarray, pads: Sequence[int], extra: Sequence[int] =
     copyto = np.copyto
 
     def step():
-        if owner[0] is not key:
-            for v in slabs:
-                v.fill(fill)
-            owner[0] = key
+        for v in slabs:
+            v.fill(fill)
         copyto(inner, x)
     return xp, step
-
-
-def shared_pad_bytes(graph) -> int:
-    """Bytes of the largest padded input of the graph's Conv/FusedConv nodes (0: none)."""
-    from .. import native
-    native_dw = native.lib is not None
-    best = 0
-    for node in graph.nodes:
-        if node.op not in ("Conv", "FusedConv"):
-            continue
-        try:
-            xt, wt = graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]]
-            xs, ws = xt.shape, wt.shape
-            if xs is None or ws is None or not all(isinstance(d, (int, np.integer)) for d in (*xs, *ws)):
-                continue
-            nsp = len(xs) - 2
-            _, _, insp = split_layout(xs, channels_last(node))
-            kernel = [int(k) for k in ws[2:]]
-            wa = window_attrs(node, nsp, kernel)
-            pads, _ = resolve_pads(insp, kernel, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"])
-            if not any(pads):
-                continue
-            group, c = int(node.attrs.get("group", 1)), int(split_layout(xs, channels_last(node))[1])
-            if (native_dw and group == c == ws[0] and ws[1] == 1 and group > 1 and nsp in (1, 2)
-                    and xt.dtype == "float32" and wt.is_const):
-                continue        # the native depthwise kernel pads on the fly
-            elems = int(np.prod(xs, dtype=np.int64)) // max(1, int(np.prod(insp, dtype=np.int64)))
-            elems *= int(np.prod([insp[i] + pads[i] + pads[i + nsp] for i in range(nsp)], dtype=np.int64))
-            best = max(best, elems * np.dtype(xt.dtype).itemsize)
-        except Exception:       # a malformed node reports its own error when it is prepared
-            continue
-    return best
-
-
-def _shared_pad(ctx, nbytes: int):
-    """(the plan's shared padding scratch, its [current owner]) when ``nbytes`` fit it, else None."""
-    if "_pad_scratch" not in ctx.__dict__:
-        size = shared_pad_bytes(ctx.graph)
-        store = None
-        if size:
-            raw = ctx.workspace((size + 64,), np.uint8)
-            start = (-raw.ctypes.data) % 64 if raw.strides[0] else 0
-            store = (raw[start:start + size], [None])
-        ctx.__dict__["_pad_scratch"] = store
-    store = ctx.__dict__["_pad_scratch"]
-    if store is None or nbytes > store[0].size:
-        return None
-    return store
 
 
 def window_view(xp: np.ndarray, lead: Sequence[int], lead_strides: Sequence[int],
@@ -261,58 +190,21 @@ def conv_algorithm(group: int, c: int, cg: int, ksize: int, strides: Sequence[in
     return "im2col"
 
 
-def _im2col_elems(node: Node, graph, per_row: bool = False) -> int:
-    """Column-matrix size (elements) an im2col Conv needs (``per_row``: for one output row
-    of its first spatial dim, the smallest band); 0 when unknown or not im2col."""
-    try:
-        xs, ws = graph.tensors[node.inputs[0]].shape, graph.tensors[node.inputs[1]].shape
-        if xs is None or ws is None or not all(isinstance(d, (int, np.integer)) for d in (*xs, *ws)):
-            return 0
-        nsp = len(xs) - 2
-        _, c, insp = split_layout(xs, channels_last(node))
-        kernel = [int(k) for k in ws[2:]]
-        wa = window_attrs(node, nsp, kernel)
-        pads, osp = resolve_pads(insp, kernel, wa["strides"], wa["dilations"], wa["pads"], wa["auto_pad"])
-        ksize = int(np.prod(kernel))
-        if conv_algorithm(int(node.attrs.get("group", 1)), c, ws[1], ksize, wa["strides"], pads) != "im2col":
-            return 0
-        return int(c) * ksize * int(np.prod(osp[1:] if per_row else osp))
-    except Exception:       # a malformed node reports its own error when it is prepared
-        return 0
-
-
 def shared_cols(ctx, nelems: int, dtype) -> np.ndarray:
-    """A 1-D scratch of ``nelems`` shared by every im2col Conv of the plan.
+    """A 1-D scratch of ``nelems`` for im2col columns: the plan's "im2col" scratch role.
 
     A conv's column matrix is dead once its matmul returns and the executor runs
     steps one at a time, so one buffer sized for the largest conv serves them
-    all (ResNet-50: ~8 MB instead of ~60 MB). It is sized by scanning the graph
-    (Conv and FusedConv nodes) on first use; a conv that does not fit gets its
-    own buffer. Were steps ever run concurrently, this must become per-thread.
-    Under a memory budget it is sized at most ``ctx.workspace_budget`` (the convs
-    that need more run in bands of output rows, see ``band_rows``).
+    all (ResNet-50: ~8 MB instead of ~60 MB). Were steps ever run concurrently, this
+    must become per-thread. Under a memory budget the convs size their requests from
+    ``ctx.workspace_budget`` and run in bands of output rows (see ``band_rows``).
     """
-    dt = np.dtype(dtype)
-    store = ctx.__dict__.setdefault("_conv_cols_scratch", {})
-    buf = store.get(dt.str)
-    if buf is None:
-        need = max([_im2col_elems(n, ctx.graph) for n in ctx.graph.nodes
-                    if n.op in ("Conv", "FusedConv") and ctx.graph.tensors.get(n.outputs[0]) is not None
-                    and ctx.graph.tensors[n.outputs[0]].dtype == dt.name] + [nelems])
-        room = min(getattr(ctx, "workspace_budget", math.inf), COLS_CAP) // dt.itemsize
-        if room < need:      # at least one row of every conv, so that all can share it
-            room = max([room] + [_im2col_elems(n, ctx.graph, per_row=True) for n in ctx.graph.nodes
-                                 if n.op in ("Conv", "FusedConv")])
-        buf = store[dt.str] = ctx.workspace((int(max(min(need, room), nelems)),), dt, tileable=True)
-    if buf.size < nelems:
-        return ctx.workspace((nelems,), dt, tileable=True)
-    return buf[:nelems]
+    return ctx.scratch("im2col", (nelems,), dtype, tileable=True)
 
 
-def held_cols(ctx, dtype) -> int:
-    """Bytes of the plan's shared column scratch of ``dtype`` (0 before the first im2col)."""
-    buf = ctx.__dict__.get("_conv_cols_scratch", {}).get(np.dtype(dtype).str)
-    return 0 if buf is None else buf.nbytes
+def held_cols(ctx, dtype=None) -> int:
+    """Bytes of the plan's im2col column scratch so far (0 before the first im2col)."""
+    return ctx.scratch_held("im2col")
 
 
 #: most bytes of the fp32 im2col column scratch when no budget asks for less: convs whose
@@ -371,23 +263,9 @@ def _conv_geometry(node: Node, ctx, last: bool):
     x = ctx.value(node.inputs[0])
     y = ctx.value(node.outputs[0])
     w = _weights(ctx, node.inputs[1], y.dtype)
-    n, c, insp = split_layout(x.shape, last)
-    m, cg = w.shape[:2]
-    nsp = x.ndim - 2
-    group = int(node.attrs.get("group", 1))
-    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
-    tag = " (NHWC)" if last else ""
-    if list(w.shape[2:]) != kernel:
-        raise ShapeError(f"Conv {node.name!r}: kernel_shape {kernel} != weight shape {w.shape}")
-    if c != cg * group or m % group:
-        raise ShapeError(f"Conv {node.name!r}: X {x.shape}{tag}, W {w.shape}, group {group} disagree")
-    wa = window_attrs(node, nsp, kernel)
-    strides, dil = wa["strides"], wa["dilations"]
-    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
-    want = join_layout(n, m, osp, last)
-    if tuple(y.shape) != want:
-        raise ShapeError(f"Conv {node.name!r}: planned output {y.shape} != computed {want}{tag}")
-    return x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp
+    g = conv_geometry(node, x.shape, w.shape, y.shape, last)
+    return (x, y, w, g.n, g.c, g.m, g.cg, g.nsp, g.group, list(g.kernel), list(g.strides), list(g.dilations),
+            list(g.pads), list(g.out_sp))
 
 
 @kernel("Conv")
@@ -650,13 +528,13 @@ def conv_transpose(node: Node, ctx) -> Callable[[], None]:
     if ctx.const(node.inputs[1]) is not None:
         wt = np.ascontiguousarray(wt)
     x3 = view_as(x, (n, group, cg, pin))
-    cols = ctx.workspace((group, mg * ksize, pin), dtype)
+    cols = ctx.scratch("deconv_cols", (group, mg * ksize, pin), dtype)
     cols_t = view_as(cols, (m, ksize, *insp))
     # accumulation buffer covers the full (uncropped) output and the crop window
     full = [strides[i] * (insp[i] - 1) + (kernel[i] - 1) * dil[i] + 1 for i in range(nsp)]
     base = [max(0, -pads[i]) for i in range(nsp)]
     size = [base[i] + max(full[i], pads[i] + osp[i]) for i in range(nsp)]
-    acc = ctx.workspace((m, *size), dtype)
+    acc = ctx.scratch("deconv_acc", (m, *size), dtype)       # zeroed every run
     sp_strides = acc.strides[1:]
     adds = []
     for t, tap in enumerate(np.ndindex(*kernel)):

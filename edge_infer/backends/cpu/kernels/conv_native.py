@@ -17,6 +17,7 @@ import numpy as np
 
 from ....ir import Node
 from ....ir.shape_rules_nn import channels_last
+from ....memory.pages import drop_pages
 from .. import native as _native
 from ..native import ops as native_ops
 from ..native.kernels import threads_of
@@ -43,13 +44,23 @@ def isa_name() -> str:
     return fn().decode() if fn is not None else "none"
 
 
-def pack_panels(w_gkm: np.ndarray) -> np.ndarray:
-    """(groups, K, Mg) weights -> (groups, panels, K, 16) float32, zero-padded columns."""
+def pack_panels(w_gkm: np.ndarray, done: Optional[Callable[[int, int], None]] = None) -> np.ndarray:
+    """(groups, K, Mg) weights -> (groups, panels, K, 16) float32, zero-padded columns.
+
+    Written panel by panel into the packed array (no padded intermediate: a 151 MB FC layer
+    took three times its size at prepare); ``done(c0, c1)``: called once columns [c0, c1) are
+    packed (the caller drops their pages of the file map)."""
     g, k, mg = w_gkm.shape
     panels = -(-mg // NR)
-    out = np.zeros((g, k, panels * NR), np.float32)
-    out[:, :, :mg] = w_gkm
-    return np.ascontiguousarray(out.reshape(g, k, panels, NR).transpose(0, 2, 1, 3))
+    out = np.empty((g, panels, k, NR), np.float32)
+    for p in range(panels):
+        c0, c1 = p * NR, min(mg, (p + 1) * NR)
+        out[:, p, :, :c1 - c0] = w_gkm[:, :, c0:c1]
+        if c1 - c0 < NR:
+            out[:, p, :, c1 - c0:] = 0
+        if done is not None:
+            done(c0, c1)
+    return out
 
 
 def _f32c(a) -> bool:
@@ -80,12 +91,22 @@ def _bias(ctx, name: str, m: int, scale: float = 1.0) -> Optional[np.ndarray]:
     return np.ascontiguousarray((b.astype(np.float64) * scale if scale != 1.0 else b).reshape(m), np.float32)
 
 
-def _step(ctx, args: ConvF32Args, keep) -> Callable[[], None]:
+def _step(ctx, args: ConvF32Args, keep, node: Optional[Node] = None) -> Callable[[], None]:
     """The native step, its per-thread tile scratch taken from the plan's shared column
     scratch (steps run one at a time, so every conv of a plan can use the same bytes)."""
     from .conv import shared_cols
     fn = _native.function("ei_conv_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
     nbytes = int(fn(ctypes.addressof(args)))
+    if not ctx.scratch_fits("im2col", nbytes) and args.threads > 1:
+        # one tile per thread: fewer threads under a tight budget (the same sums per output)
+        per = nbytes // args.threads
+        args.threads = int(max(1, min(args.threads, (ctx.workspace_budget + ctx.scratch_held("im2col")) // max(per, 1))))
+        nbytes = int(fn(ctypes.addressof(args)))
+        if node is not None and node.name in ctx.notes:
+            ctx.notes[node.name] = ctx.notes[node.name].replace(
+                "thread(s)", f"thread(s), tiles for {args.threads} to fit the memory budget", 1)
+    if not ctx.scratch_fits("im2col", nbytes):
+        return None         # its tile does not fit what the memory budget leaves: the numpy conv bands
     scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
     args.scratch = None if scratch is None else scratch.ctypes.data
     return _native.native_step("ei_conv_f32", args, scratch, *keep)
@@ -139,7 +160,7 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                    f"{'direct on the input' if direct else 'im2col per tile'}, {n * oh * ow}x{cg * kh * kw} @ "
                    f"{cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "") + ")"
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)")
-    return _step(ctx, args, (x, y, z, wpack, bias))
+    return _step(ctx, args, (x, y, z, wpack, bias), node)
 
 
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
@@ -170,7 +191,11 @@ def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     rows = a.size // k if k else 0
     if a.shape[-1] != k or y.size != rows * m or y.shape[-1] != m:
         return None
-    wpack = pack_panels(np.asarray(bk, np.float32)[None])
+    done = None
+    if node.op in ("Gemm", "FusedGemm") and node.attrs.get("transB", 0) and bk is bt:
+        # a panel's columns are rows of B: their pages leave the resident set as they are packed
+        done = lambda c0, c1: drop_pages([b[c0:c1]])  # noqa: E731
+    wpack = pack_panels(np.asarray(bk, np.float32)[None], done)
     args = ConvF32Args(x=a.ctypes.data, y=y.ctypes.data, z=None, wpack=wpack.ctypes.data,
                        bias=None if bias is None else bias.ctypes.data, scratch=None,
                        n=1, c=k, h=rows, w=1, m=m, oh=rows, ow=1, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,

@@ -239,14 +239,14 @@ def _softplus_into(x, y, pos):
 @kernel("Softplus")
 def softplus(node, ctx):
     x, y = _io(node, ctx)
-    pos = ctx.workspace(y.shape, y.dtype)
+    pos = ctx.scratch("unary_tmp", y.shape, y.dtype)       # rewritten every run before it is read
     return quiet(partial(_softplus_into, x, y, pos))
 
 
 @kernel("Mish")
 def mish(node, ctx):
     x, y = _io(node, ctx)
-    pos = ctx.workspace(y.shape, y.dtype)
+    pos = ctx.scratch("unary_tmp", y.shape, y.dtype)       # rewritten every run before it is read
 
     def run():
         _softplus_into(x, y, pos)

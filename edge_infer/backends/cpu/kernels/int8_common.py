@@ -1,15 +1,6 @@
-"""Shared pieces of the int8 kernels: TFLite fixed-point arithmetic, quantization
-parameters of a tensor, exact int8 GEMMs through float32 BLAS, and the dtype dispatch.
-
-Fixed point (exactly TFLite's reference kernels, ``tensorflow/lite/kernels/internal/common.h``
-without ``TFLITE_SINGLE_ROUNDING``):
-
-* ``quantize_multiplier(m)`` (``QuantizeMultiplier``): a real multiplier ``m > 0`` as an
-  int32 ``q`` in [2^30, 2^31) and a power-of-two ``shift``: ``m ~= q * 2^(shift - 31)``;
-* ``MultiplyByQuantizedMultiplier(x, q, shift)`` =
-  ``RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x * 2^max(shift, 0), q), max(-shift, 0))``:
-  ``Requantizer`` evaluates it on whole int64 arrays (per-tensor or per-channel ``q``/``shift``)
-  with in-place numpy integer ops, into workspaces allocated once at prepare.
+"""Shared pieces of the CPU int8 kernels: exact int8 GEMMs through float32 BLAS and the int8
+registration. The fixed-point arithmetic and the quantization parameters every backend uses
+are ``ops/qmath.py`` (re-exported here for the kernels).
 
 Exact int8 GEMM in float32: a product of two int8 values is at most 2^14 in magnitude, so
 every partial sum of at most 1024 of them is an integer of magnitude <= 2^24, which float32
@@ -17,328 +8,38 @@ represents exactly whatever order BLAS adds in (FMA or not). ``ChunkedGemm`` mul
 values held in float32 over K-chunks of <= 1024 and adds the chunks in int64: bit-exact, and
 about as fast as a float32 GEMM (numpy's integer matmul is ~60x slower).
 
-Dispatch: ``int8_kernel("Conv", ...)`` registers an int8 prepare function; after every float
-kernel is registered, ``install_int8_dispatch()`` wraps ``KERNELS[op]`` so that prepare picks
-the int8 function when the node's first input (or output) is int8, else the float one. The
-choice is made once per plan, at prepare; the eval closure is the chosen kernel's own.
+Registration: ``int8_kernel("Conv", ...)`` registers an int8 prepare function as the
+registry's (op, dtype="int8") entry (``registry.py``); ``lookup`` picks it when the node's
+first input (or output) is int8, else the op's generic entry. The choice is made once per
+plan, at prepare; the eval closure is the chosen kernel's own.
 """
 from __future__ import annotations
 
-import math
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Optional
 
 import numpy as np
 
-from ....errors import UnsupportedOpError
-from ..registry import KERNELS
+from ..registry import is_int8_node, kernel_for  # noqa: F401  (is_int8_node: re-exported)
+from ....ops.qmath import (EXACT_K, INT32_MAX, INT32_MIN, QMAX, QMIN, QParams, Requantizer,  # noqa: F401
+                           clamp_range, per_tensor, qparams, quantize_multiplier, quantize_multipliers,
+                           requantize, round_half_away, scratch, wrap_int32)  # (re-exported)
 
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-QMIN, QMAX = -128, 127
-#: K-chunk of the exact float32 int8 GEMM: 1024 * 128 * 128 = 2^24
-EXACT_K = 1024
 
-# -- dispatch ------------------------------------------------------------------------------
-
-INT8_KERNELS: Dict[str, Callable] = {}
-
+# -- registration ----------------------------------------------------------------------------
 
 def int8_kernel(*ops: str):
-    """Register the int8 prepare function of ``ops`` (see ``install_int8_dispatch``)."""
-    def deco(fn):
-        for op in ops:
-            INT8_KERNELS[op] = fn
-        return fn
-    return deco
-
-
-def is_int8_node(node, ctx) -> bool:
-    """True when the node computes on int8 tensors: its first input (or its output) is int8."""
-    for name in (node.inputs[:1] + node.outputs[:1]):
-        if name and ctx.tensor(name).dtype == "int8":
-            return True
-    return False
-
-
-def _plain_integers(node, ctx) -> bool:
-    """int8 tensors with no quantization parameters at all: ONNX's plain integer arithmetic
-    (test_add_int8, test_clip_default_int8_*), which the generic numpy kernel computes."""
-    return not any(n and ctx.tensor(n).quant for n in list(node.inputs) + list(node.outputs))
-
-
-def _dispatcher(op: str, float_fn: Optional[Callable], int8_fn: Callable) -> Callable:
-    def prepare(node, ctx):
-        if is_int8_node(node, ctx) and not (float_fn is not None and _plain_integers(node, ctx)):
-            return int8_fn(node, ctx)
-        if float_fn is None:
-            raise UnsupportedOpError(f"{op} {node.name!r}: only an int8 kernel exists")
-        return float_fn(node, ctx)
-    prepare.int8_dispatch = True
-    prepare.float_kernel = float_fn
-    prepare.int8_kernel = int8_fn
-    prepare.__name__ = f"{op}_dtype_dispatch"
-    prepare.__doc__ = f"{op}: int8 kernel when the input is int8, else the float kernel."
-    return prepare
-
-
-def install_int8_dispatch() -> None:
-    """Wrap every registered kernel that has an int8 version in a dtype dispatcher (idempotent)."""
-    for op, fn in INT8_KERNELS.items():
-        cur = KERNELS.get(op)
-        if cur is not None and getattr(cur, "int8_dispatch", False):
-            if cur.int8_kernel is fn:
-                continue
-            cur = cur.float_kernel
-        KERNELS[op] = _dispatcher(op, cur, fn)
+    """Register the int8 prepare function of ``ops``: the registry's (op, dtype="int8") entry,
+    which ``lookup`` picks when the node's first input (or output) is int8."""
+    return kernel_for(*ops, dtype="int8")
 
 
 # -- shared scratch -----------------------------------------------------------------------------
 
-def _max_elems(ctx, role: str) -> int:
-    """What one scratch ``role`` must hold for any int8 node of the plan: im2col columns for
-    "cols", else the largest activation tensor."""
-    cache = ctx.__dict__.setdefault("_int8_scratch_bounds", {})
-    key = "cols" if role == "cols" else "tensor"
-    if key not in cache:
-        g = ctx.graph
-        if key == "cols":
-            best = row = 0
-            for n in g.nodes:
-                if n.op not in ("Conv", "FusedConv") or not n.outputs:
-                    continue
-                x, w, y = (g.tensors.get(n.inputs[0]), g.tensors.get(n.inputs[1]), g.tensors.get(n.outputs[0]))
-                if None in (x, w, y) or y.dtype != "int8" or not (x.is_static and y.is_static) or w.shape is None:
-                    continue
-                last = (n.attrs.get("data_layout") or "NCHW") == "NHWC"
-                c = x.shape[-1] if last else x.shape[1]
-                sp = y.shape[1:-1] if last else y.shape[2:]
-                p = int(np.prod(sp))
-                best = max(best, int(c) * int(np.prod(w.shape[2:])) * p)
-                row = max(row, int(c) * int(np.prod(w.shape[2:])) * p // max(int(sp[0]) if sp else 1, 1))
-            cache[key], cache["cols_row"] = best, row
-        else:
-            cache[key] = max([t.size for t in g.tensors.values() if not t.is_const and t.is_static] + [0])
-    return cache[key]
-
-
-def scratch(ctx, role: str, shape, dtype) -> np.ndarray:
-    """A scratch array for ``role``, shared by every int8 kernel of the plan.
-
-    Steps run one at a time and these buffers are fully rewritten before they are read in
-    every run, so one buffer per (role, dtype), sized for the largest user, serves all kernels
-    (ResNet-50: ~40 MB instead of ~340 MB of per-node scratch). Two buffers a kernel uses at
-    the same time need different roles. Never for state kept between runs (padded borders,
-    tables). Without a plan context (tests, folding) a fresh array."""
-    shape = tuple(int(d) for d in shape)
-    need = int(np.prod(shape, dtype=np.int64))
-    dt = np.dtype(dtype)
-    if ctx is None or not hasattr(ctx, "graph"):
-        return np.empty(shape, dt)
-    store = ctx.__dict__.setdefault("_int8_scratch", {})
-    key = (role, dt.str)
-    buf = store.get(key)
-    if buf is None:
-        most = _max_elems(ctx, role)
-        if role == "cols":       # im2col columns: capped by the budget (convs then run in bands),
-            room = getattr(ctx, "workspace_budget", math.inf) // dt.itemsize   # >= one row of each
-            most = most if room >= most else max(room, ctx._int8_scratch_bounds["cols_row"])
-        buf = store[key] = ctx.workspace((int(max(need, most)),), dt, tileable=role == "cols")
-    if buf.size < need:
-        return ctx.workspace(shape, dt)
-    return buf[:need].reshape(shape)
-
 
 # -- quantization parameters ------------------------------------------------------------------
 
-class QParams:
-    """Scale(s) and zero point(s) of a quantized tensor (``Tensor.quant``)."""
-
-    def __init__(self, scale, zero_point, axis: Optional[int] = None):
-        self.scale = np.asarray(scale, np.float32).reshape(-1)
-        self.zero_point = np.asarray(zero_point, np.int64).reshape(-1)
-        self.axis = axis
-        if self.scale.size == 0 or (self.zero_point.size not in (1, self.scale.size)):
-            raise UnsupportedOpError(f"bad quantization parameters: scale {scale}, zero_point {zero_point}")
-
-    @property
-    def per_tensor(self) -> bool:
-        return self.scale.size == 1
-
-    @property
-    def s(self) -> float:
-        """The per-tensor scale (float32 value, as a Python float)."""
-        return float(self.scale[0])
-
-    @property
-    def zp(self) -> int:
-        return int(self.zero_point[0])
-
-
-def qparams(ctx_or_graph, name: str, what: str = "") -> QParams:
-    """The quantization parameters of tensor ``name``; error when it has none."""
-    t = ctx_or_graph.tensor(name) if hasattr(ctx_or_graph, "tensor") else ctx_or_graph.tensors[name]
-    q = t.quant
-    if not q or "scale" not in q:
-        raise UnsupportedOpError(f"int8 tensor {name!r}{' (' + what + ')' if what else ''} has no "
-                                 "quantization parameters")
-    return QParams(q["scale"], q.get("zero_point", [0]), q.get("axis"))
-
-
-def per_tensor(ctx, name: str, what: str = "") -> Tuple[float, int]:
-    p = qparams(ctx, name, what)
-    if not p.per_tensor:
-        raise UnsupportedOpError(f"tensor {name!r} ({what}): per-tensor quantization expected, "
-                                 f"got {p.scale.size} scales")
-    return p.s, p.zp
-
 
 # -- fixed point ---------------------------------------------------------------------------------
-
-def quantize_multiplier(m: float) -> Tuple[int, int]:
-    """TFLite ``QuantizeMultiplier``: (q, shift) with m ~= q * 2^(shift - 31), q in [2^30, 2^31)."""
-    m = float(m)
-    if m == 0.0:
-        return 0, 0
-    if not m > 0 or not math.isfinite(m):
-        raise ValueError(f"multiplier must be positive and finite, got {m}")
-    frac, shift = math.frexp(m)
-    q = int(math.floor(frac * (1 << 31) + 0.5))        # std::round of a positive value
-    if q == (1 << 31):
-        q //= 2
-        shift += 1
-    if shift < -31:
-        return 0, 0
-    if shift > 30:
-        return (1 << 31) - 1, 30
-    return q, shift
-
-
-def quantize_multipliers(ms) -> Tuple[np.ndarray, np.ndarray]:
-    """``quantize_multiplier`` element-wise: (q int64 array, shift int64 array)."""
-    pairs = [quantize_multiplier(float(m)) for m in np.asarray(ms, np.float64).reshape(-1)]
-    return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
-
-
-def wrap_int32(a: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
-    """Two's complement wrap of int64 values to the int32 range (what C's int32 arithmetic does)."""
-    out = a if out is None else out
-    np.add(a, 1 << 31, out=out)
-    np.bitwise_and(out, (1 << 32) - 1, out=out)
-    np.subtract(out, 1 << 31, out=out)
-    return out
-
-
-class Requantizer:
-    """``MultiplyByQuantizedMultiplier`` on int64 arrays, in place.
-
-    ``q`` and ``shift`` are scalars or arrays broadcasting onto the data (per channel);
-    ``shape`` is the data's shape: scratch buffers of it are taken from ``ctx`` (or
-    allocated) once. ``__call__(acc)`` overwrites ``acc`` (int64, values in the int32 range)
-    with the result.
-
-    Fast path (any multiplier but INT32_MIN): with e the right shift, S = 31 + e and
-    c = 2^30 + (2^(30+e) if e else 0), SaturatingRoundingDoublingHighMul rounds xq / 2^31 half
-    up for xq >= 0 and half toward zero below (its nudge), RoundingDivideByPOT rounds half away
-    from zero, and floor(floor(y) / 2^e) = floor(y / 2^e) merges the two, so
-
-        MBQM = floor((xq + c) / 2^S)            for xq >= 0
-             = floor((xq - c + 2^S) / 2^S)      for xq < 0   (= -floor((|xq| + c - 1) / 2^S))
-
-    i.e. ``(xq + c + (m & (2^S - 2c))) >> S`` with m = xq >> 63 (all ones below zero): six
-    int64 array passes, checked bit for bit against the step-by-step form in
-    tests/int8_reference.py.
-    """
-
-    def __init__(self, q, shift, shape: Sequence[int], ctx=None, offset: int = 0):
-        """``offset``: an integer added to the result (an output zero point); folded into the
-        rounding constant as offset * 2^S when that cannot overflow, else added after."""
-        q = np.asarray(q, np.int64)
-        shift = np.asarray(shift, np.int64)
-        self.q = q
-        self.offset = int(offset)
-        left = np.maximum(shift, 0)
-        right = np.maximum(-shift, 0)
-        if np.any(right > 31):
-            raise ValueError("right shift above 31")
-        self.left = left if np.any(left) else None
-        alloc = ctx.workspace if ctx is not None else (lambda s, d: np.empty(s, d))
-        shape = tuple(shape)
-        self.fast = bool(np.all(q > INT32_MIN))
-        if self.fast:
-            self.c = (1 << 30) + np.where(right > 0, np.left_shift(np.int64(1), 30 + right), 0)
-            self.total_shift = 31 + right
-            self.d = np.left_shift(np.int64(1), self.total_shift) - 2 * self.c
-            self.mask = scratch(ctx, "rq_mask", shape, np.int64)
-            if self.offset and abs(self.offset) <= 256 and np.all(self.total_shift <= 52):
-                # |xq| <= 2^62 and |offset| 2^S <= 2^60: the sum stays inside int64
-                self.c = self.c + np.left_shift(np.int64(self.offset), self.total_shift)
-                self.offset = 0
-            return
-        self.flag = alloc(shape, np.bool_)
-        self.right = right if np.any(right) else None
-        self.mask = (np.left_shift(np.int64(1), right) - 1) if self.right is not None else None
-        self.half = (self.mask >> 1) if self.mask is not None else None
-        self.sat = bool(np.any(q == INT32_MIN))
-        self.tmp = alloc(shape, np.int64)
-        self.flag2 = alloc(shape, np.bool_) if self.sat else None
-
-    def __call__(self, acc: np.ndarray) -> np.ndarray:
-        if self.left is not None:
-            np.left_shift(acc, self.left, out=acc)
-            wrap_int32(acc)                                # x * (1 << left_shift) in int32
-        if self.fast:
-            m = self.mask
-            np.multiply(acc, self.q, out=acc)                # xq: |.| <= 2^62
-            np.right_shift(acc, 63, out=m)                   # all ones where xq < 0
-            np.add(acc, self.c, out=acc)
-            np.bitwise_and(m, self.d, out=m)                 # 2^S - 2c below zero, else 0
-            np.add(acc, m, out=acc)
-            np.right_shift(acc, self.total_shift, out=acc)   # floor division by 2^S
-            if self.offset:
-                np.add(acc, self.offset, out=acc)
-            return acc
-        tmp, flag = self.tmp, self.flag
-        if self.sat:                                       # a == b == INT32_MIN saturates
-            np.equal(acc, INT32_MIN, out=self.flag2)
-            np.logical_and(self.flag2, self.q == INT32_MIN, out=self.flag2)
-        # SaturatingRoundingDoublingHighMul: (ab + nudge) / 2^31, C division (toward zero)
-        np.multiply(acc, self.q, out=acc)
-        np.right_shift(acc, 63, out=tmp)                   # -1 where ab < 0, else 0
-        np.bitwise_and(tmp, 1 - (1 << 31), out=tmp)        # nudge - 2^30: 0 or 1 - 2^31
-        np.add(acc, tmp, out=acc)
-        np.add(acc, 1 << 30, out=acc)
-        np.right_shift(acc, 63, out=tmp)
-        np.bitwise_and(tmp, (1 << 31) - 1, out=tmp)        # truncate, not floor, below zero
-        np.add(acc, tmp, out=acc)
-        np.right_shift(acc, 31, out=acc)
-        if self.sat:
-            np.copyto(acc, INT32_MAX, where=self.flag2)
-        if self.right is not None:
-            # RoundingDivideByPOT: (x >> e) + (remainder > (mask >> 1) + (x < 0))
-            np.bitwise_and(acc, self.mask, out=tmp)
-            np.less(acc, 0, out=flag)
-            np.subtract(tmp, flag, out=tmp)
-            np.right_shift(acc, self.right, out=acc)
-            np.greater(tmp, self.half, out=flag)
-            np.add(acc, flag, out=acc)
-        if self.offset:
-            np.add(acc, self.offset, out=acc)
-        return acc
-
-
-def requantize(x, q, shift) -> np.ndarray:
-    """``MultiplyByQuantizedMultiplier`` of an integer array (a new int64 array)."""
-    acc = np.array(x, dtype=np.int64, copy=True)
-    q = np.asarray(q, np.int64)
-    shift = np.asarray(shift, np.int64)
-    shape = np.broadcast_shapes(acc.shape, q.shape, shift.shape)
-    acc = np.array(np.broadcast_to(acc, shape), dtype=np.int64, copy=True)     # keeps 0-d arrays 0-d
-    return Requantizer(q, shift, shape)(acc)
-
-
-def round_half_away(v: np.ndarray) -> np.ndarray:
-    """std::round: halves away from zero (float64 in, float64 out)."""
-    v = np.asarray(v, np.float64)
-    return np.sign(v) * np.floor(np.abs(v) + 0.5)
 
 
 class OutputStage:
@@ -400,20 +101,3 @@ class ChunkedGemm:
             np.add(acc, buf, out=acc, casting="unsafe")
 
 
-def clamp_range(activation: str, params: Sequence[float], scale: float, zp: int) -> Tuple[int, int]:
-    """The int8 output range [lo, hi] of a fused Relu / Clip(min, max) at output (scale, zp)."""
-    lo, hi = QMIN, QMAX
-    if not activation:
-        return lo, hi
-    if activation == "Relu":
-        return max(lo, zp), hi
-    if activation == "Clip":
-        a, b = float(params[0]), float(params[1])
-        # TFLite's CalculateActivationRangeQuantized: zp + round(f / scale), f / scale in float32
-        if math.isfinite(a):
-            lo = max(lo, min(hi, zp + int(round_half_away(np.float32(a) / np.float32(scale)))))
-        if math.isfinite(b):
-            hi = min(hi, max(QMIN, zp + int(round_half_away(np.float32(b) / np.float32(scale)))))
-        return lo, hi
-    raise UnsupportedOpError(f"int8 epilogue: activation {activation!r} is not a clamp (the quantizer "
-                             "splits other activations into their own lookup-table op)")

@@ -29,19 +29,14 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from ....ir.shape_rules_nn import channels_last
 from .. import native
 from ..native import kernels as native_kernels
-from .conv import band_note, band_rows, bands, padded_input, tap_views, view_as
+from .conv import COLS_CAP, band_note, band_rows, bands, padded_input, tap_views, view_as
+from ....ops.conv import conv_geometry
+from ....ops.qmath import conv_requant_params
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
-                          qparams, quantize_multiplier, quantize_multipliers, requantize, scratch)
-
-
-def conv_requant_params(s_x: float, s_w: np.ndarray, s_y: float):
-    """Per-channel (q, shift) of s_x * s_w[m] / s_y, computed in double from float32 scales."""
-    ms = [float(np.float32(s_x)) * float(sw) / float(np.float32(s_y)) for sw in np.asarray(s_w, np.float32)]
-    return quantize_multipliers(ms)
+                          qparams, quantize_multiplier, requantize, scratch)
 
 
 def folded_bias(ctx, node: Node, w_int: np.ndarray, zp_x: int, m: int) -> np.ndarray:
@@ -109,23 +104,14 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     wq = qparams(ctx, wname, "weights")
     if np.any(wq.zero_point != 0):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 weights must be symmetric (zero point 0)")
-    n, c, insp = split_layout(x.shape, last)
-    m, cg = w.shape[:2]
-    nsp = x.ndim - 2
+    geo = conv_geometry(node, x.shape, w.shape, y.shape, last)
+    n, c, m, cg, group, nsp = geo.n, geo.c, geo.m, geo.cg, geo.group, geo.nsp
+    insp, kernel, strides, dil = list(geo.in_sp), list(geo.kernel), list(geo.strides), list(geo.dilations)
+    pads, osp = list(geo.pads), list(geo.out_sp)
     s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
     if wq.scale.size not in (1, m) or (wq.scale.size == m and m > 1 and wq.axis not in (0, None)):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: weight scales must be per tensor or per "
                                  f"output channel (axis 0); got {wq.scale.size} along axis {wq.axis}")
-    group = int(node.attrs.get("group", 1))
-    kernel = [int(k) for k in (node.attrs.get("kernel_shape") or w.shape[2:])]
-    if list(w.shape[2:]) != kernel or c != cg * group or m % group:
-        raise ShapeError(f"{node.op} {node.name!r}: X {x.shape}, W {w.shape}, group {group} disagree")
-    wa = window_attrs(node, nsp, kernel)
-    strides, dil = wa["strides"], wa["dilations"]
-    pads, osp = resolve_pads(insp, kernel, strides, dil, wa["pads"], wa["auto_pad"])
-    if tuple(y.shape) != join_layout(n, m, osp, last):
-        raise ShapeError(f"{node.op} {node.name!r}: planned output {y.shape} != computed "
-                         f"{join_layout(n, m, osp, last)}")
     act = str(node.attrs.get("activation", "") or "") if node.op == "FusedConv" else ""
     lo, hi = clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
     ksize = int(np.prod(kernel))
@@ -143,21 +129,21 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     # accumulator layout: NCHW (N, M, P), per-channel params (M, 1); NHWC (N, P, M), params (M,)
     acc_shape = (n, p, m) if last else (n, m, p)
     cshape = (m,) if last else (m, 1)
-    acc = scratch(ctx, "acc_i64", acc_shape, np.int64)
     bias_b = bias.reshape(cshape)
-    rq = Requantizer(q.reshape(cshape), sh.reshape(cshape), acc_shape, ctx, offset=zp_y)
     z_name = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
-    residual = residual_stage(ctx, node, z_name, s_y, acc_shape)
-    y_acc = y.reshape(acc_shape)
     add, clip = np.add, np.clip
-
-    def output_stage():                     # the bias is already in acc (added by the GEMM step)
-        rq(acc)                             # + zp_y
-        if residual is not None:
-            residual(acc)
-        clip(acc, lo, hi, out=y_acc, casting="unsafe")
-
     algo = _algorithm(group, c, cg, ksize, strides, pads)
+    if algo != "im2col":                    # im2col requantizes band by band (_im2col_bands)
+        acc = scratch(ctx, "acc_i64", acc_shape, np.int64)
+        rq = Requantizer(q.reshape(cshape), sh.reshape(cshape), acc_shape, ctx, offset=zp_y)
+        residual = residual_stage(ctx, node, z_name, s_y, acc_shape)
+        y_acc = y.reshape(acc_shape)
+
+        def output_stage():                 # the bias is already in acc (added by the GEMM step)
+            rq(acc)                         # + zp_y
+            if residual is not None:
+                residual(acc)
+            clip(acc, lo, hi, out=y_acc, casting="unsafe")
     kdesc = "x".join(map(str, kernel))
     tag = ("NHWC " if last else "") + "int8 "
     epi = f"; requantize per channel (MBQM){', + residual' if z_name else ''}{', clamp ' + act if act else ''}"
@@ -230,18 +216,49 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         return depthwise
 
     # im2col; the column rows are (channel, tap) in NCHW and (tap, channel) in NHWC,
-    # matching the packed weights. In bands of output rows (first spatial dim) when the
-    # whole column matrix is over the workspace budget: the sums are exact, so banded
-    # and whole results are equal bit for bit.
+    # matching the packed weights. In bands of output rows (first spatial dim), each band
+    # multiplied, requantized and written before the next, so the columns and the int64
+    # accumulator scratch hold one band (at most COLS_CAP bytes unless one row needs more,
+    # less under a workspace budget): the sums are exact, so banded and whole results are
+    # equal bit for bit.
     kc = cg * ksize
     mg = m // group
     rest = p // osp[0]
-    row_bytes = group * kc * rest * 4
-    held = ctx.__dict__.get("_int8_scratch", {}).get(("cols", np.dtype(np.float32).str))
-    rows = band_rows(ctx, row_bytes, osp[0], 0 if held is None else held.nbytes)
-    flat = scratch(ctx, "cols", (group * kc * rows * rest,), np.float32)
-    copyto = np.copyto
-    jobs = []            # (window band, its column view, GEMM into the accumulator band)
+    # per output row: float32 columns, and per output value the int64 accumulator, its
+    # requantization mask, the float32 product, the grouped copy and the residual term
+    per_value = 8 + 8 + 4 + (8 if group > 1 else 0) + (8 if z_name else 0)
+    row_bytes = group * kc * rest * 4 + m * rest * per_value
+    rows = band_rows(ctx, row_bytes, osp[0], 0, COLS_CAP)
+    flat = scratch(ctx, "im2col", (group * kc * rows * rest,), np.float32)
+    accs = scratch(ctx, "acc_i64", (rows * rest * m,), np.int64)
+    zu = None
+    if z_name:
+        z, table = residual_table(ctx, node, z_name, s_y)
+        zu = z.view(np.uint8).reshape(acc_shape)
+    requantizers = {}                     # per band length (the last band may be shorter)
+    take, copyto = np.take, np.copyto
+
+    def band_stage(b: int, r0: int, r1: int):
+        """(the band's accumulator, the step requantizing it into y's band)."""
+        nb = (r1 - r0) * rest
+        band = slice(r0 * rest, r1 * rest)
+        a = view_as(accs[:nb * m], (nb, m) if last else (m, nb))
+        if nb not in requantizers:
+            requantizers[nb] = Requantizer(q.reshape(cshape), sh.reshape(cshape), a.shape, ctx, offset=zp_y)
+        rq = requantizers[nb]
+        yb = y.reshape(acc_shape)[b][band] if last else y.reshape(acc_shape)[b][:, band]
+        zb = None if zu is None else (zu[b][band] if last else zu[b][:, band])
+        zt = None if zu is None else scratch(ctx, "residual_i64", a.shape, np.int64)
+
+        def stage():
+            rq(a)                             # + zp_y (the bias is already in a)
+            if zb is not None:
+                take(table, zb, out=zt, mode="clip")
+                add(a, zt, out=a)
+            clip(a, lo, hi, out=yb, casting="unsafe")
+        return a, stage
+
+    jobs = []            # (window band, its column view, GEMM into the band accumulator, output stage)
     if not last:
         s_n, s_c = xp.strides[:2]
         sp_st = xp.strides[2:]
@@ -251,14 +268,14 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         wins = [as_strided(xp[b], win_shape, win_strides, writeable=False) for b in range(n)]
         w3 = np.ascontiguousarray(wf.reshape(group, mg, kc))
         for b in range(n):
-            acc_b = view_as(acc[b], (group, mg, p))
             for r0, r1 in bands(osp[0], rows):
                 nb = (r1 - r0) * rest
                 cols = view_as(flat[:group * kc * nb], (group, kc, nb))
+                a, stage = band_stage(b, r0, r1)
                 jobs.append((wins[b][(slice(None),) * (nsp + 2) + (slice(r0, r1),)],
                              view_as(cols, (group, cg, *kernel, r1 - r0, *osp[1:])),
-                             ChunkedGemm(w3, cols, acc_b[:, :, r0 * rest:r1 * rest], ctx,
-                                         bias=bias.reshape(group, mg, 1))))
+                             ChunkedGemm(w3, cols, view_as(a, (group, mg, nb)), ctx,
+                                         bias=bias.reshape(group, mg, 1)), stage))
     else:
         sp_st = xp.strides[1:1 + nsp]
         s_c = xp.strides[-1]
@@ -276,26 +293,26 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
                 cols = view_as(flat[:group * kc * nb], (group, nb, kc))
                 cols_v = view_as(cols, (group, r1 - r0, *osp[1:], *kernel, cg))
                 win = wins[b][:, r0:r1]
+                a, stage = band_stage(b, r0, r1)
                 if group == 1:
-                    jobs.append((win, cols_v, ChunkedGemm(cols[0], w3[0], acc[b][r0 * rest:r1 * rest], ctx,
-                                                          bias=bias)))
+                    jobs.append((win, cols_v, ChunkedGemm(cols[0], w3[0], a, ctx, bias=bias), stage))
                     continue
                 g = ChunkedGemm(cols, w3, res[:, :nb], ctx, bias=bias.reshape(group, 1, mg))
-                dst = acc[b].reshape(p, group, mg)[r0 * rest:r1 * rest].transpose(1, 0, 2)
+                dst = view_as(a, (nb, group, mg)).transpose(1, 0, 2)
 
                 def grouped(g=g, dst=dst, r=res[:, :nb]):
                     g()
                     copyto(dst, r)
                 grouped.chunks = g.chunks
-                jobs.append((win, cols_v, grouped))
+                jobs.append((win, cols_v, grouped, stage))
     chunks = jobs[0][2].chunks if jobs else 1
 
     def im2col():
         pad_step()
-        for win, cols_v, gemm in jobs:
+        for win, cols_v, gemm, stage in jobs:
             copyto(cols_v, win)
             gemm()
-        output_stage()
+            stage()
     ctx.note(node, f"{tag}{'grouped ' if group > 1 else ''}im2col {kdesc} + GEMM ({m}x{kc} @ {kc}x{p}"
                    f"{f', {group} groups' if group > 1 else ''}), float32 BLAS exact in {chunks} "
                    f"K-chunk(s){epi}" + band_note(osp[0], rows, row_bytes))

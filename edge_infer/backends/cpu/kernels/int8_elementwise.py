@@ -17,7 +17,6 @@ the exact integer MBQM instead.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -27,90 +26,14 @@ from ....ir import Node
 from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
+from ....ops.qmath import clip_bounds as _clip_bounds
+from ....ops.int8_tables import (LEFT_SHIFT, LUT_OPS, _VALUES, activation_fn, add_params,  # noqa: F401
+                                  lut_table, requant_table)
 from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
                           requantize, round_half_away, scratch)
 
-LEFT_SHIFT = 20
-_VALUES = np.arange(QMIN, QMAX + 1, dtype=np.int64)           # -128 .. 127
-
 
 # -- lookup tables -------------------------------------------------------------------------
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.array([math.erf(v) for v in np.asarray(x, np.float64).reshape(-1)]).reshape(np.shape(x))
-
-
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _softplus(x):
-    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
-
-
-def activation_fn(op: str, attrs: dict) -> Callable[[np.ndarray], np.ndarray]:
-    """The float function of a unary activation op (float64 in, float64 out)."""
-    a = attrs
-    if op == "Sigmoid":
-        return _sigmoid
-    if op == "Tanh":
-        return np.tanh
-    if op == "HardSigmoid":
-        alpha, beta = float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
-        return lambda x: np.clip(alpha * x + beta, 0, 1)
-    if op == "HardSwish":
-        return lambda x: x * np.clip(x / 6 + 0.5, 0, 1)
-    if op == "LeakyRelu":
-        alpha = float(a.get("alpha", 0.01))
-        return lambda x: np.where(x >= 0, x, alpha * x)
-    if op in ("Elu", "Celu"):
-        alpha = float(a.get("alpha", 1.0))
-        div = alpha if op == "Celu" else 1.0
-        return lambda x: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0) / div))
-    if op == "Selu":
-        alpha = float(a.get("alpha", 1.67326319217681884765625))
-        gamma = float(a.get("gamma", 1.05070102214813232421875))
-        return lambda x: gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
-    if op == "Softplus":
-        return _softplus
-    if op == "Softsign":
-        return lambda x: x / (1 + np.abs(x))
-    if op == "Mish":
-        return lambda x: x * np.tanh(_softplus(x))
-    if op == "SiLU":
-        return lambda x: x * _sigmoid(x)
-    if op == "Gelu":
-        if a.get("approximate", "none") == "tanh":
-            c = math.sqrt(2 / math.pi)
-            return lambda x: 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))
-        return lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2)))
-    if op == "Erf":
-        return _erf
-    raise UnsupportedOpError(f"no int8 lookup table for {op}")
-
-
-#: unary ops run as a 256-entry table in an int8 graph
-LUT_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Celu", "Selu",
-           "Softplus", "Softsign", "Mish", "SiLU", "Gelu", "Erf")
-
-
-def lut_table(fn: Callable, s_x: float, zp_x: int, s_y: float, zp_y: int) -> np.ndarray:
-    """int8 table over v = -128..127 (index v + 128) of f, as TFLite's PopulateLookupTable."""
-    f32 = np.float32
-    deq = f32(s_x) * (_VALUES - zp_x).astype(f32)                     # float32 multiply
-    with np.errstate(all="ignore"):
-        tr = np.asarray(fn(deq.astype(np.float64)), np.float64).astype(f32)
-    inv = f32(1) / f32(s_y)
-    rescaled = round_half_away((tr * inv).astype(np.float64))        # float32 product, std::round
-    q = np.clip(np.nan_to_num(rescaled, nan=0.0, posinf=1e9, neginf=-1e9) + zp_y, QMIN, QMAX)
-    return q.astype(np.int8)
-
-
-def requant_table(s_x: float, zp_x: int, s_y: float, zp_y: int, lo: int = QMIN, hi: int = QMAX) -> np.ndarray:
-    """int8 table (index v + 128) of clamp(zp_y + MBQM(v - zp_x, s_x / s_y), lo, hi): exact integer math."""
-    q, sh = quantize_multiplier(float(np.float32(s_x)) / float(np.float32(s_y)))
-    r = requantize(_VALUES - zp_x, q, sh) + zp_y
-    return np.clip(r, lo, hi).astype(np.int8)
 
 
 def by_bits(table: np.ndarray) -> np.ndarray:
@@ -157,24 +80,6 @@ def _native_lut_note(step) -> str:
     return f" native ({native_int8.lut_isa()})" if getattr(step, "native_step", None) is not None else ""
 
 
-def _clip_bounds(node: Node, ctx):
-    vals = []
-    for i in (1, 2):
-        nm = node.inputs[i] if len(node.inputs) > i else ""
-        if not nm:
-            vals.append(None)
-            continue
-        v = ctx.const(nm)
-        if v is None:
-            raise UnsupportedOpError(f"Clip {node.name!r}: int8 Clip needs constant min/max")
-        if ctx.tensor(nm).dtype == "int8" and ctx.tensor(nm).quant:
-            s, zp = per_tensor(ctx, nm)
-            vals.append(float(s) * (int(v.reshape(-1)[0]) - zp))
-        else:
-            vals.append(float(np.asarray(v, np.float64).reshape(-1)[0]))
-    return vals
-
-
 @int8_kernel("Relu", "Clip")
 def int8_clamp(node: Node, ctx) -> Callable[[], None]:
     """max(x, 0) / min(max(x, a), b) in int8: a clamp at the output parameters (requantizing
@@ -213,19 +118,6 @@ def _binary_inputs(node: Node, ctx):
     if np.broadcast_shapes(a.shape, b.shape) != y.shape:
         raise ShapeError(f"{node.op} {node.name!r}: {a.shape} and {b.shape} do not broadcast to {y.shape}")
     return a, b, y
-
-
-def add_params(s1: float, s2: float, s_y: float, sub: bool = False):
-    """TFLite ADD/SUB multipliers: ((q1, sh1), (q2, sh2), (qy, shy))."""
-    f32 = np.float32
-    twice_max = float(2 * max(f32(s1), f32(s2)))                           # float, then double
-    m1 = float(f32(s1)) / twice_max
-    m2 = float(f32(s2)) / twice_max
-    my = twice_max / float(f32((1 << LEFT_SHIFT) * f32(s_y)))
-    q1, q2, qy = quantize_multiplier(m1), quantize_multiplier(m2), quantize_multiplier(my)
-    if sub:
-        q2 = (-q2[0], q2[1])
-    return q1, q2, qy
 
 
 def add_tables(inputs) -> list:

@@ -23,38 +23,13 @@ from ....ir import Node
 from .. import native
 from ..native import kernels as native_kernels
 from .conv import view_as
+from ....ops.qmath import b_scales as _b_scales, int8_bias as _bias
 from .int8_common import (ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor, qparams,
                           quantize_multipliers, scratch)
 
 
 def _opt(node: Node, i: int) -> str:
     return node.inputs[i] if len(node.inputs) > i else ""
-
-
-def _bias(ctx, node: Node, name: str, n: int) -> np.ndarray:
-    if not name:
-        return np.zeros(n, np.int64)
-    b = ctx.const(name)
-    if b is None or b.dtype != np.int32:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 bias must be a constant int32 tensor")
-    if b.size == 1:
-        return np.full(n, int(b.reshape(-1)[0]), np.int64)
-    if b.size != n or (b.ndim > 1 and b.shape[-1] != n):
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 bias of shape {b.shape} is not per "
-                                 f"output column ({n})")
-    return b.reshape(-1).astype(np.int64)
-
-
-def _b_scales(ctx, node: Node, bname: str, n: int, axis_n: int) -> np.ndarray:
-    bq = qparams(ctx, bname, "B")
-    if bq.scale.size == 1:
-        return np.full(n, bq.s, np.float32)
-    b_ndim = ctx.value(bname).ndim
-    ax = bq.axis if bq.axis is None or bq.axis >= 0 else bq.axis + b_ndim
-    if bq.scale.size != n or ax != axis_n:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: B scales must be per tensor or per output "
-                                 f"column (axis {axis_n}); got {bq.scale.size} along axis {bq.axis}")
-    return bq.scale
 
 
 def _int8_matmul(node: Node, ctx, a: np.ndarray, a_name: str, b: np.ndarray, b_name: str, b_axis_n: int,

@@ -19,7 +19,7 @@
 """
 from __future__ import annotations
 
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional
 
 import numpy as np
 
@@ -28,8 +28,11 @@ from ....ir import Node
 from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
+from ....ops.int8_tables import SOFTMAX_OUTPUT, softmax_exp_table, softmax_s8_params  # noqa: F401
+from ....ops.resize import BILINEAR_MODES, resize_axes, source_coords  # noqa: F401
 from .int8_common import ChunkedGemm, Requantizer, int8_kernel, per_tensor, qparams
 from .int8_conv import conv_requant_params
+from .nn import changed_axes, nearest_blocks, resize_scale
 from .nn import resize as float_resize
 
 # -- Resize ------------------------------------------------------------------------------------------
@@ -62,6 +65,29 @@ def _nearest_sources(node: Node, ctx, x: np.ndarray, y: np.ndarray) -> np.ndarra
     return yi.reshape(-1)
 
 
+def _nearest_runs(node: Node, ctx, x: np.ndarray, y: np.ndarray) -> Optional[Callable[[], None]]:
+    """The native memcpy runs of an int8 nearest Resize, from one source index per block of
+    the unchanged trailing dims (a pixel in NHWC): the float kernel's index math without its
+    per-value index arrays (on a 640x640 detector they were 30 MB at prepare). None: the
+    general path serves (tf_crop_and_resize, an identity resize, no native library)."""
+    if node.op != "Resize" or node.attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return None
+    scale, roi, dynamic = resize_scale(node, ctx, x, y)
+    axes = changed_axes(x.shape, y.shape, scale, roi)
+    if not axes:
+        return None
+    ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest_mode = node.attrs.get("nearest_mode", "round_prefer_floor")
+    coords = {a: source_coords(ctm, y.shape[a], x.shape[a], scale[a], None) for a in axes}
+    blocks = nearest_blocks(x.shape, y.shape, axes, coords, nearest_mode, scale)
+    lead, inner = int(np.prod(x.shape[:axes[0]])), int(np.prod(x.shape[axes[-1] + 1:]))
+    nat = native_int8.runs_step(x.reshape(lead, -1), y.reshape(lead, -1), blocks, ctx, inner=inner)
+    if nat is not None:
+        note = f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}"
+        ctx.note(node, f"int8 {note}{' (scales taken from the planned shapes)' if dynamic else ''}; native memcpy runs")
+    return nat
+
+
 def bilinear_axis(out: int, inp: int, align: bool, half: bool) -> np.ndarray:
     """(out, 3) int32 rows (lower, upper, d) of TFLite's integer bilinear along one axis."""
     if align and out > 1:
@@ -75,23 +101,6 @@ def bilinear_axis(out: int, inp: int, align: bool, half: bool) -> np.ndarray:
     return np.stack([lo, hi, v - (1 << 10) * lo], axis=1).astype(np.int32)
 
 
-#: ONNX coordinate_transformation_mode -> (align_corners, half_pixel_centers) of TFLite's kernel
-BILINEAR_MODES = {"half_pixel": (False, True), "pytorch_half_pixel": (False, True),
-                  "align_corners": (True, False), "asymmetric": (False, False)}
-
-
-def resize_axes(x_shape, y_shape):
-    """(nhwc, (H axis, W axis)) of a 4-D resize that changes only two spatial axes, else None."""
-    if len(x_shape) != 4:
-        return None
-    changed = {a for a in range(4) if x_shape[a] != y_shape[a]}
-    if changed <= {2, 3}:
-        return False, (2, 3)
-    if changed <= {1, 2}:
-        return True, (1, 2)
-    return None
-
-
 @int8_kernel("Resize")
 def int8_resize(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
@@ -99,6 +108,9 @@ def int8_resize(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"Resize {node.name!r}: int8 kernel wants int8 in and out")
     mode = node.attrs.get("mode", "nearest")
     if mode == "nearest":                                   # a gather: values pass unchanged, no parameters needed
+        nat = _nearest_runs(node, ctx, x, y)
+        if nat is not None:
+            return nat
         step = float_resize(node, ctx)                      # dtype-generic gather (the numpy path)
         nat = native_int8.runs_step(x.reshape(1, -1), y.reshape(1, -1), _nearest_sources(node, ctx, x, y), ctx)
         note = ctx.notes.get(node.name, "nearest")
@@ -241,7 +253,8 @@ def _conv_transpose_native(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads,
             fb = bias - int(zp_x) * w_mk.astype(np.int64).sum(axis=1)
             pt = len(tys) - 1 - (ry + pads[0] - tys[0]) // strides[0]
             pl = len(txs) - 1 - (rx + pads[1] - txs[0]) // strides[1]
-            part = ctx.workspace((n, ty, tx, m) if nhwc else (n, m, ty, tx), np.int8)
+            # one phase at a time: the phases share the role's bytes
+            part = ctx.scratch("deconv_part", (n, ty, tx, m) if nhwc else (n, m, ty, tx), np.int8)
             conv = native_kernels.int8_conv_step(
                 ctx, x=x, y=part, w_mk=w_mk, bias=fb, q=q, shift=sh, zp_x=zp_x, zp_y=zp_y, lo=-128, hi=127,
                 geometry=(n, cin, h, wd, m, ty, tx, len(tys), len(txs), 1, 1, 1, 1, pt, pl),
@@ -297,29 +310,6 @@ def _conv_transpose_numpy(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads, 
 
 
 # -- Softmax -------------------------------------------------------------------------------------------
-
-#: TFLite's int8 SOFTMAX output parameters
-SOFTMAX_OUTPUT = (1.0 / 256.0, -128)
-
-
-def softmax_exp_table(s_x: float, beta: float = 1.0) -> np.ndarray:
-    """e[d] = round(2^20 exp(-beta s_x d)), d = 0..255 (int32)."""
-    d = np.arange(256, dtype=np.float64)
-    return np.rint(np.exp(-float(beta) * float(np.float32(s_x)) * d) * (1 << 20)).astype(np.int32)
-
-
-def softmax_s8_params(node: Node, ctx, shape, x_dtype, y_dtype) -> Tuple[np.ndarray, int]:
-    """(exp table, row length) of an int8 Softmax, checked: what every backend's kernel needs."""
-    if np.dtype(x_dtype) != np.int8 or np.dtype(y_dtype) != np.int8:
-        raise UnsupportedOpError(f"Softmax {node.name!r}: int8 kernel wants int8 in and out")
-    s_x, _ = per_tensor(ctx, node.inputs[0], "input")
-    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
-    if (np.float32(s_y), zp_y) != (np.float32(SOFTMAX_OUTPUT[0]), SOFTMAX_OUTPUT[1]):
-        raise UnsupportedOpError(f"Softmax {node.name!r}: int8 output must be (1/256, -128), got ({s_y}, {zp_y})")
-    axis = int(node.attrs.get("axis", -1)) % len(shape)
-    if any(d != 1 for d in shape[axis + 1:]):
-        raise UnsupportedOpError(f"Softmax {node.name!r}: int8 Softmax runs over the last axis")
-    return softmax_exp_table(s_x), int(shape[axis])
 
 
 @int8_kernel("Softmax")

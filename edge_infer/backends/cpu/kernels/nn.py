@@ -7,13 +7,15 @@ layout pass permutes its scales/sizes/roi (or remaps ``axes``) instead."""
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.shape_rules_nn import channels_last, resize_plan
+from ....ops.resize import cubic as _cubic, nearest_index as _nearest_index  # noqa: F401
+from ....ops.resize import source_coords as _source_coords, taps as _taps  # noqa: F401
 from ..native import ops as native_ops
 from ..registry import kernel
 from .conv import view_as
@@ -213,33 +215,6 @@ def instance_norm(node: Node, ctx) -> Callable[[], None]:
     return inorm
 
 
-def _lrn_scratch(ctx, role: str, shape, dtype) -> np.ndarray:
-    """A view of shape ``shape`` into the plan's LRN scratch for ``role``, one buffer per
-    role and dtype sized for the largest LRN of the graph (Inception-v1: 12 MB -> 6 MB)."""
-    dt = np.dtype(dtype)
-    need = int(np.prod(shape, dtype=np.int64))
-    store = ctx.__dict__.setdefault("_lrn_scratch", {}) if hasattr(ctx, "__dict__") else {}
-    buf = store.get((role, dt.str))
-    if buf is None:
-        most = need
-        for n in getattr(getattr(ctx, "graph", None), "nodes", ()):
-            t = ctx.graph.tensors.get(n.inputs[0]) if n.op == "LRN" and n.inputs else None
-            if t is None or t.shape is None or not all(isinstance(d, (int, np.integer)) for d in t.shape):
-                continue
-            ch = t.shape[-1] if channels_last(n) else t.shape[1]
-            elems = int(np.prod(t.shape, dtype=np.int64))
-            if role == "squares" and ch:
-                elems = elems // int(ch) * (int(ch) + int(n.attrs.get("size", 1)) - 1)
-            most = max(most, elems)
-        buf = store[(role, dt.str)] = ctx.workspace((most,), dt)
-    if buf.size < need:
-        return ctx.workspace(shape, dt)
-    if buf.strides[0] == 0:                       # an over-budget placeholder
-        from ....memory.budget import placeholder
-        return placeholder(shape, dt)
-    return buf[:need].reshape(shape)
-
-
 @kernel("LRN")
 def lrn(node: Node, ctx) -> Callable[[], None]:
     """y = x / (bias + alpha/size * sum of x^2 over a window of channels) ** beta."""
@@ -250,42 +225,67 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
     bias = float(node.attrs.get("bias", 1.0))
     last = channels_last(node)
     c = x.shape[-1] if last else x.shape[1]
-    # window: floor((size-1)/2) channels below, ceil((size-1)/2) above; squares live
-    # in a channel-padded workspace whose zero border is written once
-    before = (size - 1) // 2
+    if x.size == 0:
+        return lambda: None
+    # as (lead, C, positions): NCHW (N, C, S); NHWC (N*S, C) seen as (1, N*S, C) with the
+    # channel axis last. The sums only mix channels, so the positions run in bands whose
+    # squares fit LRN_BAND bytes (the same values as in one pass, in cache, a small scratch)
     if last:
-        sq_shape = x.shape[:-1] + (c + size - 1,)
+        x3, y3 = view_as(x, (1, x.size // c, c)), view_as(y, (1, y.size // c, c))
+        npos = x3.shape[1]
+        pos = lambda a, b: (slice(None), slice(a, b), slice(None))
         chan = lambda a, b: (Ellipsis, slice(a, b))
     else:
-        sq_shape = (x.shape[0], c + size - 1) + x.shape[2:]
+        x3 = view_as(x, (x.shape[0], c, x.size // (x.shape[0] * c)))
+        y3 = view_as(y, x3.shape)
+        npos = x3.shape[2]
+        pos = lambda a, b: (slice(None), slice(None), slice(a, b))
         chan = lambda a, b: (slice(None), slice(a, b))
-    # the scratch is shared by the plan's LRNs (steps run one at a time), so each run
-    # zeroes its own border of (size - 1) channels rather than once here
-    sqp = _lrn_scratch(ctx, "squares", sq_shape, y.dtype)
-    sq = sqp[chan(before, before + c)]
-    border = [v for v in (sqp[chan(0, before)], sqp[chan(before + c, c + size - 1)]) if v.size]
+    per_pos = x3.shape[0] * (c + size - 1) * y.dtype.itemsize
+    band = int(max(1, min(npos, LRN_BAND // per_pos)))
+    # window: floor((size-1)/2) channels below, ceil((size-1)/2) above; the squares live in
+    # a channel-padded scratch shared by the plan's LRNs, so each band zeroes its border of
+    # (size - 1) channels
+    before = (size - 1) // 2
+    sq_shape = (1, band, c + size - 1) if last else (x3.shape[0], c + size - 1, band)
+    sqp_all = ctx.scratch("lrn_squares", sq_shape, y.dtype)
     # the window sums accumulate in y itself (x is read once more at the end, elementwise),
     # unless the arena gave y x's place
-    ss = y if not np.may_share_memory(x, y) else _lrn_scratch(ctx, "sums", y.shape, y.dtype)
-    shifted = [sqp[chan(j, j + c)] for j in range(size)]
+    inplace = np.may_share_memory(x, y)
+    ss_all = ctx.scratch("lrn_sums", y3[pos(0, band)].shape, y.dtype) if inplace else None
     k = alpha / size
+    jobs = []
+    for p0 in range(0, npos, band):
+        nb = min(band, npos - p0)
+        sqp = sqp_all[pos(0, nb)]
+        xb, yb = x3[pos(p0, p0 + nb)], y3[pos(p0, p0 + nb)]
+        ss = ss_all[pos(0, nb)] if inplace else yb
+        border = [v for v in (sqp[chan(0, before)], sqp[chan(before + c, c + size - 1)]) if v.size]
+        jobs.append((xb, yb, ss, sqp[chan(before, before + c)], border,
+                     [sqp[chan(j, j + c)] for j in range(size)]))
 
     def run():
-        for v in border:
-            v.fill(0)
-        np.multiply(x, x, out=sq)
-        if size > 1:
-            np.add(shifted[0], shifted[1], out=ss)
-        else:
-            np.copyto(ss, shifted[0])
-        for s in shifted[2:]:
-            np.add(ss, s, out=ss)
-        np.multiply(ss, k, out=ss)
-        np.add(ss, bias, out=ss)
-        np.power(ss, -beta, out=ss)
-        np.multiply(x, ss, out=y)
-    ctx.note(node, f"{'NHWC ' if last else ''}channel window sum of {size} shifted squares")
+        for xb, yb, ss, sq, border, shifted in jobs:
+            for v in border:
+                v.fill(0)
+            np.multiply(xb, xb, out=sq)
+            if size > 1:
+                np.add(shifted[0], shifted[1], out=ss)
+            else:
+                np.copyto(ss, shifted[0])
+            for s in shifted[2:]:
+                np.add(ss, s, out=ss)
+            np.multiply(ss, k, out=ss)
+            np.add(ss, bias, out=ss)
+            np.power(ss, -beta, out=ss)
+            np.multiply(xb, ss, out=yb)
+    ctx.note(node, f"{'NHWC ' if last else ''}channel window sum of {size} shifted squares"
+                   + (f", {len(jobs)} bands of {band} positions" if len(jobs) > 1 else ""))
     return run
+
+
+#: most bytes of an LRN's channel-padded squares scratch (positions run in bands beyond)
+LRN_BAND = 256 << 10
 
 
 # -- Softmax family -------------------------------------------------------------------------
@@ -378,101 +378,69 @@ def dropout(node: Node, ctx) -> Callable[[], None]:
 
 # -- Resize / Upsample ------------------------------------------------------------------------
 
-def _source_coords(ctm: str, out_len: int, in_len: int, scale: float,
-                   roi: Optional[Tuple[float, float]]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-    """Input coordinate of every output index along one axis (ONNX
-    coordinate_transformation_mode), and the out-of-range mask for
-    tf_crop_and_resize (else None).
 
-    Computed in float32 as onnxruntime does, so that coordinates which land
-    exactly on a rounding tie (nearest mode) resolve the same way it does.
-    """
-    f = np.float32
-    o = np.arange(out_len, dtype=f)
-    s = f(scale)
-    half = f(0.5)
-    if ctm == "half_pixel":
-        xo = (o + half) / s - half
-    elif ctm == "pytorch_half_pixel":
-        # the spec (and onnxruntime) map a length-1 output to 0
-        xo = (o + half) / s - half if out_len > 1 else np.zeros(out_len, f)
-    elif ctm == "align_corners":
-        xo = o * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(out_len, f)
-    elif ctm == "asymmetric":
-        xo = o / s
-    elif ctm == "tf_half_pixel_for_nn":          # opset 11-12 only, kept for old TF exports
-        xo = (o + half) / s
-    elif ctm == "half_pixel_symmetric":
-        adjustment = f(out_len) / (s * f(in_len))
-        offset = f(in_len) / f(2) * (f(1) - adjustment)
-        xo = offset + (o + half) / s - half
-    elif ctm == "tf_crop_and_resize":
-        start, end = f(roi[0]), f(roi[1])
-        if out_len > 1:
-            xo = start * f(in_len - 1) + o * (end - start) * f(in_len - 1) / f(out_len - 1)
+def changed_axes(x_shape, y_shape, scale: Sequence[float], roi: Optional[np.ndarray]) -> List[int]:
+    """The axes a resize changes: identity axes (scale 1, same size, trivial roi) are skipped,
+    as the reference does."""
+    r = len(x_shape)
+    axes = []
+    for a in range(r):
+        trivial_roi = roi is None or (math.isclose(roi[a], 0.0) and math.isclose(roi[a + r], 1.0))
+        if not (math.isclose(scale[a], 1.0) and y_shape[a] == x_shape[a] and trivial_roi):
+            axes.append(a)
+    return axes
+
+
+def nearest_blocks(x_shape, y_shape, axes: Sequence[int], coords: dict, nearest_mode: str,
+                   scale: Sequence[float]) -> np.ndarray:
+    """Flat source index, in blocks of the unchanged trailing dims after the last changed axis,
+    of every output block from the first changed axis on (a nearest resize over ``axes``)."""
+    a0, t = axes[0], axes[-1]
+    out_mid = tuple(y_shape[a0:t + 1])
+    flat = np.zeros(out_mid, np.intp)
+    stride = 1
+    for a in range(t, a0 - 1, -1):
+        shape = [1] * len(out_mid)
+        shape[a - a0] = y_shape[a]
+        if a in coords:
+            ia = _nearest_index(coords[a][0], nearest_mode, scale[a], x_shape[a])
         else:
-            xo = np.full(out_len, half * (start + end) * f(in_len - 1), f)
-        return xo.astype(np.float64), (xo < 0) | (xo > in_len - 1)
+            ia = np.arange(x_shape[a], dtype=np.intp)
+        flat = flat + (ia * stride).reshape(shape)
+        stride *= x_shape[a]
+    return flat.ravel()
+
+
+def resize_scale(node: Node, ctx, x: np.ndarray, y: np.ndarray) -> Tuple[List[float], Optional[np.ndarray], bool]:
+    """(per-axis scale, full roi or None, whether the scales come from the planned shapes) of a
+    Resize node, checked against the planned output shape."""
+    r = x.ndim
+    attrs = node.attrs
+    axes = [int(a) % r for a in (attrs.get("axes") or range(r))]
+    scales_name, sizes_name = _opt(node, 2), _opt(node, 3)
+    sc, sz = _const_or_none(ctx, scales_name), _const_or_none(ctx, sizes_name)
+    dynamic = (sc is None and sz is None and
+               any(nm and ctx.tensor(nm).shape not in ((0,),) for nm in (scales_name, sizes_name)))
+    if dynamic:
+        # scales/sizes computed at run time: the planned output shape fixes them
+        scale = [y.shape[a] / x.shape[a] for a in range(r)]
     else:
-        raise UnsupportedOpError(f"Resize: coordinate_transformation_mode {ctm!r} is not supported")
-    return xo.astype(np.float64), None
-
-
-def _nearest_index(xo: np.ndarray, mode: str, scale: float, in_len: int) -> np.ndarray:
-    if mode == "round_prefer_floor":
-        idx = np.where(xo - np.floor(xo) <= 0.5, np.floor(xo), np.ceil(xo))
-    elif mode == "round_prefer_ceil":
-        idx = np.where(xo - np.floor(xo) < 0.5, np.floor(xo), np.ceil(xo))
-    elif mode == "floor":
-        idx = np.floor(xo)
-    elif mode == "ceil":
-        idx = np.ceil(xo)
-    elif mode == "simple":
-        # Upsample / Resize-10 (as onnxruntime): truncate, or ceil when downsampling
-        idx = np.ceil(xo) if scale < 1 else np.trunc(xo)
-    else:
-        raise UnsupportedOpError(f"Resize: nearest_mode {mode!r} is not supported")
-    return np.clip(idx, 0, in_len - 1).astype(np.intp)
-
-
-def _cubic(t: np.ndarray, a: float) -> np.ndarray:
-    """Keys cubic convolution kernel at distances ``t``."""
-    t = np.abs(t)
-    t2, t3 = t * t, t * t * t
-    return np.where(t <= 1, (a + 2) * t3 - (a + 3) * t2 + 1,
-                    np.where(t < 2, a * t3 - 5 * a * t2 + 8 * a * t - 4 * a, 0.0))
-
-
-def _taps(xo: np.ndarray, mode: str, scale: float, in_len: int, antialias: bool,
-          cubic_a: float, exclude_outside: bool) -> Tuple[np.ndarray, np.ndarray]:
-    """(indices, weights), each (out_len, taps), of a linear/cubic filter along one axis.
-
-    The tap window is anchored at the input pixel at or left of the coordinate
-    (ratio in (0, 1], as the ONNX reference); antialiasing widens the filter by
-    1/scale when downsampling. Indices are clamped to the edge (edge padding).
-    """
-    s = min(scale, 1.0) if antialias else 1.0
-    left = np.floor(xo)
-    left = np.where(xo == left, left - 1, left)
-    ratio = xo - left                                   # in (0, 1]
-    if mode == "linear":
-        start = int(math.floor(-1 / s) + 1)
-    else:
-        start = int(math.floor(-2 / s) + 1)
-    offs = np.arange(start, 2 - start)        # 2 (linear) or 4 (cubic) taps, more with antialias
-    dist = (offs[None, :] - ratio[:, None]) * s
-    if mode == "linear":
-        w = np.clip(1 - np.abs(dist), 0, 1)
-    else:
-        w = _cubic(dist, cubic_a)
-    if antialias:
-        w = w / w.sum(axis=1, keepdims=True)
-    idx = left[:, None].astype(np.int64) + offs[None, :]
-    if exclude_outside:
-        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
-        tot = w.sum(axis=1, keepdims=True)
-        w = w / np.where(tot == 0, 1.0, tot)
-    return np.clip(idx, 0, in_len - 1).astype(np.intp), w
+        scale, out = resize_plan(x.shape, attrs, sc, sz)
+        if tuple(out) != tuple(y.shape):
+            raise ShapeError(f"Resize {node.name!r}: planned output {y.shape} != computed {tuple(out)}")
+    roi = None
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        rv = _const_or_none(ctx, _opt(node, 1))
+        if rv is not None:
+            rv = np.asarray(rv, np.float64).ravel()
+            full = np.array([0.0] * r + [1.0] * r)
+            na = len(axes)
+            if len(rv) != 2 * na:
+                raise ShapeError(f"Resize {node.name!r}: roi has {len(rv)} values for {na} axes")
+            for i, a in enumerate(axes):
+                full[a], full[a + r] = rv[i], rv[i + na]
+            roi = full
+    return scale, roi, dynamic
 
 
 def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[float],
@@ -490,12 +458,7 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
     if ctm == "tf_crop_and_resize":
         if roi is None:
             raise UnsupportedOpError(f"Resize {node.name!r}: tf_crop_and_resize needs a constant roi")
-    # axes that change: skip identity axes, as the reference does
-    axes = []
-    for a in range(r):
-        trivial_roi = roi is None or (math.isclose(roi[a], 0.0) and math.isclose(roi[a + r], 1.0))
-        if not (math.isclose(scale[a], 1.0) and y.shape[a] == x.shape[a] and trivial_roi):
-            axes.append(a)
+    axes = changed_axes(x.shape, y.shape, scale, roi)
     if not axes:
         ctx.note(node, "identity resize (copy)")
         return lambda: np.copyto(y, x)
@@ -587,33 +550,8 @@ def _const_or_none(ctx, name: str) -> Optional[np.ndarray]:
 @kernel("Resize")
 def resize(node: Node, ctx) -> Callable[[], None]:
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
-    r = x.ndim
-    attrs = node.attrs
-    axes = [int(a) % r for a in (attrs.get("axes") or range(r))]
-    scales_name, sizes_name = _opt(node, 2), _opt(node, 3)
-    sc, sz = _const_or_none(ctx, scales_name), _const_or_none(ctx, sizes_name)
-    dynamic = (sc is None and sz is None and
-               any(nm and ctx.tensor(nm).shape not in ((0,),) for nm in (scales_name, sizes_name)))
-    if dynamic:
-        # scales/sizes computed at run time: the planned output shape fixes them
-        scale = [y.shape[a] / x.shape[a] for a in range(r)]
-    else:
-        scale, out = resize_plan(x.shape, attrs, sc, sz)
-        if tuple(out) != tuple(y.shape):
-            raise ShapeError(f"Resize {node.name!r}: planned output {y.shape} != computed {tuple(out)}")
-    roi = None
-    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
-        rv = _const_or_none(ctx, _opt(node, 1))
-        if rv is not None:
-            rv = np.asarray(rv, np.float64).ravel()
-            full = np.array([0.0] * r + [1.0] * r)
-            na = len(axes)
-            if len(rv) != 2 * na:
-                raise ShapeError(f"Resize {node.name!r}: roi has {len(rv)} values for {na} axes")
-            for i, a in enumerate(axes):
-                full[a], full[a + r] = rv[i], rv[i + na]
-            roi = full
-    fn = _resize_kernel(node, ctx, x, y, scale, attrs, roi)
+    scale, roi, dynamic = resize_scale(node, ctx, x, y)
+    fn = _resize_kernel(node, ctx, x, y, scale, node.attrs, roi)
     if dynamic:
         ctx.notes[node.name] += " (scales taken from the planned shapes)"
     return fn

@@ -20,6 +20,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
+from ....ops.pool import window_counts as _window_counts
 from ....ir.padding import resolve_pads
 from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
 from ..native import ops as native_ops
@@ -166,12 +167,6 @@ def max_pool(node: Node, ctx) -> Callable[[], None]:
         np.add(idx, base, out=idx)
     ctx.note(node, f"max pool {kdesc} with indices (storage_order {order})")
     return maxpool_idx
-
-
-def _window_counts(size: int, out: int, k: int, s: int, d: int, lo: int, hi: int) -> np.ndarray:
-    """Per output position: how many of the k taps (in padded coordinates) fall in [lo, hi)."""
-    pos = np.arange(out)[:, None] * s + np.arange(k)[None, :] * d
-    return ((pos >= lo) & (pos < hi)).sum(axis=1)
 
 
 @kernel("AveragePool")

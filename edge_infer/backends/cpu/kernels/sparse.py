@@ -16,7 +16,8 @@ structure (absolute columns, int32) is derived at prepare, the weight is never d
 int8 is bit-exact with kernels/int8_conv.py and int8_gemm.py: the same integer accumulator
 (sum x*w + bias - zp_x * sum w, exact), the same ``Requantizer`` / residual table / clamp.
 
-Dispatch (``install_sparse_dispatch``, after the int8 dispatch): prepare picks the sparse kernel
+Registration: ``sparse_prepare`` is the registry's (op, sparse=True) entry of SPARSE_OPS, the most
+specific one, so ``lookup`` picks it whatever the dtype; it picks the sparse kernel
 when the weight constant is a ``SparseArray``, the node's form is supported and the weight is
 at least as sparse as the target profile's measured ``sparse_crossover`` (targets/*.json);
 otherwise that one weight is densified for the dense kernel (said in ctx.note).
@@ -38,8 +39,8 @@ from ....ir import Node
 from ....ir.padding import resolve_pads
 from ....ir.shape_rules_nn import channels_last, split_layout, window_attrs
 from ....sparse.encodings import SparseArray, segment_cumsum
-from ..registry import KERNELS
-from .int8_common import Requantizer, clamp_range, is_int8_node, per_tensor, qparams, quantize_multipliers
+from ..registry import is_int8_node, kernel_for, lookup
+from .int8_common import Requantizer, clamp_range, per_tensor, qparams, quantize_multipliers
 
 SPARSE_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
 #: used when neither the graph's target nor the host's profile records a crossover
@@ -638,44 +639,31 @@ def sparse_int8(node: Node, ctx, s: SparseArray) -> Optional[Callable[[], None]]
     return run
 
 
-# -- dispatch ----------------------------------------------------------------------------------
+# -- registration ------------------------------------------------------------------------------
 
-def _dispatcher(op: str, inner: Callable) -> Callable:
-    def prepare(node, ctx):
-        wname = node.inputs[1] if len(node.inputs) > 1 else ""
-        w = ctx.const(wname) if wname else None
-        if not isinstance(w, SparseArray):
-            return inner(node, ctx)
-        int8 = is_int8_node(node, ctx)
-        if not int8 and op.startswith("Fused"):
-            return inner(node, ctx)       # the fused kernel prepares its base op through this dispatch
-        kmajor = op in ("MatMul", "FusedMatMul") or (op in ("Gemm", "FusedGemm") and not node.attrs.get("transB", 0))
-        ok, why = use_sparse(ctx, w, int8, _native() is not None, w.rows if kmajor else w.cols)
-        step = None
-        if ok:
-            step = (sparse_int8 if int8 else sparse_float)(node, ctx, w)
-            if step is None:
-                why = "form not supported by the sparse kernel"
-        if step is not None:
-            return step
-        step = inner(node, _with_dense(ctx, wname, w.todense()))
-        ctx.notes[node.name] = ctx.notes.get(node.name, op) + f" [sparse weight densified at prepare: {why}]"
+def sparse_prepare(node: Node, ctx) -> Callable[[], None]:
+    """The (op, sparse=True) entry of every op of SPARSE_OPS: the sparse kernel when the
+    weight's density and form suit it (``use_sparse``), else the dense entry (``lookup(...,
+    dense=True)``) on the weight densified at prepare."""
+    op = node.op
+    wname = node.inputs[1]
+    w = ctx.const(wname)
+    dense = lambda n, c: lookup(n, c, dense=True).prepare(n, c)  # noqa: E731
+    int8 = is_int8_node(node, ctx)
+    if not int8 and op.startswith("Fused"):
+        return dense(node, ctx)       # the fused kernel prepares its base op, whose sparse entry serves
+    kmajor = op in ("MatMul", "FusedMatMul") or (op in ("Gemm", "FusedGemm") and not node.attrs.get("transB", 0))
+    ok, why = use_sparse(ctx, w, int8, _native() is not None, w.rows if kmajor else w.cols)
+    step = None
+    if ok:
+        step = (sparse_int8 if int8 else sparse_float)(node, ctx, w)
+        if step is None:
+            why = "form not supported by the sparse kernel"
+    if step is not None:
         return step
-    prepare.sparse_dispatch = True
-    prepare.inner_kernel = inner
-    for attr in ("int8_dispatch", "float_kernel", "int8_kernel"):     # the dtype dispatch stays visible
-        if hasattr(inner, attr):
-            setattr(prepare, attr, getattr(inner, attr))
-    prepare.__name__ = f"{op}_sparse_dispatch"
-    return prepare
+    step = dense(node, _with_dense(ctx, wname, w.todense()))
+    ctx.notes[node.name] = ctx.notes.get(node.name, op) + f" [sparse weight densified at prepare: {why}]"
+    return step
 
 
-def install_sparse_dispatch() -> None:
-    """Wrap the kernels of SPARSE_OPS so that sparse-encoded weights reach a sparse kernel (idempotent)."""
-    for op in SPARSE_OPS:
-        cur = KERNELS.get(op)
-        if cur is None:
-            continue
-        if getattr(cur, "sparse_dispatch", False):
-            cur = cur.inner_kernel
-        KERNELS[op] = _dispatcher(op, cur)
+kernel_for(*SPARSE_OPS, sparse=True)(sparse_prepare)

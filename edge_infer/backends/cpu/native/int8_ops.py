@@ -142,18 +142,21 @@ def bcast_step(op: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, ctx, *, tab
     return native_step("ei_int8_bcast", args, *keep)
 
 
-def runs_step(x2: np.ndarray, y2: np.ndarray, flat: np.ndarray, ctx=None) -> Optional[Callable[[], None]]:
-    """y2[l, j] = x2[l, flat[j]] for (lead, n) int8 views, as memcpy runs of consecutive indices."""
+def runs_step(x2: np.ndarray, y2: np.ndarray, flat: np.ndarray, ctx=None, inner: int = 1
+              ) -> Optional[Callable[[], None]]:
+    """y2[l, j] = x2[l, flat[j]] for (lead, n) int8 views, as memcpy runs of consecutive indices.
+    ``inner``: ``flat`` indexes blocks of that many consecutive elements (block j of y2 is
+    block flat[j] of x2), so a resize keeps one index per pixel, not per value."""
     if not _has("ei_runs_s8") or x2.dtype != np.int8 or y2.dtype != np.int8 or x2.ndim != 2:
         return None
-    if not (x2.flags.c_contiguous and y2.flags.c_contiguous) or y2.size == 0:
+    if not (x2.flags.c_contiguous and y2.flags.c_contiguous) or y2.size == 0 or y2.shape[1] != flat.size * inner:
         return None
     flat = np.asarray(flat, np.int64)
     brk = np.flatnonzero(np.diff(flat) != 1) + 1
     starts = np.concatenate([[0], brk])
     lens = np.diff(np.concatenate([starts, [flat.size]]))
-    seg = np.ascontiguousarray(np.stack([starts, flat[starts], lens], axis=1).astype(np.int64))
-    if seg.shape[0] > max(64, flat.size // 2):          # runs of one or two bytes: a gather is better
+    seg = np.ascontiguousarray(np.stack([starts, flat[starts], lens], axis=1).astype(np.int64) * inner)
+    if seg.shape[0] > max(64, flat.size * inner // 2):  # runs of one or two bytes: a gather is better
         return None
     args = RunsArgs(x2.ctypes.data, y2.ctypes.data, seg.ctypes.data, seg.shape[0], x2.shape[0], x2.shape[1],
                     y2.shape[1], _threads(ctx), 0)

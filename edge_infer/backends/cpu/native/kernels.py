@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ....ops.activations import codes_for
 from .. import native as _native
 
 _P = ctypes.c_void_p
@@ -45,7 +46,7 @@ class DepthwiseArgs(ctypes.Structure):
 
 
 #: fused fp32 activations the native depthwise kernel applies (src/depthwise.c ACT_*)
-DW_ACTIVATIONS = {"": 0, "Relu": 1, "Clip": 2, "HardSwish": 3, "HardSigmoid": 4, "LeakyRelu": 5}
+DW_ACTIVATIONS = codes_for(("", "Relu", "Clip", "HardSwish", "HardSigmoid", "LeakyRelu"))
 
 
 def _fn(name, restype, *argtypes):
@@ -55,7 +56,6 @@ def _fn(name, restype, *argtypes):
 
 
 INT32_LIMIT = 1 << 31
-SCRATCH_PER_THREAD = 256 << 10
 
 
 def _ptr(a: Optional[np.ndarray]) -> Optional[int]:
@@ -70,14 +70,12 @@ def aligned(nbytes: int, ctx=None, align: int = 64) -> np.ndarray:
 
 
 def _thread_scratch(ctx, threads: int, need: int) -> np.ndarray:
-    """Per-thread scratch: one buffer per plan (steps run one at a time) of SCRATCH_PER_THREAD
-    bytes per thread; a kernel needing more gets its own."""
-    if need > SCRATCH_PER_THREAD or ctx is None or not hasattr(ctx, "graph"):
+    """``need`` bytes per thread slot: the plan's "im2col" scratch role, the one every conv's
+    column tiles use (steps run one at a time, so the convs of a plan share it); without a
+    plan, its own."""
+    if ctx is None or not hasattr(ctx, "scratch"):
         return aligned(max(need, 1) * threads, ctx)
-    store = ctx.__dict__.setdefault("_native_scratch", {})
-    if threads not in store:
-        store[threads] = aligned(SCRATCH_PER_THREAD * threads, ctx)
-    return store[threads]
+    return ctx.scratch("im2col", (max(need, 1) * threads,), np.uint8)
 
 
 def requant_ok(q: np.ndarray, shift: np.ndarray) -> bool:

@@ -15,6 +15,9 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ....ops.activations import codes_for
+from ....ops.elementwise import broadcast_strides as _bcast_strides  # noqa: F401 (int8_ops)
+from ....ops.elementwise import collapse_dims as _collapse
 from . import EiStep, native_step
 
 _pkg = sys.modules[__package__]      # read ``lib`` there at prepare: tests switch it off
@@ -33,9 +36,9 @@ MAX_RANK = 6
 _I64x = ctypes.c_int64 * MAX_RANK
 
 #: unary op codes (EI_U_* of elementwise.h); also the activations of a binary epilogue
-UNARY = {"": 0, "Identity": 0, "Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "Tanh": 5,
-         "HardSigmoid": 6, "HardSwish": 7, "SiLU": 8, "Gelu": 9, "GeluTanh": 10, "Exp": 11,
-         "Neg": 12, "Abs": 13, "Sqrt": 14, "Reciprocal": 15, "Floor": 16, "Ceil": 17, "Round": 18}
+UNARY = codes_for(("", "Identity", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
+                   "SiLU", "Gelu", "GeluTanh", "Exp", "Neg", "Abs", "Sqrt", "Reciprocal", "Floor", "Ceil",
+                   "Round"))
 #: binary op codes (EI_B_*)
 BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "PRelu": 6}
 
@@ -150,28 +153,6 @@ def unary_step(op: str, x: np.ndarray, y: np.ndarray, threads: int = 1, p0: floa
         return None
     args = UnaryArgs(x.ctypes.data, y.ctypes.data, y.size, UNARY[op], _threads(threads), p0, p1)
     return native_step("ei_unary_f32", args, x, y)
-
-
-def _collapse(shape: Sequence[int], *strides: Sequence[int]) -> Tuple[List[int], List[List[int]]]:
-    """Drop size-1 dims and merge neighbours that are contiguous in every stride list."""
-    dims = [(d, [s[k] for s in strides]) for k, d in enumerate(shape) if d != 1]
-    out: List[Tuple[int, List[int]]] = []
-    for d, st in dims:
-        if out and all(ps == s * d for ps, s in zip(out[-1][1], st)):
-            out[-1] = (out[-1][0] * d, st)
-        else:
-            out.append((d, st))
-    return [d for d, _ in out], [[st[k] for _, st in out] for k in range(len(strides))]
-
-
-def _bcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> List[int]:
-    """Element strides of a contiguous array of ``shape`` read broadcast to ``out_shape``."""
-    full = [1] * (len(out_shape) - len(shape)) + list(shape)
-    strides, acc = [0] * len(full), 1
-    for k in range(len(full) - 1, -1, -1):
-        strides[k] = acc if full[k] != 1 else 0
-        acc *= full[k]
-    return strides
 
 
 def binary_step(op: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, threads: int = 1,

@@ -57,33 +57,7 @@ __device__ __forceinline__ int clamp_int(int v, int lo, int hi) {
 
 // -- activations (codes shared with ops.py ACT) ------------------------------------------------
 
-#define ACT_NONE 0
-#define ACT_RELU 1
-#define ACT_CLIP 2
-#define ACT_SIGMOID 3
-#define ACT_TANH 4
-#define ACT_HARDSIGMOID 5
-#define ACT_LEAKYRELU 6
-#define ACT_HARDSWISH 7
-#define ACT_SILU 8
-#define ACT_GELU 9
-#define ACT_GELUTANH 10
-#define ACT_ELU 11
-#define ACT_SOFTPLUS 12
-#define ACT_SOFTSIGN 13
-#define ACT_MISH 14
-#define ACT_EXP 15
-#define ACT_LOG 16
-#define ACT_ABS 17
-#define ACT_NEG 18
-#define ACT_SQRT 19
-#define ACT_RECIPROCAL 20
-#define ACT_FLOOR 21
-#define ACT_CEIL 22
-#define ACT_ERF 23
-#define ACT_IDENTITY 24
-#define ACT_SELU 25
-#define ACT_CELU 26
+#include "activations.cuh"     // the one activation table, generated from edge_infer/ops/activations.py
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -95,7 +69,7 @@ __device__ __forceinline__ float softplusf_(float x) {
 // (alpha, beta), Elu/Celu (alpha), Selu (alpha, gamma).
 __device__ __forceinline__ float act_f32(float v, int op, float p0, float p1) {
     switch (op) {
-    case ACT_NONE: case ACT_IDENTITY: return v;
+    case ACT_NONE: return v;
     case ACT_RELU: return v > 0.0f ? v : (v == v ? 0.0f : v);       // NaN stays NaN
     case ACT_CLIP: return fminf(fmaxf(v, p0), p1);
     case ACT_SIGMOID: return sigmoidf_(v);

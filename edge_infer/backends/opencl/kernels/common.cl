@@ -3,36 +3,11 @@
  * (pointer, element offset): no sub-buffers, so no device base-address alignment rule. */
 #pragma OPENCL FP_CONTRACT OFF
 
-/* activation codes (opencl/ops.py ACT) */
-#define ACT_NONE 0
-#define ACT_RELU 1
-#define ACT_CLIP 2
-#define ACT_SIGMOID 3
-#define ACT_TANH 4
-#define ACT_HARDSIGMOID 5
-#define ACT_LEAKYRELU 6
-#define ACT_HARDSWISH 7
-#define ACT_SILU 8
-#define ACT_GELU 9
-#define ACT_GELUTANH 10
-#define ACT_ABS 11
-#define ACT_NEG 12
-#define ACT_SQRT 13
-#define ACT_EXP 14
-#define ACT_LOG 15
-#define ACT_RECIPROCAL 16
-#define ACT_FLOOR 17
-#define ACT_CEIL 18
-#define ACT_ELU 19
-#define ACT_SOFTPLUS 20
-#define ACT_SOFTSIGN 21
-#define ACT_ERF 22
-#define ACT_IDENTITY 23
-#define ACT_SELU 24
+/* activation codes: activations.cl (generated from edge_infer/ops/activations.py), prepended at build */
 
 inline float act_apply(float v, int act, float p0, float p1) {
     switch (act) {
-    case ACT_NONE: case ACT_IDENTITY: return v;
+    case ACT_NONE: return v;
     case ACT_RELU: return v < 0.0f ? 0.0f : v;           /* NaN stays NaN, as np.clip */
     case ACT_CLIP: return fmin(fmax(v, p0), p1);
     case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));

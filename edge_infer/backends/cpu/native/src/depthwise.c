@@ -15,6 +15,7 @@
  */
 #pragma GCC optimize("fp-contract=off")
 #include "ei_int8.h"
+#include "ei_activations.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,9 @@
 #define DW_VQ_BYTES 0
 #endif
 
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_HARDSWISH = 3, ACT_HARDSIGMOID = 4, ACT_LEAKYRELU = 5 };
+/* the fused activations of this kernel: codes of the one activation table (ei_activations.h) */
+enum { ACT_NONE = EI_ACT_NONE, ACT_RELU = EI_ACT_RELU, ACT_CLIP = EI_ACT_CLIP, ACT_HARDSWISH = EI_ACT_HARDSWISH,
+       ACT_HARDSIGMOID = EI_ACT_HARDSIGMOID, ACT_LEAKYRELU = EI_ACT_LEAKYRELU };
 
 typedef struct {
     const void *x;
@@ -468,7 +471,8 @@ EI_API int ei_selftest_depthwise(void) {
         a.pt = a.pl = a.kh / 2;
         a.oh = (a.h + 2 * a.pt - a.dh * (a.kh - 1) - 1) / a.sh + 1; a.ow = (a.w + 2 * a.pl - a.dw * (a.kw - 1) - 1) / a.sw + 1;
         if (a.h + 2 * a.pt - a.dh * (a.kh - 1) < 1 || a.w + 2 * a.pl - a.dw * (a.kw - 1) < 1) continue;
-        a.act = (int)(st_rand() % 6); a.a0 = 0.0f; a.a1 = 6.0f;
+        static const int acts[] = {ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_HARDSIGMOID, ACT_LEAKYRELU};
+        a.act = acts[st_rand() % 6]; a.a0 = 0.0f; a.a1 = 6.0f;
         if (a.act == ACT_HARDSIGMOID) { a.a0 = 0.2f; a.a1 = 0.5f; }
         if (a.act == ACT_LEAKYRELU) a.a0 = 0.1f;
         a.zp_x = (int32_t)(st_rand() % 256) - 128; a.zp_y = (int32_t)(st_rand() % 256) - 128;

@@ -514,10 +514,13 @@ int ei_selftest_elementwise(void) {
     for (int i = 0; i < N; i++) { x[i] = frand(-12.f, 12.f); b[i] = frand(0.5f, 3.f); }
     x[0] = 0.0f; x[1] = -0.0f; x[2] = 100.f; x[3] = -100.f; x[4] = 0.39f; x[5] = -3.0f;
     static const int64_t sizes[] = {1, 3, 7, 8, 9, 17, 301};
-    for (int op = 0; op < EI_U_COUNT; op++) {
+    static const int unary_ops[] = EI_U_OPS;
+    for (unsigned u = 0; u < sizeof unary_ops / sizeof unary_ops[0]; u++) {
+        int op = unary_ops[u];
+        int hard = op == EI_U_HSIGMOID || op == EI_U_HSWISH;
         for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-            float p0 = op == EI_U_LEAKY ? 0.1f : op == EI_U_CLIP ? -1.5f : op >= EI_U_HSIGMOID && op <= EI_U_HSWISH ? 1.f / 6.f : 0.f;
-            float p1 = op == EI_U_CLIP ? 6.0f : op >= EI_U_HSIGMOID && op <= EI_U_HSWISH ? 0.5f : 0.f;
+            float p0 = op == EI_U_LEAKY ? 0.1f : op == EI_U_CLIP ? -1.5f : hard ? 1.f / 6.f : 0.f;
+            float p1 = op == EI_U_CLIP ? 6.0f : hard ? 0.5f : 0.f;
             const float *src = x;
             float tmp[N];
             if (op == EI_U_SQRT) { for (int i = 0; i < N; i++) tmp[i] = s_abs(x[i]); src = tmp; }

@@ -4,16 +4,25 @@
 #define EI_ELEMENTWISE_H
 
 #include "edge_native.h"
+#include "ei_activations.h"
 
 #define EI_MAX_RANK 6
 
-/* unary ops (also the activation epilogue of binary ops); p0, p1 per op:
+/* unary ops (also the activation epilogue of binary ops): the codes of the one activation
+ * table (ei_activations.h, generated from edge_infer/ops/activations.py); p0, p1 per op:
  * LEAKY alpha; CLIP lo, hi; HSIGMOID/HSWISH alpha, beta */
 enum {
-    EI_U_COPY = 0, EI_U_RELU, EI_U_LEAKY, EI_U_CLIP, EI_U_SIGMOID, EI_U_TANH, EI_U_HSIGMOID,
-    EI_U_HSWISH, EI_U_SILU, EI_U_GELU, EI_U_GELU_TANH, EI_U_EXP, EI_U_NEG, EI_U_ABS, EI_U_SQRT,
-    EI_U_RECIP, EI_U_FLOOR, EI_U_CEIL, EI_U_ROUND, EI_U_COUNT
+    EI_U_COPY = EI_ACT_NONE, EI_U_RELU = EI_ACT_RELU, EI_U_LEAKY = EI_ACT_LEAKYRELU, EI_U_CLIP = EI_ACT_CLIP,
+    EI_U_SIGMOID = EI_ACT_SIGMOID, EI_U_TANH = EI_ACT_TANH, EI_U_HSIGMOID = EI_ACT_HARDSIGMOID,
+    EI_U_HSWISH = EI_ACT_HARDSWISH, EI_U_SILU = EI_ACT_SILU, EI_U_GELU = EI_ACT_GELU,
+    EI_U_GELU_TANH = EI_ACT_GELUTANH, EI_U_EXP = EI_ACT_EXP, EI_U_NEG = EI_ACT_NEG, EI_U_ABS = EI_ACT_ABS,
+    EI_U_SQRT = EI_ACT_SQRT, EI_U_RECIP = EI_ACT_RECIPROCAL, EI_U_FLOOR = EI_ACT_FLOOR,
+    EI_U_CEIL = EI_ACT_CEIL, EI_U_ROUND = EI_ACT_ROUND
 };
+/* the unary ops the C kernels implement */
+#define EI_U_OPS { EI_U_COPY, EI_U_RELU, EI_U_LEAKY, EI_U_CLIP, EI_U_SIGMOID, EI_U_TANH, EI_U_HSIGMOID, \
+                   EI_U_HSWISH, EI_U_SILU, EI_U_GELU, EI_U_GELU_TANH, EI_U_EXP, EI_U_NEG, EI_U_ABS, \
+                   EI_U_SQRT, EI_U_RECIP, EI_U_FLOOR, EI_U_CEIL, EI_U_ROUND }
 /* binary ops; PRELU: a > 0 ? a : a * b */
 enum { EI_B_ADD = 0, EI_B_SUB, EI_B_MUL, EI_B_DIV, EI_B_MAX, EI_B_MIN, EI_B_PRELU, EI_B_COUNT };
 

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""int8 vs fp32 memory: planned arena + workspaces of each model's int8 plan against its fp32
+plan (target: int8 <= fp32 on every model), and the peak RSS of a runtime-only process against
+onnxruntime's on a 640x640 DB-style text detector, fp32 and int8 (target <= 0.5x).
+
+Models: the onnx "light" zoo with seeded weights (tests/onnx_models.py), the int8 op families
+(tests/int8_op_graphs.py: MobileNetV3 block, DB head, YOLO head), the trained YOLO-style shapes
+fixture (edge_infer/data/yolo_shapes/) and the DB head at 640x640 (16 channels). Each is converted
+once at opt level 3, fp32 and int8 (4 random calibration samples: the bytes do not depend on the
+calibration), cached under ~/.cache/edge_infer_bench. Bytes are deterministic; RSS is measured
+in child processes that load only the runtime (VmHWM).
+
+    python benchmarks/int8_memory_bench.py [--models db640,resnet50] [--skip rss]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
+
+ZOO = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+       "squeezenet", "vgg19", "zfnet512"]
+FAMILIES = ["mnv3", "db", "yolo"]
+MODELS = ZOO + FAMILIES + ["yolo_shapes", "db640"]
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "edge_infer_bench")
+
+
+def source_model(name: str) -> str:
+    """Path of the ONNX model ``name`` (made and cached once for the generated graphs)."""
+    if name in ZOO:
+        from onnx_models import randomized_light_model_path
+        return randomized_light_model_path(name)
+    if name == "yolo_shapes":
+        return os.path.join(ROOT, "edge_infer", "data", "yolo_shapes", "yolo_shapes.onnx")
+    import onnx
+    import int8_op_graphs
+    os.makedirs(CACHE, exist_ok=True)
+    path = os.path.join(CACHE, f"{name}_family.onnx")
+    if not os.path.exists(path):
+        model = db_detector() if name == "db640" else int8_op_graphs.FAMILIES[name]()
+        onnx.save(model, path)
+    return path
+
+
+def db_detector(hw: int = 640, seed: int = 3):
+    """A DB-style text detector at ``hw`` x ``hw``: a strided conv backbone (16..128 channels,
+    /2../32), an FPN (1x1 laterals, nearest 2x upsampling + Add), the four levels upsampled to
+    /4 and concatenated, a 3x3 conv, two ConvTranspose (k2 s2) + Relu up to full size, Sigmoid."""
+    import numpy as np
+    from int8_op_graphs import _B
+    from onnx_models import vi
+    b = _B(seed)
+
+    def up(v, f):
+        s = b.const(np.array([1, 1, f, f], np.float32), "scales")
+        return b.node("Resize", [v, "", s], mode="nearest", coordinate_transformation_mode="asymmetric",
+                      nearest_mode="floor")
+    x, cin, feats = "input", 3, []
+    for k, c in enumerate((16, 32, 64, 96, 128)):
+        x = b.node("Relu", [b.conv(x, cin, c, 3, 2)])
+        x = b.node("Relu", [b.conv(x, c, c, 3)])
+        cin = c
+        if k:
+            feats.append((x, c))
+    lat = [b.conv(f, c, 32) for f, c in feats]              # /4, /8, /16, /32
+    for i in range(len(lat) - 2, -1, -1):
+        lat[i] = b.node("Add", [lat[i], up(lat[i + 1], 2)])
+    outs = [b.conv(v, 32, 8, 3) for v in lat]
+    cat = b.node("Concat", [outs[0]] + [up(v, 2 ** i) for i, v in enumerate(outs) if i], axis=1)
+    h = b.node("Relu", [b.conv(cat, 32, 16, 3)])
+    for cin, cout in ((16, 16), (16, 1)):
+        w = (b.rng.standard_normal((cin, cout, 2, 2)) * 0.3).astype(np.float32)
+        h = b.node("ConvTranspose", [h, b.const(w, "wt"), b.const(np.zeros(cout, np.float32), "bt")],
+                   kernel_shape=[2, 2], strides=[2, 2])
+        h = b.node("Relu", [h]) if cout > 1 else b.node("Sigmoid", [h])
+    return b.model([vi("input", [1, 3, hw, hw])], [vi(h, None)])
+
+
+def converted(name: str, int8: bool) -> str:
+    """The model's .eim, fp32 or int8 (converted once)."""
+    import edge_infer
+    src = source_model(name)
+    dst = os.path.join(CACHE, f"{name}_{'int8' if int8 else 'fp32'}_mem.eim")
+    if not os.path.exists(dst) or os.path.getmtime(dst) < os.path.getmtime(src):
+        opts = dict(quantize="int8", calib="random", calib_samples=4) if int8 else {}
+        edge_infer.convert(src, dst, verify_samples=1, **opts)
+    return dst
+
+
+def input_feeds(name: str) -> dict:
+    from compare import input_feeds as feeds
+    return feeds(source_model(name))
+
+
+def plan_bytes(eim: str, feeds: dict) -> dict:
+    from edge_infer.runtime import Runtime
+    rt = Runtime(eim, backend="cpu")
+    ex = rt.plan({k: v.shape for k, v in feeds.items()})
+    return {"arena": ex.arena_plan.size, "workspace": ex.workspace_bytes,
+            "scratch": dict(getattr(ex, "scratch_roles", {}) or {})}
+
+
+def bytes_table(models) -> list:
+    rows = []
+    for name in models:
+        feeds = input_feeds(name)
+        f, q = plan_bytes(converted(name, False), feeds), plan_bytes(converted(name, True), feeds)
+        rows.append({"model": name, "fp32": f, "int8": q,
+                     "ratio": (q["arena"] + q["workspace"]) / max(1, f["arena"] + f["workspace"])})
+    return rows
+
+
+def rss_child(kind: str, path: str, feeds_path: str, threads: int) -> dict:
+    """Peak RSS of a child running ``path`` (an .eim, or an ONNX model for onnxruntime)."""
+    from memory_bench import rss_child as child
+    return child(kind, path, path, threads, feeds_path)
+
+
+def run_child(args, env) -> dict:
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *map(str, args)],
+                         capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def rss_rows(name: str, threads: int) -> list:
+    from memory_bench import compile_package
+    from edge_infer.artifact import load_artifact
+    from edge_infer.quantize.export_onnx import export_qdq
+    compile_package()
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        feeds = os.path.join(tmp, "feeds.npz")
+        np.savez(feeds, **input_feeds(name))
+        qdq = os.path.join(tmp, "int8_qdq.onnx")
+        export_qdq(load_artifact(converted(name, True))[0], qdq)
+        for label, eim, ref in (("fp32", converted(name, False), source_model(name)),
+                                ("int8", converted(name, True), qdq)):
+            ours = run_child(["ours", eim, feeds, threads], env)
+            ort = run_child(["ort", ref, feeds, threads], env)
+            rows.append({"model": name, "dtype": label, "ours": ours.get("peak_rss"), "ort": ort.get("peak_rss"),
+                         "error": ours.get("error") or ort.get("error")})
+    return rows
+
+
+def mb(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--rss-model", default="db640")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: bytes,rss")
+    ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(rss_child(args.child[0], args.child[1], args.child[2], int(args.child[3]))))
+        return 0
+    skip = set(args.skip.split(","))
+    if "bytes" not in skip:
+        rows = bytes_table([m for m in args.models.split(",") if m])
+        print("| model | fp32 arena MB | fp32 workspace MB | int8 arena MB | int8 workspace MB | int8 / fp32 |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            f, q = r["fp32"], r["int8"]
+            print(f"| {r['model']} | {mb(f['arena'])} | {mb(f['workspace'])} | {mb(q['arena'])} | "
+                  f"{mb(q['workspace'])} | {r['ratio']:.2f}x |")
+        print(f"worst int8 / fp32 (arena + workspace): {max(r['ratio'] for r in rows):.2f}x (target <= 1)")
+    if "rss" not in skip:
+        rows = rss_rows(args.rss_model, args.threads)
+        print(f"\n| {args.rss_model} | edge_infer peak RSS MB | onnxruntime peak RSS MB | ratio |")
+        print("|---|---:|---:|---:|")
+        for r in rows:
+            ratio = f"{r['ours'] / r['ort']:.2f}x" if r["ours"] and r["ort"] else r["error"]
+            print(f"| {r['dtype']} | {mb(r['ours'])} | {mb(r['ort'])} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The shared op math of edge_infer/ops/ that every backend's kernels take: the broadcast loop
+(ops.elementwise.broadcast_plan) against numpy's broadcasting, and the conv geometry
+(ops.conv.conv_geometry) against the shape rules and onnxruntime's output shapes."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from edge_infer.errors import ShapeError
+from edge_infer.ir import Node
+from edge_infer.ops.conv import conv_geometry
+from edge_infer.ops.elementwise import broadcast_plan
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=5), st.data())
+def test_broadcast_plan_reads_what_numpy_broadcasting_reads(y_shape, data):
+    def operand():
+        rank = data.draw(st.integers(0, len(y_shape)))
+        tail = y_shape[len(y_shape) - rank:]
+        return tuple(d if data.draw(st.booleans()) else 1 for d in tail)
+    a_shape, b_shape = operand(), operand()
+    y_shape = tuple(y_shape)
+    dims, sa, sb = broadcast_plan(a_shape, b_shape, y_shape)
+    n = int(np.prod(y_shape))
+    assert int(np.prod(dims)) == n
+    a, b = np.arange(int(np.prod(a_shape))), np.arange(int(np.prod(b_shape)))
+    want_a = np.broadcast_to(a.reshape(a_shape), y_shape).ravel()
+    want_b = np.broadcast_to(b.reshape(b_shape), y_shape).ravel()
+    idx = np.array(np.unravel_index(np.arange(n), dims)).T.reshape(n, len(dims))    # the kernels' loop
+    assert np.array_equal(idx @ np.array(sa), want_a)
+    assert np.array_equal(idx @ np.array(sb), want_b)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("group, k, stride, pad, dil", [(1, 3, 1, 1, 1), (2, 3, 2, 0, 1), (4, 1, 1, 0, 1),
+                                                       (1, 3, 2, 1, 2)])
+def test_conv_geometry_matches_onnxruntime_output(layout, group, k, stride, pad, dil):
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper, TensorProto
+    c, m, h, w = 4, 8, 11, 9
+    wt = np.ones((m, c // group, k, k), np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, kernel_shape=[k, k], strides=[stride] * 2,
+                            pads=[pad] * 4, dilations=[dil] * 2)
+    model = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                            [1, c, h, w])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                                [numpy_helper.from_array(wt, "w")]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.zeros((1, c, h, w), np.float32)})[0]
+    attrs = dict(group=group, kernel_shape=[k, k], strides=[stride] * 2, pads=[pad] * 4, dilations=[dil] * 2,
+                 data_layout=layout)
+    ir = Node("Conv", ["x", "w"], ["y"], attrs, name="c")
+    nhwc = layout == "NHWC"
+    x_shape = (1, h, w, c) if nhwc else (1, c, h, w)
+    y_shape = (y.shape[0], *y.shape[2:], y.shape[1]) if nhwc else y.shape
+    g = conv_geometry(ir, x_shape, wt.shape, y_shape)
+    assert (g.n, g.c, g.m, g.group, g.cg, g.mg) == (1, c, m, group, c // group, m // group)
+    assert g.out_sp == tuple(y.shape[2:]) and g.last == nhwc
+    with pytest.raises(ShapeError, match="'c'"):
+        conv_geometry(ir, x_shape, wt.shape, tuple(d + 1 for d in y_shape))
+    with pytest.raises(ShapeError, match="group"):
+        conv_geometry(Node("Conv", ["x", "w"], ["y"], dict(attrs, group=3), name="c"), x_shape, wt.shape, y_shape)
