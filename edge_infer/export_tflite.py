@@ -32,6 +32,7 @@ import numpy as np
 from .errors import EdgeInferError
 from .ir import Graph, Node
 from .ir.padding import resolve_pads
+from . import export_tflite_xnnpack as xnn
 from .tflite_format import (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, DENSE, SAME, SPARSE_CSR,
                             VALID, ModelWriter)
 
@@ -76,10 +77,13 @@ def _tensor_dense(t) -> Optional[np.ndarray]:
 
 
 class _Exporter:
-    def __init__(self, graph: Graph, sparse: bool = False):
+    def __init__(self, graph: Graph, sparse: bool = False, reference_mean: bool = False):
         self.g = graph
         #: write SparseArray weights of float FULLY_CONNECTED in TFLite's sparsity format
         self.sparse = sparse
+        #: int8 global average pool as a whole-map AVERAGE_POOL_2D (TFLite's reference kernels then
+        #: round as the IR does) instead of MEAN (XNNPACK delegates int8 MEAN only: within a step)
+        self.reference_mean = reference_mean
         self.w = ModelWriter("edge_infer")
         self.ids: Dict[str, int] = {}
         self.alias: Dict[str, str] = {}
@@ -161,7 +165,8 @@ class _Exporter:
         """Activation ``act`` from TFLite tensor x to y (an epilogue that is not fused)."""
         yt = self.g.tensors[yname]
         if act == "Relu":
-            self.w.op("RELU", [x], [y])
+            if not xnn.int8_clamp(self, "RELU", x, y, yt):
+                self.w.op("RELU", [x], [y])
         elif act == "Clip":
             self.clip(x, y, params[0] if params else None, params[1] if len(params) > 1 else None, yt)
         elif act in ("Sigmoid", "Tanh", "HardSwish"):
@@ -180,11 +185,7 @@ class _Exporter:
             if _q8(yt):
                 self.hard_sigmoid_int8(float(a), float(b), x, y, yt)
                 return
-            m = self.temp("hsig_mul", yname)
-            self.w.op("MUL", [x, self.const("alpha", np.float32(a))], [m], {"fused_activation_function": ACT_NONE})
-            p = self.temp("hsig_add", yname)
-            self.w.op("ADD", [m, self.const("beta", np.float32(b))], [p], {"fused_activation_function": ACT_NONE})
-            self.w.op("RELU_0_TO_1", [p], [y])
+            xnn.hard_sigmoid_float(self, float(a), float(b), x, y, yname)
         else:
             raise ExportError(f"activation {act!r} has no TFLite form")
 
@@ -222,7 +223,8 @@ class _Exporter:
         hi = None if hi is None or not np.isfinite(hi) else float(hi)
         named = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1", (0.0, None): "RELU"}
         if (lo, hi) in named:
-            self.w.op(named[(lo, hi)], [x], [y])
+            if not xnn.int8_clamp(self, named[(lo, hi)], x, y, yt):
+                self.w.op(named[(lo, hi)], [x], [y])
             return
         cur = x
         for bound, opname in ((lo, "MAXIMUM"), (hi, "MINIMUM")):
@@ -251,6 +253,9 @@ class _Exporter:
                 self.w.op(name, [x], [mid])
                 self.w.op("QUANTIZE", [mid], [y])
                 return
+        if op == "HardSwish" and _q8(yt):
+            xnn.hard_swish_int8(self, x, y, yname)
+            return
         self.w.op(name, [x], [y])
 
     # -- geometry --------------------------------------------------------------------------------
@@ -276,8 +281,7 @@ class _Exporter:
         paddings = np.array([[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]], np.int32)
         shape = (xs[0], xs[1] + pads[0] + pads[2], xs[2] + pads[1] + pads[3], xs[3])
         out = self.temp(base + "_padded", xname, shape=shape)
-        v = self.const("pad_value", np.asarray(value, xt.dtype).reshape(()), xt.dtype, self.tq(xt.quant))
-        self.w.op("PADV2", [x, self.const("paddings", paddings, "int32"), v], [out])
+        xnn.write_pad(self, x, self.const("paddings", paddings, "int32"), value, xt, out)
         return out
 
     # -- per op ------------------------------------------------------------------------------------
@@ -637,7 +641,7 @@ class _Exporter:
     def op_GlobalAveragePool(self, node: Node) -> None:
         xt, yt = self.g.tensors[node.inputs[0]], self.g.tensors[node.outputs[0]]
         xs = self.shape(node.inputs[0])
-        if _q8(xt) and _same_params(xt.quant, yt.quant) and len(xs) == 4 \
+        if self.reference_mean and _q8(xt) and _same_params(xt.quant, yt.quant) and len(xs) == 4 \
                 and (node.attrs.get("data_layout") or "NCHW") == "NHWC":
             # the IR's int8 mean at equal parameters rounds as AVERAGE_POOL_2D does (TFLite's
             # MEAN requantizes with a multiplier even then): a whole-map pool, bit for bit
@@ -673,6 +677,9 @@ class _Exporter:
             return
         if node.op == "Elu" and float(node.attrs.get("alpha", 1.0)) != 1.0:
             raise ExportError(f"node {node.name!r}: TFLite ELU has alpha 1")
+        if node.op == "Relu":
+            self.op_Relu(node)
+            return
         self.w.op(_UNARY[node.op], [self.tid(node.inputs[0])], self.out_ids(node))
 
     def op_Clip(self, node: Node) -> None:
@@ -706,7 +713,8 @@ class _Exporter:
             mid = self.temp(node.name + "_rq", node.outputs[0])
             self.w.op("QUANTIZE", [x], [mid])
             x = mid
-        self.w.op("RELU", [x], self.out_ids(node))
+        if not xnn.int8_clamp(self, "RELU", x, self.tid(node.outputs[0]), yt):
+            self.w.op("RELU", [x], self.out_ids(node))
 
     def op_LeakyRelu(self, node: Node) -> None:
         self.w.op("LEAKY_RELU", [self.tid(node.inputs[0])], self.out_ids(node),
@@ -861,8 +869,7 @@ class _Exporter:
         sizes = [self.shape(o)[axis] for o in node.outputs]
         outs = [self.tid(o) if o else self.temp("unused", node.inputs[0], shape=tuple(
             xs[:axis]) + (sizes[k],) + tuple(xs[axis + 1:])) for k, o in enumerate(node.outputs)]
-        self.w.op("SPLIT_V", [self.tid(node.inputs[0]), self.ints(sizes, "sizes"), self.ints([axis], "axis")],
-                  outs, {"num_splits": len(outs)})
+        xnn.split(self, self.tid(node.inputs[0]), xs, axis, sizes, outs)
 
     def op_Gather(self, node: Node) -> None:
         r = len(self.shape(node.inputs[0]))
@@ -914,7 +921,8 @@ class _Exporter:
         size = self.ints(ys[1:3] if nhwc else ys[2:], "size")
         opts = {"align_corners": align, "half_pixel_centers": half}
         if nhwc:
-            self.w.op(name, [x, size], [y], opts)
+            if mode != "nearest" or not xnn.nearest_upsample(self, x, y, xs, ys, align, half, node.outputs[0]):
+                self.w.op(name, [x, size], [y], opts)
             return
         xt = self.temp("resize_in", node.inputs[0], shape=(xs[0], xs[2], xs[3], xs[1]))
         yt = self.temp("resize_out", node.outputs[0], shape=(ys[0], ys[2], ys[3], ys[1]))
@@ -997,6 +1005,7 @@ class _Exporter:
         outs = []
         for o in g.outputs:
             outs.append(self.tid(o))
+        xnn.fold_transpose_pairs(self.w, [self.ids[i] for i in g.inputs], outs)
         return self.w.finish([self.ids[i] for i in g.inputs], outs, g.name or "main")
 
 
@@ -1059,15 +1068,17 @@ def prepare_graph(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]]
 
 
 def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
-                    prepared: bool = False, sparse: bool = False) -> bytes:
+                    prepared: bool = False, sparse: bool = False, reference_mean: bool = False) -> bytes:
     """The bytes of a .tflite model computing ``graph`` (see the module doc). ``sparse``:
     SparseArray weights in TFLite's sparsity format (float FULLY_CONNECTED weights directly,
     CONV_2D weights behind DENSIFY); LiteRT's XNNPACK delegate, on by default, misreads sparse
     FULLY_CONNECTED weights as dense: run such a file with
-    ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense."""
+    ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense. ``reference_mean``: an
+    int8 global average pool as AVERAGE_POOL_2D, which TFLite's reference kernels round as the IR
+    does (XNNPACK does not delegate it); default MEAN, delegated, within a step."""
     g = graph if prepared else prepare_graph(graph, input_shapes)
     try:
-        return _Exporter(g, sparse).run()
+        return _Exporter(g, sparse, reference_mean).run()
     except EdgeInferError:
         raise
     except (KeyError, ValueError, IndexError, TypeError) as e:
@@ -1075,7 +1086,8 @@ def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]
 
 
 def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_path: Union[str, os.PathLike, None] = None,
-                  input_shapes: Optional[Dict[str, Sequence[int]]] = None, sparse: bool = False) -> bytes:
+                  input_shapes: Optional[Dict[str, Sequence[int]]] = None, sparse: bool = False,
+                  reference_mean: bool = False) -> bytes:
     """Export a Graph, an .eim artifact or an .onnx / .tflite model as a TFLite flatbuffer.
 
     Returns the bytes; also writes them to ``out_path`` when given. Models (.onnx) are
@@ -1095,7 +1107,7 @@ def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_pa
         else:
             from .artifact import load_artifact
             graph = load_artifact(path)[0]
-    data = graph_to_tflite(graph, input_shapes, sparse=sparse)
+    data = graph_to_tflite(graph, input_shapes, sparse=sparse, reference_mean=reference_mean)
     if out_path is not None:
         tmp = os.fspath(out_path) + ".tmp"
         with open(tmp, "wb") as f:

@@ -1,0 +1,172 @@
+"""TFLite forms that LiteRT's XNNPACK delegate takes, for ops whose plain form it leaves out.
+
+LiteRT runs every op the delegate refuses in its own kernels, between delegate partitions: a
+file with such ops makes LiteRT look slower than it is. Measured one op between two
+convolutions (ai-edge-litert 2.3.0; docs/benchmarks.md): the delegate refuses PADV2,
+SPLIT_V, RESIZE_NEAREST_NEIGHBOR (any options), RELU_0_TO_1, and in int8 HARD_SWISH, RELU,
+RELU6, MINIMUM and AVERAGE_POOL_2D; it takes PAD, SPLIT, CONCATENATION, RESHAPE, MEAN, MUL, and
+ADD with a fused RELU / RELU6 / RELU_N1_TO_1 in fp32 and int8, and fp32 HARD_SWISH / MINIMUM.
+Each function here writes the delegated form of one op through the exporter ``ex``
+(``export_tflite._Exporter``) and says whether it did.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .tflite_format import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
+
+#: int8 clamps written as ADD(x, 0) with the clamp fused: exact (the sum is x's own integer)
+_INT8_CLAMP = {"RELU": ACT_RELU, "RELU6": ACT_RELU6, "RELU_N1_TO_1": ACT_RELU_N1_TO_1}
+
+
+def write_pad(ex, x: int, paddings: int, value, xt, out: int) -> None:
+    """PAD (delegated) when ``value`` is what PAD fills with (0, an int8 tensor's zero
+    point), else PADV2 with ``value`` (raw, in x's dtype)."""
+    q8 = xt.dtype == "int8" and xt.quant is not None
+    default = int(xt.quant["zero_point"][0]) if q8 else 0
+    v = np.asarray(value, xt.dtype).reshape(())
+    if (int(v) == default) if q8 else (float(v) == 0.0):
+        ex.w.op("PAD", [x, paddings], [out])
+        return
+    ex.w.op("PADV2", [x, paddings, ex.const("pad_value", v, xt.dtype, ex.tq(xt.quant))], [out])
+
+
+def int8_clamp(ex, name: str, x: int, y: int, yt) -> bool:
+    """int8 RELU / RELU6 / RELU_N1_TO_1 as ADD(x, 0) with that fused activation (the int8
+    clamps alone are not delegated); True when written."""
+    if name not in _INT8_CLAMP or not (yt.dtype == "int8" and yt.quant is not None):
+        return False
+    # 0 at y's own parameters: both addends then share one scale, which the int8 ADD rescales
+    # exactly (halves, then a power of two), so the sum is x's integer requantized once
+    zp = int(yt.quant["zero_point"][0])
+    zero = ex.const("zero", np.int8(zp), "int8", {"scale": [float(yt.quant["scale"][0])], "zero_point": [zp], "axis": 0})
+    ex.w.op("ADD", [x, zero], [y], {"fused_activation_function": _INT8_CLAMP[name]})
+    return True
+
+
+def hard_sigmoid_float(ex, alpha: float, beta: float, x: int, y: int, yname: str) -> None:
+    """fp32 clip(alpha x + beta, 0, 1) as MUL, ADD + fused RELU, MINIMUM 1: the CPU kernel's
+    own float32 order (multiply, add, clamp), all delegated (RELU_0_TO_1 is not)."""
+    m = ex.temp("hsig_mul", yname)
+    ex.w.op("MUL", [x, ex.const("alpha", np.float32(alpha))], [m], {"fused_activation_function": ACT_NONE})
+    p = ex.temp("hsig_add", yname)
+    ex.w.op("ADD", [m, ex.const("beta", np.float32(beta))], [p], {"fused_activation_function": ACT_RELU})
+    ex.w.op("MINIMUM", [p, ex.const("one", np.float32(1.0))], [y])
+
+
+def hard_swish_int8(ex, x: int, y: int, yname: str) -> None:
+    """int8 x * clip(x / 6 + 1 / 2, 0, 1) as the delegated int8 HardSigmoid (ADD + RELU6,
+    MUL; exporter's ``hard_sigmoid_int8``) into a [0, 1] tensor at scale 1/255, then MUL by x.
+    Two roundings where the IR's lookup table has one: within a step of it (the [0, 1]
+    factor's half step of 1/510 times |x| is under half of y's step when y's range covers x's
+    positive range, as hard-swish's does)."""
+    shape = ex.w.tensors[y]["shape"]
+    hq = {"scale": [float(np.float32(1 / 255))], "zero_point": [-128], "axis": 0}
+    ex.k += 1
+    h = ex.w.tensor(f"hswish_gate_{ex.k}", "int8", shape, None, hq)
+
+    class _T:                      # the gate tensor's parameters, as hard_sigmoid_int8 reads them
+        quant = hq
+    ex.hard_sigmoid_int8(1 / 6, 0.5, x, h, _T)
+    ex.w.op("MUL", [x, h], [y], {"fused_activation_function": ACT_NONE})
+
+
+def _factors(k: int) -> List[int]:
+    """k as factors of at most 5 (XNNPACK concatenates at most 5 inputs), or [] if it has none."""
+    out = []
+    for f in (4, 5, 3, 2):
+        while k % f == 0:
+            out.append(f)
+            k //= f
+    return out if k == 1 else []
+
+
+def nearest_upsample(ex, x: int, y: int, xs: Sequence[int], ys: Sequence[int], align: bool, half: bool,
+                     yname: str) -> bool:
+    """NHWC nearest resize by integer factors (source index floor(i / k) on both axes) as
+    CONCATENATION + RESHAPE (exact data movement, delegated in fp32 and int8, where
+    RESIZE_NEAREST_NEIGHBOR is not): k copies along C then a reshape repeats each pixel k
+    times along W; k copies of those rows along W then a reshape repeats each row along H.
+    Factors over 5 go in stages (floor(floor(i / a) / b) = floor(i / ab)). True when written."""
+    from .export_tflite import _tflite_nearest
+    n, h, w, c = (int(v) for v in xs)
+    kh, kw = int(ys[1]) // h, int(ys[2]) // w
+    if ys[0] != n or ys[3] != c or kh * h != ys[1] or kw * w != ys[2] or kh * kw == 1:
+        return False
+    for out, inp, k in ((ys[1], h, kh), (ys[2], w, kw)):
+        if not np.array_equal(_tflite_nearest(out, inp, align, half), np.arange(out) // k):
+            return False
+    fw, fh = _factors(kw), _factors(kh)
+    if (kw > 1 and not fw) or (kh > 1 and not fh):
+        return False
+    steps = [(2, f) for f in fw] + [(1, f) for f in fh]
+    cur, shape = x, [n, h, w, c]
+    for j, (axis, k) in enumerate(steps):
+        cat_shape = list(shape)
+        cat_shape[axis + 1] *= k
+        cat = ex.temp("upsample_cat", yname, shape=cat_shape)
+        ex.w.op("CONCATENATION", [cur] * k, [cat], {"axis": axis + 1, "fused_activation_function": ACT_NONE})
+        shape[axis] *= k
+        dst = y if j == len(steps) - 1 else ex.temp("upsample", yname, shape=shape)
+        ex.w.op("RESHAPE", [cat, ex.ints(shape)], [dst], {"new_shape": list(shape)})
+        cur = dst
+    return True
+
+
+def split(ex, x: int, xs: Sequence[int], axis: int, sizes: List[int], outs: List[int]) -> None:
+    """SPLIT for equal parts, else one SLICE per part: both delegated, SPLIT_V is not."""
+    if len(set(sizes)) == 1:
+        ex.w.op("SPLIT", [ex.const("axis", np.int32(axis), "int32"), x], outs, {"num_splits": len(outs)})
+        return
+    start = 0
+    for size, o in zip(sizes, outs):
+        begin, shape = [0] * len(xs), list(xs)
+        begin[axis], shape[axis] = start, size
+        ex.w.op("SLICE", [x, ex.ints(begin, "begin"), ex.ints(shape, "size")], [o])
+        start += size
+
+
+def _perm_of(w, op: dict) -> Optional[List[int]]:
+    t = w.tensors[op["inputs"][1]]
+    if not t["buffer"]:
+        return None
+    return np.frombuffer(w.buffers[t["buffer"]], "<i4").tolist()
+
+
+def fold_transpose_pairs(w, graph_inputs: Sequence[int], graph_outputs: Sequence[int]) -> int:
+    """Drop TRANSPOSE(p) -> TRANSPOSE(q) pairs whose composition is the identity and whose middle
+    tensor nothing else reads (NCHW ops written between layout-boundary transposes leave them);
+    readers of the second output read the first input instead. Returns how many pairs went."""
+    readers: dict = {}
+    for i, op in enumerate(w.ops):
+        for t in op["inputs"]:
+            readers.setdefault(t, []).append(i)
+    producer = {t: i for i, op in enumerate(w.ops) for t in op["outputs"]}
+    keep = set(graph_outputs) | set(graph_inputs)
+    drop, rename = set(), {}
+    for j, op in enumerate(w.ops):
+        if op["name"] != "TRANSPOSE" or j in drop:
+            continue
+        mid = op["inputs"][0]
+        i = producer.get(mid)
+        if i is None or i in drop or w.ops[i]["name"] != "TRANSPOSE" or mid in keep or len(readers[mid]) != 1:
+            continue
+        p, q = _perm_of(w, w.ops[i]), _perm_of(w, op)
+        out = op["outputs"][0]
+        if p is None or q is None or [p[k] for k in q] != list(range(len(q))) or out in keep:
+            continue
+        if w.tensors[out]["quant"] != w.tensors[w.ops[i]["inputs"][0]]["quant"]:
+            continue
+        drop |= {i, j}
+        rename[out] = w.ops[i]["inputs"][0]
+    if not drop:
+        return 0
+
+    def resolve(t):
+        while t in rename:
+            t = rename[t]
+        return t
+    w.ops = [dict(op, inputs=[resolve(t) for t in op["inputs"]]) for k, op in enumerate(w.ops) if k not in drop]
+    return len(drop) // 2
