@@ -32,6 +32,7 @@ import numpy as np
 from .errors import EdgeInferError
 from .ir import Graph, Node
 from .ir.padding import resolve_pads
+from . import export_tflite_vision as vision
 from . import export_tflite_xnnpack as xnn
 from .tflite_format import (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, DENSE, SAME, SPARSE_CSR,
                             VALID, ModelWriter)
@@ -57,7 +58,7 @@ EXPORTED_OPS = tuple(sorted(set(_ELEMENTWISE) | set(_UNARY) | set(_REDUCE) | {
     "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat", "Reshape", "Flatten", "Squeeze",
     "Unsqueeze", "Transpose", "Pad", "Slice", "Split", "Gather", "Resize", "Softmax", "LogSoftmax",
     "Clip", "LeakyRelu", "PRelu", "Gelu", "SiLU", "HardSigmoid", "Reciprocal", "Identity", "Dropout",
-    "Cast", "QuantizeLinear", "DequantizeLinear", "BatchNormalization", "ArgMax"}))
+    "Cast", "QuantizeLinear", "DequantizeLinear", "BatchNormalization", "ArgMax"} | set(vision.EMITTERS)))
 _FIXED_OUT = {"Sigmoid": (1.0 / 256, -128), "Tanh": (1.0 / 128, 0), "Softmax": (1.0 / 256, -128)}
 
 
@@ -77,13 +78,16 @@ def _tensor_dense(t) -> Optional[np.ndarray]:
 
 
 class _Exporter:
-    def __init__(self, graph: Graph, sparse: bool = False, reference_mean: bool = False):
+    def __init__(self, graph: Graph, sparse: bool = False, reference_mean: bool = False,
+                 custom_transpose_conv: bool = False):
         self.g = graph
         #: write SparseArray weights of float FULLY_CONNECTED in TFLite's sparsity format
         self.sparse = sparse
         #: int8 global average pool as a whole-map AVERAGE_POOL_2D (TFLite's reference kernels then
         #: round as the IR does) instead of MEAN (XNNPACK delegates int8 MEAN only: within a step)
         self.reference_mean = reference_mean
+        #: float ConvTranspose with a bias as MediaPipe's custom Convolution2DTransposeBias
+        self.custom_transpose_conv = custom_transpose_conv
         self.w = ModelWriter("edge_infer")
         self.ids: Dict[str, int] = {}
         self.alias: Dict[str, str] = {}
@@ -296,6 +300,8 @@ class _Exporter:
             self.reduce(node)
         elif fn is not None:
             fn(node)
+        elif op in vision.EMITTERS:
+            vision.EMITTERS[op](self, node)
         else:
             raise ExportError(f"node {node.name!r}: op {op} has no TFLite export")
 
@@ -534,11 +540,15 @@ class _Exporter:
         pads, out = conv_transpose_geometry(list(xs[2:]), list(W.shape[2:]), a)
         padding = None
         for p_type in (SAME, VALID):
+            # TFLite checks in = ceil(out / s) (SAME) or ceil((out - k + 1) / s) (VALID), pads
+            # total // 2 at the start (SAME) or none, and cuts the rest at the end
             ok = True
             for i in range(2):
-                full = strides[i] * (xs[2 + i] - 1) + W.shape[2 + i]
-                want = max(0, full - out[i]) // 2 if p_type == SAME else 0
-                ok &= pads[i] == want
+                k, s = W.shape[2 + i], strides[i]
+                total = strides[i] * (xs[2 + i] - 1) + k - out[i]
+                begin = total // 2 if p_type == SAME else 0
+                span = out[i] if p_type == SAME else out[i] - k + 1
+                ok &= total >= 0 and pads[i] == begin and pads[2 + i] == total - begin and -(-span // s) == xs[2 + i]
             if ok:
                 padding = p_type
                 break
@@ -566,8 +576,11 @@ class _Exporter:
             wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), "float32")     # (O, H, W, I)
             bid = self.const(bname, self.cval(bname).reshape(-1).astype(np.float32)) if bname else None
         ins = [self.ints([ys[0], ys[2], ys[3], ys[1]], "output_shape"), wid, xn] + ([bid] if bid is not None else [])
-        self.w.op("TRANSPOSE_CONV", ins, [yn], {"padding": padding, "stride_w": strides[1], "stride_h": strides[0]},
-                  version=3 if bid is not None else 1)
+        if self.custom_transpose_conv and bid is not None and not q8:
+            vision.write_transpose_conv_bias(self, xn, wid, bid, yn, padding, strides)
+        else:
+            self.w.op("TRANSPOSE_CONV", ins, [yn], {"padding": padding, "stride_w": strides[1],
+                                                    "stride_h": strides[0]}, version=3 if bid is not None else 1)
         if not nhwc:
             self.w.op("TRANSPOSE", [yn, self.ints([0, 3, 1, 2], "perm")], self.out_ids(node))
 
@@ -627,6 +640,9 @@ class _Exporter:
         self.w.op(name, [x], [y], opts)
 
     def op_MaxPool(self, node: Node) -> None:
+        if len(node.outputs) > 1 and node.outputs[1]:
+            vision.emit_max_pool_argmax(self, node)
+            return
         self.pool(node, "MAX_POOL_2D")
 
     def op_AveragePool(self, node: Node) -> None:
@@ -1064,21 +1080,25 @@ def prepare_graph(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]]
         g.metadata["preferred_layout"] = "NHWC"
         convert_layout(g)
     g.toposort()
+    vision.fuse_space_depth(g)
     return g
 
 
 def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
-                    prepared: bool = False, sparse: bool = False, reference_mean: bool = False) -> bytes:
+                    prepared: bool = False, sparse: bool = False, reference_mean: bool = False,
+                    custom_transpose_conv: bool = False) -> bytes:
     """The bytes of a .tflite model computing ``graph`` (see the module doc). ``sparse``:
     SparseArray weights in TFLite's sparsity format (float FULLY_CONNECTED weights directly,
     CONV_2D weights behind DENSIFY); LiteRT's XNNPACK delegate, on by default, misreads sparse
     FULLY_CONNECTED weights as dense: run such a file with
     ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense. ``reference_mean``: an
     int8 global average pool as AVERAGE_POOL_2D, which TFLite's reference kernels round as the IR
-    does (XNNPACK does not delegate it); default MEAN, delegated, within a step."""
+    does (XNNPACK does not delegate it); default MEAN, delegated, within a step.
+    ``custom_transpose_conv``: a float ConvTranspose with a bias as MediaPipe's custom
+    Convolution2DTransposeBias (XNNPACK runs it; LiteRT's builtin kernels do not)."""
     g = graph if prepared else prepare_graph(graph, input_shapes)
     try:
-        return _Exporter(g, sparse, reference_mean).run()
+        return _Exporter(g, sparse, reference_mean, custom_transpose_conv).run()
     except EdgeInferError:
         raise
     except (KeyError, ValueError, IndexError, TypeError) as e:
@@ -1087,7 +1107,7 @@ def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]
 
 def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_path: Union[str, os.PathLike, None] = None,
                   input_shapes: Optional[Dict[str, Sequence[int]]] = None, sparse: bool = False,
-                  reference_mean: bool = False) -> bytes:
+                  reference_mean: bool = False, custom_transpose_conv: bool = False) -> bytes:
     """Export a Graph, an .eim artifact or an .onnx / .tflite model as a TFLite flatbuffer.
 
     Returns the bytes; also writes them to ``out_path`` when given. Models (.onnx) are
@@ -1107,7 +1127,8 @@ def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_pa
         else:
             from .artifact import load_artifact
             graph = load_artifact(path)[0]
-    data = graph_to_tflite(graph, input_shapes, sparse=sparse, reference_mean=reference_mean)
+    data = graph_to_tflite(graph, input_shapes, sparse=sparse, reference_mean=reference_mean,
+                           custom_transpose_conv=custom_transpose_conv)
     if out_path is not None:
         tmp = os.fspath(out_path) + ".tmp"
         with open(tmp, "wb") as f:

@@ -135,32 +135,61 @@ def _perm_of(w, op: dict) -> Optional[List[int]]:
     return np.frombuffer(w.buffers[t["buffer"]], "<i4").tolist()
 
 
+#: ops that compute each element alone, in any layout (a TRANSPOSE commutes with them)
+_ELEMENTWISE_UNARY = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "TANH", "HARD_SWISH",
+                                "QUANTIZE", "DEQUANTIZE", "ABS", "NEG", "EXP", "ELU", "LEAKY_RELU", "GELU"})
+
+
 def fold_transpose_pairs(w, graph_inputs: Sequence[int], graph_outputs: Sequence[int]) -> int:
-    """Drop TRANSPOSE(p) -> TRANSPOSE(q) pairs whose composition is the identity and whose middle
-    tensor nothing else reads (NCHW ops written between layout-boundary transposes leave them);
-    readers of the second output read the first input instead. Returns how many pairs went."""
+    """Drop TRANSPOSE(p) -> [element-wise unary ops] -> TRANSPOSE(q) where q after p is the
+    identity and each tensor between them has one reader (NCHW ops written between
+    layout-boundary transposes leave these): the unary ops then read the first TRANSPOSE's
+    input, and readers of the second's output read theirs instead (or, when that output is a
+    graph output, the last op before the pair's end writes it directly). Returns how many
+    pairs went."""
+    ops = [dict(op) for op in w.ops]
     readers: dict = {}
-    for i, op in enumerate(w.ops):
+    for i, op in enumerate(ops):
         for t in op["inputs"]:
             readers.setdefault(t, []).append(i)
-    producer = {t: i for i, op in enumerate(w.ops) for t in op["outputs"]}
+    producer = {t: i for i, op in enumerate(ops) for t in op["outputs"]}
     keep = set(graph_outputs) | set(graph_inputs)
-    drop, rename = set(), {}
-    for j, op in enumerate(w.ops):
+    drop, rename, retarget = set(), {}, {}
+    for j, op in enumerate(ops):
         if op["name"] != "TRANSPOSE" or j in drop:
             continue
-        mid = op["inputs"][0]
-        i = producer.get(mid)
-        if i is None or i in drop or w.ops[i]["name"] != "TRANSPOSE" or mid in keep or len(readers[mid]) != 1:
+        chain, mid = [], op["inputs"][0]
+        while True:
+            i = producer.get(mid)
+            if i is None or i in drop or mid in keep or len(readers.get(mid, ())) != 1:
+                i = None
+                break
+            if ops[i]["name"] != "TRANSPOSE" and ops[i]["name"] in _ELEMENTWISE_UNARY and len(ops[i]["inputs"]) == 1:
+                chain.append(i)
+                mid = ops[i]["inputs"][0]
+                continue
+            break
+        if i is None or ops[i]["name"] != "TRANSPOSE":
             continue
-        p, q = _perm_of(w, w.ops[i]), _perm_of(w, op)
-        out = op["outputs"][0]
-        if p is None or q is None or [p[k] for k in q] != list(range(len(q))) or out in keep:
+        src, out = ops[i]["inputs"][0], op["outputs"][0]
+        last = ops[chain[0]]["outputs"][0] if chain else src          # what the pair's end equals
+        p, q = _perm_of(w, ops[i]), _perm_of(w, op)
+        if p is None or q is None or [p[k] for k in q] != list(range(len(q))):
             continue
-        if w.tensors[out]["quant"] != w.tensors[w.ops[i]["inputs"][0]]["quant"]:
+        if w.tensors[out]["quant"] != w.tensors[last]["quant"] or w.tensors[out]["type"] != w.tensors[last]["type"]:
             continue
+        if out not in keep:
+            rename[out] = last
+        elif last not in keep and last in producer and producer[last] not in drop and len(readers[last]) == 1:
+            retarget[last] = out
+        else:
+            continue
+        for c in chain:                   # the unary ops now run in the source's layout
+            for t in ops[c]["outputs"]:
+                w.tensors[t]["shape"] = list(w.tensors[src]["shape"])
+        if chain:
+            ops[chain[-1]]["inputs"] = [src]
         drop |= {i, j}
-        rename[out] = w.ops[i]["inputs"][0]
     if not drop:
         return 0
 
@@ -168,5 +197,7 @@ def fold_transpose_pairs(w, graph_inputs: Sequence[int], graph_outputs: Sequence
         while t in rename:
             t = rename[t]
         return t
-    w.ops = [dict(op, inputs=[resolve(t) for t in op["inputs"]]) for k, op in enumerate(w.ops) if k not in drop]
+    w.ops = [dict(op, inputs=[resolve(t) for t in op["inputs"]],
+                  outputs=[retarget.get(t, t) for t in op["outputs"]])
+             for k, op in enumerate(ops) if k not in drop]
     return len(drop) // 2
