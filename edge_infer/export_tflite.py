@@ -943,7 +943,9 @@ class _Exporter:
         xt = self.temp("resize_in", node.inputs[0], shape=(xs[0], xs[2], xs[3], xs[1]))
         yt = self.temp("resize_out", node.outputs[0], shape=(ys[0], ys[2], ys[3], ys[1]))
         self.w.op("TRANSPOSE", [x, self.ints([0, 2, 3, 1], "perm")], [xt])
-        self.w.op(name, [xt, size], [yt], opts)
+        xs_l, ys_l = (xs[0], xs[2], xs[3], xs[1]), (ys[0], ys[2], ys[3], ys[1])
+        if mode != "nearest" or not xnn.nearest_upsample(self, xt, yt, xs_l, ys_l, align, half, node.outputs[0]):
+            self.w.op(name, [xt, size], [yt], opts)
         self.w.op("TRANSPOSE", [yt, self.ints([0, 3, 1, 2], "perm")], [y])
 
     def op_Cast(self, node: Node) -> None:

@@ -100,3 +100,46 @@ def test_int8_export_is_delegated_and_as_accurate_as_ours(family):
     # ours (measured: 24 dB against our 27 on the 10 logits of MobileNetV3; 32-44 dB elsewhere)
     lite = _sqnr(fp32, _run(it, x))
     assert lite >= 20.0 and lite >= _sqnr(fp32, ours) - 6.0, (name, lite, _sqnr(fp32, ours))
+
+
+def _onnx_file(tmp_path, nodes, xs, ys, inits=()):
+    from onnx import TensorProto, helper
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(ys))], list(inits))
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+@pytest.mark.parametrize("ctm,nearest", [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor")])
+@pytest.mark.parametrize("scale", [(2, 2), (3, 1), (8, 4)])
+def test_integer_nearest_upsample_is_delegated_and_exact(ctm, nearest, scale, tmp_path):
+    from onnx import helper, numpy_helper
+    ort = pytest.importorskip("onnxruntime")
+    xs = (1, 3, 4, 5)
+    ys = (1, 3, 4 * scale[0], 5 * scale[1])
+    path = _onnx_file(tmp_path, [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest",
+                                                  coordinate_transformation_mode=ctm, nearest_mode=nearest)],
+                      xs, ys, [numpy_helper.from_array(np.array([1, 1, *scale], np.float32), "s")])
+    data = export_tflite(path)
+    parts, outside, it = delegation(data)
+    assert (parts, outside) == (1, {})
+    x = np.random.default_rng(1).standard_normal(xs).astype(np.float32)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(_run(it, x), ref)
+
+
+def test_unequal_split_and_hard_sigmoid_are_delegated(tmp_path):
+    from onnx import helper, numpy_helper
+    ort = pytest.importorskip("onnxruntime")
+    nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("HardSigmoid", ["a"], ["ha"], alpha=0.3, beta=0.4),
+             helper.make_node("Relu", ["b"], ["rb"]),
+             helper.make_node("Concat", ["rb", "ha"], ["y"], axis=1)]
+    path = _onnx_file(tmp_path, nodes, (1, 5, 4, 4), (1, 5, 4, 4), [numpy_helper.from_array(np.array([2, 3]), "sizes")])
+    data = export_tflite(path)
+    parts, outside, it = delegation(data)
+    assert (parts, outside) == (1, {})
+    x = np.random.default_rng(2).standard_normal((1, 5, 4, 4)).astype(np.float32) * 4
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(_run(it, x), ref, rtol=1e-6, atol=1e-7)
