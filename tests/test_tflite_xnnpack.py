@@ -143,3 +143,36 @@ def test_unequal_split_and_hard_sigmoid_are_delegated(tmp_path):
     x = np.random.default_rng(2).standard_normal((1, 5, 4, 4)).astype(np.float32) * 4
     ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(_run(it, x), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_int8_standalone_relu_as_add_is_exact(tmp_path):
+    """A Relu the optimizer cannot fuse (after a ConvTranspose) is ADD(x, 0) + fused RELU in
+    int8: TFLite's reference kernels give our integers."""
+    import edge_infer
+    from onnx import helper, numpy_helper
+
+    from edge_infer.artifact import load_artifact
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["t"], strides=[2, 2], kernel_shape=[2, 2]),
+             helper.make_node("Relu", ["t"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"])]
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 6, 2, 2)).astype(np.float32) * 0.5, "w"),
+             numpy_helper.from_array(rng.standard_normal(6).astype(np.float32) * 0.5, "b"),
+             numpy_helper.from_array(rng.standard_normal((3, 6, 1, 1)).astype(np.float32), "w2")]
+    src = _onnx_file(tmp_path, nodes, (1, 4, 5, 5), (1, 3, 10, 10), inits)
+    eim = str(tmp_path / "m.eim")
+    edge_infer.convert(src, eim, quantize="int8", calib=rng.standard_normal((8, 4, 5, 5)).astype(np.float32))
+    g = load_artifact(eim)[0]
+    data = export_tflite(g)
+    parts, outside, it = delegation(data)
+    assert (parts, outside) == (1, {})
+    names = [o["op_name"] for o in it._get_ops_details()]
+    assert "ADD" in names and "RELU" not in names, names
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    ours = Runtime(g, backend="cpu", threads=1).run({"x": x})[g.outputs[0]]
+    ref_it = litert.Interpreter(model_content=data, num_threads=1,
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
+    ref_it.allocate_tensors()
+    dq = next(n for n in g.nodes if n.op == "DequantizeLinear" and n.outputs[0] in g.outputs)
+    steps = np.abs(_run(ref_it, x) - ours) / float(g.tensors[dq.inputs[1]].data)
+    assert steps.max() <= 1.0001 and (steps > 0.5).mean() < 0.02        # input-QUANTIZE ties only
