@@ -69,7 +69,8 @@ def _chain_as_space_depth(g: Graph, r1: Node, consumers) -> Optional[Tuple[Node,
     if xt.shape is None or yt.shape is None or len(xt.shape) != 4 or len(yt.shape) != 4 \
             or not all(isinstance(d, (int, np.integer)) for d in tuple(xt.shape) + tuple(yt.shape)):
         return None
-    if xt.dtype != yt.dtype or (xt.quant or None) != (yt.quant or None):
+    if xt.dtype != yt.dtype or (xt.quant is None) != (yt.quant is None) \
+            or (xt.quant is not None and not _same(xt.quant, yt.quant)):
         return None
     xs, ys = [int(d) for d in xt.shape], [int(d) for d in yt.shape]
     if ys[1] > xs[1] and ys[1] % xs[1] == 0:
