@@ -763,7 +763,7 @@ class _Exporter:
         y = self.tid(yname)
         opts = {"beta": 1.0} if name == "SOFTMAX" else None
         if axis == len(xs) - 1:
-            self.w.op(name, [x], [y], opts)
+            xnn.softmax(self, name, x, y, opts)
             return
         perm = list(range(len(xs)))
         perm[axis], perm[-1] = perm[-1], perm[axis]
@@ -771,7 +771,7 @@ class _Exporter:
         a = self.temp("softmax_in", node.inputs[0], shape=ts)
         b = self.temp("softmax_out", yname, shape=ts)
         self.w.op("TRANSPOSE", [x, self.ints(perm, "perm")], [a])
-        self.w.op(name, [a], [b], opts)
+        xnn.softmax(self, name, a, b, opts)
         self.w.op("TRANSPOSE", [b, self.ints(perm, "perm")], [y])
 
     def op_Softmax(self, node: Node) -> None:

@@ -3,9 +3,11 @@
 LiteRT runs every op the delegate refuses in its own kernels, between delegate partitions: a
 file with such ops makes LiteRT look slower than it is. Measured one op between two
 convolutions (ai-edge-litert 2.3.0; docs/benchmarks.md): the delegate refuses PADV2,
-SPLIT_V, RESIZE_NEAREST_NEIGHBOR (any options), RELU_0_TO_1, and in int8 HARD_SWISH, RELU,
-RELU6, MINIMUM and AVERAGE_POOL_2D; it takes PAD, SPLIT, CONCATENATION, RESHAPE, MEAN, MUL, and
-ADD with a fused RELU / RELU6 / RELU_N1_TO_1 in fp32 and int8, and fp32 HARD_SWISH / MINIMUM.
+SPLIT_V, RESIZE_NEAREST_NEIGHBOR (any options), RELU_0_TO_1, GATHER, CONCATENATION of more than
+5 inputs, and in int8 HARD_SWISH, RELU, RELU6, MINIMUM, AVERAGE_POOL_2D and SOFTMAX; it takes
+PAD, SPLIT, SLICE, CONCATENATION, RESHAPE, 6-D TRANSPOSE, MEAN, MUL, QUANTIZE, DEQUANTIZE and
+ADD with a fused RELU / RELU6 / RELU_N1_TO_1 in fp32 and int8, and fp32 HARD_SWISH / MINIMUM /
+SOFTMAX.
 Each function here writes the delegated form of one op through the exporter ``ex``
 (``export_tflite._Exporter``) and says whether it did.
 """
@@ -71,6 +73,23 @@ def hard_swish_int8(ex, x: int, y: int, yname: str) -> None:
         quant = hq
     ex.hard_sigmoid_int8(1 / 6, 0.5, x, h, _T)
     ex.w.op("MUL", [x, h], [y], {"fused_activation_function": ACT_NONE})
+
+
+def softmax(ex, name: str, x: int, y: int, opts: Optional[dict]) -> None:
+    """SOFTMAX / LOG_SOFTMAX over the last axis; int8 SOFTMAX as DEQUANTIZE -> float SOFTMAX ->
+    QUANTIZE (XNNPACK has no int8 softmax; those three it delegates). That is
+    round(256 softmax(x)) - 128 in float, which our int8 kernel's 2^20-scaled exp table and exact
+    quotient compute too (TFLite's int8 kernel is within a step of it)."""
+    tx, ty = ex.w.tensors[x], ex.w.tensors[y]
+    if name != "SOFTMAX" or ty["quant"] is None or tx["quant"] is None:
+        ex.w.op(name, [x], [y], opts)
+        return
+    ex.k += 1
+    xf = ex.w.tensor(f"softmax_in_float_{ex.k}", "float32", tx["shape"])
+    yf = ex.w.tensor(f"softmax_out_float_{ex.k}", "float32", ty["shape"])
+    ex.w.op("DEQUANTIZE", [x], [xf])
+    ex.w.op(name, [xf], [yf], opts)
+    ex.w.op("QUANTIZE", [yf], [y])
 
 
 def _factors(k: int) -> List[int]:
