@@ -83,8 +83,9 @@ class _Exporter:
         self.g = graph
         #: write SparseArray weights of float FULLY_CONNECTED in TFLite's sparsity format
         self.sparse = sparse
-        #: int8 global average pool as a whole-map AVERAGE_POOL_2D (TFLite's reference kernels then
-        #: round as the IR does) instead of MEAN (XNNPACK delegates int8 MEAN only: within a step)
+        #: int8 average pools (global too) as AVERAGE_POOL_2D, which TFLite's reference kernels round
+        #: as the IR does, instead of MEAN / float AVERAGE_POOL_2D between DEQUANTIZE and QUANTIZE
+        #: (XNNPACK has no int8 average pool: those it delegates, within a step)
         self.reference_mean = reference_mean
         #: float ConvTranspose with a bias as MediaPipe's custom Convolution2DTransposeBias
         self.custom_transpose_conv = custom_transpose_conv
@@ -599,7 +600,7 @@ class _Exporter:
         xt = self.g.tensors[xname]
         if pads is not None:
             if name == "MAX_POOL_2D":
-                low = -128 if _q8(xt) else np.finfo(np.float32).min
+                low = xnn.max_pool_pad_value(self, xname, -128 if _q8(xt) else np.finfo(np.float32).min)
                 x = self.pad_explicit(x, xname, pads, low, node.name)
             elif int(node.attrs.get("count_include_pad", 0)):
                 x = self.pad_explicit(x, xname, pads, int(xt.quant["zero_point"][0]) if _q8(xt) else 0, node.name)
@@ -632,6 +633,9 @@ class _Exporter:
         yt = self.g.tensors[yname]
         opts = {"padding": padding, "stride_w": strides[1], "stride_h": strides[0], "filter_width": k[1],
                 "filter_height": k[0], "fused_activation_function": ACT_NONE}
+        if name == "AVERAGE_POOL_2D" and _q8(xt) and not self.reference_mean:
+            xnn.int8_average_pool(self, x, y, opts)
+            return
         if _q8(xt) and not _same_params(xt.quant, yt.quant):
             mid = self.temp(node.name + "_pool", yname, quant=xt.quant)
             self.w.op(name, [x], [mid], opts)
@@ -1093,9 +1097,10 @@ def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]
     SparseArray weights in TFLite's sparsity format (float FULLY_CONNECTED weights directly,
     CONV_2D weights behind DENSIFY); LiteRT's XNNPACK delegate, on by default, misreads sparse
     FULLY_CONNECTED weights as dense: run such a file with
-    ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense. ``reference_mean``: an
-    int8 global average pool as AVERAGE_POOL_2D, which TFLite's reference kernels round as the IR
-    does (XNNPACK does not delegate it); default MEAN, delegated, within a step.
+    ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense. ``reference_mean``: int8
+    average pools (global ones too) as AVERAGE_POOL_2D, which TFLite's reference kernels round as
+    the IR does (XNNPACK does not delegate it); default MEAN over the whole map, else a float pool
+    between DEQUANTIZE and QUANTIZE, delegated, within a step.
     ``custom_transpose_conv``: a float ConvTranspose with a bias as MediaPipe's custom
     Convolution2DTransposeBias (XNNPACK runs it; LiteRT's builtin kernels do not)."""
     g = graph if prepared else prepare_graph(graph, input_shapes)

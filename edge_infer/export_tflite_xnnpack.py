@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .tflite_format import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
+from .tflite_format import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, VALID
 
 #: int8 clamps written as ADD(x, 0) with the clamp fused: exact (the sum is x's own integer)
 _INT8_CLAMP = {"RELU": ACT_RELU, "RELU6": ACT_RELU6, "RELU_N1_TO_1": ACT_RELU_N1_TO_1}
@@ -89,6 +89,51 @@ def softmax(ex, name: str, x: int, y: int, opts: Optional[dict]) -> None:
     yf = ex.w.tensor(f"softmax_out_float_{ex.k}", "float32", ty["shape"])
     ex.w.op("DEQUANTIZE", [x], [xf])
     ex.w.op(name, [xf], [yf], opts)
+    ex.w.op("QUANTIZE", [yf], [y])
+
+
+def _nonnegative(ex, name: str) -> bool:
+    """Whether IR tensor ``name`` is made by an op whose output is never below 0 (a Relu,
+    Relu6 / Clip from >= 0, Sigmoid, HardSigmoid, or a fused epilogue of one)."""
+    prod = ex.__dict__.setdefault("_producers", {o: n for n in ex.g.nodes for o in n.outputs if o})
+    node = prod.get(ex.alias.get(name, name))
+    if node is None:
+        return False
+    if node.op in ("Relu", "Sigmoid", "HardSigmoid"):
+        return True
+    if node.op == "Clip":
+        lo = ex.cval(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        return lo is not None and ex.g.tensors[node.inputs[1]].quant is None and float(lo.reshape(-1)[0]) >= 0
+    act = str(node.attrs.get("activation", "") or "")
+    params = list(node.attrs.get("activation_params") or [])
+    return act in ("Relu", "Sigmoid", "HardSigmoid") or (act == "Clip" and bool(params) and float(params[0]) >= 0)
+
+
+def max_pool_pad_value(ex, xname: str, lowest):
+    """The value to pad a max pool's input with: 0 (int8: the zero point) when the input is
+    never below it, which PAD writes and XNNPACK delegates (the window's maximum is unchanged:
+    every window holds an input element), else ``lowest`` (PADV2)."""
+    if not _nonnegative(ex, xname):
+        return lowest
+    xt = ex.g.tensors[ex.alias.get(xname, xname)]
+    return int(xt.quant["zero_point"][0]) if xt.dtype == "int8" and xt.quant is not None else 0.0
+
+
+def int8_average_pool(ex, x: int, y: int, opts: dict) -> None:
+    """int8 AVERAGE_POOL_2D (XNNPACK has no int8 kernel for it): over the whole map as MEAN,
+    else DEQUANTIZE -> float AVERAGE_POOL_2D -> QUANTIZE; both requantize to y's parameters
+    and are within a step of the integer average (ties round differently)."""
+    xs, ys = ex.w.tensors[x]["shape"], ex.w.tensors[y]["shape"]
+    whole = (opts["padding"] == VALID and ys[1] == ys[2] == 1 and (opts["filter_height"], opts["filter_width"])
+             == (xs[1], xs[2]))
+    if whole:
+        ex.w.op("MEAN", [x, ex.ints([1, 2], "axes")], [y], {"keep_dims": True})
+        return
+    ex.k += 1
+    xf = ex.w.tensor(f"avgpool_in_float_{ex.k}", "float32", xs)
+    yf = ex.w.tensor(f"avgpool_out_float_{ex.k}", "float32", ys)
+    ex.w.op("DEQUANTIZE", [x], [xf])
+    ex.w.op("AVERAGE_POOL_2D", [xf], [yf], opts)
     ex.w.op("QUANTIZE", [yf], [y])
 
 
