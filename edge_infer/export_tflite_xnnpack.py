@@ -9,10 +9,11 @@ PAD, SPLIT, SLICE, CONCATENATION, RESHAPE, 6-D TRANSPOSE, MEAN, MUL, QUANTIZE, D
 ADD with a fused RELU / RELU6 / RELU_N1_TO_1 in fp32 and int8, and fp32 HARD_SWISH / MINIMUM /
 SOFTMAX.
 Each function here writes the delegated form of one op through the exporter ``ex``
-(``export_tflite._Exporter``) and says whether it did.
+(``export_tflite._Exporter``); those that may decline return whether they wrote it.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -43,7 +44,8 @@ def int8_clamp(ex, name: str, x: int, y: int, yt) -> bool:
     # 0 at y's own parameters: both addends then share one scale, which the int8 ADD rescales
     # exactly (halves, then a power of two), so the sum is x's integer requantized once
     zp = int(yt.quant["zero_point"][0])
-    zero = ex.const("zero", np.int8(zp), "int8", {"scale": [float(yt.quant["scale"][0])], "zero_point": [zp], "axis": 0})
+    zq = {"scale": [float(yt.quant["scale"][0])], "zero_point": [zp], "axis": 0}
+    zero = ex.const("zero", np.int8(zp), "int8", zq)
     ex.w.op("ADD", [x, zero], [y], {"fused_activation_function": _INT8_CLAMP[name]})
     return True
 
@@ -69,9 +71,7 @@ def hard_swish_int8(ex, x: int, y: int, yname: str) -> None:
     ex.k += 1
     h = ex.w.tensor(f"hswish_gate_{ex.k}", "int8", shape, None, hq)
 
-    class _T:                      # the gate tensor's parameters, as hard_sigmoid_int8 reads them
-        quant = hq
-    ex.hard_sigmoid_int8(1 / 6, 0.5, x, h, _T)
+    ex.hard_sigmoid_int8(1 / 6, 0.5, x, h, SimpleNamespace(quant=hq))      # (it reads .quant only)
     ex.w.op("MUL", [x, h], [y], {"fused_activation_function": ACT_NONE})
 
 
