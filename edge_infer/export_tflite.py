@@ -19,6 +19,11 @@ as LiteRT's sparse kernel reads them): float FULLY_CONNECTED weights as they are
 them sparse), CONV_2D weights behind DENSIFY. LiteRT's builtin kernels run such files; its
 default XNNPACK delegate misreads sparse FULLY_CONNECTED weights (measured here).
 
+Forms LiteRT's XNNPACK delegate takes where the plain one is left out (PAD, SPLIT / SLICE,
+nearest upsampling as CONCATENATION + RESHAPE, int8 clamps as ADD, ...) are in
+``export_tflite_xnnpack``; DEPTH_TO_SPACE / SPACE_TO_DEPTH and MediaPipe's custom ops in
+``export_tflite_vision``.
+
 ``unsupported_reason(node, graph)`` says why a node cannot be exported (None when it can),
 for the LiteRT backend's ``supports``.
 """
@@ -546,7 +551,7 @@ class _Exporter:
             ok = True
             for i in range(2):
                 k, s = W.shape[2 + i], strides[i]
-                total = strides[i] * (xs[2 + i] - 1) + k - out[i]
+                total = s * (xs[2 + i] - 1) + k - out[i]
                 begin = total // 2 if p_type == SAME else 0
                 span = out[i] if p_type == SAME else out[i] - k + 1
                 ok &= total >= 0 and pads[i] == begin and pads[2 + i] == total - begin and -(-span // s) == xs[2 + i]
