@@ -19,6 +19,11 @@ as LiteRT's sparse kernel reads them): float FULLY_CONNECTED weights as they are
 them sparse), CONV_2D weights behind DENSIFY. LiteRT's builtin kernels run such files; its
 default XNNPACK delegate misreads sparse FULLY_CONNECTED weights (measured here).
 
+Forms LiteRT's XNNPACK delegate takes where the plain one is left out (PAD, SPLIT / SLICE,
+nearest upsampling as CONCATENATION + RESHAPE, int8 clamps as ADD, ...) are in
+``export_tflite_xnnpack``; DEPTH_TO_SPACE / SPACE_TO_DEPTH and MediaPipe's custom ops in
+``export_tflite_vision``.
+
 ``unsupported_reason(node, graph)`` says why a node cannot be exported (None when it can),
 for the LiteRT backend's ``supports``.
 """
@@ -32,19 +37,31 @@ import numpy as np
 from .errors import EdgeInferError
 from .ir import Graph, Node
 from .ir.padding import resolve_pads
-from .export_tflite_common import (_ELEMENTWISE, _REDUCE, _UNARY, EXPORTED_OPS, ExportError,  # noqa: F401
-                                   _Q, _q8, _same_params, _tensor_dense)    # (EXPORTED_OPS: public)
+from . import export_tflite_vision as vision
+from . import export_tflite_xnnpack as xnn
+from .export_tflite_common import (_BUILTIN_OPS, _ELEMENTWISE, _REDUCE, _UNARY, ExportError,  # noqa: F401
+                                   _Q, _q8, _same_params, _tensor_dense)    # (ExportError: public)
 from .export_tflite_ops import ActivationOps, TensorOps
 from .tflite_format import ACT_NONE, ACT_RELU, ACT_RELU6, DENSE, SAME, SPARSE_CSR, VALID, ModelWriter
 
 __all__ = ["export_tflite", "graph_to_tflite", "unsupported_reason", "ExportError", "EXPORTED_OPS"]
 
+#: every IR op the exporter writes (the builtin maps and export_tflite_vision's ops)
+EXPORTED_OPS = tuple(sorted(set(_BUILTIN_OPS) | set(vision.EMITTERS)))
+
 
 class _Exporter(ActivationOps, TensorOps):
-    def __init__(self, graph: Graph, sparse: bool = False):
+    def __init__(self, graph: Graph, sparse: bool = False, reference_mean: bool = False,
+                 custom_transpose_conv: bool = False):
         self.g = graph
         #: write SparseArray weights of float FULLY_CONNECTED in TFLite's sparsity format
         self.sparse = sparse
+        #: int8 average pools (global too) as AVERAGE_POOL_2D, which TFLite's reference kernels round
+        #: as the IR does, instead of MEAN / float AVERAGE_POOL_2D between DEQUANTIZE and QUANTIZE
+        #: (XNNPACK has no int8 average pool: those it delegates, within a step)
+        self.reference_mean = reference_mean
+        #: float ConvTranspose with a bias as MediaPipe's custom Convolution2DTransposeBias
+        self.custom_transpose_conv = custom_transpose_conv
         self.w = ModelWriter("edge_infer")
         self.ids: Dict[str, int] = {}
         self.alias: Dict[str, str] = {}
@@ -133,8 +150,7 @@ class _Exporter(ActivationOps, TensorOps):
         paddings = np.array([[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]], np.int32)
         shape = (xs[0], xs[1] + pads[0] + pads[2], xs[2] + pads[1] + pads[3], xs[3])
         out = self.temp(base + "_padded", xname, shape=shape)
-        v = self.const("pad_value", np.asarray(value, xt.dtype).reshape(()), xt.dtype, self.tq(xt.quant))
-        self.w.op("PADV2", [x, self.const("paddings", paddings, "int32"), v], [out])
+        xnn.write_pad(self, x, self.const("paddings", paddings, "int32"), value, xt, out)
         return out
 
     # -- per op ------------------------------------------------------------------------------------
@@ -149,6 +165,8 @@ class _Exporter(ActivationOps, TensorOps):
             self.reduce(node)
         elif fn is not None:
             fn(node)
+        elif op in vision.EMITTERS:
+            vision.EMITTERS[op](self, node)
         else:
             raise ExportError(f"node {node.name!r}: op {op} has no TFLite export")
 
@@ -394,11 +412,15 @@ class _Exporter(ActivationOps, TensorOps):
         pads, out = conv_transpose_geometry(list(xs[2:]), list(W.shape[2:]), a)
         padding = None
         for p_type in (SAME, VALID):
+            # TFLite checks in = ceil(out / s) (SAME) or ceil((out - k + 1) / s) (VALID), pads
+            # total // 2 at the start (SAME) or none, and cuts the rest at the end
             ok = True
             for i in range(2):
-                full = strides[i] * (xs[2 + i] - 1) + W.shape[2 + i]
-                want = max(0, full - out[i]) // 2 if p_type == SAME else 0
-                ok &= pads[i] == want
+                k, s = W.shape[2 + i], strides[i]
+                total = s * (xs[2 + i] - 1) + k - out[i]
+                begin = total // 2 if p_type == SAME else 0
+                span = out[i] if p_type == SAME else out[i] - k + 1
+                ok &= total >= 0 and pads[i] == begin and pads[2 + i] == total - begin and -(-span // s) == xs[2 + i]
             if ok:
                 padding = p_type
                 break
@@ -426,8 +448,11 @@ class _Exporter(ActivationOps, TensorOps):
             wid = self.const(wname, np.ascontiguousarray(W.transpose(1, 2, 3, 0)), "float32")     # (O, H, W, I)
             bid = self.const(bname, self.cval(bname).reshape(-1).astype(np.float32)) if bname else None
         ins = [self.ints([ys[0], ys[2], ys[3], ys[1]], "output_shape"), wid, xn] + ([bid] if bid is not None else [])
-        self.w.op("TRANSPOSE_CONV", ins, [yn], {"padding": padding, "stride_w": strides[1], "stride_h": strides[0]},
-                  version=3 if bid is not None else 1)
+        if self.custom_transpose_conv and bid is not None and not q8:
+            vision.write_transpose_conv_bias(self, xn, wid, bid, yn, padding, strides)
+        else:
+            self.w.op("TRANSPOSE_CONV", ins, [yn], {"padding": padding, "stride_w": strides[1],
+                                                    "stride_h": strides[0]}, version=3 if bid is not None else 1)
         if not nhwc:
             self.w.op("TRANSPOSE", [yn, self.ints([0, 3, 1, 2], "perm")], self.out_ids(node))
 
@@ -446,7 +471,7 @@ class _Exporter(ActivationOps, TensorOps):
         xt = self.g.tensors[xname]
         if pads is not None:
             if name == "MAX_POOL_2D":
-                low = -128 if _q8(xt) else np.finfo(np.float32).min
+                low = xnn.max_pool_pad_value(self, xname, -128 if _q8(xt) else np.finfo(np.float32).min)
                 x = self.pad_explicit(x, xname, pads, low, node.name)
             elif int(node.attrs.get("count_include_pad", 0)):
                 x = self.pad_explicit(x, xname, pads, int(xt.quant["zero_point"][0]) if _q8(xt) else 0, node.name)
@@ -479,6 +504,9 @@ class _Exporter(ActivationOps, TensorOps):
         yt = self.g.tensors[yname]
         opts = {"padding": padding, "stride_w": strides[1], "stride_h": strides[0], "filter_width": k[1],
                 "filter_height": k[0], "fused_activation_function": ACT_NONE}
+        if name == "AVERAGE_POOL_2D" and _q8(xt) and not self.reference_mean:
+            xnn.int8_average_pool(self, x, y, opts)
+            return
         if _q8(xt) and not _same_params(xt.quant, yt.quant):
             mid = self.temp(node.name + "_pool", yname, quant=xt.quant)
             self.w.op(name, [x], [mid], opts)
@@ -487,6 +515,9 @@ class _Exporter(ActivationOps, TensorOps):
         self.w.op(name, [x], [y], opts)
 
     def op_MaxPool(self, node: Node) -> None:
+        if len(node.outputs) > 1 and node.outputs[1]:
+            vision.emit_max_pool_argmax(self, node)
+            return
         self.pool(node, "MAX_POOL_2D")
 
     def op_AveragePool(self, node: Node) -> None:
@@ -501,7 +532,7 @@ class _Exporter(ActivationOps, TensorOps):
     def op_GlobalAveragePool(self, node: Node) -> None:
         xt, yt = self.g.tensors[node.inputs[0]], self.g.tensors[node.outputs[0]]
         xs = self.shape(node.inputs[0])
-        if _q8(xt) and _same_params(xt.quant, yt.quant) and len(xs) == 4 \
+        if self.reference_mean and _q8(xt) and _same_params(xt.quant, yt.quant) and len(xs) == 4 \
                 and (node.attrs.get("data_layout") or "NCHW") == "NHWC":
             # the IR's int8 mean at equal parameters rounds as AVERAGE_POOL_2D does (TFLite's
             # MEAN requantizes with a multiplier even then): a whole-map pool, bit for bit
@@ -525,6 +556,7 @@ class _Exporter(ActivationOps, TensorOps):
         outs = []
         for o in g.outputs:
             outs.append(self.tid(o))
+        xnn.fold_transpose_pairs(self.w, [self.ids[i] for i in g.inputs], outs)
         return self.w.finish([self.ids[i] for i in g.inputs], outs, g.name or "main")
 
 
@@ -545,19 +577,26 @@ def prepare_graph(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]]
         g.metadata["preferred_layout"] = "NHWC"
         convert_layout(g)
     g.toposort()
+    vision.fuse_space_depth(g)
     return g
 
 
 def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
-                    prepared: bool = False, sparse: bool = False) -> bytes:
+                    prepared: bool = False, sparse: bool = False, reference_mean: bool = False,
+                    custom_transpose_conv: bool = False) -> bytes:
     """The bytes of a .tflite model computing ``graph`` (see the module doc). ``sparse``:
     SparseArray weights in TFLite's sparsity format (float FULLY_CONNECTED weights directly,
     CONV_2D weights behind DENSIFY); LiteRT's XNNPACK delegate, on by default, misreads sparse
     FULLY_CONNECTED weights as dense: run such a file with
-    ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense."""
+    ``OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``. Default: dense. ``reference_mean``: int8
+    average pools (global ones too) as AVERAGE_POOL_2D, which TFLite's reference kernels round as
+    the IR does (XNNPACK does not delegate it); default MEAN over the whole map, else a float pool
+    between DEQUANTIZE and QUANTIZE, delegated, within a step.
+    ``custom_transpose_conv``: a float ConvTranspose with a bias as MediaPipe's custom
+    Convolution2DTransposeBias (XNNPACK runs it; LiteRT's builtin kernels do not)."""
     g = graph if prepared else prepare_graph(graph, input_shapes)
     try:
-        return _Exporter(g, sparse).run()
+        return _Exporter(g, sparse, reference_mean, custom_transpose_conv).run()
     except EdgeInferError:
         raise
     except (KeyError, ValueError, IndexError, TypeError) as e:
@@ -565,7 +604,8 @@ def graph_to_tflite(graph: Graph, input_shapes: Optional[Dict[str, Sequence[int]
 
 
 def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_path: Union[str, os.PathLike, None] = None,
-                  input_shapes: Optional[Dict[str, Sequence[int]]] = None, sparse: bool = False) -> bytes:
+                  input_shapes: Optional[Dict[str, Sequence[int]]] = None, sparse: bool = False,
+                  reference_mean: bool = False, custom_transpose_conv: bool = False) -> bytes:
     """Export a Graph, an .eim artifact or an .onnx / .tflite model as a TFLite flatbuffer.
 
     Returns the bytes; also writes them to ``out_path`` when given. Models (.onnx) are
@@ -585,7 +625,8 @@ def export_tflite(graph_or_artifact_path: Union[Graph, str, os.PathLike], out_pa
         else:
             from .artifact import load_artifact
             graph = load_artifact(path)[0]
-    data = graph_to_tflite(graph, input_shapes, sparse=sparse)
+    data = graph_to_tflite(graph, input_shapes, sparse=sparse, reference_mean=reference_mean,
+                           custom_transpose_conv=custom_transpose_conv)
     if out_path is not None:
         from .artifact import _atomic_write     # a failed write leaves no temporary file
         _atomic_write(os.fspath(out_path), lambda f: f.write(data))

@@ -32,7 +32,8 @@ _REDUCE = {"ReduceMean": "MEAN", "ReduceMax": "REDUCE_MAX", "ReduceMin": "REDUCE
 _FUSABLE = {("Relu", ()): ACT_RELU, ("Clip", (0.0, 6.0)): ACT_RELU6, ("Clip", (-1.0, 1.0)): ACT_RELU_N1_TO_1}
 
 
-EXPORTED_OPS = tuple(sorted(set(_ELEMENTWISE) | set(_UNARY) | set(_REDUCE) | {
+#: the ops export_tflite._Exporter writes itself (EXPORTED_OPS adds export_tflite_vision's)
+_BUILTIN_OPS = tuple(sorted(set(_ELEMENTWISE) | set(_UNARY) | set(_REDUCE) | {
     "Conv", "FusedConv", "ConvTranspose", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "MaxPool",
     "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat", "Reshape", "Flatten", "Squeeze",
     "Unsqueeze", "Transpose", "Pad", "Slice", "Split", "Gather", "Resize", "Softmax", "LogSoftmax",

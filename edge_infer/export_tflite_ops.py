@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from . import export_tflite_xnnpack as xnn
 from .export_tflite_common import (_ELEMENTWISE, _FIXED_OUT, _FUSABLE, _REDUCE, _UNARY, ExportError,
                                    _nearest_as_tflite, _q8, _same_params)
 from .ir import Node
@@ -32,7 +33,8 @@ class ActivationOps:
         """Activation ``act`` from TFLite tensor x to y (an epilogue that is not fused)."""
         yt = self.g.tensors[yname]
         if act == "Relu":
-            self.w.op("RELU", [x], [y])
+            if not xnn.int8_clamp(self, "RELU", x, y, yt):
+                self.w.op("RELU", [x], [y])
         elif act == "Clip":
             self.clip(x, y, params[0] if params else None, params[1] if len(params) > 1 else None, yt)
         elif act in ("Sigmoid", "Tanh", "HardSwish"):
@@ -51,11 +53,7 @@ class ActivationOps:
             if _q8(yt):
                 self.hard_sigmoid_int8(float(a), float(b), x, y, yt)
                 return
-            m = self.temp("hsig_mul", yname)
-            self.w.op("MUL", [x, self.const("alpha", np.float32(a))], [m], {"fused_activation_function": ACT_NONE})
-            p = self.temp("hsig_add", yname)
-            self.w.op("ADD", [m, self.const("beta", np.float32(b))], [p], {"fused_activation_function": ACT_NONE})
-            self.w.op("RELU_0_TO_1", [p], [y])
+            xnn.hard_sigmoid_float(self, float(a), float(b), x, y, yname)
         else:
             raise ExportError(f"activation {act!r} has no TFLite form")
 
@@ -93,7 +91,8 @@ class ActivationOps:
         hi = None if hi is None or not np.isfinite(hi) else float(hi)
         named = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1", (0.0, None): "RELU"}
         if (lo, hi) in named:
-            self.w.op(named[(lo, hi)], [x], [y])
+            if not xnn.int8_clamp(self, named[(lo, hi)], x, y, yt):
+                self.w.op(named[(lo, hi)], [x], [y])
             return
         cur = x
         for bound, opname in ((lo, "MAXIMUM"), (hi, "MINIMUM")):
@@ -122,6 +121,9 @@ class ActivationOps:
                 self.w.op(name, [x], [mid])
                 self.w.op("QUANTIZE", [mid], [y])
                 return
+        if op == "HardSwish" and _q8(yt):
+            xnn.hard_swish_int8(self, x, y, yname)
+            return
         self.w.op(name, [x], [y])
 
     def reduce(self, node: Node) -> None:
@@ -147,6 +149,9 @@ class ActivationOps:
             return
         if node.op == "Elu" and float(node.attrs.get("alpha", 1.0)) != 1.0:
             raise ExportError(f"node {node.name!r}: TFLite ELU has alpha 1")
+        if node.op == "Relu":
+            self.op_Relu(node)
+            return
         self.w.op(_UNARY[node.op], [self.tid(node.inputs[0])], self.out_ids(node))
 
     def op_Clip(self, node: Node) -> None:
@@ -180,7 +185,8 @@ class ActivationOps:
             mid = self.temp(node.name + "_rq", node.outputs[0])
             self.w.op("QUANTIZE", [x], [mid])
             x = mid
-        self.w.op("RELU", [x], self.out_ids(node))
+        if not xnn.int8_clamp(self, "RELU", x, self.tid(node.outputs[0]), yt):
+            self.w.op("RELU", [x], self.out_ids(node))
 
     def op_LeakyRelu(self, node: Node) -> None:
         self.w.op("LEAKY_RELU", [self.tid(node.inputs[0])], self.out_ids(node),
@@ -213,7 +219,7 @@ class ActivationOps:
         y = self.tid(yname)
         opts = {"beta": 1.0} if name == "SOFTMAX" else None
         if axis == len(xs) - 1:
-            self.w.op(name, [x], [y], opts)
+            xnn.softmax(self, name, x, y, opts)
             return
         perm = list(range(len(xs)))
         perm[axis], perm[-1] = perm[-1], perm[axis]
@@ -221,7 +227,7 @@ class ActivationOps:
         a = self.temp("softmax_in", node.inputs[0], shape=ts)
         b = self.temp("softmax_out", yname, shape=ts)
         self.w.op("TRANSPOSE", [x, self.ints(perm, "perm")], [a])
-        self.w.op(name, [a], [b], opts)
+        xnn.softmax(self, name, a, b, opts)
         self.w.op("TRANSPOSE", [b, self.ints(perm, "perm")], [y])
 
     def op_Softmax(self, node: Node) -> None:
@@ -339,8 +345,7 @@ class TensorOps:
         sizes = [self.shape(o)[axis] for o in node.outputs]
         outs = [self.tid(o) if o else self.temp("unused", node.inputs[0], shape=tuple(
             xs[:axis]) + (sizes[k],) + tuple(xs[axis + 1:])) for k, o in enumerate(node.outputs)]
-        self.w.op("SPLIT_V", [self.tid(node.inputs[0]), self.ints(sizes, "sizes"), self.ints([axis], "axis")],
-                  outs, {"num_splits": len(outs)})
+        xnn.split(self, self.tid(node.inputs[0]), xs, axis, sizes, outs)
 
     def op_Gather(self, node: Node) -> None:
         r = len(self.shape(node.inputs[0]))
@@ -392,12 +397,15 @@ class TensorOps:
         size = self.ints(ys[1:3] if nhwc else ys[2:], "size")
         opts = {"align_corners": align, "half_pixel_centers": half}
         if nhwc:
-            self.w.op(name, [x, size], [y], opts)
+            if mode != "nearest" or not xnn.nearest_upsample(self, x, y, xs, ys, align, half, node.outputs[0]):
+                self.w.op(name, [x, size], [y], opts)
             return
         xt = self.temp("resize_in", node.inputs[0], shape=(xs[0], xs[2], xs[3], xs[1]))
         yt = self.temp("resize_out", node.outputs[0], shape=(ys[0], ys[2], ys[3], ys[1]))
         self.w.op("TRANSPOSE", [x, self.ints([0, 2, 3, 1], "perm")], [xt])
-        self.w.op(name, [xt, size], [yt], opts)
+        xs_l, ys_l = (xs[0], xs[2], xs[3], xs[1]), (ys[0], ys[2], ys[3], ys[1])
+        if mode != "nearest" or not xnn.nearest_upsample(self, xt, yt, xs_l, ys_l, align, half, node.outputs[0]):
+            self.w.op(name, [xt, size], [yt], opts)
         self.w.op("TRANSPOSE", [yt, self.ints([0, 3, 1, 2], "perm")], [y])
 
     def op_Cast(self, node: Node) -> None:
