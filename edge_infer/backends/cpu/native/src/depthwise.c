@@ -15,6 +15,7 @@
  */
 #pragma GCC optimize("fp-contract=off")
 #include "ei_int8.h"
+#include "depthwise.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,22 +25,6 @@
 #else
 #define DW_VQ_BYTES 0
 #endif
-
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_HARDSWISH = 3, ACT_HARDSIGMOID = 4, ACT_LEAKYRELU = 5 };
-
-typedef struct {
-    const void *x;
-    void *y;
-    const void *z;              /* residual (y's shape and layout) or NULL */
-    const void *wt;             /* int8: int16 weights; fp32: float. NHWC (taps, C); NCHW (C, taps) */
-    const void *bias;           /* int8: folded int32; fp32: float or NULL */
-    const int32_t *mult, *shift, *ztab;
-    const void *pad;            /* NHWC: one row of C pad values (zp_x int8 / 0.0f) */
-    void *scratch;              /* threads * ei_dw_scratch() bytes */
-    int32_t is_int8, nchw, n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
-    int32_t zp_x, zp_y, lo, hi, act, threads;
-    float a0, a1;               /* Clip min/max, HardSigmoid alpha/beta, LeakyRelu alpha */
-} ei_dw_args;
 
 /* NHWC int8: the accumulators of one pixel, and (AVX-512) the epilogue constants of every 16
  * channels; a multiple of 64 bytes (each thread slot's part stays 64-byte aligned) */
