@@ -123,37 +123,72 @@ static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const floa
     else sg_staged(core_avx2, mr, kc, a, lda, b, c, ldc, nr, ep);
 }
 
-/* ---- AVX-512: 12 rows x 1 vector (compiled here, selected only where the CPU has it) ---- */
+/* ---- AVX-512: up to 12 rows x 1 vector (compiled here, selected only where the CPU has it).
+ * One core per row count (1..12, the count a constant in each), so a partial tile computes
+ * its own rows only: the last rows of a 49-pixel layer or a 1-row GEMM (a GEMV) cost what
+ * they compute, not a full 12-row tile; fewer than 16 columns go through masked loads and
+ * stores instead of the staging tile. Up to 4 rows, even and odd k accumulate apart (the
+ * FMA latency would otherwise bound a 1-row tile). ---- */
 #define Z_MR 12
-__attribute__((target("avx512f")))
-static void core_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
-                        int64_t ldc, const ei_sg_ep *ep) {
-    __m512 acc[Z_MR];
+static inline __attribute__((always_inline, target("avx512f")))
+void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                   int64_t ldc, int nr, const ei_sg_ep *ep) {
+    __m512 acc[Z_MR], acc2[Z_MR];
     const float *ar[Z_MR];
+    const __mmask16 m = (__mmask16)((1u << nr) - 1);
+    const int split = MR <= 4;
 #pragma GCC unroll 16
-    for (int i = 0; i < Z_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
-    __m512 b0 = ep->bias ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
+    __m512 b0 = ep->bias ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int i = 0; i < Z_MR; i++) acc[i] = ep->load_c ? _mm512_loadu_ps(c + i * ldc) : b0;
-    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
+    for (int i = 0; i < MR; i++) {
+        acc[i] = ep->load_c ? _mm512_maskz_loadu_ps(m, c + i * ldc) : b0;
+        acc2[i] = _mm512_setzero_ps();
+    }
+    int64_t k = 0;
+    if (split) {
+        for (; k + 2 <= kc; k += 2, b += 2 * EI_SG_NR) {
+            __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b + EI_SG_NR);
+#pragma GCC unroll 16
+            for (int i = 0; i < MR; i++) {
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
+                acc2[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k + 1]), w2, acc2[i]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) acc[i] = _mm512_add_ps(acc[i], acc2[i]);
+    }
+    for (; k < kc; k++, b += EI_SG_NR) {
         __m512 w = _mm512_loadu_ps(b);
 #pragma GCC unroll 16
-        for (int i = 0; i < Z_MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
+        for (int i = 0; i < MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
     }
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
 #pragma GCC unroll 16
-    for (int i = 0; i < Z_MR; i++) {
-        if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
+    for (int i = 0; i < MR; i++) {
+        if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, ep->z + i * ep->ldz));
         if (ep->clamp) acc[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i]));
-        _mm512_storeu_ps(c + i * ldc, acc[i]);
+        if (nr == EI_SG_NR) _mm512_storeu_ps(c + i * ldc, acc[i]);
+        else _mm512_mask_storeu_ps(c + i * ldc, m, acc[i]);
     }
 }
+
+#define Z_CORE(R) \
+    __attribute__((target("avx512f"))) static void core_avx512_##R(int64_t kc, const float *a, int64_t lda, \
+        const float *b, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) { \
+        core_avx512_n(R, kc, a, lda, b, c, ldc, nr, ep); }
+Z_CORE(1) Z_CORE(2) Z_CORE(3) Z_CORE(4) Z_CORE(5) Z_CORE(6) Z_CORE(7) Z_CORE(8) Z_CORE(9) Z_CORE(10)
+Z_CORE(11) Z_CORE(12)
+#undef Z_CORE
 
 __attribute__((target("avx512f")))
 static void ukr_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                        int64_t ldc, int nr, const ei_sg_ep *ep) {
-    if (mr == Z_MR && nr == EI_SG_NR) core_avx512(mr, kc, a, lda, b, c, ldc, ep);
-    else sg_staged(core_avx512, mr, kc, a, lda, b, c, ldc, nr, ep);
+    typedef void (*zcore)(int64_t, const float *, int64_t, const float *, float *, int64_t, int, const ei_sg_ep *);
+    static const zcore cores[Z_MR] = { core_avx512_1, core_avx512_2, core_avx512_3, core_avx512_4,
+                                       core_avx512_5, core_avx512_6, core_avx512_7, core_avx512_8,
+                                       core_avx512_9, core_avx512_10, core_avx512_11, core_avx512_12 };
+    cores[mr - 1](kc, a, lda, b, c, ldc, nr, ep);
 }
 #endif
 
