@@ -127,38 +127,23 @@ static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const floa
  * One core per row count (1..12, the count a constant in each), so a partial tile computes
  * its own rows only: the last rows of a 49-pixel layer or a 1-row GEMM (a GEMV) cost what
  * they compute, not a full 12-row tile; fewer than 16 columns go through masked loads and
- * stores instead of the staging tile. Up to 4 rows, even and odd k accumulate apart (the
- * FMA latency would otherwise bound a 1-row tile). ---- */
+ * stores instead of the staging tile. Each row's sum runs in the same k order as the full
+ * tile's, so results do not depend on where a row falls. ---- */
 #define Z_MR 12
 static inline __attribute__((always_inline, target("avx512f")))
 void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                    int64_t ldc, int nr, const ei_sg_ep *ep) {
-    __m512 acc[Z_MR], acc2[Z_MR];
+    __m512 acc[Z_MR];
     const float *ar[Z_MR];
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
-    const int split = MR <= 4;
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
     __m512 b0 = ep->bias ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         acc[i] = ep->load_c ? _mm512_maskz_loadu_ps(m, c + i * ldc) : b0;
-        acc2[i] = _mm512_setzero_ps();
     }
-    int64_t k = 0;
-    if (split) {
-        for (; k + 2 <= kc; k += 2, b += 2 * EI_SG_NR) {
-            __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b + EI_SG_NR);
-#pragma GCC unroll 16
-            for (int i = 0; i < MR; i++) {
-                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
-                acc2[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k + 1]), w2, acc2[i]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int i = 0; i < MR; i++) acc[i] = _mm512_add_ps(acc[i], acc2[i]);
-    }
-    for (; k < kc; k++, b += EI_SG_NR) {
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         __m512 w = _mm512_loadu_ps(b);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
