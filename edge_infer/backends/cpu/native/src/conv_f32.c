@@ -96,31 +96,47 @@ EI_API int64_t ei_conv_f32_scratch(const ei_conv_f32_args *a) {
     return t * TILE_FLOATS * (int64_t)sizeof(float);
 }
 
-/* the im2col row of output pixel q, taps [k0, k1) of group g, into d; padding taps are zeros.
+/* short runs (a few channels) copied inline: a memcpy call costs more than they do */
+static inline void copy_floats(float *d, const float *s, int64_t n) {
+    if (n > 16) { memcpy(d, s, (size_t)n * sizeof(float)); return; }
+    for (int64_t i = 0; i < n; i++) d[i] = s[i];
+}
+
+/* where tap k0 of an im2col row starts: kernel row, kernel column, channel */
+typedef struct { int64_t ky, kx, ci; } tap_pos;
+
+/* the im2col row of output pixel (b, oy, ox), taps [k0, k1) of group g, into d; padding taps are zeros.
  * With one group and no horizontal dilation, the taps of one kernel row that lie inside the
  * input are one contiguous run of the NHWC input (a 7x7 stem on 3 channels: 21 floats per
  * copy instead of 3) */
-static void im2col_row(const cv_plan *p, int64_t g, int64_t q, int64_t k0, int64_t k1, float *d) {
+static void im2col_row(const cv_plan *p, int64_t g, int64_t b, int64_t oy, int64_t ox, int64_t k0, int64_t k1,
+                       tap_pos t0, float *d) {
     const ei_conv_f32_args *a = p->a;
-    const int64_t cg = p->cg, plane = (int64_t)a->oh * a->ow;
-    int64_t b = q / plane, rem = q % plane, oy = rem / a->ow, ox = rem % a->ow;
+    const int64_t cg = p->cg, kw = a->kw;
+    /* (ky, kx, ci) advanced by each run's length (no divisions per run) */
+    int64_t ky = t0.ky, kx = t0.kx, ci = t0.ci;
+    const int64_t iy0 = oy * a->sh - a->pt, ix0 = ox * a->sw - a->pl;
+    const float *xb = a->x + b * a->h * a->w * a->c + g * cg;
     int joined = a->group == 1 && a->dw == 1;
     int64_t k = k0;
     while (k < k1) {
-        int64_t tap = k / cg, ci = k % cg, len = EI_MIN(cg - ci, k1 - k);
-        int64_t ky = tap / a->kw, kx = tap % a->kw;
-        int64_t iy = oy * a->sh - a->pt + ky * a->dh, ix = ox * a->sw - a->pl + kx * a->dw;
-        if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) {
+        int64_t iy = iy0 + ky * a->dh, ix = ix0 + kx * a->dw, len;
+        if (iy < 0 || iy >= a->h) {                 /* the rest of this kernel row is padding */
+            len = EI_MIN((kw - kx) * cg - ci, k1 - k);
+            memset(d, 0, (size_t)len * sizeof(float));
+        } else if (ix < 0 || ix >= a->w) {
+            len = EI_MIN(cg - ci, k1 - k);
             memset(d, 0, (size_t)len * sizeof(float));
         } else {
-            if (joined) {       /* extend over the following taps of this kernel row inside the input */
-                int64_t taps = EI_MIN((int64_t)a->kw - kx, (int64_t)a->w - ix);
-                len = EI_MIN(taps * cg - ci, k1 - k);
-            }
-            memcpy(d, a->x + ((b * a->h + iy) * a->w + ix) * a->c + g * cg + ci, (size_t)len * sizeof(float));
+            /* joined: extend over the following taps of this kernel row inside the input */
+            int64_t taps = joined ? EI_MIN(kw - kx, (int64_t)a->w - ix) : 1;
+            len = EI_MIN(taps * cg - ci, k1 - k);
+            copy_floats(d, xb + (iy * a->w + ix) * a->c + ci, len);
         }
         d += len;
         k += len;
+        for (ci += len; ci >= cg; ci -= cg)
+            if (++kx == kw) { kx = 0; ky++; }
     }
 }
 
@@ -139,7 +155,14 @@ static void run_item(const cv_plan *p, int64_t item, float *tile) {
             abase = a->x + r0 * a->c + g * p->cg + k0;
             lda = a->c;
         } else {
-            for (int64_t r = 0; r < nrows; r++) im2col_row(p, g, r0 + r, k0, k1, tile + r * kcn);
+            /* the tile's pixels in order: (b, oy, ox) of r0 once, then stepped */
+            const int64_t plane = (int64_t)a->oh * a->ow, tap = k0 / p->cg;
+            int64_t b = r0 / plane, oy = (r0 - b * plane) / a->ow, ox = r0 - b * plane - oy * a->ow;
+            tap_pos t0 = { tap / a->kw, tap % a->kw, k0 - tap * p->cg };
+            for (int64_t r = 0; r < nrows; r++) {
+                im2col_row(p, g, b, oy, ox, k0, k1, t0, tile + r * kcn);
+                if (++ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
+            }
             abase = tile;
             lda = kcn;
         }
