@@ -170,6 +170,9 @@ static void run_item(const cv_plan *p, int64_t item, float *tile) {
         for (int64_t pn = pn0; pn < pn1; pn++) {
             int64_t col = g * p->mg + pn * EI_SG_NR;
             int nr = (int)EI_MIN((int64_t)EI_SG_NR, p->mg - pn * EI_SG_NR);
+            /* two panels at once where the ISA has that kernel (the first is then full) */
+            int two = p->k.fn2 != NULL && pn + 1 < pn1;
+            int nr2 = two ? (int)EI_MIN((int64_t)EI_SG_NR, p->mg - (pn + 1) * EI_SG_NR) : 0;
             const float *bp = wg + (pn * p->K + k0) * EI_SG_NR;
             ei_sg_ep ep = { k0 == 0 && a->bias ? a->bias + col : NULL, NULL, a->m, 0.0f, 0.0f, k0 > 0, 0 };
             if (last && inline_clamp) {
@@ -183,8 +186,10 @@ static void run_item(const cv_plan *p, int64_t item, float *tile) {
                 int m_rows = (int)EI_MIN((int64_t)mr, nrows - i);
                 float *cp = a->y + (r0 + i) * a->m + col;
                 ep.z = last && a->z ? a->z + (r0 + i) * a->m + col : NULL;
-                p->k.fn(m_rows, kcn, abase + i * lda, lda, bp, cp, a->m, nr, &ep);
+                if (two) p->k.fn2(m_rows, kcn, abase + i * lda, lda, bp, p->K * EI_SG_NR, cp, a->m, nr2, &ep);
+                else p->k.fn(m_rows, kcn, abase + i * lda, lda, bp, cp, a->m, nr, &ep);
             }
+            pn += two;
         }
     }
     if (a->act != 0 && !inline_clamp) {

@@ -158,10 +158,55 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     }
 }
 
+/* two panels at once: 2 x MR accumulators (24 of the 32 registers at 12 rows), so each
+ * broadcast A element feeds two FMAs (half the A loads per multiply-add of one panel) */
+static inline __attribute__((always_inline, target("avx512f")))
+void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
+                    float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) {
+    __m512 acc[Z_MR], acc2[Z_MR];
+    const float *ar[Z_MR], *b2 = b + bstride;
+    const __mmask16 m2 = (__mmask16)((1u << nr2) - 1);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
+    __m512 b0 = ep->bias ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
+    __m512 b1 = ep->bias ? _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        acc[i] = ep->load_c ? _mm512_loadu_ps(c + i * ldc) : b0;
+        acc2[i] = ep->load_c ? _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR) : b1;
+    }
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR) {
+        __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b2);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512 av = _mm512_set1_ps(ar[i][k]);
+            acc[i] = _mm512_fmadd_ps(av, w, acc[i]);
+            acc2[i] = _mm512_fmadd_ps(av, w2, acc2[i]);
+        }
+    }
+    __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        if (ep->z) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
+            acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, ep->z + i * ep->ldz + EI_SG_NR));
+        }
+        if (ep->clamp) {
+            acc[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i]));
+            acc2[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc2[i]));
+        }
+        _mm512_storeu_ps(c + i * ldc, acc[i]);
+        _mm512_mask_storeu_ps(c + i * ldc + EI_SG_NR, m2, acc2[i]);
+    }
+}
+
 #define Z_CORE(R) \
     __attribute__((target("avx512f"))) static void core_avx512_##R(int64_t kc, const float *a, int64_t lda, \
         const float *b, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) { \
-        core_avx512_n(R, kc, a, lda, b, c, ldc, nr, ep); }
+        core_avx512_n(R, kc, a, lda, b, c, ldc, nr, ep); } \
+    __attribute__((target("avx512f"))) static void core2_avx512_##R(int64_t kc, const float *a, int64_t lda, \
+        const float *b, int64_t bs, float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) { \
+        core2_avx512_n(R, kc, a, lda, b, bs, c, ldc, nr2, ep); }
 Z_CORE(1) Z_CORE(2) Z_CORE(3) Z_CORE(4) Z_CORE(5) Z_CORE(6) Z_CORE(7) Z_CORE(8) Z_CORE(9) Z_CORE(10)
 Z_CORE(11) Z_CORE(12)
 #undef Z_CORE
@@ -174,6 +219,17 @@ static void ukr_avx512(int mr, int64_t kc, const float *a, int64_t lda, const fl
                                        core_avx512_5, core_avx512_6, core_avx512_7, core_avx512_8,
                                        core_avx512_9, core_avx512_10, core_avx512_11, core_avx512_12 };
     cores[mr - 1](kc, a, lda, b, c, ldc, nr, ep);
+}
+
+__attribute__((target("avx512f")))
+static void ukr2_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
+                        float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) {
+    typedef void (*zcore2)(int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, int,
+                           const ei_sg_ep *);
+    static const zcore2 cores[Z_MR] = { core2_avx512_1, core2_avx512_2, core2_avx512_3, core2_avx512_4,
+                                        core2_avx512_5, core2_avx512_6, core2_avx512_7, core2_avx512_8,
+                                        core2_avx512_9, core2_avx512_10, core2_avx512_11, core2_avx512_12 };
+    cores[mr - 1](kc, a, lda, b, bstride, c, ldc, nr2, ep);
 }
 #endif
 
@@ -227,16 +283,16 @@ static void ukr_neon(int mr, int64_t kc, const float *a, int64_t lda, const floa
 #endif
 
 ei_sg_kernel ei_sg_scalar(void) {
-    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar" };
+    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL };
     return k;
 }
 
 ei_sg_kernel ei_sg_pick(void) {
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, Z_MR, "AVX-512" }; return k; }
-    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2" }; return k; }
+    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, Z_MR, "AVX-512", ukr2_avx512 }; return k; }
+    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL }; return k; }
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON" }; return k; }
+    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL }; return k; }
 #endif
     return ei_sg_scalar();
 }
