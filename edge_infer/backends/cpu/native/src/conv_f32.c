@@ -118,6 +118,17 @@ static void im2col_row(const cv_plan *p, int64_t g, int64_t b, int64_t oy, int64
     const int64_t iy0 = oy * a->sh - a->pt, ix0 = ox * a->sw - a->pl;
     const float *xb = a->x + b * a->h * a->w * a->c + g * cg;
     int joined = a->group == 1 && a->dw == 1;
+    if (joined && k0 == 0 && k1 == p->K && ix0 >= 0 && ix0 + (kw - 1) < a->w) {
+        /* the whole row of a pixel whose kernel columns all lie inside the input (most of
+         * them): one run of kw * cg floats per kernel row, zeros for rows in the padding */
+        const int64_t run = kw * cg;
+        for (int64_t r = 0; r < a->kh; r++, d += run) {
+            int64_t iy = iy0 + r * a->dh;
+            if (iy < 0 || iy >= a->h) memset(d, 0, (size_t)run * sizeof(float));
+            else copy_floats(d, xb + (iy * a->w + ix0) * a->c, run);
+        }
+        return;
+    }
     int64_t k = k0;
     while (k < k1) {
         int64_t iy = iy0 + ky * a->dh, ix = ix0 + kx * a->dw, len;
