@@ -68,29 +68,38 @@ static void ukr_scalar(int mr, int64_t kc, const float *a, int64_t lda, const fl
     else sg_staged(core_scalar, mr, kc, a, lda, b, c, ldc, nr, ep);
 }
 
-/* ---- AVX2 + FMA: 6 rows x 2 vectors = 12 accumulators ---- */
+/* ---- AVX2 + FMA: up to 6 rows x 2 vectors = 12 accumulators; one core per row count (as
+ * AVX-512 below), fewer than 16 columns through maskload/maskstore ---- */
 #if defined(__x86_64__)
 #define X_MR 6
-__attribute__((target("avx2,fma")))
-static void core_avx2(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
-                      int64_t ldc, const ei_sg_ep *ep) {
+static inline __attribute__((always_inline, target("avx2,fma")))
+void core_avx2_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                 int64_t ldc, int nr, const ei_sg_ep *ep) {
     __m256 acc[X_MR][2];
     const float *ar[X_MR];
+    /* lane masks of the two 8-column halves: lane j on when j (+ 8) < nr */
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lanes);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), lanes);
+    const int full = nr == EI_SG_NR;
 #pragma GCC unroll 8
-    for (int i = 0; i < X_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
     if (ep->load_c) {
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) { acc[i][0] = _mm256_loadu_ps(c + i * ldc); acc[i][1] = _mm256_loadu_ps(c + i * ldc + 8); }
+        for (int i = 0; i < MR; i++) {
+            acc[i][0] = full ? _mm256_loadu_ps(c + i * ldc) : _mm256_maskload_ps(c + i * ldc, m0);
+            acc[i][1] = full ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_maskload_ps(c + i * ldc + 8, m1);
+        }
     } else {
-        __m256 b0 = ep->bias ? _mm256_loadu_ps(ep->bias) : _mm256_setzero_ps();
-        __m256 b1 = ep->bias ? _mm256_loadu_ps(ep->bias + 8) : _mm256_setzero_ps();
+        __m256 b0 = ep->bias ? _mm256_maskload_ps(ep->bias, m0) : _mm256_setzero_ps();
+        __m256 b1 = ep->bias ? _mm256_maskload_ps(ep->bias + 8, m1) : _mm256_setzero_ps();
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) { acc[i][0] = b0; acc[i][1] = b1; }
+        for (int i = 0; i < MR; i++) { acc[i][0] = b0; acc[i][1] = b1; }
     }
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         __m256 w0 = _mm256_loadu_ps(b), w1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) {
+        for (int i = 0; i < MR; i++) {
             __m256 av = _mm256_broadcast_ss(ar[i] + k);
             acc[i][0] = _mm256_fmadd_ps(av, w0, acc[i][0]);
             acc[i][1] = _mm256_fmadd_ps(av, w1, acc[i][1]);
@@ -98,29 +107,45 @@ static void core_avx2(int mr, int64_t kc, const float *a, int64_t lda, const flo
     }
     if (ep->z) {
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) {
-            acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(ep->z + i * ep->ldz));
-            acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(ep->z + i * ep->ldz + 8));
+        for (int i = 0; i < MR; i++) {
+            acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_maskload_ps(ep->z + i * ep->ldz, m0));
+            acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_maskload_ps(ep->z + i * ep->ldz + 8, m1));
         }
     }
     if (ep->clamp) {
         /* max(lo, v) / min(hi, v) return v when v is NaN (maxps returns its second operand) */
         __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) {
+        for (int i = 0; i < MR; i++) {
             acc[i][0] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][0]));
             acc[i][1] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][1]));
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < X_MR; i++) { _mm256_storeu_ps(c + i * ldc, acc[i][0]); _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]); }
+    for (int i = 0; i < MR; i++) {
+        if (full) {
+            _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+            _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+        } else {
+            _mm256_maskstore_ps(c + i * ldc, m0, acc[i][0]);
+            _mm256_maskstore_ps(c + i * ldc + 8, m1, acc[i][1]);
+        }
+    }
 }
+
+#define X_CORE(R) \
+    __attribute__((target("avx2,fma"))) static void core_avx2_##R(int64_t kc, const float *a, int64_t lda, \
+        const float *b, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) { \
+        core_avx2_n(R, kc, a, lda, b, c, ldc, nr, ep); }
+X_CORE(1) X_CORE(2) X_CORE(3) X_CORE(4) X_CORE(5) X_CORE(6)
+#undef X_CORE
 
 __attribute__((target("avx2,fma")))
 static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                      int64_t ldc, int nr, const ei_sg_ep *ep) {
-    if (mr == X_MR && nr == EI_SG_NR) core_avx2(mr, kc, a, lda, b, c, ldc, ep);
-    else sg_staged(core_avx2, mr, kc, a, lda, b, c, ldc, nr, ep);
+    typedef void (*xcore)(int64_t, const float *, int64_t, const float *, float *, int64_t, int, const ei_sg_ep *);
+    static const xcore cores[X_MR] = { core_avx2_1, core_avx2_2, core_avx2_3, core_avx2_4, core_avx2_5, core_avx2_6 };
+    cores[mr - 1](kc, a, lda, b, c, ldc, nr, ep);
 }
 
 /* ---- AVX-512: up to 12 rows x 1 vector (compiled here, selected only where the CPU has it).
