@@ -22,9 +22,14 @@ typedef void (*sg_core)(int mr, int64_t kc, const float *a, int64_t lda, const f
 /* a partial tile: computed into a 16-wide staging tile, copied out */
 static void sg_staged(sg_core core, int mr, int64_t kc, const float *a, int64_t lda, const float *b,
                       float *c, int64_t ldc, int nr, const ei_sg_ep *ep) {
-    float t[EI_SG_MR_MAX * EI_SG_NR], tz[EI_SG_MR_MAX * EI_SG_NR];
+    float t[EI_SG_MR_MAX * EI_SG_NR], tz[EI_SG_MR_MAX * EI_SG_NR], tb[EI_SG_NR];
     ei_sg_ep e = *ep;
     memset(t, 0, sizeof t);
+    if (e.bias) {               /* the cores load 16 bias values: pad this panel's nr */
+        memset(tb, 0, sizeof tb);
+        memcpy(tb, e.bias, (size_t)nr * sizeof(float));
+        e.bias = tb;
+    }
     if (e.load_c)
         for (int i = 0; i < mr; i++) memcpy(t + i * EI_SG_NR, c + i * ldc, (size_t)nr * sizeof(float));
     if (e.z) {
@@ -261,14 +266,16 @@ static void ukr2_avx512(int mr, int64_t kc, const float *a, int64_t lda, const f
 /* ---- NEON: 6 rows x 4 vectors = 24 accumulators (of 32 registers) ---- */
 #if defined(__aarch64__)
 #define N_MR 6
-static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
-                      int64_t ldc, const ei_sg_ep *ep) {
+/* MR rows (a constant in each instance); rows past mr re-read row mr - 1 (the staging tile's use) */
+static inline __attribute__((always_inline))
+void core_neon_n(const int MR, int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                 int64_t ldc, const ei_sg_ep *ep) {
     float32x4_t acc[N_MR][4];
     const float *ar[N_MR];
 #pragma GCC unroll 8
-    for (int i = 0; i < N_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
 #pragma GCC unroll 8
-    for (int i = 0; i < N_MR; i++)
+    for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
             acc[i][v] = ep->load_c ? vld1q_f32(c + i * ldc + 4 * v)
@@ -276,7 +283,7 @@ static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const flo
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         float32x4_t w0 = vld1q_f32(b), w1 = vld1q_f32(b + 4), w2 = vld1q_f32(b + 8), w3 = vld1q_f32(b + 12);
 #pragma GCC unroll 8
-        for (int i = 0; i < N_MR; i++) {
+        for (int i = 0; i < MR; i++) {
             float32x4_t av = vld1q_dup_f32(ar[i] + k);
             acc[i][0] = vfmaq_f32(acc[i][0], av, w0);
             acc[i][1] = vfmaq_f32(acc[i][1], av, w1);
@@ -286,7 +293,7 @@ static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const flo
     }
     float32x4_t lo = vdupq_n_f32(ep->lo), hi = vdupq_n_f32(ep->hi);
 #pragma GCC unroll 8
-    for (int i = 0; i < N_MR; i++)
+    for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
             float32x4_t r = acc[i][v];
@@ -300,9 +307,23 @@ static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const flo
         }
 }
 
+static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                      int64_t ldc, const ei_sg_ep *ep) {
+    core_neon_n(N_MR, mr, kc, a, lda, b, c, ldc, ep);
+}
+
+/* full 16-column tiles: one core per row count, so partial tiles compute their own rows only */
+#define N_CORE(R) \
+    static void core_neon_##R(int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc, \
+                              const ei_sg_ep *ep) { core_neon_n(R, R, kc, a, lda, b, c, ldc, ep); }
+N_CORE(1) N_CORE(2) N_CORE(3) N_CORE(4) N_CORE(5) N_CORE(6)
+#undef N_CORE
+
 static void ukr_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                      int64_t ldc, int nr, const ei_sg_ep *ep) {
-    if (mr == N_MR && nr == EI_SG_NR) core_neon(mr, kc, a, lda, b, c, ldc, ep);
+    typedef void (*ncore)(int64_t, const float *, int64_t, const float *, float *, int64_t, const ei_sg_ep *);
+    static const ncore cores[N_MR] = { core_neon_1, core_neon_2, core_neon_3, core_neon_4, core_neon_5, core_neon_6 };
+    if (nr == EI_SG_NR) cores[mr - 1](kc, a, lda, b, c, ldc, ep);
     else sg_staged(core_neon, mr, kc, a, lda, b, c, ldc, nr, ep);
 }
 #endif
