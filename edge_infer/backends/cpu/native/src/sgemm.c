@@ -1,11 +1,15 @@
-/* fp32 SGEMM micro-kernels on packed 16-column weight panels (see sgemm.h): scalar, AVX2+FMA
- * 6x16, AVX-512 12x16 and NEON 6x16, chosen at run time.
+/* fp32 SGEMM micro-kernels on packed 16-column weight panels (see sgemm.h): scalar 6x16,
+ * AVX2+FMA 6x16, AVX-512 12x16 and 12x32 (two panels), NEON 6x16, chosen at run time.
  *
- * Each ISA has a "core" that computes a full MR x 16 tile with the accumulators in registers
- * (the loops over rows and vectors have constant bounds and are unrolled, so the arrays below
- * live in registers), reading A rows through clamped row pointers (rows past mr re-read the
- * last valid row: never out of bounds). Partial tiles (fewer rows, or fewer than 16 columns)
- * go through a staging tile on the stack. */
+ * Each ISA has a "core" that computes an MR x 16 tile with the accumulators in registers (the
+ * loops over rows and vectors have constant bounds and are unrolled, so the arrays below live
+ * in registers). AVX-512, AVX2 and NEON instantiate the core once per row count, so a partial
+ * tile (the last rows of a layer, a 1-row GEMV) computes only its own rows; AVX-512 and AVX2
+ * take fewer than 16 columns through masked loads and stores. What is left (scalar partial
+ * tiles, NEON column tails) goes through a staging tile on the stack, reading A rows through
+ * clamped row pointers (rows past mr re-read the last valid row: never out of bounds). Every
+ * instance sums each output in the same k order, so results do not depend on the tile an
+ * output falls in. */
 #include "sgemm.h"
 
 #include <string.h>
