@@ -287,6 +287,25 @@ def test_depthwise_fp32_fused_epilogue(layout, act):
         assert_native_matches(run_three_ways(g, feeds), exact=False)
 
 
+
+@pytest.mark.parametrize("mode", ["native", "base", "scalar"])
+def test_depthwise_fp32_nhwc_selftest(mode):
+    """The fp32 NHWC FMA kernel (depthwise_f32.c) under each ISA mask against its double-precision
+    reference on random geometries; and a MobileNet-sized layer (112x112x32, stride 1 and 2)
+    against the numpy kernel, where the interior four-pixel path dominates."""
+    old = native.set_isa_mask(MASKS[mode])
+    try:
+        assert native.lib.ei_selftest_depthwise_f32() == 0
+    finally:
+        native.set_isa_mask(old)
+    rng = np.random.default_rng(7)
+    for stride in (1, 2):
+        g, feeds = depthwise_case(rng, "float32", 1, 32, 112, 112, 3, stride, 1, 1, "NHWC", "Clip", stride == 1)
+        res = run_three_ways(g, feeds)
+        assert "FMA" in res["native"][1]
+        assert_native_matches(res, exact=False)
+
+
 # -- int8 Add ----------------------------------------------------------------------------------------
 
 @SETTINGS

@@ -38,7 +38,7 @@ class Int8AddArgs(ctypes.Structure):
 
 
 class DepthwiseArgs(ctypes.Structure):
-    """``ei_dw_args`` of src/depthwise.c (int8 and fp32)."""
+    """``ei_dw_args`` of src/depthwise.h (int8 and fp32)."""
     _fields_ = ([(f, _P) for f in ("x", "y", "z", "wt", "bias", "mult", "shift", "ztab", "pad", "scratch")]
                 + [(f, _I) for f in ("is_int8", "nchw", "n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                                      "dh", "dw", "pt", "pl", "zp_x", "zp_y", "lo", "hi", "act", "threads")]
@@ -202,7 +202,9 @@ def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geome
     need = _fn("ei_dw_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
     scr = _thread_scratch(ctx, threads, int(need))
     a.scratch = scr.ctypes.data
-    return _native.native_step("ei_depthwise", a, wt, b32, pad, scr, *keep)
+    # fp32 NHWC: the FMA kernel of depthwise_f32.c (the others: depthwise.c, numpy's order)
+    fn = "ei_depthwise" if is_int8 or nchw else "ei_depthwise_f32"
+    return _native.native_step(fn, a, wt, b32, pad, scr, *keep)
 
 
 def fp32_depthwise(node, ctx) -> Optional[Callable[[], None]]:
@@ -246,8 +248,9 @@ def fp32_depthwise(node, ctx) -> Optional[Callable[[], None]]:
                           nchw=not last, bias=bias, z=z, act=act, params=params)
     if step is not None:
         extra = ", ".join(([("residual")] if z is not None else []) + ([act] if act else []))
+        how = dw_f32_isa_name() if last else f"{isa_name()}, per-tap multiply-adds in the numpy kernel's order"
         ctx.note(node, f"{'NHWC ' if last else ''}depthwise {'x'.join(map(str, kernel[-nsp:]))} native "
-                       f"(fp32, {isa_name()}, per-tap multiply-adds in the numpy kernel's order)"
+                       f"(fp32, {how})"
                        f"{'; fused ' + extra if extra else ''}; {threads_of(ctx)} thread(s)")
     return step
 
@@ -282,6 +285,11 @@ def isa_name() -> str:
     if f.get("neon") and _native.lib.ei_rq_simd():
         return "NEON"
     return "scalar"
+
+
+def dw_f32_isa_name() -> str:
+    """The vectors of the fp32 NHWC depthwise kernel (FMAs, four pixels in registers)."""
+    return _fn("ei_depthwise_f32_isa", ctypes.c_char_p)().decode() + " FMA"
 
 
 def dw_int8_isa_name(channels_last: bool) -> str:

@@ -42,6 +42,12 @@ typedef struct {
     ei_sg_kernel k;
     int64_t rows, K, cg, mg, panels, kc, mc, nc_panels, nrb, ncb, items;
     int direct;
+    /* implicit: K blocks never cross a kernel row (krow = kw * cg values of k), so a block of
+     * an output pixel whose kernel columns all lie inside the input ([oxa, oxb)) is one
+     * contiguous run of the NHWC input, and a micro-tile of such pixels in one output row is
+     * read in place (row stride sw * c): no im2col copy */
+    int implicit;
+    int64_t krow, oxa, oxb;
 } cv_plan;
 
 static int is_direct(const ei_conv_f32_args *a) {
@@ -65,6 +71,15 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
     p->panels = (p->mg + EI_SG_NR - 1) / EI_SG_NR;
     p->kc = k_block(p->K);
     p->direct = is_direct(a);
+    p->krow = (int64_t)a->kw * p->cg;
+    /* (a kernel row of fewer than 64 values, as a 3-channel stem's, is cheaper copied than
+     * run as blocks of its own) */
+    p->implicit = !p->direct && a->group == 1 && a->dw == 1 && p->krow >= 64;
+    if (p->implicit) p->kc = k_block(p->krow);
+    p->oxa = EI_MIN((int64_t)a->ow, ((int64_t)a->pl + a->sw - 1) / a->sw);
+    int64_t lastx = (int64_t)a->w - 1 - (int64_t)(a->kw - 1) * a->dw + a->pl;
+    p->oxb = lastx < 0 ? 0 : EI_MIN((int64_t)a->ow, lastx / a->sw + 1);
+    if (p->oxb < p->oxa) p->oxb = p->oxa;
     /* MC: a multiple of MR, ~MC_MAX; NC: up to 16 panels (256 columns: a KC x NC block of B
      * is 320 KB at most, L2-sized). Then smaller blocks until there are a few items per
      * thread, so the dynamic hand-out can balance. */
@@ -87,6 +102,7 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
 }
 
 /* per thread: one MC x KC im2col tile */
+static const float zero_row[KC_MAX];
 #define TILE_FLOATS ((int64_t)MC_MAX * KC_MAX)
 
 /* bytes of scratch: one tile per thread (none for direct convs and GEMMs) */
@@ -96,31 +112,58 @@ EI_API int64_t ei_conv_f32_scratch(const ei_conv_f32_args *a) {
     return t * TILE_FLOATS * (int64_t)sizeof(float);
 }
 
-/* the im2col row of output pixel q, taps [k0, k1) of group g, into d; padding taps are zeros.
+/* short runs (a few channels) copied inline: a memcpy call costs more than they do */
+static inline void copy_floats(float *d, const float *s, int64_t n) {
+    if (n > 16) { memcpy(d, s, (size_t)n * sizeof(float)); return; }
+    for (int64_t i = 0; i < n; i++) d[i] = s[i];
+}
+
+/* where tap k0 of an im2col row starts: kernel row, kernel column, channel */
+typedef struct { int64_t ky, kx, ci; } tap_pos;
+
+/* the im2col row of output pixel (b, oy, ox), taps [k0, k1) of group g, into d; padding taps are zeros.
  * With one group and no horizontal dilation, the taps of one kernel row that lie inside the
  * input are one contiguous run of the NHWC input (a 7x7 stem on 3 channels: 21 floats per
  * copy instead of 3) */
-static void im2col_row(const cv_plan *p, int64_t g, int64_t q, int64_t k0, int64_t k1, float *d) {
+static void im2col_row(const cv_plan *p, int64_t g, int64_t b, int64_t oy, int64_t ox, int64_t k0, int64_t k1,
+                       tap_pos t0, float *d) {
     const ei_conv_f32_args *a = p->a;
-    const int64_t cg = p->cg, plane = (int64_t)a->oh * a->ow;
-    int64_t b = q / plane, rem = q % plane, oy = rem / a->ow, ox = rem % a->ow;
+    const int64_t cg = p->cg, kw = a->kw;
+    /* (ky, kx, ci) advanced by each run's length (no divisions per run) */
+    int64_t ky = t0.ky, kx = t0.kx, ci = t0.ci;
+    const int64_t iy0 = oy * a->sh - a->pt, ix0 = ox * a->sw - a->pl;
+    const float *xb = a->x + b * a->h * a->w * a->c + g * cg;
     int joined = a->group == 1 && a->dw == 1;
+    if (joined && k0 == 0 && k1 == p->K && ix0 >= 0 && ix0 + (kw - 1) < a->w) {
+        /* the whole row of a pixel whose kernel columns all lie inside the input (most of
+         * them): one run of kw * cg floats per kernel row, zeros for rows in the padding */
+        const int64_t run = kw * cg;
+        for (int64_t r = 0; r < a->kh; r++, d += run) {
+            int64_t iy = iy0 + r * a->dh;
+            if (iy < 0 || iy >= a->h) memset(d, 0, (size_t)run * sizeof(float));
+            else copy_floats(d, xb + (iy * a->w + ix0) * a->c, run);
+        }
+        return;
+    }
     int64_t k = k0;
     while (k < k1) {
-        int64_t tap = k / cg, ci = k % cg, len = EI_MIN(cg - ci, k1 - k);
-        int64_t ky = tap / a->kw, kx = tap % a->kw;
-        int64_t iy = oy * a->sh - a->pt + ky * a->dh, ix = ox * a->sw - a->pl + kx * a->dw;
-        if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) {
+        int64_t iy = iy0 + ky * a->dh, ix = ix0 + kx * a->dw, len;
+        if (iy < 0 || iy >= a->h) {                 /* the rest of this kernel row is padding */
+            len = EI_MIN((kw - kx) * cg - ci, k1 - k);
+            memset(d, 0, (size_t)len * sizeof(float));
+        } else if (ix < 0 || ix >= a->w) {
+            len = EI_MIN(cg - ci, k1 - k);
             memset(d, 0, (size_t)len * sizeof(float));
         } else {
-            if (joined) {       /* extend over the following taps of this kernel row inside the input */
-                int64_t taps = EI_MIN((int64_t)a->kw - kx, (int64_t)a->w - ix);
-                len = EI_MIN(taps * cg - ci, k1 - k);
-            }
-            memcpy(d, a->x + ((b * a->h + iy) * a->w + ix) * a->c + g * cg + ci, (size_t)len * sizeof(float));
+            /* joined: extend over the following taps of this kernel row inside the input */
+            int64_t taps = joined ? EI_MIN(kw - kx, (int64_t)a->w - ix) : 1;
+            len = EI_MIN(taps * cg - ci, k1 - k);
+            copy_floats(d, xb + (iy * a->w + ix) * a->c + ci, len);
         }
         d += len;
         k += len;
+        for (ci += len; ci >= cg; ci -= cg)
+            if (++kx == kw) { kx = 0; ky++; }
     }
 }
 
@@ -132,21 +175,52 @@ static void run_item(const cv_plan *p, int64_t item, float *tile) {
     const int mr = p->k.mr;
     const float *wg = a->wpack + g * p->panels * p->K * EI_SG_NR;
     int inline_clamp = a->act == EI_U_RELU || a->act == EI_U_CLIP;
-    for (int64_t k0 = 0; k0 < p->K; k0 += p->kc) {
-        int64_t k1 = EI_MIN(p->K, k0 + p->kc), kcn = k1 - k0, lda;
-        const float *abase;
+    /* A of micro-tile t (rows [t * mr, ...) of this item): asrc[t], row stride alda[t] */
+    const float *asrc[MC_MAX];
+    int64_t alda[MC_MAX];
+    for (int64_t k0 = 0, k1; k0 < p->K; k0 = k1) {
+        k1 = p->implicit ? EI_MIN(k0 + p->kc, (k0 / p->krow + 1) * p->krow) : EI_MIN(p->K, k0 + p->kc);
+        int64_t kcn = k1 - k0;
         if (p->direct) {
-            abase = a->x + r0 * a->c + g * p->cg + k0;
-            lda = a->c;
+            for (int64_t i = 0, t = 0; i < nrows; i += mr, t++) {
+                asrc[t] = a->x + (r0 + i) * a->c + g * p->cg + k0;
+                alda[t] = a->c;
+            }
         } else {
-            for (int64_t r = 0; r < nrows; r++) im2col_row(p, g, r0 + r, k0, k1, tile + r * kcn);
-            abase = tile;
-            lda = kcn;
+            /* the tile's pixels in order: (b, oy, ox) of r0 once, then stepped */
+            const int64_t plane = (int64_t)a->oh * a->ow, tap = k0 / p->cg, ky = k0 / p->krow;
+            int64_t b = r0 / plane, oy = (r0 - b * plane) / a->ow, ox = r0 - b * plane - oy * a->ow;
+            tap_pos t0 = { tap / a->kw, tap % a->kw, k0 - tap * p->cg };
+            for (int64_t i = 0, t = 0; i < nrows; i += mr, t++) {
+                int64_t m_rows = EI_MIN((int64_t)mr, nrows - i);
+                if (p->implicit && ox >= p->oxa && ox + m_rows <= p->oxb) {
+                    int64_t iy = oy * a->sh - a->pt + ky * a->dh;
+                    if (iy < 0 || iy >= a->h) {         /* a kernel row in the padding: zeros */
+                        asrc[t] = zero_row;
+                        alda[t] = 0;
+                    } else {
+                        asrc[t] = a->x + ((b * a->h + iy) * a->w + ox * a->sw - a->pl) * a->c + (k0 - ky * p->krow);
+                        alda[t] = (int64_t)a->sw * a->c;
+                    }
+                    ox += m_rows;
+                    if (ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
+                    continue;
+                }
+                for (int64_t r = i; r < i + m_rows; r++) {
+                    im2col_row(p, g, b, oy, ox, k0, k1, t0, tile + r * kcn);
+                    if (++ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
+                }
+                asrc[t] = tile + i * kcn;
+                alda[t] = kcn;
+            }
         }
         int last = k1 == p->K;
         for (int64_t pn = pn0; pn < pn1; pn++) {
             int64_t col = g * p->mg + pn * EI_SG_NR;
             int nr = (int)EI_MIN((int64_t)EI_SG_NR, p->mg - pn * EI_SG_NR);
+            /* two panels at once where the ISA has that kernel (the first is then full) */
+            int two = p->k.fn2 != NULL && pn + 1 < pn1;
+            int nr2 = two ? (int)EI_MIN((int64_t)EI_SG_NR, p->mg - (pn + 1) * EI_SG_NR) : 0;
             const float *bp = wg + (pn * p->K + k0) * EI_SG_NR;
             ei_sg_ep ep = { k0 == 0 && a->bias ? a->bias + col : NULL, NULL, a->m, 0.0f, 0.0f, k0 > 0, 0 };
             if (last && inline_clamp) {
@@ -156,12 +230,14 @@ static void run_item(const cv_plan *p, int64_t item, float *tile) {
             }
             /* the bias can only ride on the first block; without one, a bias-less first
              * block still starts from zero (load_c 0) */
-            for (int64_t i = 0; i < nrows; i += mr) {
+            for (int64_t i = 0, t = 0; i < nrows; i += mr, t++) {
                 int m_rows = (int)EI_MIN((int64_t)mr, nrows - i);
                 float *cp = a->y + (r0 + i) * a->m + col;
                 ep.z = last && a->z ? a->z + (r0 + i) * a->m + col : NULL;
-                p->k.fn(m_rows, kcn, abase + i * lda, lda, bp, cp, a->m, nr, &ep);
+                if (two) p->k.fn2(m_rows, kcn, asrc[t], alda[t], bp, p->K * EI_SG_NR, cp, a->m, nr2, &ep);
+                else p->k.fn(m_rows, kcn, asrc[t], alda[t], bp, cp, a->m, nr, &ep);
             }
+            pn += two;
         }
     }
     if (a->act != 0 && !inline_clamp) {
@@ -233,18 +309,22 @@ EI_API int ei_selftest_conv_f32(void) {
     int fails = 0;
     st_state = 777;
     static const int acts[] = { 0, EI_U_RELU, EI_U_CLIP, EI_U_HSWISH, EI_U_SILU, EI_U_SIGMOID, EI_U_LEAKY };
-    for (int trial = 0; trial < 60; trial++) {
+    for (int trial = 0; trial < 72; trial++) {
+        /* trials 60+: wide rows and >= 22 channels, so micro-tiles read the input in place
+         * (implicit blocks: every tile shape against the kernel-row blocking) */
+        int wide = trial >= 60;
         ei_conv_f32_args a;
         memset(&a, 0, sizeof a);
-        a.group = trial % 5 == 3 ? st_int(2, 3) : 1;
+        a.group = trial % 5 == 3 && !wide ? st_int(2, 3) : 1;
         a.n = st_int(1, 2);
-        a.c = a.group * st_int(1, trial % 7 == 0 ? 90 : 20);
+        a.c = a.group * (wide ? st_int(22, 80) : st_int(1, trial % 7 == 0 ? 90 : 20));
         a.m = a.group * st_int(1, 40);
-        a.h = st_int(1, 9); a.w = st_int(1, 11);
-        int one = trial % 4 == 0;
+        a.h = st_int(1, 9); a.w = wide ? st_int(14, 40) : st_int(1, 11);
+        int one = trial % 4 == 0 && !wide;
         a.kh = one ? 1 : st_int(1, 3); a.kw = one ? 1 : st_int(1, 3);
         a.sh = one ? 1 : st_int(1, 2); a.sw = one ? 1 : st_int(1, 2);
         a.dh = one ? 1 : st_int(1, 2); a.dw = one ? 1 : st_int(1, 2);
+        if (wide) { a.kw = trial % 3 == 0 ? 1 : 3; a.dw = 1; }
         a.pt = one ? 0 : st_int(0, 2); a.pl = one ? 0 : st_int(0, 2);
         int pb = one ? 0 : st_int(0, 2), pr = one ? 0 : st_int(0, 2);
         a.oh = (a.h + a.pt + pb - (a.kh - 1) * a.dh - 1) / a.sh + 1;

@@ -16,6 +16,7 @@
 #pragma GCC optimize("fp-contract=off")
 #include "ei_int8.h"
 #include "ei_activations.h"
+#include "depthwise.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,24 +26,6 @@
 #else
 #define DW_VQ_BYTES 0
 #endif
-
-/* the fused activations of this kernel: codes of the one activation table (ei_activations.h) */
-enum { ACT_NONE = EI_ACT_NONE, ACT_RELU = EI_ACT_RELU, ACT_CLIP = EI_ACT_CLIP, ACT_HARDSWISH = EI_ACT_HARDSWISH,
-       ACT_HARDSIGMOID = EI_ACT_HARDSIGMOID, ACT_LEAKYRELU = EI_ACT_LEAKYRELU };
-
-typedef struct {
-    const void *x;
-    void *y;
-    const void *z;              /* residual (y's shape and layout) or NULL */
-    const void *wt;             /* int8: int16 weights; fp32: float. NHWC (taps, C); NCHW (C, taps) */
-    const void *bias;           /* int8: folded int32; fp32: float or NULL */
-    const int32_t *mult, *shift, *ztab;
-    const void *pad;            /* NHWC: one row of C pad values (zp_x int8 / 0.0f) */
-    void *scratch;              /* threads * ei_dw_scratch() bytes */
-    int32_t is_int8, nchw, n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
-    int32_t zp_x, zp_y, lo, hi, act, threads;
-    float a0, a1;               /* Clip min/max, HardSigmoid alpha/beta, LeakyRelu alpha */
-} ei_dw_args;
 
 /* NHWC int8: the accumulators of one pixel, and (AVX-512) the epilogue constants of every 16
  * channels; a multiple of 64 bytes (each thread slot's part stays 64-byte aligned) */

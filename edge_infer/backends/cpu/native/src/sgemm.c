@@ -1,11 +1,15 @@
-/* fp32 SGEMM micro-kernels on packed 16-column weight panels (see sgemm.h): scalar, AVX2+FMA
- * 6x16, AVX-512 12x16 and NEON 6x16, chosen at run time.
+/* fp32 SGEMM micro-kernels on packed 16-column weight panels (see sgemm.h): scalar 6x16,
+ * AVX2+FMA 6x16, AVX-512 12x16 and 12x32 (two panels), NEON 6x16, chosen at run time.
  *
- * Each ISA has a "core" that computes a full MR x 16 tile with the accumulators in registers
- * (the loops over rows and vectors have constant bounds and are unrolled, so the arrays below
- * live in registers), reading A rows through clamped row pointers (rows past mr re-read the
- * last valid row: never out of bounds). Partial tiles (fewer rows, or fewer than 16 columns)
- * go through a staging tile on the stack. */
+ * Each ISA has a "core" that computes an MR x 16 tile with the accumulators in registers (the
+ * loops over rows and vectors have constant bounds and are unrolled, so the arrays below live
+ * in registers). AVX-512, AVX2 and NEON instantiate the core once per row count, so a partial
+ * tile (the last rows of a layer, a 1-row GEMV) computes only its own rows; AVX-512 and AVX2
+ * take fewer than 16 columns through masked loads and stores. What is left (scalar partial
+ * tiles, NEON column tails) goes through a staging tile on the stack, reading A rows through
+ * clamped row pointers (rows past mr re-read the last valid row: never out of bounds). Every
+ * instance sums each output in the same k order, so results do not depend on the tile an
+ * output falls in. */
 #include "sgemm.h"
 
 #include <string.h>
@@ -22,9 +26,14 @@ typedef void (*sg_core)(int mr, int64_t kc, const float *a, int64_t lda, const f
 /* a partial tile: computed into a 16-wide staging tile, copied out */
 static void sg_staged(sg_core core, int mr, int64_t kc, const float *a, int64_t lda, const float *b,
                       float *c, int64_t ldc, int nr, const ei_sg_ep *ep) {
-    float t[EI_SG_MR_MAX * EI_SG_NR], tz[EI_SG_MR_MAX * EI_SG_NR];
+    float t[EI_SG_MR_MAX * EI_SG_NR], tz[EI_SG_MR_MAX * EI_SG_NR], tb[EI_SG_NR];
     ei_sg_ep e = *ep;
     memset(t, 0, sizeof t);
+    if (e.bias) {               /* the cores load 16 bias values: pad this panel's nr */
+        memset(tb, 0, sizeof tb);
+        memcpy(tb, e.bias, (size_t)nr * sizeof(float));
+        e.bias = tb;
+    }
     if (e.load_c)
         for (int i = 0; i < mr; i++) memcpy(t + i * EI_SG_NR, c + i * ldc, (size_t)nr * sizeof(float));
     if (e.z) {
@@ -68,29 +77,38 @@ static void ukr_scalar(int mr, int64_t kc, const float *a, int64_t lda, const fl
     else sg_staged(core_scalar, mr, kc, a, lda, b, c, ldc, nr, ep);
 }
 
-/* ---- AVX2 + FMA: 6 rows x 2 vectors = 12 accumulators ---- */
+/* ---- AVX2 + FMA: up to 6 rows x 2 vectors = 12 accumulators; one core per row count (as
+ * AVX-512 below), fewer than 16 columns through maskload/maskstore ---- */
 #if defined(__x86_64__)
 #define X_MR 6
-__attribute__((target("avx2,fma")))
-static void core_avx2(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
-                      int64_t ldc, const ei_sg_ep *ep) {
+static inline __attribute__((always_inline, target("avx2,fma")))
+void core_avx2_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                 int64_t ldc, int nr, const ei_sg_ep *ep) {
     __m256 acc[X_MR][2];
     const float *ar[X_MR];
+    /* lane masks of the two 8-column halves: lane j on when j (+ 8) < nr */
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lanes);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), lanes);
+    const int full = nr == EI_SG_NR;
 #pragma GCC unroll 8
-    for (int i = 0; i < X_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
     if (ep->load_c) {
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) { acc[i][0] = _mm256_loadu_ps(c + i * ldc); acc[i][1] = _mm256_loadu_ps(c + i * ldc + 8); }
+        for (int i = 0; i < MR; i++) {
+            acc[i][0] = full ? _mm256_loadu_ps(c + i * ldc) : _mm256_maskload_ps(c + i * ldc, m0);
+            acc[i][1] = full ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_maskload_ps(c + i * ldc + 8, m1);
+        }
     } else {
-        __m256 b0 = ep->bias ? _mm256_loadu_ps(ep->bias) : _mm256_setzero_ps();
-        __m256 b1 = ep->bias ? _mm256_loadu_ps(ep->bias + 8) : _mm256_setzero_ps();
+        __m256 b0 = ep->bias ? _mm256_maskload_ps(ep->bias, m0) : _mm256_setzero_ps();
+        __m256 b1 = ep->bias ? _mm256_maskload_ps(ep->bias + 8, m1) : _mm256_setzero_ps();
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) { acc[i][0] = b0; acc[i][1] = b1; }
+        for (int i = 0; i < MR; i++) { acc[i][0] = b0; acc[i][1] = b1; }
     }
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         __m256 w0 = _mm256_loadu_ps(b), w1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) {
+        for (int i = 0; i < MR; i++) {
             __m256 av = _mm256_broadcast_ss(ar[i] + k);
             acc[i][0] = _mm256_fmadd_ps(av, w0, acc[i][0]);
             acc[i][1] = _mm256_fmadd_ps(av, w1, acc[i][1]);
@@ -98,76 +116,170 @@ static void core_avx2(int mr, int64_t kc, const float *a, int64_t lda, const flo
     }
     if (ep->z) {
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) {
-            acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(ep->z + i * ep->ldz));
-            acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(ep->z + i * ep->ldz + 8));
+        for (int i = 0; i < MR; i++) {
+            acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_maskload_ps(ep->z + i * ep->ldz, m0));
+            acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_maskload_ps(ep->z + i * ep->ldz + 8, m1));
         }
     }
     if (ep->clamp) {
         /* max(lo, v) / min(hi, v) return v when v is NaN (maxps returns its second operand) */
         __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
 #pragma GCC unroll 8
-        for (int i = 0; i < X_MR; i++) {
+        for (int i = 0; i < MR; i++) {
             acc[i][0] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][0]));
             acc[i][1] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][1]));
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < X_MR; i++) { _mm256_storeu_ps(c + i * ldc, acc[i][0]); _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]); }
+    for (int i = 0; i < MR; i++) {
+        if (full) {
+            _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+            _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+        } else {
+            _mm256_maskstore_ps(c + i * ldc, m0, acc[i][0]);
+            _mm256_maskstore_ps(c + i * ldc + 8, m1, acc[i][1]);
+        }
+    }
 }
+
+#define X_CORE(R) \
+    __attribute__((target("avx2,fma"))) static void core_avx2_##R(int64_t kc, const float *a, int64_t lda, \
+        const float *b, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) { \
+        core_avx2_n(R, kc, a, lda, b, c, ldc, nr, ep); }
+X_CORE(1) X_CORE(2) X_CORE(3) X_CORE(4) X_CORE(5) X_CORE(6)
+#undef X_CORE
 
 __attribute__((target("avx2,fma")))
 static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                      int64_t ldc, int nr, const ei_sg_ep *ep) {
-    if (mr == X_MR && nr == EI_SG_NR) core_avx2(mr, kc, a, lda, b, c, ldc, ep);
-    else sg_staged(core_avx2, mr, kc, a, lda, b, c, ldc, nr, ep);
+    typedef void (*xcore)(int64_t, const float *, int64_t, const float *, float *, int64_t, int, const ei_sg_ep *);
+    static const xcore cores[X_MR] = { core_avx2_1, core_avx2_2, core_avx2_3, core_avx2_4, core_avx2_5, core_avx2_6 };
+    cores[mr - 1](kc, a, lda, b, c, ldc, nr, ep);
 }
 
-/* ---- AVX-512: 12 rows x 1 vector (compiled here, selected only where the CPU has it) ---- */
+/* ---- AVX-512: up to 12 rows x 1 vector (compiled here, selected only where the CPU has it).
+ * One core per row count (1..12, the count a constant in each), so a partial tile computes
+ * its own rows only: the last rows of a 49-pixel layer or a 1-row GEMM (a GEMV) cost what
+ * they compute, not a full 12-row tile; fewer than 16 columns go through masked loads and
+ * stores instead of the staging tile. Each row's sum runs in the same k order as the full
+ * tile's, so results do not depend on where a row falls. ---- */
 #define Z_MR 12
-__attribute__((target("avx512f")))
-static void core_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
-                        int64_t ldc, const ei_sg_ep *ep) {
+static inline __attribute__((always_inline, target("avx512f")))
+void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                   int64_t ldc, int nr, const ei_sg_ep *ep) {
     __m512 acc[Z_MR];
     const float *ar[Z_MR];
+    const __mmask16 m = (__mmask16)((1u << nr) - 1);
 #pragma GCC unroll 16
-    for (int i = 0; i < Z_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
-    __m512 b0 = ep->bias ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
+    __m512 b0 = ep->bias ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int i = 0; i < Z_MR; i++) acc[i] = ep->load_c ? _mm512_loadu_ps(c + i * ldc) : b0;
+    for (int i = 0; i < MR; i++) {
+        acc[i] = ep->load_c ? _mm512_maskz_loadu_ps(m, c + i * ldc) : b0;
+    }
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         __m512 w = _mm512_loadu_ps(b);
 #pragma GCC unroll 16
-        for (int i = 0; i < Z_MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
+        for (int i = 0; i < MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
     }
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
 #pragma GCC unroll 16
-    for (int i = 0; i < Z_MR; i++) {
-        if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
+    for (int i = 0; i < MR; i++) {
+        if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, ep->z + i * ep->ldz));
         if (ep->clamp) acc[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i]));
-        _mm512_storeu_ps(c + i * ldc, acc[i]);
+        if (nr == EI_SG_NR) _mm512_storeu_ps(c + i * ldc, acc[i]);
+        else _mm512_mask_storeu_ps(c + i * ldc, m, acc[i]);
     }
 }
+
+/* two panels at once: 2 x MR accumulators (24 of the 32 registers at 12 rows), so each
+ * broadcast A element feeds two FMAs (half the A loads per multiply-add of one panel) */
+static inline __attribute__((always_inline, target("avx512f")))
+void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
+                    float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) {
+    __m512 acc[Z_MR], acc2[Z_MR];
+    const float *ar[Z_MR], *b2 = b + bstride;
+    const __mmask16 m2 = (__mmask16)((1u << nr2) - 1);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
+    __m512 b0 = ep->bias ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
+    __m512 b1 = ep->bias ? _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        acc[i] = ep->load_c ? _mm512_loadu_ps(c + i * ldc) : b0;
+        acc2[i] = ep->load_c ? _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR) : b1;
+    }
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR) {
+        __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b2);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512 av = _mm512_set1_ps(ar[i][k]);
+            acc[i] = _mm512_fmadd_ps(av, w, acc[i]);
+            acc2[i] = _mm512_fmadd_ps(av, w2, acc2[i]);
+        }
+    }
+    __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        if (ep->z) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
+            acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, ep->z + i * ep->ldz + EI_SG_NR));
+        }
+        if (ep->clamp) {
+            acc[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i]));
+            acc2[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc2[i]));
+        }
+        _mm512_storeu_ps(c + i * ldc, acc[i]);
+        _mm512_mask_storeu_ps(c + i * ldc + EI_SG_NR, m2, acc2[i]);
+    }
+}
+
+#define Z_CORE(R) \
+    __attribute__((target("avx512f"))) static void core_avx512_##R(int64_t kc, const float *a, int64_t lda, \
+        const float *b, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) { \
+        core_avx512_n(R, kc, a, lda, b, c, ldc, nr, ep); } \
+    __attribute__((target("avx512f"))) static void core2_avx512_##R(int64_t kc, const float *a, int64_t lda, \
+        const float *b, int64_t bs, float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) { \
+        core2_avx512_n(R, kc, a, lda, b, bs, c, ldc, nr2, ep); }
+Z_CORE(1) Z_CORE(2) Z_CORE(3) Z_CORE(4) Z_CORE(5) Z_CORE(6) Z_CORE(7) Z_CORE(8) Z_CORE(9) Z_CORE(10)
+Z_CORE(11) Z_CORE(12)
+#undef Z_CORE
 
 __attribute__((target("avx512f")))
 static void ukr_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                        int64_t ldc, int nr, const ei_sg_ep *ep) {
-    if (mr == Z_MR && nr == EI_SG_NR) core_avx512(mr, kc, a, lda, b, c, ldc, ep);
-    else sg_staged(core_avx512, mr, kc, a, lda, b, c, ldc, nr, ep);
+    typedef void (*zcore)(int64_t, const float *, int64_t, const float *, float *, int64_t, int, const ei_sg_ep *);
+    static const zcore cores[Z_MR] = { core_avx512_1, core_avx512_2, core_avx512_3, core_avx512_4,
+                                       core_avx512_5, core_avx512_6, core_avx512_7, core_avx512_8,
+                                       core_avx512_9, core_avx512_10, core_avx512_11, core_avx512_12 };
+    cores[mr - 1](kc, a, lda, b, c, ldc, nr, ep);
+}
+
+__attribute__((target("avx512f")))
+static void ukr2_avx512(int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
+                        float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) {
+    typedef void (*zcore2)(int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, int,
+                           const ei_sg_ep *);
+    static const zcore2 cores[Z_MR] = { core2_avx512_1, core2_avx512_2, core2_avx512_3, core2_avx512_4,
+                                        core2_avx512_5, core2_avx512_6, core2_avx512_7, core2_avx512_8,
+                                        core2_avx512_9, core2_avx512_10, core2_avx512_11, core2_avx512_12 };
+    cores[mr - 1](kc, a, lda, b, bstride, c, ldc, nr2, ep);
 }
 #endif
 
 /* ---- NEON: 6 rows x 4 vectors = 24 accumulators (of 32 registers) ---- */
 #if defined(__aarch64__)
 #define N_MR 6
-static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
-                      int64_t ldc, const ei_sg_ep *ep) {
+/* MR rows (a constant in each instance); rows past mr re-read row mr - 1 (the staging tile's use) */
+static inline __attribute__((always_inline))
+void core_neon_n(const int MR, int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                 int64_t ldc, const ei_sg_ep *ep) {
     float32x4_t acc[N_MR][4];
     const float *ar[N_MR];
 #pragma GCC unroll 8
-    for (int i = 0; i < N_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
+    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
 #pragma GCC unroll 8
-    for (int i = 0; i < N_MR; i++)
+    for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
             acc[i][v] = ep->load_c ? vld1q_f32(c + i * ldc + 4 * v)
@@ -175,7 +287,7 @@ static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const flo
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         float32x4_t w0 = vld1q_f32(b), w1 = vld1q_f32(b + 4), w2 = vld1q_f32(b + 8), w3 = vld1q_f32(b + 12);
 #pragma GCC unroll 8
-        for (int i = 0; i < N_MR; i++) {
+        for (int i = 0; i < MR; i++) {
             float32x4_t av = vld1q_dup_f32(ar[i] + k);
             acc[i][0] = vfmaq_f32(acc[i][0], av, w0);
             acc[i][1] = vfmaq_f32(acc[i][1], av, w1);
@@ -185,7 +297,7 @@ static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const flo
     }
     float32x4_t lo = vdupq_n_f32(ep->lo), hi = vdupq_n_f32(ep->hi);
 #pragma GCC unroll 8
-    for (int i = 0; i < N_MR; i++)
+    for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
             float32x4_t r = acc[i][v];
@@ -199,24 +311,38 @@ static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const flo
         }
 }
 
+static void core_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                      int64_t ldc, const ei_sg_ep *ep) {
+    core_neon_n(N_MR, mr, kc, a, lda, b, c, ldc, ep);
+}
+
+/* full 16-column tiles: one core per row count, so partial tiles compute their own rows only */
+#define N_CORE(R) \
+    static void core_neon_##R(int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc, \
+                              const ei_sg_ep *ep) { core_neon_n(R, R, kc, a, lda, b, c, ldc, ep); }
+N_CORE(1) N_CORE(2) N_CORE(3) N_CORE(4) N_CORE(5) N_CORE(6)
+#undef N_CORE
+
 static void ukr_neon(int mr, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                      int64_t ldc, int nr, const ei_sg_ep *ep) {
-    if (mr == N_MR && nr == EI_SG_NR) core_neon(mr, kc, a, lda, b, c, ldc, ep);
+    typedef void (*ncore)(int64_t, const float *, int64_t, const float *, float *, int64_t, const ei_sg_ep *);
+    static const ncore cores[N_MR] = { core_neon_1, core_neon_2, core_neon_3, core_neon_4, core_neon_5, core_neon_6 };
+    if (nr == EI_SG_NR) cores[mr - 1](kc, a, lda, b, c, ldc, ep);
     else sg_staged(core_neon, mr, kc, a, lda, b, c, ldc, nr, ep);
 }
 #endif
 
 ei_sg_kernel ei_sg_scalar(void) {
-    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar" };
+    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL };
     return k;
 }
 
 ei_sg_kernel ei_sg_pick(void) {
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, Z_MR, "AVX-512" }; return k; }
-    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2" }; return k; }
+    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, Z_MR, "AVX-512", ukr2_avx512 }; return k; }
+    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL }; return k; }
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON" }; return k; }
+    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL }; return k; }
 #endif
     return ei_sg_scalar();
 }

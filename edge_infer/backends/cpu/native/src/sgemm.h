@@ -31,7 +31,12 @@ typedef struct {
 typedef void (*ei_sg_ukr)(int mr, int64_t kc, const float *a, int64_t lda, const float *b,
                           float *c, int64_t ldc, int nr, const ei_sg_ep *ep);
 
-typedef struct { ei_sg_ukr fn; int mr; const char *name; } ei_sg_kernel;
+/* the same over two adjacent panels (32 columns: b and b + bstride; the second has nr2 <= 16
+ * columns, the first 16; bias, z and c cover both), or NULL where the ISA has none */
+typedef void (*ei_sg_ukr2)(int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
+                           float *c, int64_t ldc, int nr2, const ei_sg_ep *ep);
+
+typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; } ei_sg_kernel;
 
 /* the micro-kernel for the current ISA mask */
 ei_sg_kernel ei_sg_pick(void);
