@@ -22,8 +22,8 @@ from typing import Callable, Dict, Optional, Tuple
 ABI_VERSION = 1
 
 #: feature bits of src/edge_native.h
-AVX2, AVX512, NEON, DOTPROD = 1, 2, 4, 8
-FEATURE_NAMES = {AVX2: "avx2", AVX512: "avx512", NEON: "neon", DOTPROD: "dotprod"}
+AVX2, AVX512, NEON, DOTPROD, AMX = 1, 2, 4, 8, 16
+FEATURE_NAMES = {AVX2: "avx2", AVX512: "avx512", NEON: "neon", DOTPROD: "dotprod", AMX: "amx"}
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC_DIR = os.path.join(HERE, "src")

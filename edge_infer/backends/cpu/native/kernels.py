@@ -289,7 +289,7 @@ def isa_name() -> str:
 def dw_int8_isa_name(channels_last: bool) -> str:
     """The SIMD of the native int8 depthwise kernel: channels-last picks AVX-512 VNNI (vpdpwssd,
     requantized in registers) exactly where the int8 GEMM does."""
-    if channels_last and _fn("ei_int8_gemm_kind", ctypes.c_int)() == 4:
+    if channels_last and _fn("ei_int8_gemm_kind", ctypes.c_int)() in (4, 5):
         return "AVX-512 VNNI vpdpwssd"
     return isa_name()
 
@@ -298,4 +298,4 @@ def kind_name() -> str:
     """The int8 GEMM micro-kernel prepare picks on this machine (with the current ISA mask)."""
     k = _fn("ei_int8_gemm_kind", ctypes.c_int)()
     return {0: "scalar", 1: "AVX2 madd_epi16", 2: "NEON smlal", 3: "NEON sdot",
-            4: "AVX-512 VNNI vpdpbusd"}.get(k, str(k))
+            4: "AVX-512 VNNI vpdpbusd", 5: "AMX tdpbusd"}.get(k, str(k))

@@ -27,6 +27,7 @@
 #define EI_AVX512   (1 << 1)   /* F + BW */
 #define EI_NEON     (1 << 2)   /* aarch64 Advanced SIMD */
 #define EI_DOTPROD  (1 << 3)   /* aarch64 sdot/udot (ARMv8.2 DotProd) */
+#define EI_AMX      (1 << 4)   /* x86 AMX-TILE + AMX-INT8, tile data granted by the kernel */
 
 EI_API int ei_abi_version(void);
 /* features of this CPU, before the mask */

@@ -13,6 +13,9 @@
  *   NEON       MR 8, NR 8,  KR 1, int16   vmlal_laneq_s16 (Cortex-A72, no dot product)
  *   NEON sdot  MR 8, NR 8,  KR 4, int8    vdotq_laneq_s32
  *   AVX-512    MR 8, NR 32, KR 4, int8    VNNI vpdpbusd (x + 128) x w, requantized in registers (below)
+ *   AMX        MR 32, NR 32, KR 4, int8   tdpbusd on 2 x 2 tiles of 16 x 16; the VNNI layout with K
+ *                                         padded to whole tiles (16 groups of 4), A's u8 rows read
+ *                                         as tiles in place; rows <= 8 of a tile go to the VNNI kernel
  * The kind is chosen at prepare (ei_int8_gemm_kind) and recorded in the args, so the packed
  * weights and the micro-kernel always agree. Work is split over (row block, channel range)
  * tasks on the thread pool; each thread slot has its own scratch.
@@ -28,10 +31,10 @@
 #include <arm_neon.h>
 #endif
 
-enum { KIND_SCALAR = 0, KIND_AVX2 = 1, KIND_NEON = 2, KIND_DOT = 3, KIND_VNNI = 4, N_KINDS = 5 };
+enum { KIND_SCALAR = 0, KIND_AVX2 = 1, KIND_NEON = 2, KIND_DOT = 3, KIND_VNNI = 4, KIND_AMX = 5, N_KINDS = 6 };
 
 typedef struct { int mr, nr, kr, es; } kind_t;
-static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1}, {8, 32, 4, 1} };
+static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1}, {8, 32, 4, 1}, {32, 32, 4, 1} };
 
 /* AVX-512 VNNI (vpdpbusd: u8 x s8, four products summed into int32, no saturation) multiplies
  * A's rows as u8 = x + 128 (x ^ 0x80, copied so into per-thread scratch, K padded to a multiple
@@ -44,6 +47,8 @@ static int has_vnni(void) {
     if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"); }
     return v && ei_has(EI_AVX512);
 }
+
+static int has_amx(void) { return has_vnni() && ei_has(EI_AMX); }
 #endif
 
 typedef struct {
@@ -66,6 +71,7 @@ typedef struct {
 
 EI_API int ei_int8_gemm_kind(void) {
 #if defined(__x86_64__)
+    if (has_amx()) return KIND_AMX;
     if (has_vnni()) return KIND_VNNI;
     if (ei_has(EI_AVX2)) return KIND_AVX2;
 #elif defined(__aarch64__)
@@ -78,7 +84,7 @@ EI_API int ei_int8_gemm_kind(void) {
 static int kind_ok(int kind) {
     if (kind < 0 || kind >= N_KINDS) return 0;
 #if defined(__x86_64__)
-    return kind == KIND_SCALAR || kind == KIND_AVX2 || kind == KIND_VNNI;
+    return kind == KIND_SCALAR || kind == KIND_AVX2 || kind == KIND_VNNI || kind == KIND_AMX;
 #elif defined(__aarch64__)
     return kind == KIND_SCALAR || kind == KIND_NEON || kind == KIND_DOT;
 #else
@@ -86,22 +92,30 @@ static int kind_ok(int kind) {
 #endif
 }
 
-static int64_t panel_bytes(const kind_t *k, int K) {
-    int kg = (K + k->kr - 1) / k->kr;
-    return (int64_t)kg * k->nr * k->kr * k->es;
+/* k-groups of KR in the packed panels (AMX: whole tiles of 16 groups, zero-padded) */
+static int kgroups(int kind, int K) {
+    int kg = (K + KINDS[kind].kr - 1) / KINDS[kind].kr;
+    return kind == KIND_AMX ? (kg + 15) / 16 * 16 : kg;
 }
+
+static int64_t panel_bytes(int kind, int K) {
+    const kind_t *k = &KINDS[kind];
+    return (int64_t)kgroups(kind, K) * k->nr * k->kr * k->es;
+}
+
+static int u8_rows(int kind) { return kind == KIND_VNNI || kind == KIND_AMX; }
 
 EI_API int64_t ei_int8_pack_size(int kind, int M, int K) {
     if (!kind_ok(kind)) return -1;
     const kind_t *k = &KINDS[kind];
     int64_t np = (M + k->nr - 1) / k->nr;
-    return np * panel_bytes(k, K) + (kind == KIND_VNNI ? np * k->nr * 4 : 0);
+    return np * panel_bytes(kind, K) + (u8_rows(kind) ? np * k->nr * 4 : 0);
 }
 
 /* w: (M, K) int8 row-major */
 EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *out) {
     const kind_t *k = &KINDS[kind];
-    int kg = (K + k->kr - 1) / k->kr, np = (M + k->nr - 1) / k->nr;
+    int kg = kgroups(kind, K), np = (M + k->nr - 1) / k->nr;
     int8_t *o8 = (int8_t *)out;
     int16_t *o16 = (int16_t *)out;
     int64_t idx = 0;
@@ -113,7 +127,7 @@ EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *
                     int8_t v = (ch < M && kx < K) ? w[(int64_t)ch * K + kx] : 0;
                     if (k->es == 1) o8[idx] = v; else o16[idx] = v;
                 }
-    if (kind == KIND_VNNI) {        /* per channel -128 * sum_k w (0 past M) */
+    if (u8_rows(kind)) {            /* per channel -128 * sum_k w (0 past M) */
         int32_t *corr = (int32_t *)(o8 + idx);
         for (int ch = 0; ch < np * k->nr; ch++) {
             int32_t sw = 0;
@@ -363,7 +377,7 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->k = KINDS[a->kind];
     const kind_t *k = &p->k;
     p->K = a->kh * a->kw * a->c;
-    p->kg = (p->K + k->kr - 1) / k->kr;
+    p->kg = kgroups(a->kind, p->K);
     p->P = a->oh * a->ow;
     p->R = a->n * p->P;
     p->direct = !a->in_nchw && a->kh == 1 && a->kw == 1 && a->pt == 0 && a->pl == 0 &&
@@ -385,7 +399,7 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->off_rows = 0;
     p->off_apack = align64(p->direct ? 0 : (int64_t)p->mb * p->K);
     p->off_acc = p->off_apack + align64((int64_t)p->mb * arow);
-    if (a->kind == KIND_VNNI) {     /* u8 rows, stride K rounded up to 4; no packed A */
+    if (u8_rows(a->kind)) {         /* u8 rows, stride 4 kg; no packed A */
         p->off_apack = align64((int64_t)p->mb * p->kg * 4);
         p->off_acc = p->off_apack;
     }
@@ -474,6 +488,82 @@ static void im2col_u8_nhwc(const ei_int8_conv_args *a, const plan_t *p, int64_t 
 }
 #endif
 
+#if defined(__x86_64__)
+/* ---- AMX: tiles 0-3 the 2 x 2 int32 accumulators (16 x 16 each), 4-5 two 16-row blocks of
+ * A (u8 rows, 64 bytes = 16 k-groups), 6-7 two 16-channel halves of the packed panel (16
+ * k-groups x 16 channels x 4). The configuration is per thread: loaded at the start of a
+ * task, released at its end (an idle tile state costs nothing at a context switch). */
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* a constant in memory: GCC drops the stores into a local one, ldtilecfg not counting as a read */
+static const amx_cfg AMX_CFG = { 1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16} };
+
+__attribute__((target("amx-tile")))
+static void amx_config(void) { _tile_loadconfig(&AMX_CFG); }
+
+__attribute__((target("amx-tile")))
+static void amx_release(void) { _tile_release(); }
+
+/* one panel (32 channels from ch0) of rows r0 .. r0 + nrows - 1: u8 rows ub (stride lda,
+ * kg * 4 bytes each, allocated for whole 32-row tiles), requantized through cbuf (32 x 32 int32) */
+__attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
+static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8_t *ub, int64_t lda, const void *bp,
+                      int kg, int64_t r0, int nrows, int ch0, int32_t *cbuf) {
+    const int8_t *b = (const int8_t *)bp;
+    for (int t = 0; t < nrows; t += 32) {
+        int nrow = EI_MIN(32, nrows - t);
+        int64_t off = (r0 + t) * a->m + ch0;
+        int8_t *y = a->y + off;
+        const int8_t *z = a->z ? a->z + off : NULL;
+        const uint8_t *at = ub + t * lda;
+        if (nrow <= 8) {            /* a mostly empty tile: the VNNI kernels */
+            const uint8_t *rows[8];
+            for (int r = 0; r < 8; r++) rows[r] = at + EI_MIN(r, nrow - 1) * lda;
+            if (nrow <= 2) {
+                for (int r = 0; r < nrow; r++)
+                    mk_vnni_rq1(rows[r], bp, kg, v, y + r * a->m, z ? z + r * a->m : NULL);
+            } else {
+                mk_vnni_rq(rows, bp, kg, v, nrow, y, a->m, z);
+            }
+            continue;
+        }
+        _tile_zero(0); _tile_zero(1);
+        if (nrow > 16) {
+            _tile_zero(2); _tile_zero(3);
+            for (int g = 0; g < kg; g += 16) {
+                _tile_loadd(6, b + (int64_t)g * 128, 128);
+                _tile_loadd(7, b + (int64_t)g * 128 + 64, 128);
+                _tile_loadd(4, at + 4 * (int64_t)g, lda);
+                _tile_loadd(5, at + 16 * lda + 4 * (int64_t)g, lda);
+                _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7);
+                _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7);
+            }
+            _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+        } else {
+            for (int g = 0; g < kg; g += 16) {
+                _tile_loadd(6, b + (int64_t)g * 128, 128);
+                _tile_loadd(7, b + (int64_t)g * 128 + 64, 128);
+                _tile_loadd(4, at + 4 * (int64_t)g, lda);
+                _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7);
+            }
+        }
+        _tile_stored(0, cbuf, 128); _tile_stored(1, cbuf + 16, 128);
+        for (int r = 0; r < nrow; r++) {
+            const int32_t *c = cbuf + r * 32;
+            ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
+                        y + r * a->m, z ? z + r * a->m : NULL);
+            if (v->m[1])
+                ei_vq_store(&v->c, &v->v[1], v->m[1], _mm512_add_epi32(_mm512_loadu_si512(c + 16), v->v[1].bias),
+                            y + r * a->m + 16, z ? z + r * a->m + 16 : NULL);
+        }
+    }
+}
+#endif
+
 typedef struct { const ei_int8_conv_args *a; plan_t p; mk_fn mk; int simd; int nslots; } conv_ctx;
 
 static void run_task(const conv_ctx *cx, int t, char *scratch) {
@@ -490,7 +580,7 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int nmp = (nrows + k->mr - 1) / k->mr;
     const int8_t *rows[16];
     const uint8_t *vrows[64 * 8];
-    int vnni = a->kind == KIND_VNNI;
+    int vnni = u8_rows(a->kind);
     if (vnni) {
 #if defined(__x86_64__)
         int64_t k4 = (int64_t)p->kg * 4;
@@ -519,9 +609,12 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     }
     ei_rq rq = { a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
     int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
-    int64_t pb = panel_bytes(k, p->K);
+    int64_t pb = panel_bytes(a->kind, p->K);
     const int32_t *corr = (const int32_t *)((const char *)a->wpack + p->npan * pb);     /* VNNI only */
     (void)corr; (void)vrows;                 /* unused where there is no VNNI (aarch64) */
+#if defined(__x86_64__)
+    if (a->kind == KIND_AMX) amx_config();
+#endif
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
         int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
@@ -529,6 +622,10 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
         if (vnni && !a->out_nchw) {
             vq_panel v;
             vq_prepare(&v, a, corr + ch0, ch0, nch);
+            if (a->kind == KIND_AMX) {
+                amx_panel(a, &v, (const uint8_t *)rowbuf, (int64_t)p->kg * 4, bp, p->kg, r0, nrows, ch0, acc);
+                continue;
+            }
             for (int mp = 0; mp < nmp; mp++) {
                 int64_t off = (r0 + mp * 8) * a->m + ch0;
                 int nrow = EI_MIN(8, nrows - mp * 8);
@@ -543,15 +640,14 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
             continue;
         }
 #endif
-        for (int mp = 0; mp < nmp; mp++) {
 #if defined(__x86_64__)
-            if (vnni) {
-                mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * k->mr * k->nr, k->nr);
-                continue;
-            }
+        if (vnni) {                 /* VNNI and AMX: 8-row VNNI tiles into acc */
+            for (int mp = 0; mp < (nrows + 7) / 8; mp++)
+                mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * 8 * k->nr, k->nr);
+        } else
 #endif
+        for (int mp = 0; mp < nmp; mp++)
             cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, NULL);
-        }
         for (int i = 0; i < nrows; i++) {
             int64_t r = r0 + i, off, ys;
             if (a->out_nchw) { int64_t b = r / p->P; off = (b * a->m + ch0) * p->P + r % p->P; ys = p->P; }
@@ -559,6 +655,9 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
             ei_rq_run(cx->simd, &rq, acc + i * k->nr, ch0, nch, a->y + off, ys, a->z ? a->z + off : NULL);
         }
     }
+#if defined(__x86_64__)
+    if (a->kind == KIND_AMX) amx_release();
+#endif
 }
 
 /* tasks [t0, t1), handed out by the pool in chunks (a descheduled thread's are taken by the
@@ -579,7 +678,7 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     int t = a->threads < 1 ? 1 : a->threads;
     /* a thread slot gets at least ~2^18 multiply-adds (2^19 with VNNI): waking a pool thread
      * costs more than a small layer's share of the work */
-    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = a->kind == KIND_VNNI ? (1 << 19) : (1 << 18);
+    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = u8_rows(a->kind) ? (1 << 19) : (1 << 18);
     int64_t by_work = macs / per > 1 ? macs / per : 1;
     cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), by_work);
     ei_parallel_for(cx.p.ntasks, 1, conv_tasks, &cx, cx.nslots);
@@ -663,6 +762,7 @@ EI_API int ei_selftest_int8_gemm(void) {
 #if defined(__x86_64__)
             if (kind == KIND_AVX2 && !ei_has(EI_AVX2)) continue;
             if (kind == KIND_VNNI && !has_vnni()) continue;
+            if (kind == KIND_AMX && !has_amx()) continue;
 #elif defined(__aarch64__)
             if (kind == KIND_DOT && !ei_has(EI_DOTPROD)) continue;
 #endif
