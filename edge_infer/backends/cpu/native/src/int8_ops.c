@@ -291,6 +291,18 @@ static void softmax_s8_range(void *vctx, int64_t b, int64_t e) {
         for (int64_t j = 0; j < a->cols; j++) mx = x[j] > mx ? x[j] : mx;
         int64_t sum = 0;
         for (int64_t j = 0; j < a->cols; j++) sum += a->etab[mx - x[j]];
+        if (sum > 0 && sum < (1LL << 30)) {
+            /* floor(num / den) as floor(num * (1 / den) + 2^-38), no integer division: den =
+             * 2 sum < 2^31, so a quotient k - d below an integer k has d >= 2^-31, while the
+             * product's error is below 2^-44 (num / den <= 257, two roundings): the nudge
+             * lifts an exact k that came out just below it and can move nothing else */
+            double inv = 1.0 / (double)(2 * sum), nudge = 1.0 / (double)(1LL << 38);
+            for (int64_t j = 0; j < a->cols; j++) {
+                int32_t v = (int32_t)((double)(512 * (int64_t)a->etab[mx - x[j]] + sum) * inv + nudge) - 128;
+                y[j] = (int8_t)(v > 127 ? 127 : v);
+            }
+            continue;
+        }
         for (int64_t j = 0; j < a->cols; j++) {
             int64_t v = (512 * (int64_t)a->etab[mx - x[j]] + sum) / (2 * sum) - 128;
             y[j] = (int8_t)(v > 127 ? 127 : v);
