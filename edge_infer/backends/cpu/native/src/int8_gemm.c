@@ -531,27 +531,27 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
             }
             continue;
         }
-        _tile_zero(0); _tile_zero(1);
-        if (nrow > 16) {
-            _tile_zero(2); _tile_zero(3);
-            for (int g = 0; g < kg; g += 16) {
-                _tile_loadd(6, b + (int64_t)g * 128, 128);
-                _tile_loadd(7, b + (int64_t)g * 128 + 64, 128);
-                _tile_loadd(4, at + 4 * (int64_t)g, lda);
+        /* rows 16..31 (tiles 2, 3) and channels 16..31 (tiles 1, 3) only where they exist */
+        int two_r = nrow > 16, two_c = v->m[1] != 0;
+        _tile_zero(0);
+        if (two_c) _tile_zero(1);
+        if (two_r) _tile_zero(2);
+        if (two_r && two_c) _tile_zero(3);
+        for (int g = 0; g < kg; g += 16) {
+            _tile_loadd(6, b + (int64_t)g * 128, 128);
+            _tile_loadd(4, at + 4 * (int64_t)g, lda);
+            _tile_dpbusd(0, 4, 6);
+            if (two_c) { _tile_loadd(7, b + (int64_t)g * 128 + 64, 128); _tile_dpbusd(1, 4, 7); }
+            if (two_r) {
                 _tile_loadd(5, at + 16 * lda + 4 * (int64_t)g, lda);
-                _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7);
-                _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7);
-            }
-            _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128);
-        } else {
-            for (int g = 0; g < kg; g += 16) {
-                _tile_loadd(6, b + (int64_t)g * 128, 128);
-                _tile_loadd(7, b + (int64_t)g * 128 + 64, 128);
-                _tile_loadd(4, at + 4 * (int64_t)g, lda);
-                _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7);
+                _tile_dpbusd(2, 5, 6);
+                if (two_c) _tile_dpbusd(3, 5, 7);
             }
         }
-        _tile_stored(0, cbuf, 128); _tile_stored(1, cbuf + 16, 128);
+        _tile_stored(0, cbuf, 128);
+        if (two_c) _tile_stored(1, cbuf + 16, 128);
+        if (two_r) _tile_stored(2, cbuf + 16 * 32, 128);
+        if (two_r && two_c) _tile_stored(3, cbuf + 16 * 32 + 16, 128);
         for (int r = 0; r < nrow; r++) {
             const int32_t *c = cbuf + r * 32;
             ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
