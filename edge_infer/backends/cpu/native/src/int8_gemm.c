@@ -60,6 +60,7 @@ typedef struct {
     const int32_t *mult, *shift;
     const int32_t *ztab;        /* residual table or NULL */
     void *scratch;              /* threads * ei_int8_conv_scratch() bytes */
+    const void *consts;         /* ei_int8_conv_prepare's per-panel requantization constants, or NULL */
     int32_t zp_x, zp_y, lo, hi;
     int32_t kind;
     int32_t in_nchw, out_nchw;
@@ -235,6 +236,20 @@ static void vq_prepare(vq_panel *v, const ei_int8_conv_args *a, const int32_t *c
     ei_vqc_prepare(&v->c, a->ztab, a->zp_y, a->lo, a->hi, left);
 }
 
+/* every panel's vq_panel, made once at prepare (a conv call would otherwise make each panel's
+ * again for every row block) */
+static int has_consts(const ei_int8_conv_args *a) {
+    return (a->kind == KIND_VNNI || a->kind == KIND_AMX) && !a->out_nchw && has_vnni();
+}
+
+static void consts_prepare(const ei_int8_conv_args *a, void *out) {
+    const kind_t *k = &KINDS[a->kind];
+    int npan = (a->m + k->nr - 1) / k->nr;
+    const int32_t *corr = (const int32_t *)((const char *)a->wpack + npan * panel_bytes(a->kind, a->kh * a->kw * a->c));
+    vq_panel *v = (vq_panel *)out;
+    for (int j = 0; j < npan; j++) vq_prepare(&v[j], a, corr + j * k->nr, j * k->nr, EI_MIN(k->nr, a->m - j * k->nr));
+}
+
 /* mk_vnni with the fused epilogue: rows 0 .. nrow - 1 of the tile go to y + r * ys (int8,
  * channels-last), residual z at the same offsets */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -404,6 +419,25 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
         p->off_acc = p->off_apack;
     }
     p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4);
+}
+
+/* bytes of ei_int8_conv_prepare's constants for these args (0: the kernel needs none) */
+EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
+    if (!kind_ok(a->kind)) return -1;
+#if defined(__x86_64__)
+    if (has_consts(a)) return (int64_t)((a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr) * (int64_t)sizeof(vq_panel);
+#endif
+    return 0;
+}
+
+/* out (64-byte aligned, ei_int8_conv_consts_size bytes): the constants, from the args'
+ * bias, mult, shift, ztab, zp_y, lo, hi and packed weights; set a->consts = out afterwards */
+EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out) {
+#if defined(__x86_64__)
+    if (kind_ok(a->kind) && has_consts(a)) consts_prepare(a, out);
+#else
+    (void)a; (void)out;
+#endif
 }
 
 EI_API int64_t ei_int8_conv_scratch(const ei_int8_conv_args *a) {
@@ -620,10 +654,11 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
         int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
 #if defined(__x86_64__)
         if (vnni && !a->out_nchw) {
-            vq_panel v;
-            vq_prepare(&v, a, corr + ch0, ch0, nch);
+            vq_panel vl;
+            const vq_panel *vp = a->consts ? (const vq_panel *)a->consts + j : &vl;
+            if (!a->consts) vq_prepare(&vl, a, corr + ch0, ch0, nch);
             if (a->kind == KIND_AMX) {
-                amx_panel(a, &v, (const uint8_t *)rowbuf, (int64_t)p->kg * 4, bp, p->kg, r0, nrows, ch0, acc);
+                amx_panel(a, vp, (const uint8_t *)rowbuf, (int64_t)p->kg * 4, bp, p->kg, r0, nrows, ch0, acc);
                 continue;
             }
             for (int mp = 0; mp < nmp; mp++) {
@@ -631,11 +666,11 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
                 int nrow = EI_MIN(8, nrows - mp * 8);
                 if (nrow <= 2) {        /* row by row is cheaper than a mostly empty tile */
                     for (int r = 0; r < nrow; r++)
-                        mk_vnni_rq1(vrows[mp * 8 + r], bp, p->kg, &v, a->y + off + r * a->m,
+                        mk_vnni_rq1(vrows[mp * 8 + r], bp, p->kg, vp, a->y + off + r * a->m,
                                     a->z ? a->z + off + r * a->m : NULL);
                     continue;
                 }
-                mk_vnni_rq(vrows + mp * 8, bp, p->kg, &v, nrow, a->y + off, a->m, a->z ? a->z + off : NULL);
+                mk_vnni_rq(vrows + mp * 8, bp, p->kg, vp, nrow, a->y + off, a->m, a->z ? a->z + off : NULL);
             }
             continue;
         }
@@ -772,8 +807,20 @@ EI_API int ei_selftest_int8_gemm(void) {
             ei_int8_pack_weights(kind, wt, a.m, K, pk);
             a.wpack = pk; a.scratch = scr; a.y = y1;
             memset(y1, 0, (size_t)ysz);
+            a.consts = NULL;
             ei_int8_conv(&a);
             if (memcmp(y0, y1, (size_t)ysz) != 0) fails++;
+            int64_t cs = ei_int8_conv_consts_size(&a);
+            if (cs > 0) {                   /* again with the constants made at prepare */
+                void *cb = aligned_alloc(64, (size_t)((cs + 63) / 64 * 64));
+                ei_int8_conv_prepare(&a, cb);
+                a.consts = cb;
+                memset(y1, 0, (size_t)ysz);
+                ei_int8_conv(&a);
+                if (memcmp(y0, y1, (size_t)ysz) != 0) fails++;
+                a.consts = NULL;
+                free(cb);
+            }
             free(pk); free(scr);
         }
         free(x); free(wt); free(z); free(y0); free(y1); free(bias); free(mult); free(shift);
