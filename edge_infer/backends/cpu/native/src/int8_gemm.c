@@ -502,58 +502,46 @@ static void im2col_u8_nhwc(const ei_int8_conv_args *a, const plan_t *p, int64_t 
     int C = a->c, span = a->kw * C;
     uint8_t pad = (uint8_t)(a->zp_x ^ 0x80);
     int padn = (int)(k4 - p->K);
-    if (span <= 64 && padn <= 64 && a->kh <= 16) {
-        /* kernel rows of <= 64 bytes (the small-channel 3x3 layers of detectors): the input
-         * rows of an output row looked up once, each kernel row one masked load and store */
-        __mmask64 ms = span == 64 ? ~0ULL : ((1ULL << span) - 1), mp = padn == 64 ? ~0ULL : ((1ULL << padn) - 1);
-        const __m512i k80 = _mm512_set1_epi8((char)0x80), vpad = _mm512_set1_epi8((char)pad);
-        const int8_t *xrow[16];
-        for (int i = 0; i < nrows;) {
-            int run = EI_MIN(nrows - i, a->ow - ox);
-            for (int ky = 0; ky < a->kh; ky++) {
-                int iy = oy * a->sh - a->pt + ky * a->dh;
-                xrow[ky] = (iy < 0 || iy >= a->h) ? NULL : a->x + ((b * a->h + iy) * a->w) * (int64_t)C;
-            }
-            for (int j = 0; j < run; j++, i++, ox++) {
-                uint8_t *d = ub + i * k4;
-                int ix0 = ox * a->sw - a->pl;
-                int inside = ix0 >= 0 && ix0 + (a->kw - 1) * a->dw < a->w && (a->dw == 1 || a->kw == 1);
-                for (int ky = 0; ky < a->kh; ky++, d += span) {
-                    if (!xrow[ky]) { _mm512_mask_storeu_epi8(d, ms, vpad); continue; }
-                    if (inside) {
-                        __m512i v = _mm512_maskz_loadu_epi8(ms, xrow[ky] + (int64_t)ix0 * C);
-                        _mm512_mask_storeu_epi8(d, ms, _mm512_xor_si512(v, k80));
-                        continue;
-                    }
-                    for (int kx = 0; kx < a->kw; kx++) {
-                        int ix = ix0 + kx * a->dw;
-                        if (ix < 0 || ix >= a->w) fill_short(d + kx * C, pad, C);
-                        else xor80_short(d + kx * C, xrow[ky] + (int64_t)ix * C, C);
-                    }
-                }
-                if (padn) _mm512_mask_storeu_epi8(ub + i * k4 + p->K, mp, _mm512_setzero_si512());
-            }
-            if (ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
-        }
-        return;
-    }
-    for (int i = 0; i < nrows; i++) {
-        uint8_t *d = ub + i * k4;
-        int ix0 = ox * a->sw - a->pl;
-        int inside = ix0 >= 0 && ix0 + (a->kw - 1) * a->dw < a->w && (a->dw == 1 || a->kw == 1);
-        for (int ky = 0; ky < a->kh; ky++, d += span) {
+    /* the input rows of an output row looked up once; a kernel row inside the image is
+     * whole 64-byte blocks and one masked block (one masked load and store for the
+     * small-channel 3x3 layers of detectors) */
+    int nfull = (span - 1) / 64, tail = span - 64 * nfull;
+    __mmask64 ms = tail == 64 ? ~0ULL : ((1ULL << tail) - 1), mp = padn == 64 ? ~0ULL : ((1ULL << padn) - 1);
+    const __m512i k80 = _mm512_set1_epi8((char)0x80), vpad = _mm512_set1_epi8((char)pad);
+    const int8_t *xrow[a->kh > 0 ? a->kh : 1];
+    for (int i = 0; i < nrows;) {
+        int run = EI_MIN(nrows - i, a->ow - ox);
+        for (int ky = 0; ky < a->kh; ky++) {
             int iy = oy * a->sh - a->pt + ky * a->dh;
-            if (iy < 0 || iy >= a->h) { fill_short(d, pad, span); continue; }
-            const int8_t *xr = a->x + ((b * a->h + iy) * a->w) * (int64_t)C;
-            if (inside) { xor80_short(d, xr + (int64_t)ix0 * C, span); continue; }
-            for (int kx = 0; kx < a->kw; kx++) {
-                int ix = ix0 + kx * a->dw;
-                if (ix < 0 || ix >= a->w) fill_short(d + kx * C, pad, C);
-                else xor80_short(d + kx * C, xr + (int64_t)ix * C, C);
-            }
+            xrow[ky] = (iy < 0 || iy >= a->h) ? NULL : a->x + ((b * a->h + iy) * a->w) * (int64_t)C;
         }
-        if (k4 > p->K) fill_short(ub + i * k4 + p->K, 0, (int)(k4 - p->K));
-        if (++ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
+        for (int j = 0; j < run; j++, i++, ox++) {
+            uint8_t *d = ub + i * k4;
+            int ix0 = ox * a->sw - a->pl;
+            int inside = ix0 >= 0 && ix0 + (a->kw - 1) * a->dw < a->w && (a->dw == 1 || a->kw == 1);
+            for (int ky = 0; ky < a->kh; ky++, d += span) {
+                if (!xrow[ky]) {
+                    for (int q = 0; q < nfull; q++) _mm512_storeu_si512(d + 64 * q, vpad);
+                    _mm512_mask_storeu_epi8(d + 64 * nfull, ms, vpad);
+                    continue;
+                }
+                if (inside) {
+                    const int8_t *src = xrow[ky] + (int64_t)ix0 * C;
+                    for (int q = 0; q < nfull; q++)
+                        _mm512_storeu_si512(d + 64 * q, _mm512_xor_si512(_mm512_loadu_si512(src + 64 * q), k80));
+                    __m512i v = _mm512_maskz_loadu_epi8(ms, src + 64 * nfull);
+                    _mm512_mask_storeu_epi8(d + 64 * nfull, ms, _mm512_xor_si512(v, k80));
+                    continue;
+                }
+                for (int kx = 0; kx < a->kw; kx++) {
+                    int ix = ix0 + kx * a->dw;
+                    if (ix < 0 || ix >= a->w) fill_short(d + kx * C, pad, C);
+                    else xor80_short(d + kx * C, xrow[ky] + (int64_t)ix * C, C);
+                }
+            }
+            if (padn) _mm512_mask_storeu_epi8(ub + i * k4 + p->K, mp, _mm512_setzero_si512());
+        }
+        if (ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
     }
 }
 #endif
