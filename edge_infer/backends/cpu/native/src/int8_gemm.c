@@ -383,6 +383,7 @@ static mk_fn kernel_of(int kind) {
 typedef struct {
     kind_t k;
     int K, kg, R, P, mb, nrb, npan, ncb, ntasks, direct;
+    int direct_nchw;            /* 1x1, stride 1, no padding, NCHW input: rows read along the planes */
     int64_t off_rows, off_apack, off_acc, per_thread;
 } plan_t;
 
@@ -397,6 +398,8 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->R = a->n * p->P;
     p->direct = !a->in_nchw && a->kh == 1 && a->kw == 1 && a->pt == 0 && a->pl == 0 &&
                 (int64_t)(a->oh - 1) * a->sh < a->h && (int64_t)(a->ow - 1) * a->sw < a->w;
+    p->direct_nchw = a->in_nchw && a->kh == 1 && a->kw == 1 && a->sh == 1 && a->sw == 1 && a->pt == 0 &&
+                     a->pl == 0 && a->oh == a->h && a->ow == a->w;
     int64_t arow = (int64_t)p->kg * k->kr * k->es;          /* packed bytes per row of A */
     int64_t mb = (96 * 1024) / (arow > 0 ? arow : 1);
     mb = mb / k->mr * k->mr;
@@ -622,6 +625,35 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
 }
 #endif
 
+/* rows r0 .. r0 + nrows - 1 of a 1x1, stride-1, unpadded conv on an NCHW input (ConvTranspose's
+ * phases in NCHW graphs) as u8 rows: row r's channel c is x[b][c][pixel], read along the
+ * plane, four channels at a time written as one 32-bit word (the per-row gather it replaces
+ * read one byte per plane per row) */
+static void nchw_rows_u8(const ei_int8_conv_args *a, const plan_t *p, int64_t r0, int nrows, uint8_t *ub, int64_t k4) {
+    int C = a->c;
+    for (int i = 0; i < nrows;) {
+        int64_t b = (r0 + i) / p->P, pix = r0 + i - b * p->P;
+        int len = (int)EI_MIN((int64_t)(nrows - i), p->P - pix);
+        const uint8_t *x0 = (const uint8_t *)a->x + b * (int64_t)C * p->P + pix;
+        uint8_t *d0 = ub + (int64_t)i * k4;
+        int c = 0;
+        for (; c + 4 <= C; c += 4) {
+            const uint8_t *s0 = x0 + (int64_t)c * p->P, *s1 = s0 + p->P, *s2 = s1 + p->P, *s3 = s2 + p->P;
+            for (int j = 0; j < len; j++) {
+                uint32_t v = ((uint32_t)s0[j] | (uint32_t)s1[j] << 8 | (uint32_t)s2[j] << 16 | (uint32_t)s3[j] << 24) ^ 0x80808080u;
+                memcpy(d0 + (int64_t)j * k4 + c, &v, 4);
+            }
+        }
+        for (; c < C; c++) {
+            const uint8_t *s0 = x0 + (int64_t)c * p->P;
+            for (int j = 0; j < len; j++) d0[(int64_t)j * k4 + c] = (uint8_t)(s0[j] ^ 0x80);
+        }
+        if (k4 > C)
+            for (int j = 0; j < len; j++) memset(d0 + (int64_t)j * k4 + C, 0, (size_t)(k4 - C));
+        i += len;
+    }
+}
+
 typedef struct { const ei_int8_conv_args *a; plan_t p; mk_fn mk; int simd; int nslots; } conv_ctx;
 
 static void run_task(const conv_ctx *cx, int t, char *scratch) {
@@ -647,6 +679,8 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
             xor80(ub, a->x + r0 * p->K, (int64_t)nrows * p->K);          /* contiguous rows */
         } else if (!a->in_nchw) {
             im2col_u8_nhwc(a, p, r0, nrows, ub, k4);
+        } else if (p->direct_nchw) {
+            nchw_rows_u8(a, p, r0, nrows, ub, k4);
         } else {
             for (int i = 0; i < nrows; i++) {
                 int8_t *buf = rowbuf + i * k4;
@@ -787,9 +821,10 @@ EI_API int ei_selftest_int8_gemm(void) {
         a.kh = 1 + (int)(st_rand() % 3); a.kw = 1 + (int)(st_rand() % 3);
         if (big || trial % 4 == 0) a.kh = a.kw = 1;
         a.sh = 1 + (int)(st_rand() % 2); a.sw = 1 + (int)(st_rand() % 2);
+        if (trial % 12 == 4 || trial == 19) a.sh = a.sw = 1;      /* NCHW 1x1 stride 1: nchw_rows_u8 */
         a.dh = a.dw = 1 + (trial % 7 == 3);
         a.pt = (int)(st_rand() % 2); a.pl = (int)(st_rand() % 2);
-        if (trial % 4 == 0) a.pt = a.pl = 0;
+        if (trial % 4 == 0 || trial == 19) a.pt = a.pl = 0;
         int eh = a.h + 2 * a.pt - a.dh * (a.kh - 1), ew = a.w + 2 * a.pl - a.dw * (a.kw - 1);
         if (eh < 1 || ew < 1) { a.kh = a.kw = 1; a.dh = a.dw = 1; eh = a.h + 2 * a.pt; ew = a.w + 2 * a.pl; }
         a.oh = (eh - 1) / a.sh + 1; a.ow = (ew - 1) / a.sw + 1;
