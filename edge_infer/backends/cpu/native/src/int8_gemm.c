@@ -654,6 +654,39 @@ static void nchw_rows_u8(const ei_int8_conv_args *a, const plan_t *p, int64_t r0
     }
 }
 
+#if defined(__x86_64__)
+/* NCHW output of VNNI / AMX tiles (acc: nrows x 32 int32 from mk_vnni, corrections included):
+ * per channel, 16 consecutive pixels of one image read down the tile's column and requantized
+ * with that channel's constants in every lane, stored as 16 contiguous bytes of its plane (the
+ * per-row epilogue wrote one byte per plane per row) */
+__attribute__((target("avx512f,avx512bw")))
+static void nchw_store(const ei_int8_conv_args *a, const plan_t *p, const int32_t *acc, int64_t r0, int nrows,
+                       int ch0, int nch) {
+    int left = 0;
+    for (int c = 0; c < nch; c++) left |= a->shift[ch0 + c] > 0;
+    ei_vqc vc;
+    ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
+    const __m512i lane32 = _mm512_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480);
+    for (int c = 0; c < nch; c++) {
+        int ch = ch0 + c;
+        int32_t bb[16], qq[16], ss[16];
+        for (int l = 0; l < 16; l++) { bb[l] = a->bias[ch]; qq[l] = a->mult[ch]; ss[l] = a->shift[ch]; }
+        ei_vq16 v;
+        ei_vq16_prepare(&v, bb, NULL, qq, ss, 16);
+        for (int i = 0; i < nrows;) {
+            int64_t r = r0 + i, b = r / p->P, pix = r - b * p->P;
+            int len = (int)EI_MIN((int64_t)EI_MIN(16, nrows - i), p->P - pix);
+            __mmask16 m = len == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+            __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m,
+                                                    _mm512_add_epi32(lane32, _mm512_set1_epi32(i * 32 + c)), acc, 4);
+            int64_t off = (b * a->m + ch) * p->P + pix;
+            ei_vq_store(&vc, &v, m, _mm512_add_epi32(x, v.bias), a->y + off, a->z ? a->z + off : NULL);
+            i += len;
+        }
+    }
+}
+#endif
+
 typedef struct { const ei_int8_conv_args *a; plan_t p; mk_fn mk; int simd; int nslots; } conv_ctx;
 
 static void run_task(const conv_ctx *cx, int t, char *scratch) {
@@ -737,6 +770,7 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
         if (vnni) {                 /* VNNI and AMX: 8-row VNNI tiles into acc */
             for (int mp = 0; mp < (nrows + 7) / 8; mp++)
                 mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * 8 * k->nr, k->nr);
+            if (a->out_nchw) { nchw_store(a, p, acc, r0, nrows, ch0, nch); continue; }
         } else
 #endif
         for (int mp = 0; mp < nmp; mp++)
