@@ -569,6 +569,32 @@ static void amx_config(void) { _tile_loadconfig(&AMX_CFG); }
 __attribute__((target("amx-tile")))
 static void amx_release(void) { _tile_release(); }
 
+/* the int32 products of a tile's rows 0..15 (and 16..31 if two_r) by channels 0..15 (and
+ * 16..31 if two_c) of a panel b into cbuf (row stride 32), corrections not included; at: the
+ * tile's u8 rows, stride lda, allocated for 32 rows */
+__attribute__((target("amx-tile,amx-int8")))
+static void amx_tile(const uint8_t *at, int64_t lda, const int8_t *b, int kg, int two_r, int two_c, int32_t *cbuf) {
+    _tile_zero(0);
+    if (two_c) _tile_zero(1);
+    if (two_r) _tile_zero(2);
+    if (two_r && two_c) _tile_zero(3);
+    for (int g = 0; g < kg; g += 16) {
+        _tile_loadd(6, b + (int64_t)g * 128, 128);
+        _tile_loadd(4, at + 4 * (int64_t)g, lda);
+        _tile_dpbusd(0, 4, 6);
+        if (two_c) { _tile_loadd(7, b + (int64_t)g * 128 + 64, 128); _tile_dpbusd(1, 4, 7); }
+        if (two_r) {
+            _tile_loadd(5, at + 16 * lda + 4 * (int64_t)g, lda);
+            _tile_dpbusd(2, 5, 6);
+            if (two_c) _tile_dpbusd(3, 5, 7);
+        }
+    }
+    _tile_stored(0, cbuf, 128);
+    if (two_c) _tile_stored(1, cbuf + 16, 128);
+    if (two_r) _tile_stored(2, cbuf + 16 * 32, 128);
+    if (two_r && two_c) _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+}
+
 /* one panel (32 channels from ch0) of rows r0 .. r0 + nrows - 1: u8 rows ub (stride lda,
  * kg * 4 bytes each, allocated for whole 32-row tiles), requantized through cbuf (32 x 32 int32) */
 __attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
@@ -592,27 +618,7 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
             }
             continue;
         }
-        /* rows 16..31 (tiles 2, 3) and channels 16..31 (tiles 1, 3) only where they exist */
-        int two_r = nrow > 16, two_c = v->m[1] != 0;
-        _tile_zero(0);
-        if (two_c) _tile_zero(1);
-        if (two_r) _tile_zero(2);
-        if (two_r && two_c) _tile_zero(3);
-        for (int g = 0; g < kg; g += 16) {
-            _tile_loadd(6, b + (int64_t)g * 128, 128);
-            _tile_loadd(4, at + 4 * (int64_t)g, lda);
-            _tile_dpbusd(0, 4, 6);
-            if (two_c) { _tile_loadd(7, b + (int64_t)g * 128 + 64, 128); _tile_dpbusd(1, 4, 7); }
-            if (two_r) {
-                _tile_loadd(5, at + 16 * lda + 4 * (int64_t)g, lda);
-                _tile_dpbusd(2, 5, 6);
-                if (two_c) _tile_dpbusd(3, 5, 7);
-            }
-        }
-        _tile_stored(0, cbuf, 128);
-        if (two_c) _tile_stored(1, cbuf + 16, 128);
-        if (two_r) _tile_stored(2, cbuf + 16 * 32, 128);
-        if (two_r && two_c) _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+        amx_tile(at, lda, b, kg, nrow > 16, v->m[1] != 0, cbuf);
         for (int r = 0; r < nrow; r++) {
             const int32_t *c = cbuf + r * 32;
             ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
@@ -655,13 +661,14 @@ static void nchw_rows_u8(const ei_int8_conv_args *a, const plan_t *p, int64_t r0
 }
 
 #if defined(__x86_64__)
-/* NCHW output of VNNI / AMX tiles (acc: nrows x 32 int32 from mk_vnni, corrections included):
+/* NCHW output of VNNI / AMX tiles (acc: nrows x 32 int32; corr: the panel's corrections when
+ * acc does not include them (AMX), else NULL):
  * per channel, 16 consecutive pixels of one image read down the tile's column and requantized
  * with that channel's constants in every lane, stored as 16 contiguous bytes of its plane (the
  * per-row epilogue wrote one byte per plane per row) */
 __attribute__((target("avx512f,avx512bw")))
 static void nchw_store(const ei_int8_conv_args *a, const plan_t *p, const int32_t *acc, int64_t r0, int nrows,
-                       int ch0, int nch) {
+                       int ch0, int nch, const int32_t *corr) {
     int left = 0;
     for (int c = 0; c < nch; c++) left |= a->shift[ch0 + c] > 0;
     ei_vqc vc;
@@ -670,7 +677,10 @@ static void nchw_store(const ei_int8_conv_args *a, const plan_t *p, const int32_
     for (int c = 0; c < nch; c++) {
         int ch = ch0 + c;
         int32_t bb[16], qq[16], ss[16];
-        for (int l = 0; l < 16; l++) { bb[l] = a->bias[ch]; qq[l] = a->mult[ch]; ss[l] = a->shift[ch]; }
+        for (int l = 0; l < 16; l++) {
+            bb[l] = (int32_t)((uint32_t)a->bias[ch] + (uint32_t)(corr ? corr[c] : 0));
+            qq[l] = a->mult[ch]; ss[l] = a->shift[ch];
+        }
         ei_vq16 v;
         ei_vq16_prepare(&v, bb, NULL, qq, ss, 16);
         for (int i = 0; i < nrows;) {
@@ -767,11 +777,19 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
         }
 #endif
 #if defined(__x86_64__)
-        if (vnni) {                 /* VNNI and AMX: 8-row VNNI tiles into acc */
-            for (int mp = 0; mp < (nrows + 7) / 8; mp++)
-                mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * 8 * k->nr, k->nr);
-            if (a->out_nchw) { nchw_store(a, p, acc, r0, nrows, ch0, nch); continue; }
-        } else
+        if (vnni && a->out_nchw) {  /* NCHW output: tiles into acc, then down its columns */
+            if (a->kind == KIND_AMX) {
+                for (int t = 0; t < nrows; t += 32)
+                    amx_tile((const uint8_t *)rowbuf + (int64_t)t * p->kg * 4, (int64_t)p->kg * 4, (const int8_t *)bp,
+                             p->kg, nrows - t > 16, nch > 16, acc + (int64_t)t * 32);
+                nchw_store(a, p, acc, r0, nrows, ch0, nch, corr + ch0);
+            } else {
+                for (int mp = 0; mp < (nrows + 7) / 8; mp++)
+                    mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * 8 * k->nr, k->nr);
+                nchw_store(a, p, acc, r0, nrows, ch0, nch, NULL);
+            }
+            continue;
+        }
 #endif
         for (int mp = 0; mp < nmp; mp++)
             cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, NULL);
