@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import int8_reference as ref
 from edge_infer.backends.cpu import native
@@ -210,6 +210,9 @@ def test_conv_transpose_int8(monkeypatch, isa, cin, m, h, w, k, s, p, seed):
 
 @settings(**SETTINGS)
 @given(rows=st.integers(1, 50), cols=st.integers(1, 300), sx=st.floats(0.01, 0.5), seed=st.integers(0, 2 ** 16))
+@example(rows=40, cols=16, sx=0.2, seed=3).via("YOLO's DFL rows: the AVX-512 path")
+@example(rows=7, cols=64, sx=0.05, seed=4).via("the widest row of the AVX-512 path")
+@example(rows=7, cols=65, sx=0.05, seed=5).via("the narrowest row past it")
 def test_softmax_int8(monkeypatch, isa, rows, cols, sx, seed):
     rng = np.random.default_rng(seed)
     x = rand8(rng, (1, rows, cols))

@@ -51,16 +51,17 @@ def one_node(op, inputs, out_q, attrs, consts, out_dtype="int8"):
     return g, feeds
 
 
-#: ISA masks of the native modes: every feature; without AVX-512 and the dot product (the
+#: ISA masks of the native modes: every feature; every feature but AMX (the AVX-512 VNNI int8
+#: GEMM where a CPU has AMX, else the same as native); without AVX-512 and the dot product (the
 #: AVX2 / NEON smlal micro-kernels); none (the portable scalar code)
-MASKS = {"native": -1, "base": native.AVX2 | native.NEON, "scalar": 0}
+MASKS = {"native": -1, "no_amx": -1 & ~native.AMX, "base": native.AVX2 | native.NEON, "scalar": 0}
 
 
 def run_three_ways(g, feeds, threads=2):
     """{mode: (output, note)} for mode in numpy / native / base / scalar (see MASKS)."""
     g = specialize(g, {k: v.shape for k, v in feeds.items()})
     out = {}
-    for mode in ("numpy", "native", "base", "scalar"):
+    for mode in ("numpy", *MASKS):
         with pytest.MonkeyPatch.context() as m:
             if mode == "numpy":
                 m.setattr(native, "lib", None)
@@ -78,7 +79,7 @@ def run_three_ways(g, feeds, threads=2):
 def assert_native_matches(res, want_native=True, exact=True):
     ref, ref_note = res["numpy"]
     assert "native" not in ref_note
-    for mode in ("native", "base", "scalar"):
+    for mode in MASKS:
         y, note = res[mode]
         if want_native:
             assert "native" in note, (mode, note)

@@ -121,8 +121,10 @@ def test_int8_mean_rounds_half_away_from_zero(monkeypatch):
     np.testing.assert_array_equal(got["y"].reshape(-1), [1, -1, 127, -128])
 
 
+@pytest.mark.parametrize("isa", [-1, native.AVX2 | native.NEON, 0], ids=["simd", "avx2_neon", "scalar"],
+                         indirect=True)
 @settings(**SETTINGS)
-@given(c=st.integers(1, 40), h=st.integers(1, 12), w=st.integers(1, 12), k=st.integers(1, 3),
+@given(c=st.integers(1, 80), h=st.integers(1, 12), w=st.integers(1, 12), k=st.integers(1, 3),
        s=st.integers(1, 2), pad=st.integers(0, 1), nhwc=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_int8_maxpool_bit_exact(monkeypatch, isa, c, h, w, k, s, pad, nhwc, seed):
     pad = min(pad, k - 1)

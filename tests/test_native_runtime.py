@@ -18,13 +18,15 @@ RANGE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int6
 @needs_native
 def test_features_match_cpuinfo():
     feats = native.features()
-    assert set(feats) == {"avx2", "avx512", "neon", "dotprod"}
+    assert set(feats) == {"avx2", "avx512", "neon", "dotprod", "amx"}
     try:
         flags = open("/proc/cpuinfo").read().split()
     except OSError:
         pytest.skip("no /proc/cpuinfo")
     assert feats["avx2"] == ("avx2" in flags and "fma" in flags)
     assert feats["avx512"] == ("avx512f" in flags and "avx512bw" in flags)
+    # AMX also needs the kernel to grant the tile state, which a VM may refuse
+    assert not feats["amx"] or ("amx_int8" in flags and "amx_tile" in flags)
 
 
 @needs_native

@@ -19,11 +19,11 @@ import warnings
 from typing import Callable, Dict, Optional, Tuple
 
 #: must equal EI_ABI_VERSION in src/edge_native.h
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 #: feature bits of src/edge_native.h
-AVX2, AVX512, NEON, DOTPROD = 1, 2, 4, 8
-FEATURE_NAMES = {AVX2: "avx2", AVX512: "avx512", NEON: "neon", DOTPROD: "dotprod"}
+AVX2, AVX512, NEON, DOTPROD, AMX = 1, 2, 4, 8, 16
+FEATURE_NAMES = {AVX2: "avx2", AVX512: "avx512", NEON: "neon", DOTPROD: "dotprod", AMX: "amx"}
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC_DIR = os.path.join(HERE, "src")

@@ -25,7 +25,7 @@ _I = ctypes.c_int32
 
 class Int8ConvArgs(ctypes.Structure):
     """``ei_int8_conv_args`` of src/int8_gemm.c."""
-    _fields_ = ([(f, _P) for f in ("x", "y", "z", "wpack", "bias", "mult", "shift", "ztab", "scratch")]
+    _fields_ = ([(f, _P) for f in ("x", "y", "z", "wpack", "bias", "mult", "shift", "ztab", "scratch", "consts")]
                 + [(f, _I) for f in ("zp_x", "zp_y", "lo", "hi", "kind", "in_nchw", "out_nchw", "n", "c",
                                      "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt",
                                      "pl", "threads")])
@@ -144,7 +144,13 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
         return None
     scr = _thread_scratch(ctx, threads, int(need))
     a.scratch = scr.ctypes.data
-    return _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr)
+    # the per-channel requantization constants in the SIMD layout, made once here
+    csize = _fn("ei_int8_conv_consts_size", ctypes.c_int64, _P)(ctypes.addressof(a))
+    consts = aligned(int(csize)) if csize > 0 else None
+    if consts is not None:
+        _fn("ei_int8_conv_prepare", None, _P, _P)(ctypes.addressof(a), consts.ctypes.data)
+        a.consts = consts.ctypes.data
+    return _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr, consts)
 
 
 def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geometry: Sequence[int], nchw: bool,
@@ -295,7 +301,7 @@ def dw_f32_isa_name() -> str:
 def dw_int8_isa_name(channels_last: bool) -> str:
     """The SIMD of the native int8 depthwise kernel: channels-last picks AVX-512 VNNI (vpdpwssd,
     requantized in registers) exactly where the int8 GEMM does."""
-    if channels_last and _fn("ei_int8_gemm_kind", ctypes.c_int)() == 4:
+    if channels_last and _fn("ei_int8_gemm_kind", ctypes.c_int)() in (4, 5):
         return "AVX-512 VNNI vpdpwssd"
     return isa_name()
 
@@ -304,4 +310,4 @@ def kind_name() -> str:
     """The int8 GEMM micro-kernel prepare picks on this machine (with the current ISA mask)."""
     k = _fn("ei_int8_gemm_kind", ctypes.c_int)()
     return {0: "scalar", 1: "AVX2 madd_epi16", 2: "NEON smlal", 3: "NEON sdot",
-            4: "AVX-512 VNNI vpdpbusd"}.get(k, str(k))
+            4: "AVX-512 VNNI vpdpbusd", 5: "AMX tdpbusd"}.get(k, str(k))

@@ -20,13 +20,14 @@
 #define EI_API __attribute__((visibility("default")))
 
 /* bumped whenever a struct or signature seen by Python changes; the loader checks it */
-#define EI_ABI_VERSION 1
+#define EI_ABI_VERSION 2
 
 /* ISA feature bits */
 #define EI_AVX2     (1 << 0)   /* with FMA */
 #define EI_AVX512   (1 << 1)   /* F + BW */
 #define EI_NEON     (1 << 2)   /* aarch64 Advanced SIMD */
 #define EI_DOTPROD  (1 << 3)   /* aarch64 sdot/udot (ARMv8.2 DotProd) */
+#define EI_AMX      (1 << 4)   /* x86 AMX-TILE + AMX-INT8, tile data granted by the kernel */
 
 EI_API int ei_abi_version(void);
 /* features of this CPU, before the mask */

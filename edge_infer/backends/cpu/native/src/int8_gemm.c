@@ -13,11 +13,14 @@
  *   NEON       MR 8, NR 8,  KR 1, int16   vmlal_laneq_s16 (Cortex-A72, no dot product)
  *   NEON sdot  MR 8, NR 8,  KR 4, int8    vdotq_laneq_s32
  *   AVX-512    MR 8, NR 32, KR 4, int8    VNNI vpdpbusd (x + 128) x w, requantized in registers (below)
+ *   AMX        MR 32, NR 32, KR 4, int8   tdpbusd on 2 x 2 tiles of 16 x 16; the VNNI layout with K
+ *                                         padded to whole tiles (16 groups of 4), A's u8 rows read
+ *                                         as tiles in place; rows <= 8 of a tile go to the VNNI kernel
  * The kind is chosen at prepare (ei_int8_gemm_kind) and recorded in the args, so the packed
  * weights and the micro-kernel always agree. Work is split over (row block, channel range)
  * tasks on the thread pool; each thread slot has its own scratch.
  */
-#include "ei_int8.h"
+#include "int8_gemm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +31,9 @@
 #include <arm_neon.h>
 #endif
 
-enum { KIND_SCALAR = 0, KIND_AVX2 = 1, KIND_NEON = 2, KIND_DOT = 3, KIND_VNNI = 4, N_KINDS = 5 };
 
 typedef struct { int mr, nr, kr, es; } kind_t;
-static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1}, {8, 32, 4, 1} };
+static const kind_t KINDS[N_KINDS] = { {4, 4, 1, 1}, {6, 16, 2, 2}, {8, 8, 1, 2}, {8, 8, 4, 1}, {8, 32, 4, 1}, {32, 32, 4, 1} };
 
 /* AVX-512 VNNI (vpdpbusd: u8 x s8, four products summed into int32, no saturation) multiplies
  * A's rows as u8 = x + 128 (x ^ 0x80, copied so into per-thread scratch, K padded to a multiple
@@ -44,28 +46,14 @@ static int has_vnni(void) {
     if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"); }
     return v && ei_has(EI_AVX512);
 }
+
+static int has_amx(void) { return has_vnni() && ei_has(EI_AMX); }
 #endif
 
-typedef struct {
-    const int8_t *x;
-    int8_t *y;
-    const int8_t *z;            /* residual, y's layout, or NULL */
-    const void *wpack;          /* ei_int8_pack_weights output */
-    const int32_t *bias;        /* folded bias per output channel */
-    const int32_t *mult, *shift;
-    const int32_t *ztab;        /* residual table or NULL */
-    void *scratch;              /* threads * ei_int8_conv_scratch() bytes */
-    int32_t zp_x, zp_y, lo, hi;
-    int32_t kind;
-    int32_t in_nchw, out_nchw;
-    int32_t n, c, h, w;         /* input */
-    int32_t m, oh, ow;          /* output */
-    int32_t kh, kw, sh, sw, dh, dw, pt, pl;
-    int32_t threads;
-} ei_int8_conv_args;
 
 EI_API int ei_int8_gemm_kind(void) {
 #if defined(__x86_64__)
+    if (has_amx()) return KIND_AMX;
     if (has_vnni()) return KIND_VNNI;
     if (ei_has(EI_AVX2)) return KIND_AVX2;
 #elif defined(__aarch64__)
@@ -78,7 +66,7 @@ EI_API int ei_int8_gemm_kind(void) {
 static int kind_ok(int kind) {
     if (kind < 0 || kind >= N_KINDS) return 0;
 #if defined(__x86_64__)
-    return kind == KIND_SCALAR || kind == KIND_AVX2 || kind == KIND_VNNI;
+    return kind == KIND_SCALAR || kind == KIND_AVX2 || kind == KIND_VNNI || kind == KIND_AMX;
 #elif defined(__aarch64__)
     return kind == KIND_SCALAR || kind == KIND_NEON || kind == KIND_DOT;
 #else
@@ -86,22 +74,42 @@ static int kind_ok(int kind) {
 #endif
 }
 
-static int64_t panel_bytes(const kind_t *k, int K) {
-    int kg = (K + k->kr - 1) / k->kr;
-    return (int64_t)kg * k->nr * k->kr * k->es;
+int ei_int8_kind_runs(int kind) {
+    if (!kind_ok(kind)) return 0;
+#if defined(__x86_64__)
+    if (kind == KIND_AVX2) return ei_has(EI_AVX2);
+    if (kind == KIND_VNNI) return has_vnni();
+    if (kind == KIND_AMX) return has_amx();
+#elif defined(__aarch64__)
+    if (kind == KIND_DOT) return ei_has(EI_DOTPROD);
+#endif
+    return 1;
 }
+
+/* k-groups of KR in the packed panels (AMX: whole tiles of 16 groups, zero-padded) */
+static int kgroups(int kind, int K) {
+    int kg = (K + KINDS[kind].kr - 1) / KINDS[kind].kr;
+    return kind == KIND_AMX ? (kg + 15) / 16 * 16 : kg;
+}
+
+static int64_t panel_bytes(int kind, int K) {
+    const kind_t *k = &KINDS[kind];
+    return (int64_t)kgroups(kind, K) * k->nr * k->kr * k->es;
+}
+
+static int u8_rows(int kind) { return kind == KIND_VNNI || kind == KIND_AMX; }
 
 EI_API int64_t ei_int8_pack_size(int kind, int M, int K) {
     if (!kind_ok(kind)) return -1;
     const kind_t *k = &KINDS[kind];
     int64_t np = (M + k->nr - 1) / k->nr;
-    return np * panel_bytes(k, K) + (kind == KIND_VNNI ? np * k->nr * 4 : 0);
+    return np * panel_bytes(kind, K) + (u8_rows(kind) ? np * k->nr * 4 : 0);
 }
 
 /* w: (M, K) int8 row-major */
 EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *out) {
     const kind_t *k = &KINDS[kind];
-    int kg = (K + k->kr - 1) / k->kr, np = (M + k->nr - 1) / k->nr;
+    int kg = kgroups(kind, K), np = (M + k->nr - 1) / k->nr;
     int8_t *o8 = (int8_t *)out;
     int16_t *o16 = (int16_t *)out;
     int64_t idx = 0;
@@ -113,7 +121,7 @@ EI_API void ei_int8_pack_weights(int kind, const int8_t *w, int M, int K, void *
                     int8_t v = (ch < M && kx < K) ? w[(int64_t)ch * K + kx] : 0;
                     if (k->es == 1) o8[idx] = v; else o16[idx] = v;
                 }
-    if (kind == KIND_VNNI) {        /* per channel -128 * sum_k w (0 past M) */
+    if (u8_rows(kind)) {            /* per channel -128 * sum_k w (0 past M) */
         int32_t *corr = (int32_t *)(o8 + idx);
         for (int ch = 0; ch < np * k->nr; ch++) {
             int32_t sw = 0;
@@ -219,6 +227,20 @@ static void vq_prepare(vq_panel *v, const ei_int8_conv_args *a, const int32_t *c
         v->m[h] = (__mmask16)((1u << n) - 1);
     }
     ei_vqc_prepare(&v->c, a->ztab, a->zp_y, a->lo, a->hi, left);
+}
+
+/* every panel's vq_panel, made once at prepare (a conv call would otherwise make each panel's
+ * again for every row block) */
+static int has_consts(const ei_int8_conv_args *a) {
+    return (a->kind == KIND_VNNI || a->kind == KIND_AMX) && !a->out_nchw && has_vnni();
+}
+
+static void consts_prepare(const ei_int8_conv_args *a, void *out) {
+    const kind_t *k = &KINDS[a->kind];
+    int npan = (a->m + k->nr - 1) / k->nr;
+    const int32_t *corr = (const int32_t *)((const char *)a->wpack + npan * panel_bytes(a->kind, a->kh * a->kw * a->c));
+    vq_panel *v = (vq_panel *)out;
+    for (int j = 0; j < npan; j++) vq_prepare(&v[j], a, corr + j * k->nr, j * k->nr, EI_MIN(k->nr, a->m - j * k->nr));
 }
 
 /* mk_vnni with the fused epilogue: rows 0 .. nrow - 1 of the tile go to y + r * ys (int8,
@@ -354,6 +376,7 @@ static mk_fn kernel_of(int kind) {
 typedef struct {
     kind_t k;
     int K, kg, R, P, mb, nrb, npan, ncb, ntasks, direct;
+    int direct_nchw;            /* 1x1, stride 1, no padding, NCHW input: rows read along the planes */
     int64_t off_rows, off_apack, off_acc, per_thread;
 } plan_t;
 
@@ -363,11 +386,13 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->k = KINDS[a->kind];
     const kind_t *k = &p->k;
     p->K = a->kh * a->kw * a->c;
-    p->kg = (p->K + k->kr - 1) / k->kr;
+    p->kg = kgroups(a->kind, p->K);
     p->P = a->oh * a->ow;
     p->R = a->n * p->P;
     p->direct = !a->in_nchw && a->kh == 1 && a->kw == 1 && a->pt == 0 && a->pl == 0 &&
                 (int64_t)(a->oh - 1) * a->sh < a->h && (int64_t)(a->ow - 1) * a->sw < a->w;
+    p->direct_nchw = a->in_nchw && a->kh == 1 && a->kw == 1 && a->sh == 1 && a->sw == 1 && a->pt == 0 &&
+                     a->pl == 0 && a->oh == a->h && a->ow == a->w;
     int64_t arow = (int64_t)p->kg * k->kr * k->es;          /* packed bytes per row of A */
     int64_t mb = (96 * 1024) / (arow > 0 ? arow : 1);
     mb = mb / k->mr * k->mr;
@@ -385,11 +410,30 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->off_rows = 0;
     p->off_apack = align64(p->direct ? 0 : (int64_t)p->mb * p->K);
     p->off_acc = p->off_apack + align64((int64_t)p->mb * arow);
-    if (a->kind == KIND_VNNI) {     /* u8 rows, stride K rounded up to 4; no packed A */
+    if (u8_rows(a->kind)) {         /* u8 rows, stride 4 kg; no packed A */
         p->off_apack = align64((int64_t)p->mb * p->kg * 4);
         p->off_acc = p->off_apack;
     }
     p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4);
+}
+
+/* bytes of ei_int8_conv_prepare's constants for these args (0: the kernel needs none) */
+EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
+    if (!kind_ok(a->kind)) return -1;
+#if defined(__x86_64__)
+    if (has_consts(a)) return (int64_t)((a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr) * (int64_t)sizeof(vq_panel);
+#endif
+    return 0;
+}
+
+/* out (64-byte aligned, ei_int8_conv_consts_size bytes): the constants, from the args'
+ * bias, mult, shift, ztab, zp_y, lo, hi and packed weights; set a->consts = out afterwards */
+EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out) {
+#if defined(__x86_64__)
+    if (kind_ok(a->kind) && has_consts(a)) consts_prepare(a, out);
+#else
+    (void)a; (void)out;
+#endif
 }
 
 EI_API int64_t ei_int8_conv_scratch(const ei_int8_conv_args *a) {
@@ -453,23 +497,195 @@ static void im2col_u8_nhwc(const ei_int8_conv_args *a, const plan_t *p, int64_t 
     int pix = (int)(r0 - b * p->P), oy = pix / a->ow, ox = pix - oy * a->ow;
     int C = a->c, span = a->kw * C;
     uint8_t pad = (uint8_t)(a->zp_x ^ 0x80);
-    for (int i = 0; i < nrows; i++) {
-        uint8_t *d = ub + i * k4;
-        int ix0 = ox * a->sw - a->pl;
-        int inside = ix0 >= 0 && ix0 + (a->kw - 1) * a->dw < a->w && (a->dw == 1 || a->kw == 1);
-        for (int ky = 0; ky < a->kh; ky++, d += span) {
+    int padn = (int)(k4 - p->K);
+    /* the input rows of an output row looked up once; a kernel row inside the image is
+     * whole 64-byte blocks and one masked block (one masked load and store for the
+     * small-channel 3x3 layers of detectors) */
+    int nfull = (span - 1) / 64, tail = span - 64 * nfull;
+    __mmask64 ms = tail == 64 ? ~0ULL : ((1ULL << tail) - 1), mp = padn == 64 ? ~0ULL : ((1ULL << padn) - 1);
+    const __m512i k80 = _mm512_set1_epi8((char)0x80), vpad = _mm512_set1_epi8((char)pad);
+    const int8_t *xrow[a->kh > 0 ? a->kh : 1];
+    for (int i = 0; i < nrows;) {
+        int run = EI_MIN(nrows - i, a->ow - ox);
+        for (int ky = 0; ky < a->kh; ky++) {
             int iy = oy * a->sh - a->pt + ky * a->dh;
-            if (iy < 0 || iy >= a->h) { fill_short(d, pad, span); continue; }
-            const int8_t *xr = a->x + ((b * a->h + iy) * a->w) * (int64_t)C;
-            if (inside) { xor80_short(d, xr + (int64_t)ix0 * C, span); continue; }
-            for (int kx = 0; kx < a->kw; kx++) {
-                int ix = ix0 + kx * a->dw;
-                if (ix < 0 || ix >= a->w) fill_short(d + kx * C, pad, C);
-                else xor80_short(d + kx * C, xr + (int64_t)ix * C, C);
+            xrow[ky] = (iy < 0 || iy >= a->h) ? NULL : a->x + ((b * a->h + iy) * a->w) * (int64_t)C;
+        }
+        for (int j = 0; j < run; j++, i++, ox++) {
+            uint8_t *d = ub + i * k4;
+            int ix0 = ox * a->sw - a->pl;
+            int inside = ix0 >= 0 && ix0 + (a->kw - 1) * a->dw < a->w && (a->dw == 1 || a->kw == 1);
+            for (int ky = 0; ky < a->kh; ky++, d += span) {
+                if (!xrow[ky]) {
+                    for (int q = 0; q < nfull; q++) _mm512_storeu_si512(d + 64 * q, vpad);
+                    _mm512_mask_storeu_epi8(d + 64 * nfull, ms, vpad);
+                    continue;
+                }
+                if (inside) {
+                    const int8_t *src = xrow[ky] + (int64_t)ix0 * C;
+                    for (int q = 0; q < nfull; q++)
+                        _mm512_storeu_si512(d + 64 * q, _mm512_xor_si512(_mm512_loadu_si512(src + 64 * q), k80));
+                    __m512i v = _mm512_maskz_loadu_epi8(ms, src + 64 * nfull);
+                    _mm512_mask_storeu_epi8(d + 64 * nfull, ms, _mm512_xor_si512(v, k80));
+                    continue;
+                }
+                for (int kx = 0; kx < a->kw; kx++) {
+                    int ix = ix0 + kx * a->dw;
+                    if (ix < 0 || ix >= a->w) fill_short(d + kx * C, pad, C);
+                    else xor80_short(d + kx * C, xrow[ky] + (int64_t)ix * C, C);
+                }
+            }
+            if (padn) _mm512_mask_storeu_epi8(ub + i * k4 + p->K, mp, _mm512_setzero_si512());
+        }
+        if (ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
+    }
+}
+#endif
+
+#if defined(__x86_64__)
+/* ---- AMX: tiles 0-3 the 2 x 2 int32 accumulators (16 x 16 each), 4-5 two 16-row blocks of
+ * A (u8 rows, 64 bytes = 16 k-groups), 6-7 two 16-channel halves of the packed panel (16
+ * k-groups x 16 channels x 4). The configuration is per thread: loaded at the start of a
+ * task, released at its end (an idle tile state costs nothing at a context switch). */
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* a constant in memory: GCC drops the stores into a local one, ldtilecfg not counting as a read */
+static const amx_cfg AMX_CFG = { 1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16} };
+
+__attribute__((target("amx-tile")))
+static void amx_config(void) { _tile_loadconfig(&AMX_CFG); }
+
+__attribute__((target("amx-tile")))
+static void amx_release(void) { _tile_release(); }
+
+/* the int32 products of a tile's rows 0..15 (and 16..31 if two_r) by channels 0..15 (and
+ * 16..31 if two_c) of a panel b into cbuf (row stride 32), corrections not included; at: the
+ * tile's u8 rows, stride lda, allocated for 32 rows */
+__attribute__((target("amx-tile,amx-int8")))
+static void amx_tile(const uint8_t *at, int64_t lda, const int8_t *b, int kg, int two_r, int two_c, int32_t *cbuf) {
+    _tile_zero(0);
+    if (two_c) _tile_zero(1);
+    if (two_r) _tile_zero(2);
+    if (two_r && two_c) _tile_zero(3);
+    for (int g = 0; g < kg; g += 16) {
+        _tile_loadd(6, b + (int64_t)g * 128, 128);
+        _tile_loadd(4, at + 4 * (int64_t)g, lda);
+        _tile_dpbusd(0, 4, 6);
+        if (two_c) { _tile_loadd(7, b + (int64_t)g * 128 + 64, 128); _tile_dpbusd(1, 4, 7); }
+        if (two_r) {
+            _tile_loadd(5, at + 16 * lda + 4 * (int64_t)g, lda);
+            _tile_dpbusd(2, 5, 6);
+            if (two_c) _tile_dpbusd(3, 5, 7);
+        }
+    }
+    _tile_stored(0, cbuf, 128);
+    if (two_c) _tile_stored(1, cbuf + 16, 128);
+    if (two_r) _tile_stored(2, cbuf + 16 * 32, 128);
+    if (two_r && two_c) _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+}
+
+/* one panel (32 channels from ch0) of rows r0 .. r0 + nrows - 1: u8 rows ub (stride lda,
+ * kg * 4 bytes each, allocated for whole 32-row tiles), requantized through cbuf (32 x 32 int32) */
+__attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
+static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8_t *ub, int64_t lda, const void *bp,
+                      int kg, int64_t r0, int nrows, int ch0, int32_t *cbuf) {
+    const int8_t *b = (const int8_t *)bp;
+    for (int t = 0; t < nrows; t += 32) {
+        int nrow = EI_MIN(32, nrows - t);
+        int64_t off = (r0 + t) * a->m + ch0;
+        int8_t *y = a->y + off;
+        const int8_t *z = a->z ? a->z + off : NULL;
+        const uint8_t *at = ub + t * lda;
+        if (nrow <= 8) {            /* a mostly empty tile: the VNNI kernels */
+            const uint8_t *rows[8];
+            for (int r = 0; r < 8; r++) rows[r] = at + EI_MIN(r, nrow - 1) * lda;
+            if (nrow <= 2) {
+                for (int r = 0; r < nrow; r++)
+                    mk_vnni_rq1(rows[r], bp, kg, v, y + r * a->m, z ? z + r * a->m : NULL);
+            } else {
+                mk_vnni_rq(rows, bp, kg, v, nrow, y, a->m, z);
+            }
+            continue;
+        }
+        amx_tile(at, lda, b, kg, nrow > 16, v->m[1] != 0, cbuf);
+        for (int r = 0; r < nrow; r++) {
+            const int32_t *c = cbuf + r * 32;
+            ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
+                        y + r * a->m, z ? z + r * a->m : NULL);
+            if (v->m[1])
+                ei_vq_store(&v->c, &v->v[1], v->m[1], _mm512_add_epi32(_mm512_loadu_si512(c + 16), v->v[1].bias),
+                            y + r * a->m + 16, z ? z + r * a->m + 16 : NULL);
+        }
+    }
+}
+#endif
+
+/* rows r0 .. r0 + nrows - 1 of a 1x1, stride-1, unpadded conv on an NCHW input (ConvTranspose's
+ * phases in NCHW graphs) as u8 rows: row r's channel c is x[b][c][pixel], read along the
+ * plane, four channels at a time written as one 32-bit word (the per-row gather it replaces
+ * read one byte per plane per row) */
+static void nchw_rows_u8(const ei_int8_conv_args *a, const plan_t *p, int64_t r0, int nrows, uint8_t *ub, int64_t k4) {
+    int C = a->c;
+    for (int i = 0; i < nrows;) {
+        int64_t b = (r0 + i) / p->P, pix = r0 + i - b * p->P;
+        int len = (int)EI_MIN((int64_t)(nrows - i), p->P - pix);
+        const uint8_t *x0 = (const uint8_t *)a->x + b * (int64_t)C * p->P + pix;
+        uint8_t *d0 = ub + (int64_t)i * k4;
+        int c = 0;
+        for (; c + 4 <= C; c += 4) {
+            const uint8_t *s0 = x0 + (int64_t)c * p->P, *s1 = s0 + p->P, *s2 = s1 + p->P, *s3 = s2 + p->P;
+            for (int j = 0; j < len; j++) {
+                uint32_t v = ((uint32_t)s0[j] | (uint32_t)s1[j] << 8 | (uint32_t)s2[j] << 16 | (uint32_t)s3[j] << 24) ^ 0x80808080u;
+                memcpy(d0 + (int64_t)j * k4 + c, &v, 4);
             }
         }
-        if (k4 > p->K) fill_short(ub + i * k4 + p->K, 0, (int)(k4 - p->K));
-        if (++ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
+        for (; c < C; c++) {
+            const uint8_t *s0 = x0 + (int64_t)c * p->P;
+            for (int j = 0; j < len; j++) d0[(int64_t)j * k4 + c] = (uint8_t)(s0[j] ^ 0x80);
+        }
+        if (k4 > C)
+            for (int j = 0; j < len; j++) memset(d0 + (int64_t)j * k4 + C, 0, (size_t)(k4 - C));
+        i += len;
+    }
+}
+
+#if defined(__x86_64__)
+/* NCHW output of VNNI / AMX tiles (acc: nrows x 32 int32; corr: the panel's corrections when
+ * acc does not include them (AMX), else NULL):
+ * per channel, 16 consecutive pixels of one image read down the tile's column and requantized
+ * with that channel's constants in every lane, stored as 16 contiguous bytes of its plane (the
+ * per-row epilogue wrote one byte per plane per row) */
+__attribute__((target("avx512f,avx512bw")))
+static void nchw_store(const ei_int8_conv_args *a, const plan_t *p, const int32_t *acc, int64_t r0, int nrows,
+                       int ch0, int nch, const int32_t *corr) {
+    int left = 0;
+    for (int c = 0; c < nch; c++) left |= a->shift[ch0 + c] > 0;
+    ei_vqc vc;
+    ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
+    const __m512i lane32 = _mm512_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480);
+    for (int c = 0; c < nch; c++) {
+        int ch = ch0 + c;
+        int32_t bb[16], qq[16], ss[16];
+        for (int l = 0; l < 16; l++) {
+            bb[l] = (int32_t)((uint32_t)a->bias[ch] + (uint32_t)(corr ? corr[c] : 0));
+            qq[l] = a->mult[ch]; ss[l] = a->shift[ch];
+        }
+        ei_vq16 v;
+        ei_vq16_prepare(&v, bb, NULL, qq, ss, 16);
+        for (int i = 0; i < nrows;) {
+            int64_t r = r0 + i, b = r / p->P, pix = r - b * p->P;
+            int len = (int)EI_MIN((int64_t)EI_MIN(16, nrows - i), p->P - pix);
+            __mmask16 m = len == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+            __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m,
+                                                    _mm512_add_epi32(lane32, _mm512_set1_epi32(i * 32 + c)), acc, 4);
+            int64_t off = (b * a->m + ch) * p->P + pix;
+            ei_vq_store(&vc, &v, m, _mm512_add_epi32(x, v.bias), a->y + off, a->z ? a->z + off : NULL);
+            i += len;
+        }
     }
 }
 #endif
@@ -490,7 +706,7 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int nmp = (nrows + k->mr - 1) / k->mr;
     const int8_t *rows[16];
     const uint8_t *vrows[64 * 8];
-    int vnni = a->kind == KIND_VNNI;
+    int vnni = u8_rows(a->kind);
     if (vnni) {
 #if defined(__x86_64__)
         int64_t k4 = (int64_t)p->kg * 4;
@@ -499,6 +715,8 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
             xor80(ub, a->x + r0 * p->K, (int64_t)nrows * p->K);          /* contiguous rows */
         } else if (!a->in_nchw) {
             im2col_u8_nhwc(a, p, r0, nrows, ub, k4);
+        } else if (p->direct_nchw) {
+            nchw_rows_u8(a, p, r0, nrows, ub, k4);
         } else {
             for (int i = 0; i < nrows; i++) {
                 int8_t *buf = rowbuf + i * k4;
@@ -519,39 +737,55 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     }
     ei_rq rq = { a->bias, a->mult, a->shift, a->ztab, a->zp_y, a->lo, a->hi };
     int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
-    int64_t pb = panel_bytes(k, p->K);
+    int64_t pb = panel_bytes(a->kind, p->K);
     const int32_t *corr = (const int32_t *)((const char *)a->wpack + p->npan * pb);     /* VNNI only */
     (void)corr; (void)vrows;                 /* unused where there is no VNNI (aarch64) */
+#if defined(__x86_64__)
+    if (a->kind == KIND_AMX) amx_config();
+#endif
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
         int ch0 = j * k->nr, nch = EI_MIN(k->nr, a->m - ch0);
 #if defined(__x86_64__)
         if (vnni && !a->out_nchw) {
-            vq_panel v;
-            vq_prepare(&v, a, corr + ch0, ch0, nch);
+            vq_panel vl;
+            const vq_panel *vp = a->consts ? (const vq_panel *)a->consts + j : &vl;
+            if (!a->consts) vq_prepare(&vl, a, corr + ch0, ch0, nch);
+            if (a->kind == KIND_AMX) {
+                amx_panel(a, vp, (const uint8_t *)rowbuf, (int64_t)p->kg * 4, bp, p->kg, r0, nrows, ch0, acc);
+                continue;
+            }
             for (int mp = 0; mp < nmp; mp++) {
                 int64_t off = (r0 + mp * 8) * a->m + ch0;
                 int nrow = EI_MIN(8, nrows - mp * 8);
                 if (nrow <= 2) {        /* row by row is cheaper than a mostly empty tile */
                     for (int r = 0; r < nrow; r++)
-                        mk_vnni_rq1(vrows[mp * 8 + r], bp, p->kg, &v, a->y + off + r * a->m,
+                        mk_vnni_rq1(vrows[mp * 8 + r], bp, p->kg, vp, a->y + off + r * a->m,
                                     a->z ? a->z + off + r * a->m : NULL);
                     continue;
                 }
-                mk_vnni_rq(vrows + mp * 8, bp, p->kg, &v, nrow, a->y + off, a->m, a->z ? a->z + off : NULL);
+                mk_vnni_rq(vrows + mp * 8, bp, p->kg, vp, nrow, a->y + off, a->m, a->z ? a->z + off : NULL);
             }
             continue;
         }
 #endif
-        for (int mp = 0; mp < nmp; mp++) {
 #if defined(__x86_64__)
-            if (vnni) {
-                mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * k->mr * k->nr, k->nr);
-                continue;
+        if (vnni && a->out_nchw) {  /* NCHW output: tiles into acc, then down its columns */
+            if (a->kind == KIND_AMX) {
+                for (int t = 0; t < nrows; t += 32)
+                    amx_tile((const uint8_t *)rowbuf + (int64_t)t * p->kg * 4, (int64_t)p->kg * 4, (const int8_t *)bp,
+                             p->kg, nrows - t > 16, nch > 16, acc + (int64_t)t * 32);
+                nchw_store(a, p, acc, r0, nrows, ch0, nch, corr + ch0);
+            } else {
+                for (int mp = 0; mp < (nrows + 7) / 8; mp++)
+                    mk_vnni(vrows + mp * 8, corr + ch0, bp, p->kg, acc + mp * 8 * k->nr, k->nr);
+                nchw_store(a, p, acc, r0, nrows, ch0, nch, NULL);
             }
-#endif
-            cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, NULL);
+            continue;
         }
+#endif
+        for (int mp = 0; mp < nmp; mp++)
+            cx->mk(apack + mp * mp_bytes, bp, p->kg, acc + mp * k->mr * k->nr, k->nr, NULL);
         for (int i = 0; i < nrows; i++) {
             int64_t r = r0 + i, off, ys;
             if (a->out_nchw) { int64_t b = r / p->P; off = (b * a->m + ch0) * p->P + r % p->P; ys = p->P; }
@@ -559,6 +793,9 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
             ei_rq_run(cx->simd, &rq, acc + i * k->nr, ch0, nch, a->y + off, ys, a->z ? a->z + off : NULL);
         }
     }
+#if defined(__x86_64__)
+    if (a->kind == KIND_AMX) amx_release();
+#endif
 }
 
 /* tasks [t0, t1), handed out by the pool in chunks (a descheduled thread's are taken by the
@@ -586,104 +823,8 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     int t = a->threads < 1 ? 1 : a->threads;
     /* a thread slot gets at least ~2^18 multiply-adds (2^19 with VNNI): waking a pool thread
      * costs more than a small layer's share of the work */
-    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = a->kind == KIND_VNNI ? (1 << 19) : (1 << 18);
+    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = u8_rows(a->kind) ? (1 << 19) : (1 << 18);
     int64_t by_work = macs / per > 1 ? macs / per : 1;
     cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), by_work);
     ei_parallel_for(cx.p.ntasks, 1, conv_tasks, &cx, cx.nslots);
-}
-
-/* ---- self-test: every available kind vs a direct int64 reference ---- */
-static uint64_t st_state;
-static uint32_t st_rand(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(st_state >> 33);
-}
-
-static void ref_conv(const ei_int8_conv_args *a, const int8_t *wt, int8_t *y) {
-    int K = a->kh * a->kw * a->c, P = a->oh * a->ow;
-    for (int b = 0; b < a->n; b++)
-        for (int oy = 0; oy < a->oh; oy++)
-            for (int ox = 0; ox < a->ow; ox++)
-                for (int m = 0; m < a->m; m++) {
-                    int64_t s = 0;
-                    for (int ky = 0; ky < a->kh; ky++)
-                        for (int kx = 0; kx < a->kw; kx++)
-                            for (int ch = 0; ch < a->c; ch++) {
-                                int iy = oy * a->sh - a->pt + ky * a->dh, ix = ox * a->sw - a->pl + kx * a->dw;
-                                int v = a->zp_x;
-                                if (iy >= 0 && iy < a->h && ix >= 0 && ix < a->w)
-                                    v = a->in_nchw ? a->x[((b * a->c + ch) * a->h + iy) * a->w + ix]
-                                                   : a->x[((b * a->h + iy) * a->w + ix) * a->c + ch];
-                                s += (int64_t)v * wt[(int64_t)m * K + (ky * a->kw + kx) * a->c + ch];
-                            }
-                    int64_t off = a->out_nchw ? ((int64_t)b * a->m + m) * P + oy * a->ow + ox
-                                              : ((int64_t)(b * P + oy * a->ow + ox)) * a->m + m;
-                    int32_t zt = a->ztab ? a->ztab[(uint8_t)a->z[off]] : 0;
-                    y[off] = ei_rq_one((int32_t)s + a->bias[m], a->mult[m], a->shift[m], a->zp_y, zt, a->lo, a->hi);
-                }
-}
-
-EI_API int ei_selftest_int8_gemm(void) {
-    int fails = 0;
-    st_state = 777;
-    for (int trial = 0; trial < 40; trial++) {
-        ei_int8_conv_args a;
-        memset(&a, 0, sizeof a);
-        int big = trial % 10 == 9;
-        a.n = 1 + (int)(st_rand() % 2);
-        a.c = big ? 1100 + (int)(st_rand() % 40) : 1 + (int)(st_rand() % 37);
-        a.h = 1 + (int)(st_rand() % 9); a.w = 1 + (int)(st_rand() % 9);
-        a.kh = 1 + (int)(st_rand() % 3); a.kw = 1 + (int)(st_rand() % 3);
-        if (big || trial % 4 == 0) a.kh = a.kw = 1;
-        a.sh = 1 + (int)(st_rand() % 2); a.sw = 1 + (int)(st_rand() % 2);
-        a.dh = a.dw = 1 + (trial % 7 == 3);
-        a.pt = (int)(st_rand() % 2); a.pl = (int)(st_rand() % 2);
-        if (trial % 4 == 0) a.pt = a.pl = 0;
-        int eh = a.h + 2 * a.pt - a.dh * (a.kh - 1), ew = a.w + 2 * a.pl - a.dw * (a.kw - 1);
-        if (eh < 1 || ew < 1) { a.kh = a.kw = 1; a.dh = a.dw = 1; eh = a.h + 2 * a.pt; ew = a.w + 2 * a.pl; }
-        a.oh = (eh - 1) / a.sh + 1; a.ow = (ew - 1) / a.sw + 1;
-        a.m = 1 + (int)(st_rand() % 40);
-        a.in_nchw = trial % 3 == 1; a.out_nchw = trial % 3 == 1;
-        a.zp_x = (int32_t)(st_rand() % 256) - 128; a.zp_y = (int32_t)(st_rand() % 256) - 128;
-        a.lo = -128 + (trial % 2) * 50; a.hi = 127;
-        a.threads = 1 + trial % 3;
-        int K = a.kh * a.kw * a.c;
-        int64_t xs = (int64_t)a.n * a.c * a.h * a.w, ysz = (int64_t)a.n * a.m * a.oh * a.ow;
-        int8_t *x = malloc(xs), *wt = malloc((size_t)a.m * K), *z = malloc(ysz), *y0 = malloc(ysz), *y1 = malloc(ysz);
-        int32_t *bias = malloc(4 * a.m), *mult = malloc(4 * a.m), *shift = malloc(4 * a.m), ztab[256];
-        for (int64_t i = 0; i < xs; i++) x[i] = (int8_t)st_rand();
-        for (int64_t i = 0; i < (int64_t)a.m * K; i++) wt[i] = (int8_t)st_rand();
-        for (int64_t i = 0; i < ysz; i++) z[i] = (int8_t)st_rand();
-        for (int i = 0; i < 256; i++) ztab[i] = (int32_t)(st_rand() % 400) - 200;
-        for (int i = 0; i < a.m; i++) {
-            bias[i] = (int32_t)(st_rand() % 100000) - 50000;
-            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
-            shift[i] = -(int32_t)(6 + st_rand() % 12) + (trial == 5);
-            if (trial % 8 == 3) shift[i] = (int32_t)(st_rand() % 34) - 31;   /* 31 right .. 2 left */
-            if (trial % 8 == 7) mult[i] = (int32_t)(st_rand() & 0x7fffffff);
-        }
-        a.x = x; a.bias = bias; a.mult = mult; a.shift = shift;
-        if (trial % 2) { a.z = z; a.ztab = ztab; }
-        ref_conv(&a, wt, y0);
-        for (int kind = 0; kind < N_KINDS; kind++) {
-            if (!kind_ok(kind)) continue;
-#if defined(__x86_64__)
-            if (kind == KIND_AVX2 && !ei_has(EI_AVX2)) continue;
-            if (kind == KIND_VNNI && !has_vnni()) continue;
-#elif defined(__aarch64__)
-            if (kind == KIND_DOT && !ei_has(EI_DOTPROD)) continue;
-#endif
-            a.kind = kind;
-            int64_t ps = ei_int8_pack_size(kind, a.m, K), ss = ei_int8_conv_scratch(&a);
-            void *pk = malloc((size_t)ps), *scr = malloc((size_t)(ss * a.threads));
-            ei_int8_pack_weights(kind, wt, a.m, K, pk);
-            a.wpack = pk; a.scratch = scr; a.y = y1;
-            memset(y1, 0, (size_t)ysz);
-            ei_int8_conv(&a);
-            if (memcmp(y0, y1, (size_t)ysz) != 0) fails++;
-            free(pk); free(scr);
-        }
-        free(x); free(wt); free(z); free(y0); free(y1); free(bias); free(mult); free(shift);
-    }
-    return fails;
 }

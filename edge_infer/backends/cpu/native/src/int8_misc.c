@@ -12,6 +12,12 @@
 
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 #define PAR_ELEMS 65536       /* below this an op runs on the calling thread */
 
 /* ---- int8 pools ---- */
@@ -101,6 +107,91 @@ static void run_pool(const ei_maxpool_s8_args *a, ei_range_fn rows_fn) {
     ei_parallel_for(rows, 1, rows_fn, (void *)a, work >= 4 * PAR_ELEMS ? a->threads : 1);
 }
 
+/* NHWC max of one output pixel, a block of channels held in registers over all taps (the
+ * plain loop below stores y after every tap, and its int8 pointers may alias a->c, so GCC
+ * neither vectorizes nor hoists it). x0: the window's first row and column; rs, ps: row and
+ * pixel strides in bytes (dilation included) */
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw")))
+static void max_taps_avx512(int8_t *y, const int8_t *x0, int64_t c, int64_t rs, int64_t ps, int nky, int nkx) {
+    for (int64_t j = 0; j < c; j += 64) {
+        __mmask64 m = c - j >= 64 ? ~0ULL : ((1ULL << (c - j)) - 1);
+        __m512i acc = _mm512_set1_epi8(-128);
+        for (int ky = 0; ky < nky; ky++)
+            for (int kx = 0; kx < nkx; kx++)
+                acc = _mm512_max_epi8(acc, _mm512_maskz_loadu_epi8(m, x0 + ky * rs + kx * ps + j));
+        _mm512_mask_storeu_epi8(y + j, m, acc);
+    }
+}
+
+__attribute__((target("avx2")))
+static void max_taps_avx2(int8_t *y, const int8_t *x0, int64_t c, int64_t rs, int64_t ps, int nky, int nkx) {
+    int64_t j = 0;
+    for (; j + 32 <= c; j += 32) {
+        __m256i acc = _mm256_set1_epi8(-128);
+        for (int ky = 0; ky < nky; ky++)
+            for (int kx = 0; kx < nkx; kx++)
+                acc = _mm256_max_epi8(acc, _mm256_loadu_si256((const __m256i *)(x0 + ky * rs + kx * ps + j)));
+        _mm256_storeu_si256((__m256i *)(y + j), acc);
+    }
+    for (; j < c; j++) {
+        int8_t m = -128;
+        for (int ky = 0; ky < nky; ky++)
+            for (int kx = 0; kx < nkx; kx++) { int8_t v = x0[ky * rs + kx * ps + j]; m = v > m ? v : m; }
+        y[j] = m;
+    }
+}
+#elif defined(__aarch64__)
+static void max_taps_neon(int8_t *y, const int8_t *x0, int64_t c, int64_t rs, int64_t ps, int nky, int nkx) {
+    int64_t j = 0;
+    for (; j + 16 <= c; j += 16) {
+        int8x16_t acc = vdupq_n_s8(-128);
+        for (int ky = 0; ky < nky; ky++)
+            for (int kx = 0; kx < nkx; kx++) acc = vmaxq_s8(acc, vld1q_s8(x0 + ky * rs + kx * ps + j));
+        vst1q_s8(y + j, acc);
+    }
+    for (; j < c; j++) {
+        int8_t m = -128;
+        for (int ky = 0; ky < nky; ky++)
+            for (int kx = 0; kx < nkx; kx++) { int8_t v = x0[ky * rs + kx * ps + j]; m = v > m ? v : m; }
+        y[j] = m;
+    }
+}
+#endif
+
+typedef void (*max_taps_fn)(int8_t *, const int8_t *, int64_t, int64_t, int64_t, int, int);
+
+static max_taps_fn max_taps_simd(void) {
+#if defined(__x86_64__)
+    if (ei_has(EI_AVX512)) return max_taps_avx512;
+    if (ei_has(EI_AVX2)) return max_taps_avx2;
+#elif defined(__aarch64__)
+    if (ei_has(EI_NEON)) return max_taps_neon;
+#endif
+    return NULL;
+}
+
+typedef struct { const ei_maxpool_s8_args *a; max_taps_fn fn; } max_simd_ctx;
+
+static void maxpool_s8_simd_range(void *vctx, int64_t b, int64_t e) {
+    const max_simd_ctx *cx = (const max_simd_ctx *)vctx;
+    const ei_maxpool_s8_args *a = cx->a;
+    int64_t rs = a->w * a->c * a->dh, ps = a->c * a->dw;
+    for (int64_t r = b; r < e; r++) {
+        int64_t oy = r % a->oh, plane = r / a->oh;
+        int ky0, ky1;
+        ei_tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &ky0, &ky1);
+        int64_t iy = oy * a->sh - a->pt + (int64_t)ky0 * a->dh;
+        for (int64_t ox = 0; ox < a->ow; ox++) {
+            int kx0, kx1;
+            ei_tap_range(ox, a->sw, a->pl, a->dw, a->kw, a->w, &kx0, &kx1);
+            int64_t ix = ox * a->sw - a->pl + (int64_t)kx0 * a->dw;
+            cx->fn(a->y + ((plane * a->oh + oy) * a->ow + ox) * a->c, a->x + ((plane * a->h + iy) * a->w + ix) * a->c,
+                   a->c, rs, ps, ky1 - ky0, kx1 - kx0);
+        }
+    }
+}
+
 static void max_pixel(const ei_maxpool_s8_args *a, int64_t plane, int64_t oy, int64_t ox,
                       int ky0, int ky1, int kx0, int kx1) {
     int64_t iy0 = oy * a->sh - a->pt, ix0 = ox * a->sw - a->pl;
@@ -128,7 +219,12 @@ static void maxpool_s8_range(void *ctx, int64_t b, int64_t e) {
     pool_rows((const ei_maxpool_s8_args *)ctx, b, e, max_pixel);
 }
 
-EI_API void ei_maxpool_s8(const ei_maxpool_s8_args *a) { run_pool(a, maxpool_s8_range); }
+EI_API void ei_maxpool_s8(const ei_maxpool_s8_args *a) {
+    max_simd_ctx cx = { a, max_taps_simd() };
+    if (!a->nhwc || !cx.fn) { run_pool(a, maxpool_s8_range); return; }
+    int64_t work = a->n * a->c * a->oh * a->ow * a->kh * a->kw;
+    ei_parallel_for(a->n * a->oh, 1, maxpool_s8_simd_range, &cx, work >= 4 * PAR_ELEMS ? a->threads : 1);
+}
 
 /* 2-D int8 AveragePool at equal input/output parameters, count_include_pad=0: the TFLite
  * rounded mean over the taps inside the input (the pads are never counted, so ceil_mode's

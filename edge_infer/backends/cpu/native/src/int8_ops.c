@@ -8,7 +8,7 @@
  *   ei_runs_s8           byte-run gathers (nearest Resize: runs of contiguous source bytes)
  *   ei_bilinear_s8       TFLite's integer bilinear Resize (10-bit weights, rounded / 2^20)
  *   ei_softmax_s8        int8 Softmax: integer exp table by distance to the row max, int64 sums,
- *                        exact rounded quotients
+ *                        exact rounded quotients (rows of <= 64, YOLO's DFL bins: AVX-512)
  *
  * Bit-exact with the numpy kernels (kernels/int8_elementwise.py, int8_spatial.py): tables and
  * multipliers are made there, at prepare; everything here is integer arithmetic.
@@ -282,8 +282,49 @@ typedef struct {
     int32_t threads, pad_;
 } ei_softmax_s8_args;
 
+#if defined(__x86_64__)
+/* one row of 1..64 columns: the max reduced in registers, the table read by a gather, the
+ * sum in int32 (64 * 2^20 < 2^31), the quotients as in softmax_s8_range's reciprocal path
+ * (fused or not, the multiply-add stays within its error bound: the same floors) */
+__attribute__((target("avx512f,avx512bw,avx512dq")))
+static void softmax_row_avx512(const int32_t *etab, const int8_t *x, int8_t *y, int cols) {
+    __mmask64 m = cols == 64 ? ~0ULL : ((1ULL << cols) - 1);
+    __m512i xv = _mm512_mask_loadu_epi8(_mm512_set1_epi8(-128), m, x);
+    __m256i h = _mm256_max_epi8(_mm512_castsi512_si256(xv), _mm512_extracti64x4_epi64(xv, 1));
+    __m128i q = _mm_max_epi8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    q = _mm_max_epi8(q, _mm_srli_si128(q, 8)); q = _mm_max_epi8(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epi8(q, _mm_srli_si128(q, 2)); q = _mm_max_epi8(q, _mm_srli_si128(q, 1));
+    __m512i mx = _mm512_set1_epi32((int8_t)_mm_cvtsi128_si32(q));
+    __m512i ev[4], sum = _mm512_setzero_si512();
+    int nc = (cols + 15) / 16;
+    for (int c = 0; c < nc; c++) {
+        __mmask16 cm = (__mmask16)(m >> (16 * c));
+        __m512i xi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)&((const int8_t *)&xv)[16 * c]));
+        ev[c] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), cm, _mm512_sub_epi32(mx, xi), etab, 4);
+        sum = _mm512_add_epi32(sum, ev[c]);
+    }
+    int32_t s = _mm512_reduce_add_epi32(sum);
+    __m512d inv = _mm512_set1_pd(1.0 / (double)(2 * (int64_t)s)), nudge = _mm512_set1_pd(1.0 / (double)(1LL << 38));
+    __m512i sv = _mm512_set1_epi32(s), c128 = _mm512_set1_epi32(128), c127 = _mm512_set1_epi32(127);
+    for (int c = 0; c < nc; c++) {
+        __m512i num = _mm512_add_epi32(_mm512_slli_epi32(ev[c], 9), sv);
+        __m256i lo = _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(num)), inv), nudge));
+        __m256i hi = _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(num, 1)), inv), nudge));
+        __m512i v = _mm512_min_epi32(_mm512_sub_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), c128), c127);
+        _mm512_mask_storeu_epi8(y + 16 * c, (__mmask64)(uint16_t)(m >> (16 * c)), _mm512_castsi128_si512(_mm512_cvtepi32_epi8(v)));
+    }
+}
+#endif
+
 static void softmax_s8_range(void *vctx, int64_t b, int64_t e) {
     const ei_softmax_s8_args *a = (const ei_softmax_s8_args *)vctx;
+#if defined(__x86_64__)
+    if (a->cols >= 1 && a->cols <= 64 && ei_has(EI_AVX512)) {
+        for (int64_t r = b; r < e; r++)
+            softmax_row_avx512(a->etab, a->x + r * a->cols, a->y + r * a->cols, (int)a->cols);
+        return;
+    }
+#endif
     for (int64_t r = b; r < e; r++) {
         const int8_t *x = a->x + r * a->cols;
         int8_t *y = a->y + r * a->cols;
@@ -291,6 +332,18 @@ static void softmax_s8_range(void *vctx, int64_t b, int64_t e) {
         for (int64_t j = 0; j < a->cols; j++) mx = x[j] > mx ? x[j] : mx;
         int64_t sum = 0;
         for (int64_t j = 0; j < a->cols; j++) sum += a->etab[mx - x[j]];
+        if (sum > 0 && sum < (1LL << 30)) {
+            /* floor(num / den) as floor(num * (1 / den) + 2^-38), no integer division: den =
+             * 2 sum < 2^31, so a quotient k - d below an integer k has d >= 2^-31, while the
+             * product's error is below 2^-44 (num / den <= 257, two roundings): the nudge
+             * lifts an exact k that came out just below it and can move nothing else */
+            double inv = 1.0 / (double)(2 * sum), nudge = 1.0 / (double)(1LL << 38);
+            for (int64_t j = 0; j < a->cols; j++) {
+                int32_t v = (int32_t)((double)(512 * (int64_t)a->etab[mx - x[j]] + sum) * inv + nudge) - 128;
+                y[j] = (int8_t)(v > 127 ? 127 : v);
+            }
+            continue;
+        }
         for (int64_t j = 0; j < a->cols; j++) {
             int64_t v = (512 * (int64_t)a->etab[mx - x[j]] + sum) / (2 * sum) - 128;
             y[j] = (int8_t)(v > 127 ? 127 : v);

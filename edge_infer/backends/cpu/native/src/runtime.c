@@ -15,6 +15,20 @@
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
 #endif
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 24, 25); Linux hands a process the 8 KB tile
+ * state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), which fails
+ * where the kernel or the hypervisor does not enable it. */
+static int amx_usable(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 25) & 1)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+#endif
 
 int ei_abi_version(void) { return EI_ABI_VERSION; }
 
@@ -40,6 +54,9 @@ static int detect_features(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= EI_AVX2;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) f |= EI_AVX512;
+#if defined(__x86_64__)
+    if ((f & EI_AVX512) && amx_usable()) f |= EI_AMX;
+#endif
 #elif defined(__aarch64__)
     unsigned long hw = getauxval(AT_HWCAP);
     f |= EI_NEON;                       /* baseline on aarch64 */
