@@ -312,7 +312,10 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
     for name, b in partial:
         e = _entry(report, name)
         try:
-            plan = plan_partition(graph, b, fb, profs, min_ratio, require_gain=requested == "auto")
+            # a backend the caller asked for runs every segment it covers (no ratio to meet): the
+            # ratio only decides between backends when the choice is ours
+            plan = plan_partition(graph, b, fb, profs, min_ratio if requested == "auto" else 0.0,
+                                  require_gain=requested == "auto")
         except UnsupportedOpError as err:
             e["partition_error"] = str(err)
             continue
