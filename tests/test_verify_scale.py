@@ -43,7 +43,8 @@ def test_digits_2000_samples_every_backend_within_1e5(digits, tmp_path, capsys):
         assert x.shape == (1, 1, 8, 8)
         ours = Runtime(fp32, backend=r["backend"]).run(x)["logits"]
         ref = sess.run(None, {"input": x})[0]
-        assert _rel(ours, ref) == pytest.approx(r["max_rel"], rel=1e-6)
+        # (batch 1 here, 256 in the run: BLAS may sum in another order, so the same order of error)
+        assert 0.1 * r["max_rel"] <= _rel(ours, ref) <= min(10 * r["max_rel"], 1e-5)
         assert float(np.abs(ours.astype(np.float64) - ref).max()) <= r["max_abs"]
     assert "passed" in capsys.readouterr().out
 
