@@ -167,7 +167,7 @@ def cmd_export(args) -> int:
     from .artifact import load_artifact
     from .quantize.export_onnx import export_qdq
     _check_output_path(args.output)
-    graph, _ = load_artifact(args.artifact)
+    graph, _ = load_artifact(args.artifact, trusted_keys=trust_from_args(args))
     if args.format == "tflite":
         from .export_tflite import export_tflite
         data = export_tflite(graph, args.output)
@@ -571,7 +571,8 @@ def cmd_verify(args) -> int:
     rep = verify_at_scale(args.model, args.artifact, samples=args.samples, backends=backends, data=args.data,
                           batch=args.batch, out_dir=args.out, tol=args.tol,
                           tol_steps=args.tol_steps if args.tol_steps is not None else DEFAULT_TOL_STEPS,
-                          seed=args.seed, value_range=rng, recipe=args.recipe, threads=args.threads)
+                          seed=args.seed, value_range=rng, recipe=args.recipe, threads=args.threads,
+                          trusted_keys=trust_from_args(args))
     print(json.dumps(rep, indent=2, default=str) if args.json else format_report(rep))
     if not rep["passed"]:
         print("edge-infer: verify: outputs differ beyond the tolerance" + (
@@ -619,6 +620,11 @@ def cmd_stream(args) -> int:
         raise UsageError(str(e)) from None
     print("edge-infer: " + json.dumps(stats), file=sys.stderr)
     return 0
+
+
+def _add_trust(parser) -> None:
+    parser.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
+                        "this Ed25519 public key (repeatable: any of them)")
 
 
 def trust_from_args(args):
@@ -722,6 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("artifact")
     e.add_argument("--format", default="onnx-qdq", choices=("onnx-qdq", "tflite"), help="output format")
     e.add_argument("-o", "--output", required=True, metavar="FILE.onnx|FILE.tflite")
+    _add_trust(e)
     e.set_defaults(fn=cmd_export)
 
     r = sub.add_parser("run", help="run an artifact on .npy inputs")
@@ -734,8 +741,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(kernels tile to fit; a model that cannot fit is refused, naming the least it needs); "
                    "default: the artifact's, its target's, else the available memory")
     r.add_argument("--explain", action="store_true", help="say which backend ran and why")
-    r.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
-                   "this Ed25519 public key (repeatable: any of them)")
+    _add_trust(r)
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="show an artifact's graph, sizes and provenance")
@@ -744,8 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.add_argument("--partition", action="store_true", help="show how the graph splits across backends")
     i.add_argument("--backend", help="with --partition: the backend to partition for (default: the picker's)")
-    i.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
-                   "this Ed25519 public key (repeatable: any of them)")
+    _add_trust(i)
     i.set_defaults(fn=cmd_inspect)
 
     b = sub.add_parser("bench", help="latency percentiles and per-op times")
@@ -760,8 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--memory-limit", metavar="SIZE", help="bound activations + workspaces, as for run")
     b.add_argument("--json", action="store_true")
     b.add_argument("--plot", metavar="FILE.png", help="latency histogram and per-op times (needs matplotlib)")
-    b.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
-                   "this Ed25519 public key (repeatable: any of them)")
+    _add_trust(b)
     b.set_defaults(fn=cmd_bench)
 
     v = sub.add_parser("verify", help="differential test: an artifact against its source model on many inputs")
@@ -785,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--threads", type=int)
     v.add_argument("--json", action="store_true")
+    _add_trust(v)
     v.set_defaults(fn=cmd_verify)
 
     o = sub.add_parser("ops", help="supported ops per backend")
@@ -812,8 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile-every", type=int, default=0, metavar="N", help="per-op times every Nth frame")
     s.add_argument("--backend", default="auto")
     s.add_argument("--threads", type=int)
-    s.add_argument("--trust", action="append", metavar="KEY.pub", help="load only artifacts signed by "
-                   "this Ed25519 public key (repeatable: any of them)")
+    _add_trust(s)
     s.set_defaults(fn=cmd_stream)
 
     kg = sub.add_parser("keygen", help="make an Ed25519 key pair to sign artifacts with")

@@ -221,7 +221,7 @@ def _is_int8(graph) -> bool:
     return any(t.dtype in ("int8", "uint8") for t in graph.tensors.values())
 
 
-def _runtimes(artifact: str, backends: Optional[Sequence[str]], threads) -> Tuple[dict, dict]:
+def _runtimes(artifact: str, backends: Optional[Sequence[str]], threads, trusted_keys=None) -> Tuple[dict, dict]:
     from .backends import BACKENDS
     from .backends.picker import usable_backends
     from .runtime import Runtime
@@ -229,7 +229,7 @@ def _runtimes(artifact: str, backends: Optional[Sequence[str]], threads) -> Tupl
     rts = {}
     for name in names:
         try:
-            rts[name] = Runtime(artifact, backend=name, threads=threads)
+            rts[name] = Runtime(artifact, backend=name, threads=threads, trusted_keys=trusted_keys)
         except EdgeInferError as e:
             skipped[name] = str(e).splitlines()[0]
     return rts, skipped
@@ -239,13 +239,14 @@ def verify_at_scale(model: str, artifact: str, samples: int = 1000, backends: Op
                     data: Optional[str] = None, batch: int = 256, out_dir: Optional[str] = None,
                     tol: Optional[float] = None, tol_steps: float = DEFAULT_TOL_STEPS, seed: int = 0,
                     value_range: Optional[Tuple[float, float]] = None, recipe=None,
-                    threads: Optional[int] = None) -> dict:
+                    threads: Optional[int] = None, trusted_keys=None) -> dict:
     """Stream ``samples`` inputs through ``model`` and ``artifact`` (see the module doc);
-    return the report (``passed``: every gated row within its tolerance)."""
+    return the report (``passed``: every gated row within its tolerance). ``trusted_keys``:
+    load the artifact only when signed by one of them (``Runtime(trusted_keys=)``)."""
     if samples < 1 or batch < 1:
         raise DiffTestError("samples and batch must be at least 1")
     from .artifact import load_artifact
-    graph, meta = load_artifact(artifact)
+    graph, meta = load_artifact(artifact, trusted_keys=trusted_keys)
     run_src, src_inputs, src_outputs = source_runner(model, threads)
     if sorted(src_inputs) != sorted(graph.inputs):
         if len(src_inputs) != len(graph.inputs):
@@ -258,7 +259,7 @@ def verify_at_scale(model: str, artifact: str, samples: int = 1000, backends: Op
         out_map = dict(zip(graph.outputs, src_outputs))      # a TFLite import renames: by position
     else:
         raise DiffTestError(f"the source has outputs {src_outputs}, the artifact {graph.outputs}")
-    rts, skipped = _runtimes(artifact, backends, threads)
+    rts, skipped = _runtimes(artifact, backends, threads, trusted_keys)
     if not rts:
         raise DiffTestError("no backend can run the artifact: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     int8 = _is_int8(graph)

@@ -416,3 +416,19 @@ def test_other_loaders_read_signed_files(work, tmp_path):
     for src in (signed, unsigned):
         assert main(["export", src, "-o", str(tmp_path / (os.path.basename(src) + ".onnx"))]) == 0
     assert (tmp_path / "digits-signed.eim.onnx").read_bytes() == (tmp_path / "digits.eim.onnx").read_bytes()
+
+
+def test_cli_export_and_verify_take_trust(work, tmp_path, capsys):
+    """export and verify load the artifact through the same check as run: a signed file with
+    its key goes through, an unsigned one or another signer is refused (exit 2, one line)."""
+    signed, unsigned = str(work / "digits-signed.eim"), str(work / "digits.eim")
+    alice, bob = str(work / "alice.pub"), str(work / "bob.pub")
+    assert main(["export", signed, "--format", "tflite", "-o", str(tmp_path / "a.tflite"), "--trust", alice]) == 0
+    assert (tmp_path / "a.tflite").stat().st_size > 0
+    capsys.readouterr()
+    assert main(["export", unsigned, "--format", "tflite", "-o", str(tmp_path / "b.tflite"), "--trust", alice]) == 2
+    assert "not signed" in _err_line(capsys) and not (tmp_path / "b.tflite").exists()
+    verify = ["verify", digits_model_path(), signed, "--samples", "64", "--backend", "cpu"]
+    assert main(verify + ["--trust", alice]) == 0
+    capsys.readouterr()
+    assert main(verify + ["--trust", bob]) == 2 and "not among" in _err_line(capsys)
