@@ -114,18 +114,21 @@ def contention(n: int):
 # -- timing ---------------------------------------------------------------------------------------
 
 def interleaved(engines: Dict[str, Callable], feed, rounds: int, warmup: int = 2,
-                block: int = 4) -> Dict[str, Tuple[float, float]]:
+                block: int = 4, gap_s: float = 0.02) -> Dict[str, Tuple[float, float]]:
     """{name: (min ms, median ms)} timing ``engines`` {name: fn(x)}: per round, each engine runs
-    ``block`` times back to back and the first run of each block is not counted. Engines whose
-    thread pools spin after a run (onnxruntime, XNNPACK, OpenBLAS, ours) would otherwise be
-    timed while the previous engine's threads still hold the cores; load from other processes
-    still hits every engine alike."""
+    ``block`` times back to back, after a ``gap_s`` pause, and the first run of each block is
+    not counted. Engines whose thread pools spin after a run (onnxruntime, XNNPACK, OpenBLAS,
+    ours) would otherwise be timed while the previous engine's threads still hold the cores:
+    measured 2026-12-04, SqueezeNet at 2 threads, ours right after onnxruntime's block took
+    6.1-6.5 ms against 3.9-4.0 ms alone or after a 20 ms pause (onnxruntime's own time was the
+    same either way). Load from other processes still hits every engine alike."""
     for _ in range(warmup):
         for fn in engines.values():
             fn(feed)
     ts: Dict[str, List[float]] = {k: [] for k in engines}
     for _ in range(rounds):
         for k, fn in engines.items():
+            time.sleep(gap_s)
             for i in range(block):
                 t0 = time.perf_counter()
                 fn(feed)
