@@ -314,7 +314,10 @@ def _pack_header(version: Tuple[int, int], flags: int, file_size: int, count: in
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def _atomic_write(path: str, write: Callable) -> None:
+def _atomic_write(path: str, write: Callable, check: Optional[Callable[[str], object]] = None) -> None:
+    """``write(f)`` into a temporary file next to ``path``, then rename it over ``path``;
+    ``check(tmp)``, if given, runs on the finished temporary file first (an exception leaves
+    ``path`` untouched). Nothing is left behind on failure."""
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
     # os.open with 0o666 so the umask applies, as for a plain open(path, "wb")
@@ -327,6 +330,8 @@ def _atomic_write(path: str, write: Callable) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if check is not None:
+            check(tmp)
         os.replace(tmp, path)
     except BaseException:
         try:

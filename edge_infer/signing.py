@@ -169,29 +169,21 @@ def sign_artifact(path: Union[str, "os.PathLike[str]"], key) -> SignatureInfo:
     path = os.fspath(path)
     mm, _ = _open_map(path)                   # the unsigned bytes (an old trailer left out)
     size = len(mm)
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
-                       f".{os.path.basename(path)}.{os.urandom(6).hex()}.signed")
     try:
-        try:
-            mode = os.stat(path).st_mode & 0o7777
+        mode = os.stat(path).st_mode & 0o7777
 
-            def copy(f) -> None:
-                if hasattr(os, "fchmod"):
-                    os.fchmod(f.fileno(), mode)
-                with memoryview(mm) as view:
-                    for k in range(0, size, _HASH_STEP):
-                        f.write(view[k:k + _HASH_STEP])
-            _atomic_write(tmp, signed_writer(copy, private_key, size))
-        finally:
-            mm.close()
-        load_artifact(tmp, trusted_keys={key_id(public): public})   # vouch only for what loads
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        def copy(f) -> None:
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), mode)
+            with memoryview(mm) as view:
+                for k in range(0, size, _HASH_STEP):
+                    f.write(view[k:k + _HASH_STEP])
+        # vouch only for what loads: the signed file is loaded, its signature checked, before
+        # it replaces ``path``
+        _atomic_write(path, signed_writer(copy, private_key, size),
+                      check=lambda tmp: load_artifact(tmp, trusted_keys={key_id(public): public}))
+    finally:
+        mm.close()
     return SignatureInfo(key_id(public), size, True)
 
 
