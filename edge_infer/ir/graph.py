@@ -22,6 +22,16 @@ DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "uint16",
           "int32", "uint32", "int64", "uint64", "bool")
 
 
+def claim_name(base: str, taken: set) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken``, which it is added to."""
+    name, k = base, 1
+    while name in taken:
+        name = f"{base}_{k}"
+        k += 1
+    taken.add(name)
+    return name
+
+
 @dataclass
 class Tensor:
     """A named value: graph input, intermediate, output or constant.

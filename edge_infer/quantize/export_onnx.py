@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Union
 import numpy as np
 
 from ..errors import EdgeInferError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, claim_name
 
 OPSET = 21
 IR_ONNX_VERSION = 10
@@ -70,12 +70,7 @@ class _Exporter:
         self.dtype_to_onnx = DTYPE_TO_ONNX
 
     def unique(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
-            name = f"{base}_{k}"
-            k += 1
-        self.names.add(name)
-        return name
+        return claim_name(base, self.names)
 
     def init(self, name: str, arr: np.ndarray) -> str:
         if name not in self.inits:

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..ir import Graph, Node, infer_shapes
+from ..ir import Graph, Node, claim_name, infer_shapes
 from .quantizer import ANCHOR_OPS, BINARY_OPS, CLAMP_OPS, INT8_OPS, PASS_THROUGH, data_inputs, int8_support
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -138,12 +138,7 @@ class _Importer:
         return v
 
     def node_name(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
-            name = f"{base}_{k}"
-            k += 1
-        self.names.add(name)
-        return name
+        return claim_name(base, self.names)
 
     def name(self, x: str) -> str:
         while x in self.rename:

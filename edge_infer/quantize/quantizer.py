@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 import numpy as np
 
 from ..errors import EdgeInferError
-from ..ir import Graph, Node, infer_shapes
+from ..ir import Graph, Node, claim_name, infer_shapes
 from .observers import (Observer, activation_qparams, make_observer, quantize_weights, weight_scales)
 
 from ..ops.int8 import (ANCHOR_OPS, BINARY_OPS, CLAMP_ACTIVATIONS, CLAMP_OPS, CONCAT_OPS,  # noqa: E402,F401
@@ -313,12 +313,7 @@ class _Builder:
         names = getattr(self, "_node_names", None)
         if names is None:
             names = self._node_names = {n.name for n in self.g.nodes}
-        name, k = base, 1
-        while name in names:
-            name = f"{base}_{k}"
-            k += 1
-        names.add(name)
-        return name
+        return claim_name(base, names)
 
     # -- per node ------------------------------------------------------------------------------
     def float_node(self, node: Node) -> None:
