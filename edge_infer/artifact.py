@@ -780,13 +780,18 @@ def _build_tensor(doc, k: int, c: _Container, lenient: bool) -> Tensor:
             raise ArtifactError(f"tensor {name!r}: data must be an object or null")
         if shape is None or any(type(d) is not int for d in shape):
             raise ArtifactError(f"tensor {name!r}: a constant needs a static shape, got {doc['shape']}")
-        encoding = entry.get("encoding")
-        decode = _DECODERS.get(encoding) if type(encoding) is str else None
-        if decode is None:
-            raise ArtifactError(f"tensor {name!r}: unknown weight encoding {encoding!r} "
-                                f"(this edge_infer knows {', '.join(_DECODERS)})")
-        data = decode(entry, _LE_DTYPES[dtype], shape, c, name, lenient)
+        data = decode_entry(entry, _LE_DTYPES[dtype], shape, c, name, lenient)
     return Tensor(name, dtype, shape, data, quant)
+
+
+def decode_entry(entry: dict, dtype: np.dtype, shape, c: "_Container", name: str, lenient: bool):
+    """A constant's data from its weight-table ``entry``, by the decoder its encoding names."""
+    encoding = entry.get("encoding")
+    decode = _DECODERS.get(encoding) if type(encoding) is str else None
+    if decode is None:
+        raise ArtifactError(f"tensor {name!r}: unknown weight encoding {encoding!r} "
+                            f"(this edge_infer knows {', '.join(_DECODERS)})")
+    return decode(entry, dtype, shape, c, name, lenient)
 
 
 def _build_node(doc, k: int, tensors: Dict[str, Tensor], lenient: bool) -> Node:

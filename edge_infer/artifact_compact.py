@@ -27,9 +27,9 @@ from typing import Dict, List, Optional
 import numpy as np
 
 # artifact.py imports this module inside its functions only, so importing it here is no cycle
-from .artifact import (_DECODERS, ALIGN, FLAG_COMPACT_GRAPH, KIND_GRAPH, _check_attrs, _check_json_value,
+from .artifact import (ALIGN, FLAG_COMPACT_GRAPH, KIND_GRAPH, _check_attrs, _check_json_value,
                        _checked_array, _dim_to_json, _expect_keys, _new_graph, _open, _parse_json,
-                       _raw_view, _refuse_malformed, _shape)
+                       _raw_view, _refuse_malformed, _shape, decode_entry)
 from .errors import ArtifactError, GraphError
 from .ir.graph import Graph, Node, Tensor
 
@@ -281,12 +281,7 @@ def _data(entry, dtype: np.dtype, shape: tuple, c, name: str, lenient: bool):
         return _checked_array(_aligned(raw, dtype), shape, name)
     if type(entry) is not dict:
         raise ArtifactError(f"tensor {name!r}: data must be an offset, a base64 string or an object")
-    encoding = entry.get("encoding")
-    decode = _DECODERS.get(encoding) if type(encoding) is str else None
-    if decode is None:
-        raise ArtifactError(f"tensor {name!r}: unknown weight encoding {encoding!r} "
-                            f"(this edge_infer knows {', '.join(_DECODERS)})")
-    return decode(entry, dtype, shape, c, name, lenient)
+    return decode_entry(entry, dtype, shape, c, name, lenient)
 
 
 def _aligned(raw: bytes, dtype: np.dtype) -> np.ndarray:
