@@ -2,7 +2,7 @@
  * fused multiply-adds, bias, residual and activation (Relu, Clip, HardSwish, HardSigmoid,
  * LeakyRelu) in registers: AVX-512 (16 channels a vector), AVX2 (8), NEON (4), scalar (the
  * channels no vector covers, and every channel under a cleared ISA mask). The body is
- * depthwise_f32_body.h, compiled once per ISA.
+ * depthwise_f32_body.h, compiled once per ISA (it undefines the DWF_ macros at its end).
  *
  * depthwise.c's fp32 kernel adds the tap products one tap at a time through memory in the
  * numpy kernel's order (no FMA, bit-exact with it); this one keeps four output pixels'
@@ -36,18 +36,6 @@
 #define DWF_MAX(c, v) ((c) > (v) ? (c) : (v))
 #define DWF_MIN(c, v) ((c) < (v) ? (c) : (v))
 #include "depthwise_f32_body.h"
-#undef DWF_NAME
-#undef DWF_ATTR
-#undef DWF_V
-#undef DWF_T
-#undef DWF_LOAD
-#undef DWF_STORE
-#undef DWF_SET
-#undef DWF_FMA
-#undef DWF_ADD
-#undef DWF_MUL
-#undef DWF_MAX
-#undef DWF_MIN
 
 #if defined(__x86_64__)
 /* ---- AVX2 + FMA ---- */
@@ -64,18 +52,6 @@
 #define DWF_MAX(c, v) _mm256_max_ps((c), (v))
 #define DWF_MIN(c, v) _mm256_min_ps((c), (v))
 #include "depthwise_f32_body.h"
-#undef DWF_NAME
-#undef DWF_ATTR
-#undef DWF_V
-#undef DWF_T
-#undef DWF_LOAD
-#undef DWF_STORE
-#undef DWF_SET
-#undef DWF_FMA
-#undef DWF_ADD
-#undef DWF_MUL
-#undef DWF_MAX
-#undef DWF_MIN
 
 /* ---- AVX-512 ---- */
 #define DWF_NAME(f) dwf_##f##_avx512

@@ -98,3 +98,17 @@ DWF_ATTR static void DWF_NAME(rows)(const ei_dw_args *a, int64_t r0, int64_t r1,
         }
     }
 }
+
+/* the instantiation's parameters, undefined for the next one */
+#undef DWF_NAME
+#undef DWF_ATTR
+#undef DWF_V
+#undef DWF_T
+#undef DWF_LOAD
+#undef DWF_STORE
+#undef DWF_SET
+#undef DWF_FMA
+#undef DWF_ADD
+#undef DWF_MUL
+#undef DWF_MAX
+#undef DWF_MIN
