@@ -91,7 +91,7 @@ def _bias(ctx, name: str, m: int, scale: float = 1.0) -> Optional[np.ndarray]:
     return np.ascontiguousarray((b.astype(np.float64) * scale if scale != 1.0 else b).reshape(m), np.float32)
 
 
-def _step(ctx, args: ConvF32Args, keep, node: Optional[Node] = None) -> Callable[[], None]:
+def _step(ctx, args: ConvF32Args, keep) -> Optional[Callable[[], None]]:
     """The native step, its per-thread tile scratch taken from the plan's shared column
     scratch (steps run one at a time, so every conv of a plan can use the same bytes)."""
     from .conv import shared_cols
@@ -102,9 +102,6 @@ def _step(ctx, args: ConvF32Args, keep, node: Optional[Node] = None) -> Callable
         per = nbytes // args.threads
         args.threads = int(max(1, min(args.threads, (ctx.workspace_budget + ctx.scratch_held("im2col")) // max(per, 1))))
         nbytes = int(fn(ctypes.addressof(args)))
-        if node is not None and node.name in ctx.notes:
-            ctx.notes[node.name] = ctx.notes[node.name].replace(
-                "thread(s)", f"thread(s), tiles for {args.threads} to fit the memory budget", 1)
     if not ctx.scratch_fits("im2col", nbytes):
         return None         # its tile does not fit what the memory budget leaves: the numpy conv bands
     scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
@@ -156,11 +153,16 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (h, wd)
     extra = ", ".join((["bias"] if bias is not None else []) + (["residual"] if z is not None else [])
                       + ([ep[3]] if ep[3] else []))
+    step = _step(ctx, args, (x, y, z, wpack, bias))
+    if step is None:
+        return None
+    fewer = args.threads < threads_of(ctx)           # _step's choice under a tight budget
     ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native SGEMM ({isa_name()}, "
                    f"{'direct on the input' if direct else 'im2col per tile'}, {n * oh * ow}x{cg * kh * kw} @ "
                    f"{cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "") + ")"
-                   + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)")
-    return _step(ctx, args, (x, y, z, wpack, bias), node)
+                   + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
+                   + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
+    return step
 
 
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
