@@ -314,7 +314,7 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     steps = getattr(ex, "steps", None) or []       # a staged plan (run-time shapes) has none up front
     slow = [n.op for n, st in zip(ex.nodes, steps) if getattr(st, "native_step", None) is None]
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
-            **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(getattr(ex, "scratch_bytes", None) or {}),
+            **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(ex.scratch_bytes),
             "memory_limit": memory_limit,
             "steps": len(steps), "native_steps": len(steps) - len(slow), "numpy_steps": sorted(set(slow)),
             "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t or "to fit the memory budget" in t},

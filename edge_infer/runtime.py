@@ -74,8 +74,8 @@ def _scratch_stats(ex) -> dict:
     """A plan's scratch: {role: bytes} of the buffers shared by role (in its workspace) and
     how many kernels' scratch lies in arena bytes free during their step."""
     plan = ex.arena_plan
-    return {"scratch_bytes": dict(getattr(ex, "scratch_bytes", None) or {}),     # a staged plan has none
-            "scratch_in_arena": len(getattr(plan, "scratch_offsets", None) or ()) if plan is not None else 0}
+    return {"scratch_bytes": dict(ex.scratch_bytes),
+            "scratch_in_arena": len(plan.scratch_offsets) if plan is not None else 0}
 
 
 class Runtime:
