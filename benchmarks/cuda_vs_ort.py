@@ -33,6 +33,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+#: the deployed families (tests/family_models.py): name -> (builder, input size)
+FAMILIES = {"mnv3": ("mobilenetv3_classifier", (224, 224)), "db640": ("db_text_detector", (640, 640)),
+            "yolo320": ("yolo_detector", 320), "yolo640": ("yolo_detector", 640)}
 DEFAULT_MODELS = ["digits", "squeezenet", "resnet50", "inception_v1", "shufflenet", "densenet121"]
 
 
@@ -44,6 +47,12 @@ def load(name: str):
         from edge_infer.data import digits_model_path, load_digits_samples
         model = onnx.load(digits_model_path())
         x = load_digits_samples()[0][:1]
+    elif name in FAMILIES:
+        import family_models
+        fn, size = FAMILIES[name]
+        model = getattr(family_models, fn)(size)
+        hw = model.graph.input[0].type.tensor_type.shape.dim
+        x = np.random.default_rng(1234).random([d.dim_value for d in hw], dtype=np.float32)
     else:
         from onnx_models import randomized_light_model_path
         model = onnx.load(randomized_light_model_path("light_" + name if not name.startswith("light_") else name))

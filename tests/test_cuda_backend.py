@@ -284,6 +284,56 @@ def test_conv_fp32_and_int8(case, layout):
     _compare(g, feeds, exact=True)
 
 
+DECONV_CASES = [  # (c, m, k, stride, pads, output_padding, group, dilation)
+    (4, 6, 2, 2, 0, 0, 1, 1), (5, 3, 4, 2, 1, 0, 1, 1), (6, 4, 3, 2, 1, 1, 1, 1), (4, 8, 3, 1, 1, 0, 2, 1),
+    (3, 5, 3, 3, 2, 2, 1, 2)]
+
+
+@pytest.mark.parametrize("case", DECONV_CASES, ids=lambda c: "c{}m{}k{}s{}p{}op{}g{}d{}".format(*c))
+def test_conv_transpose_fp32_and_int8(case):
+    """ConvTranspose stays NCHW in every plan (the layout pass keeps it so): NCHW here."""
+    c, m, k, s, p, op, group, d = case
+    rng = np.random.default_rng(sum(case))
+    n, h, w = 2, 5, 6
+    xin = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, m // group, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    attrs = {"group": group, "strides": [s, s], "pads": [p] * 4, "output_padding": [op, op],
+             "dilations": [d, d], "kernel_shape": [k, k]}
+    g, feeds = _graph("ConvTranspose", [("x", xin, None, False), ("w", wt, None, True), ("b", b, None, True)],
+                      attrs)
+    _compare(g, feeds, exact=False)
+    if group > 1 or d > 1:        # the CPU's int8 kernel covers group 1, dilation 1
+        return
+    xq = rng.integers(-128, 128, xin.shape).astype(np.int8)
+    wq = rng.integers(-127, 128, wt.shape).astype(np.int8)
+    bq = rng.integers(-5000, 5000, m).astype(np.int32)
+    sw = rng.uniform(0.002, 0.02, m)
+    g, feeds = _graph("ConvTranspose", [("x", xq, _qd(0.05, 3), False), ("w", wq, _qd(sw, [0] * m, 1), True),
+                                        ("b", bq, _qd(0.05 * sw, [0] * m, 0), True)], attrs, "int8",
+                      _qd(0.4, -10))
+    _compare(g, feeds, exact=True)
+
+
+def test_split_fp32_and_int8():
+    rng = np.random.default_rng(3)
+    for arr, q in ((rng.standard_normal((2, 7, 3, 5)).astype(np.float32), None),
+                   (rng.integers(-128, 128, (2, 7, 3, 5)).astype(np.int8), _qd(0.1, 2))):
+        for axis, split in ((1, [2, 5]), (-1, [1, 3, 1]), (2, None)):
+            g = Graph("t")
+            g.add_input("x", arr.dtype.name, arr.shape).quant = q
+            names = ["x"]
+            if split is not None:
+                g.add_tensor("s", "int64", (len(split),), np.array(split, np.int64))
+                names.append("s")
+            outs = [f"y{i}" for i in range(len(split) if split else 3)]
+            g.add_node("Split", names, outs, axis=axis)
+            for o in outs:
+                g.tensors[o].dtype, g.tensors[o].quant = arr.dtype.name, q
+            g.outputs = outs
+            _compare(g, {"x": arr}, exact=True)
+
+
 def test_int8_gemm_matmul_binary_lut_concat_pools():
     rng = np.random.default_rng(7)
     a = rng.integers(-128, 128, (5, 70)).astype(np.int8)
@@ -757,3 +807,46 @@ def test_gpu_light_models(name):
             ref = CpuBackend().prepare(sp).run({gr.inputs[0]: x})
             out = CudaBackend(dev).prepare(sp).run({gr.inputs[0]: x})
             assert_parity(sp, ref, out, int8, (name, layout))
+
+
+def _family_graphs():
+    """(name, graph, input shape) of the deployed families at small sizes: MobileNetV3 (HardSwish,
+    squeeze-excite), DB text detector (FPN, Resize, ConvTranspose), YOLO-style (SiLU, C2f, Split,
+    upsample + concat head)."""
+    onnx = pytest.importorskip("onnx")  # noqa: F841
+    from family_models import db_text_detector, mobilenetv3_classifier, yolo_detector
+    from edge_infer.frontends.onnx import load_onnx
+    return [("mnv3", load_onnx(mobilenetv3_classifier((96, 96), classes=10)), (1, 3, 96, 96)),
+            ("db", load_onnx(db_text_detector((96, 96))), (1, 3, 96, 96)),
+            ("yolo", load_onnx(yolo_detector(96)), (1, 3, 96, 96))]
+
+
+def _family_parity(dev, layout):
+    from edge_infer.convert import optimize_verified
+    from edge_infer.quantize import quantize_model
+    for name, g, shape in _family_graphs():
+        g2 = g.copy()
+        g2.metadata["preferred_layout"] = layout
+        opt, _ = optimize_verified(g2, 3, samples=1)
+        cal = [{opt.inputs[0]: np.random.default_rng(k).random(shape, dtype=np.float32)} for k in range(4)]
+        q, _ = quantize_model(opt, cal)
+        x = np.random.default_rng(99).random(shape, dtype=np.float32)
+        for gr, int8 in ((opt, False), (q, True)):
+            sp = specialize(with_logits(gr), {gr.inputs[0]: shape})
+            assert all(CudaBackend(dev).supports(n, sp) for n in sp.nodes
+                       if not all(sp.tensors[o].is_const for o in n.outputs if o)), (name, layout)
+            ref = CpuBackend().prepare(sp).run({gr.inputs[0]: x})
+            out = CudaBackend(dev).prepare(sp).run({gr.inputs[0]: x})
+            assert_parity(sp, ref, out, int8, (name, layout, int8))
+
+
+@pytest.mark.parametrize("layout", ["nhwc", pytest.param("nchw", marks=pytest.mark.slow)])
+def test_family_models_match_cpu_emulated(layout):
+    """The families users deploy, fp32 and int8 (bit-exact), through the CPU emulator."""
+    _family_parity(_emulator()(), layout)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_gpu_family_models(layout):
+    """The same families on the GPU against the CPU backend."""
+    _family_parity(_gpu(), layout)

@@ -23,6 +23,7 @@ from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ops.activations import codes_for, fused_params
 from ...ops.elementwise import broadcast_plan
+from ...ir.shape_inference import SHAPE_RULES
 from ...ir.shape_rules_nn import channels_last, split_layout
 from ...ir.shape_rules_tensor import slice_bounds, slice_params, transpose_perm
 
@@ -159,6 +160,24 @@ def concat(node: Node, ctx):
         at += k
     if at != y.shape[axis]:
         raise ShapeError(f"Concat {node.name!r}: inputs give {at} along axis {axis}, output has {y.shape[axis]}")
+    ctx.note(node, f"{len(steps)} strided copies")
+    return steps
+
+
+@launcher("Split")
+@launcher("Split", int8=True)
+def split(node: Node, ctx):
+    x = ctx.buf(node.inputs[0])
+    axis = int(node.attrs.get("axis", 0)) % len(x.shape)
+    # sizes from the shape rule, which also covers outputs left unnamed
+    shapes = SHAPE_RULES["Split"](node, [ctx.tensor(n) if n else None for n in node.inputs])
+    steps, at = [], 0
+    for name, (_, shape) in zip(node.outputs, shapes):
+        k = int(shape[axis])
+        if name:
+            sl = (slice(None),) * axis + (slice(at, at + k),)
+            steps += copy_step(ctx, x, lambda v, sl=sl: v[sl], ctx.buf(name))
+        at += k
     ctx.note(node, f"{len(steps)} strided copies")
     return steps
 

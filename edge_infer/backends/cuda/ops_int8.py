@@ -19,7 +19,7 @@ from ...ops.pool import window_counts as axis_window_counts
 from ...ops.qmath import b_scales, clip_bounds, conv_requant_params, int8_bias, round_half_away
 from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
 from .ops import BLOCK, _opt, broadcast_meta, copy_step, gemm_grid, grid_1d, i32, i64, launcher
-from .ops_nn import ConvGeom, _conv_setup, _pool_geom
+from .ops_nn import ConvGeom, _conv_setup, _pool_geom, conv_transpose_args
 
 _VALUES = np.arange(-128, 128, dtype=np.int64)
 
@@ -107,6 +107,34 @@ def int8_conv(node: Node, ctx):
     ctx.note(node, f"int8 {'pointwise' if pointwise else 'im2col'} {g.kh}x{g.kw} + tiled int32 GEMM "
                    f"({rows}x{kg} . {mg}x{kg}{f', {group} groups' if group > 1 else ''}){tail}")
     return steps
+
+
+@launcher("ConvTranspose", int8=True)
+def int8_conv_transpose(node: Node, ctx):
+    _int8(node, ctx, node.inputs[0], node.inputs[1], node.outputs[0])
+    args = conv_transpose_args(node, ctx)
+    m = int(args[4])
+    w = ctx.const(node.inputs[1])
+    if w is None:
+        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: int8 transposed conv needs constant weights")
+    s_x, zp_x = I8.per_tensor(ctx, node.inputs[0], "input")
+    s_y, zp_y = I8.per_tensor(ctx, node.outputs[0], "output")
+    wq = I8.qparams(ctx, node.inputs[1], "weights")
+    if np.any(wq.zero_point != 0) or wq.scale.size not in (1, m) or (wq.scale.size == m > 1 and wq.axis != 1):
+        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: weights must be symmetric, per output channel "
+                                 "(axis 1)")
+    s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
+    q, sh = _requant_arrays(ctx, *conv_requant_params(s_x, s_w, s_y))
+    bias = _bias_i32(ctx, node, _opt(node, 2), m)
+    x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
+    total = int(np.prod(y.shape, dtype=np.int64))
+    if total == 0:
+        return []
+    ctx.note(node, f"int8 direct transposed conv {int(args[7])}x{int(args[8])} stride {int(args[9])}, one "
+                   "output per thread; MBQM per channel")
+    return [ctx.launch("conv_transpose_s8", grid_1d(total), (BLOCK,),
+                       (x, ctx.upload(np.ascontiguousarray(w, np.int8)), bias, q, sh, y, *args, i32(zp_x),
+                        i32(zp_y)))]
 
 
 def _gemm_s8(node, ctx, a, a_name, s_b, b_mat_nk, bias, n_cols, k_len, rows, zp_a, zp_b, batches=1,

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.shape_rules_nn import channels_last, resize_plan, split_layout
+from ...ir.shape_rules_nn import channels_last, conv_transpose_geometry, resize_plan, split_layout
 from ...ops.conv import conv_geometry, window_geometry
 from ...ops.resize import nearest_index, source_coords, taps
 from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i64, launcher
@@ -127,6 +127,54 @@ def _im2col(ctx, x, cols, g: ConvGeom, k: int, cs):
     total = g.n * k * g.p
     return ctx.launch("im2col_f32", grid_1d(total), (BLOCK,),
                       (x, cols, *g.args(), i32(int(g.last)), i64(cs[0]), i64(cs[1]), i64(cs[2])))
+
+
+def conv_transpose_args(node: Node, ctx) -> tuple:
+    """The int32 geometry arguments of conv_transpose_f32 / _s8 (n, c, h, w, m, oh, ow, kh, kw, sh,
+    sw, ph, pw, dh, dw, group, nhwc), checked against the planned output."""
+    x_t, w_t, y_t = (ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0]))
+    if len(x_t.shape) != 4 or len(w_t.shape) != 4:
+        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: CUDA covers 2-D transposed convs")
+    last = channels_last(node)
+    n, c, (h, w) = split_layout(x_t.shape, last)
+    group = int(node.attrs.get("group", 1))
+    cw, mg, kh, kw = (int(d) for d in w_t.shape)
+    m = mg * group
+    if cw != c or c % group:
+        raise ShapeError(f"ConvTranspose {node.name!r}: X {x_t.shape}, W {w_t.shape}, group {group} disagree")
+    pads, (oh, ow) = conv_transpose_geometry([h, w], [kh, kw], node.attrs)
+    want = (n, oh, ow, m) if last else (n, m, oh, ow)
+    if tuple(y_t.shape) != want:
+        raise ShapeError(f"ConvTranspose {node.name!r}: planned output {tuple(y_t.shape)} != computed {want}")
+    sh, sw = (int(v) for v in (node.attrs.get("strides") or [1, 1]))
+    dh, dw = (int(v) for v in (node.attrs.get("dilations") or [1, 1]))
+    if min(sh, sw, dh, dw) < 1 or min(pads) < 0:
+        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: strides/dilations must be >= 1, pads >= 0 on CUDA")
+    return tuple(i32(v) for v in (n, c, h, w, m, oh, ow, kh, kw, sh, sw, pads[0], pads[1], dh, dw, group,
+                                   int(last)))
+
+
+@launcher("ConvTranspose")
+def conv_transpose(node: Node, ctx):
+    _f32(node, ctx, node.inputs[0], node.outputs[0])
+    args = conv_transpose_args(node, ctx)
+    w = ctx.const(node.inputs[1])
+    bname = _opt(node, 2)
+    b = ctx.const(bname) if bname else None
+    if w is None or (bname and b is None):
+        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: weights and bias must be constant on CUDA")
+    m = int(args[4])
+    if b is not None and b.size != m:
+        raise ShapeError(f"ConvTranspose {node.name!r}: bias has {b.size} values for {m} output channels")
+    x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
+    total = int(np.prod(y.shape, dtype=np.int64))
+    if total == 0:
+        return []
+    bias = ctx.upload(np.asarray(b, np.float32).reshape(-1)) if b is not None else ctx.dummy(np.float32)
+    ctx.note(node, f"direct transposed conv {int(args[7])}x{int(args[8])} stride {int(args[9])}, one output "
+                   "per thread")
+    return [ctx.launch("conv_transpose_f32", grid_1d(total), (BLOCK,),
+                       (x, ctx.upload(np.ascontiguousarray(w, np.float32)), bias, y, *args, i32(b is not None)))]
 
 
 # -- Gemm / MatMul (fp32, cuBLAS) ----------------------------------------------------------------

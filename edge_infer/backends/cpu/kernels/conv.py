@@ -51,8 +51,9 @@ from . import conv_native
 def view_as(a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     """A reshaped *view* of ``a``; raises instead of silently copying (an ``out=``
     into a copy would lose the result)."""
-    v = a.view()
-    v.shape = tuple(int(s) for s in shape)
+    v = a.reshape(tuple(int(s) for s in shape))
+    if v.size and not np.may_share_memory(v, a):   # reshape copied: a view is impossible
+        raise ValueError(f"cannot view an array of shape {a.shape} and strides {a.strides} as {tuple(shape)}")
     return v
 
 

@@ -76,3 +76,38 @@ extern "C" __global__ void conv_direct_f32(const float* x, const float* wt, cons
         y[i] = act_f32(acc, act, p0, p1);
     }
 }
+
+// Transposed convolution (2-D), one output per thread, gathering the input pixels whose taps
+// reach it: oy = iy * sh - ph + ky * dh, so iy = (oy + ph - ky * dh) / sh where that divides.
+// wt is ONNX's (C, M / group, kh, kw); no col2im buffer and no atomics.
+extern "C" __global__ void conv_transpose_f32(const float* x, const float* wt, const float* bias, float* y,
+                                              int n, int c, int h, int w, int m, int oh, int ow, int kh, int kw,
+                                              int sh, int sw, int ph, int pw, int dh, int dw, int group,
+                                              int nhwc, int has_bias) {
+    int cg = c / group, mg = m / group;
+    i64 total = (i64)n * m * oh * ow;
+    GRID_STRIDE(i, total) {
+        i64 b, co, oy, ox;
+        if (nhwc) { co = i % m; i64 t = i / m; ox = t % ow; t /= ow; oy = t % oh; b = t / oh; }
+        else { ox = i % ow; i64 t = i / ow; oy = t % oh; t /= oh; co = t % m; b = t / m; }
+        i64 g = co / mg, cm = co % mg;
+        float acc = has_bias ? bias[co] : 0.0f;
+        for (int ky = 0; ky < kh; ++ky) {
+            int ty = (int)oy + ph - ky * dh;
+            if (ty < 0 || ty % sh) continue;
+            int iy = ty / sh;
+            if (iy >= h) continue;
+            for (int kx = 0; kx < kw; ++kx) {
+                int tx = (int)ox + pw - kx * dw;
+                if (tx < 0 || tx % sw) continue;
+                int ix = tx / sw;
+                if (ix >= w) continue;
+                for (int ci = 0; ci < cg; ++ci) {
+                    i64 ch = g * cg + ci;
+                    acc += x[in_index(nhwc, b, ch, iy, ix, c, h, w)] * wt[((ch * mg + cm) * kh + ky) * kw + kx];
+                }
+            }
+        }
+        y[i] = acc;
+    }
+}

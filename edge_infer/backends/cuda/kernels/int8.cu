@@ -229,3 +229,39 @@ extern "C" __global__ void requantize_s32(const int* x, int* y, const int* q, co
         y[i] = mbqm(x[i], q[c], shift[c]);
     }
 }
+
+// int8 transposed convolution (2-D, any group), one output per thread: the gather of
+// conv_transpose_f32 on (x - zp_x) * w in int32, + bias, then the conv output stage (per output
+// channel MBQM), so it computes the CPU kernel's integers.
+extern "C" __global__ void conv_transpose_s8(const i8* x, const i8* wt, const int* bias, const int* q,
+                                             const int* shift, i8* y, int n, int c, int h, int w, int m, int oh,
+                                             int ow, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
+                                             int group, int nhwc, int zp_x, int zp_y) {
+    int cg = c / group, mg = m / group;
+    i64 total = (i64)n * m * oh * ow;
+    GRID_STRIDE(i, total) {
+        i64 b, co, oy, ox;
+        if (nhwc) { co = i % m; i64 t = i / m; ox = t % ow; t /= ow; oy = t % oh; b = t / oh; }
+        else { ox = i % ow; i64 t = i / ow; oy = t % oh; t /= oh; co = t % m; b = t / m; }
+        i64 g = co / mg, cm = co % mg;
+        int acc = 0;
+        for (int ky = 0; ky < kh; ++ky) {
+            int ty = (int)oy + ph - ky * dh;
+            if (ty < 0 || ty % sh) continue;
+            int iy = ty / sh;
+            if (iy >= h) continue;
+            for (int kx = 0; kx < kw; ++kx) {
+                int tx = (int)ox + pw - kx * dw;
+                if (tx < 0 || tx % sw) continue;
+                int ix = tx / sw;
+                if (ix >= w) continue;
+                for (int ci = 0; ci < cg; ++ci) {
+                    i64 ch = g * cg + ci;
+                    acc += ((int)x[s8_in_index(nhwc, b, ch, iy, ix, c, h, w)] - zp_x)
+                           * (int)wt[((ch * mg + cm) * kh + ky) * kw + kx];
+                }
+            }
+        }
+        y[i] = s8_output(acc + bias[co], q[co], shift[co], zp_y, 0, (i8)0, (const int*)0, -128, 127);
+    }
+}
