@@ -585,3 +585,18 @@ def test_shape_rules_symbolic():
         == ("N", 3, 8, 10)
     assert _infer("Dropout", [("x", ("N", 3))], {}, n_out=2) == [("N", 3), ("N", 3)]
     assert _infer("Softmax", [("x", ("N", 3))], {})[0] == ("N", 3)
+
+
+@pytest.mark.parametrize("dtype,cols", [(np.float32, 4), (np.float64, 8), (np.float32, 3), (np.int32, 4)])
+def test_negative_on_strided_columns(dtype, cols):
+    """The kernels' negation on a column of a wider array, in place and into a strided out: the
+    pattern on which numpy 2.4's np.negative returns wrong values."""
+    from edge_infer.backends.cpu.kernels.elementwise import negative
+    for n in (3, 8, 17, 100):
+        a = (np.random.default_rng(n).random((n, cols)) * 100 - 50).astype(dtype)
+        v = a[:, :1]
+        want = -(v.copy())
+        out = np.zeros((n, cols), dtype)[:, 1:2]
+        negative(v, out=out)
+        negative(v, out=v)
+        assert np.array_equal(out, want) and np.array_equal(v, want), n

@@ -70,8 +70,14 @@ def native_binary(node, ctx, op, names=None):
 
 # -- unary ----------------------------------------------------------------------------
 
+def negative(x: np.ndarray, out: np.ndarray = None) -> np.ndarray:
+    """-x. Not np.negative: numpy 2.4's gives wrong values on some strided views (a (n, 1) column
+    of a float32 (n, 4) array, in place or into a strided out; tests/test_kernels_nn.py shows it)."""
+    return np.multiply(x, -1, out=out)
+
+
 UNARY_UFUNCS = {
-    "Abs": np.absolute, "Neg": np.negative, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
+    "Abs": np.absolute, "Neg": negative, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
     "Reciprocal": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil,
     "Round": np.rint,             # ONNX Round is round-half-to-even, like rint
     "Sign": np.sign, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan,
@@ -196,7 +202,7 @@ def sigmoid(node, ctx):
 
     def run():
         # 1/(1+exp(-x)): exp overflowing to inf gives exactly 0, as it should
-        np.negative(x, out=y)
+        negative(x, out=y)
         np.exp(y, out=y)
         np.add(y, 1, out=y)
         np.reciprocal(y, out=y)
@@ -230,7 +236,7 @@ def _softplus_into(x, y, pos):
     """y = log(1 + exp(x)), computed as max(x,0) + log1p(exp(-|x|)) so it never overflows."""
     np.maximum(x, 0, out=pos)       # first: x is not read once y is written (in-place safe)
     np.absolute(x, out=y)
-    np.negative(y, out=y)
+    negative(y, out=y)
     np.exp(y, out=y)
     np.log1p(y, out=y)
     np.add(y, pos, out=y)

@@ -30,7 +30,7 @@ from ..native import kernels as native_kernels
 from ..native import ops as native_ops
 from ..registry import KERNELS, kernel
 from . import conv_native
-from .elementwise import make_erf, native_unary, quiet
+from .elementwise import make_erf, native_unary, negative, quiet
 
 EPILOGUE_ATTRS = ("activation", "activation_params")
 
@@ -60,7 +60,7 @@ def activation_scratch(ctx, y: np.ndarray, name: str):
 
 def _sigmoid_into(src: np.ndarray, dst: np.ndarray) -> None:
     # the Sigmoid kernel's sequence: 1 / (1 + exp(-x))
-    np.negative(src, out=dst)
+    negative(src, out=dst)
     np.exp(dst, out=dst)
     np.add(dst, 1, out=dst)
     np.reciprocal(dst, out=dst)

@@ -29,6 +29,7 @@ from ....ops.sequence import DEFAULT_ACTIVATIONS, RNN_ACTIVATIONS
 from ..registry import kernel
 from . import recurrent_native
 from .conv import view_as
+from .elementwise import negative
 
 #: (alpha, beta) an activation takes when the attribute lists run out (onnxruntime's values)
 DEFAULT_PARAMS = {"LeakyRelu": (0.01, 0.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0, 0.0),
@@ -47,8 +48,7 @@ def _sigmoid(a, t):
 
 def _softplus(a, t):
     np.abs(a, out=t)                     # log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
-    # not np.negative: numpy 2.4's in place on a strided (n, 1) view gives wrong values
-    np.multiply(t, -1, out=t)
+    negative(t, out=t)
     np.exp(t, out=t)
     np.log1p(t, out=t)
     np.maximum(a, 0, out=a)
