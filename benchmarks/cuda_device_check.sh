@@ -54,6 +54,9 @@ if [ "$PART" = all ] || [ "$PART" = bench ]; then
         | tee "$OUT/bench.txt" || status=1
     $PY benchmarks/cuda_vs_ort.py --models "$MODELS" --runs "$RUNS" --layout nhwc --no-int8 \
         --json "$OUT/bench_nhwc.json" 2>&1 | tee "$OUT/bench_nhwc.txt" || status=1
+    # the launches one by one, for the CUDA graphs' gain
+    EDGE_INFER_CUDA_GRAPHS=0 $PY benchmarks/cuda_vs_ort.py --models "$MODELS" --runs "$RUNS" --no-int8 \
+        --json "$OUT/bench_no_graphs.json" 2>&1 | tee "$OUT/bench_no_graphs.txt" || status=1
     # zero-copy (mapped host memory) on this GPU, for the transfer-share comparison
     $PY benchmarks/cuda_vs_ort.py --models "$MODELS" --runs "$RUNS" --no-int8 --zero-copy on \
         --json "$OUT/bench_zero_copy.json" 2>&1 | tee "$OUT/bench_zero_copy.txt" || status=1

@@ -185,8 +185,9 @@ def main(argv=None) -> int:
                     ort_cuda(data, inp, x, args.runs)
                 row["ort_cuda_ms"], row["ort_note"] = ort_ms, why
                 row["ratio_vs_ort"] = row["e2e_ms"] / ort_ms if ort_ms else None
+            row["launch"] = exe.launch_mode
             rows.append(row)
-            print(f"  {name} {prec}: {row['e2e_ms']:.3f} ms ({parity})", flush=True)
+            print(f"  {name} {prec}: {row['e2e_ms']:.3f} ms ({parity}); {exe.launch_mode}", flush=True)
     print()
     print("| model | prec | ours ms | ORT CUDA ms | ratio | compute ms | upload ms | download ms | host write ms "
           "| serial transfer share | pipelined period ms | exposed transfer share | parity vs CPU |")

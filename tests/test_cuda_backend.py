@@ -783,6 +783,7 @@ def test_gpu_pipelined_and_zero_copy_slots(digits_graphs):
         pending = [exe.run_async({name: x[k:k + 4]}) for k in range(0, 40, 4)]
         for p, w in zip(pending, want):
             assert np.array_equal(p.result()[g.outputs[0]], w), zero_copy
+        assert "CUDA graph" in exe.launch_mode, exe.launch_mode     # frames 3.. replay each slot's graph
 
 
 @pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50", "light_inception_v1", "light_shufflenet"])
@@ -821,6 +822,18 @@ def _family_graphs():
             ("yolo", load_onnx(yolo_detector(96)), (1, 3, 96, 96))]
 
 
+def test_launches_stay_one_by_one_on_the_emulator(digits_graphs):
+    graphs, x = digits_graphs
+    g = graphs["nhwc"][1]
+    sp = specialize(g, {g.inputs[0]: x[:2].shape})
+    exe = CudaBackend(_emulator()()).prepare(sp)
+    outs = [exe.run({g.inputs[0]: x[k:k + 2]})[g.outputs[0]] for k in range(0, 8, 2)]
+    assert "one by one: the emulator" in exe.launch_mode
+    cpu = CpuBackend().prepare(sp)
+    assert all(np.array_equal(o, cpu.run({g.inputs[0]: x[k:k + 2]})[g.outputs[0]])
+               for o, k in zip(outs, range(0, 8, 2)))
+
+
 def _family_parity(dev, layout):
     from edge_infer.convert import optimize_verified
     from edge_infer.quantize import quantize_model
@@ -830,14 +843,15 @@ def _family_parity(dev, layout):
         opt, _ = optimize_verified(g2, 3, samples=1)
         cal = [{opt.inputs[0]: np.random.default_rng(k).random(shape, dtype=np.float32)} for k in range(4)]
         q, _ = quantize_model(opt, cal)
-        x = np.random.default_rng(99).random(shape, dtype=np.float32)
         for gr, int8 in ((opt, False), (q, True)):
             sp = specialize(with_logits(gr), {gr.inputs[0]: shape})
             assert all(CudaBackend(dev).supports(n, sp) for n in sp.nodes
                        if not all(sp.tensors[o].is_const for o in n.outputs if o)), (name, layout)
-            ref = CpuBackend().prepare(sp).run({gr.inputs[0]: x})
-            out = CudaBackend(dev).prepare(sp).run({gr.inputs[0]: x})
-            assert_parity(sp, ref, out, int8, (name, layout, int8))
+            cpu, exe = CpuBackend().prepare(sp), CudaBackend(dev).prepare(sp)
+            for k in range(3):          # the third frame replays the captured CUDA graph on a GPU
+                xk = np.random.default_rng(99 + k).random(shape, dtype=np.float32)
+                assert_parity(sp, cpu.run({gr.inputs[0]: xk}), exe.run({gr.inputs[0]: xk}), int8,
+                              (name, layout, int8, k, exe.launch_mode))
 
 
 @pytest.mark.parametrize("layout", ["nhwc", pytest.param("nchw", marks=pytest.mark.slow)])

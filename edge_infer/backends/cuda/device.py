@@ -203,6 +203,31 @@ class CupyDevice:
     def synchronize(self) -> None:
         self.device.synchronize()
 
+    def capture(self, stream, steps):
+        """(CUDA graph of ``steps`` as launched on ``stream``, "") or (None, why not). A step that
+        allocates (CuPy's pool; cuBLAS through cupy.matmul could) would bake a pointer the pool
+        hands out again into the graph, so any allocation during capture drops the graph."""
+        allocations = []
+        try:
+            class _Count(self.cp.cuda.memory_hook.MemoryHook):
+                name = "edge_infer_capture"
+
+                def malloc_preprocess(self, **kwargs):
+                    allocations.append(kwargs.get("size"))
+
+            with _Count():
+                stream.begin_capture()
+                try:
+                    for step in steps:
+                        step()
+                finally:
+                    graph = stream.end_capture()
+        except Exception as e:                     # a launch or library call refused capture
+            return None, f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if allocations:
+            return None, f"{len(allocations)} allocations during capture"
+        return graph, ""
+
 
 class _HostAlloc:
     """Owns one cudaHostAlloc block; freed with its last reference."""

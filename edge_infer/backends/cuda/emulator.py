@@ -311,3 +311,6 @@ class EmulatedDevice:
 
     def synchronize(self):
         pass
+
+    def capture(self, stream, steps):
+        return None, "the emulator runs launches one by one"

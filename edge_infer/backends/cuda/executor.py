@@ -19,6 +19,7 @@ most two frames are in flight (a third ``run_async`` first finishes the oldest).
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Dict, List, Optional
 
@@ -177,6 +178,8 @@ class _Slot:
         self.steps: List = []
         self.pending = None
         self.uploaded = self.done = None
+        self.runs = 0
+        self.graph = None      # the CUDA graph of the slot's launches, captured at its second run
 
 
 class Pending:
@@ -262,6 +265,11 @@ class CudaExecutable(Executable):
         self.compute_stream = device.stream()
         self.upload_stream = device.stream()
         self._next = 0
+        #: a frame's launches replayed as one CUDA graph (launch overhead of one call instead of
+        #: one per kernel); EDGE_INFER_CUDA_GRAPHS=0 keeps them one by one
+        self.use_graphs = os.environ.get("EDGE_INFER_CUDA_GRAPHS", "1") != "0"
+        self.launch_mode = f"{len(self.slots[0].flat)} launches one by one" + ("" if self.use_graphs else
+                                                                               " (EDGE_INFER_CUDA_GRAPHS=0)")
 
     # -- running ---------------------------------------------------------------------------------
     def run_async(self, feeds: Dict[str, np.ndarray]) -> Pending:
@@ -280,8 +288,16 @@ class CudaExecutable(Executable):
                 slot.uploaded.record(self.upload_stream)
             self.compute_stream.wait_event(slot.uploaded)
         with self.compute_stream:
-            for step in slot.flat:
-                step()
+            slot.runs += 1
+            if slot.runs == 2 and self.use_graphs:     # first run warmed modules, cuBLAS, caches
+                slot.graph, why = dev.capture(self.compute_stream, slot.flat)
+                self.launch_mode = (f"one CUDA graph per frame ({len(slot.flat)} launches)" if slot.graph
+                                    is not None else f"{len(slot.flat)} launches one by one: {why}")
+            if slot.graph is not None:
+                slot.graph.launch(self.compute_stream)
+            else:
+                for step in slot.flat:
+                    step()
             if not self.integrated:
                 for _, host, dv in slot.outputs:
                     dev.d2h_async(host, dv, self.compute_stream)
