@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """int8 vs fp32 memory: planned arena + workspaces of each model's int8 plan against its fp32
 plan (target: int8 <= fp32 on every model), and the peak RSS of a runtime-only process against
-onnxruntime's on a 640x640 DB-style text detector, fp32 and int8 (target <= 0.5x).
+onnxruntime's on the 640x640 DB text detector and YOLOv8n of tests/family_models.py, fp32 and
+int8 (target <= 0.5x; the table of benchmarks/memory_bench.py, section "families").
 
 Models: the onnx "light" zoo with seeded weights (tests/onnx_models.py), the int8 op families
 (tests/int8_op_graphs.py: MobileNetV3 block, DB head, YOLO head), the trained YOLO-style shapes
@@ -15,13 +16,9 @@ in child processes that load only the runtime (VmHWM).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -121,41 +118,6 @@ def bytes_table(models) -> list:
     return rows
 
 
-def rss_child(kind: str, path: str, feeds_path: str, threads: int) -> dict:
-    """Peak RSS of a child running ``path`` (an .eim, or an ONNX model for onnxruntime)."""
-    from memory_bench import rss_child as child
-    return child(kind, path, path, threads, feeds_path)
-
-
-def run_child(args, env) -> dict:
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *map(str, args)],
-                         capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def rss_rows(name: str, threads: int) -> list:
-    from memory_bench import compile_package
-    from edge_infer.artifact import load_artifact
-    from edge_infer.quantize.export_onnx import export_qdq
-    compile_package()
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        feeds = os.path.join(tmp, "feeds.npz")
-        np.savez(feeds, **input_feeds(name))
-        qdq = os.path.join(tmp, "int8_qdq.onnx")
-        export_qdq(load_artifact(converted(name, True))[0], qdq)
-        for label, eim, ref in (("fp32", converted(name, False), source_model(name)),
-                                ("int8", converted(name, True), qdq)):
-            ours = run_child(["ours", eim, feeds, threads], env)
-            ort = run_child(["ort", ref, feeds, threads], env)
-            rows.append({"model": name, "dtype": label, "ours": ours.get("peak_rss"), "ort": ort.get("peak_rss"),
-                         "error": ours.get("error") or ort.get("error")})
-    return rows
-
-
 def mb(n) -> str:
     return "-" if n is None else f"{n / 2**20:.1f}"
 
@@ -163,14 +125,10 @@ def mb(n) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--rss-model", default="db640")
+    ap.add_argument("--rss-model", default="db640,yolo640", help="family detectors (memory_bench.py --families)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: bytes,rss")
-    ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
-        print(json.dumps(rss_child(args.child[0], args.child[1], args.child[2], int(args.child[3]))))
-        return 0
     skip = set(args.skip.split(","))
     if "bytes" not in skip:
         rows = bytes_table([m for m in args.models.split(",") if m])
@@ -182,12 +140,8 @@ def main(argv=None) -> int:
                   f"{mb(q['workspace'])} | {r['ratio']:.2f}x |")
         print(f"worst int8 / fp32 (arena + workspace): {max(r['ratio'] for r in rows):.2f}x (target <= 1)")
     if "rss" not in skip:
-        rows = rss_rows(args.rss_model, args.threads)
-        print(f"\n| {args.rss_model} | edge_infer peak RSS MB | onnxruntime peak RSS MB | ratio |")
-        print("|---|---:|---:|---:|")
-        for r in rows:
-            ratio = f"{r['ours'] / r['ort']:.2f}x" if r["ours"] and r["ort"] else r["error"]
-            print(f"| {r['dtype']} | {mb(r['ours'])} | {mb(r['ort'])} | {ratio} |")
+        from memory_bench import family_rss_table, print_family_rss
+        print_family_rss(family_rss_table([m for m in args.rss_model.split(",") if m], args.threads))
     return 0
 
 

@@ -5,8 +5,13 @@ fragmentation of the dynamic pool. One run, printed side by side.
 1. arena: for every model of the test set (the onnx "light" zoo with seeded weights, and
    the digits CNN), converted at opt level 3: the planned activation arena against the
    lower bound (most bytes live at any one step) and the naive sum (target <= 1.1x).
-2. peak RSS: each runtime in its own process loads the model and runs it 3 times on the
-   same input; VmHWM of that process (target <= 0.5x onnxruntime's).
+2. peak RSS: each runtime in its own fresh process (benchmarks/rss_child.py: numpy and the
+   engine, nothing else) loads the model and runs it 3 times on the same input; VmHWM of that
+   process (target <= 0.5x onnxruntime's). First the zoo models, then the 640x640 detectors
+   users deploy (``--families``: the DB text detector and YOLOv8n of tests/family_models.py),
+   fp32 and int8 (onnxruntime int8: its own static QDQ quantization, as native_bench.py), each
+   process repeated ``--repeats`` times (median; onnxruntime's peak varies by a few MB from run
+   to run), with our plan's arena and workspace and the floor (python + numpy + the input).
 3. under a limit: a conv chain whose naive activation footprint is >= 2x the limit runs in
    a child under ``memory_limit``; its peak RSS (VmHWM) against the RSS before planning.
 4. fragmentation: a model with symbolic batch and image size under a mixed workload of
@@ -15,6 +20,7 @@ fragmentation of the dynamic pool. One run, printed side by side.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/memory_bench.py
     python benchmarks/memory_bench.py --models resnet50,digits --skip rss
+    python benchmarks/memory_bench.py --skip arena,rss,limit,frag      # the detectors only
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
 
 MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
           "squeezenet", "vgg19", "zfnet512", "digits"]
@@ -86,23 +93,23 @@ def arena_table(models) -> list:
 
 # -- 2. peak RSS against onnxruntime --------------------------------------------------------
 
-def rss_child(kind: str, src: str, eim: str, threads: int, feeds_path: str) -> dict:
-    with np.load(feeds_path) as f:           # made by the parent: neither child loads onnx
-        feeds = {k: f[k] for k in f.files}
-    if kind == "ort":
-        import onnxruntime as ort
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-        run = lambda: sess.run(None, feeds)  # noqa: E731
-    else:
-        from edge_infer import Runtime
-        rt = Runtime(eim, backend="cpu", threads=threads)
-        run = lambda: rt.run(feeds)  # noqa: E731
-    for _ in range(3):
-        run()
-    return {"peak_rss": vm("VmHWM")}
+CHILD = os.path.join(HERE, "rss_child.py")
+
+
+def rss_run(kind: str, model: str, feeds: dict, threads: int, folder: str) -> dict:
+    """benchmarks/rss_child.py in a fresh process: {"peak_rss": bytes, ...} or {"error": ...}."""
+    args = []
+    for k, v in feeds.items():
+        path = os.path.join(folder, f"feed{len(args)}.npy")
+        np.save(path, v)
+        args.append(f"{k}={path}")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    out = subprocess.run([sys.executable, CHILD, kind, model, str(threads), *args], capture_output=True,
+                         text=True, env=env)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run_child(args, env=None) -> dict:
@@ -123,19 +130,92 @@ def compile_package() -> None:
 
 
 def rss_table(models, threads: int) -> list:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     compile_package()
     rows = []
-    tmp = tempfile.mkdtemp()
-    for name in models:
-        src, eim = model_files(name)
-        feeds = os.path.join(tmp, f"{name}.npz")
-        np.savez(feeds, **feeds_for(src))
-        ours = run_child(["rss", "ours", src, eim, threads, feeds], env)
-        ort = run_child(["rss", "ort", src, eim, threads, feeds], env)
-        rows.append({"model": name, "ours": ours.get("peak_rss"), "ort": ort.get("peak_rss"),
-                     "error": ours.get("error") or ort.get("error")})
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in models:
+            src, eim = model_files(name)
+            feeds = feeds_for(src)
+            ours = rss_run("ours", eim, feeds, threads, tmp)
+            ort = rss_run("ort", src, feeds, threads, tmp)
+            rows.append({"model": name, "ours": ours.get("peak_rss"), "ort": ort.get("peak_rss"),
+                         "error": ours.get("error") or ort.get("error")})
     return rows
+
+
+FAMILY_RSS = ["db640", "yolo640"]
+
+
+def family_files(name: str) -> dict:
+    """Paths of a family detector (benchmarks/_common.py): its ONNX file, our fp32 and int8
+    .eim, onnxruntime's static int8 QDQ model, and its input. Converted once into the cache;
+    int8 calibrated on 4 random inputs in the model's preprocessing range (plan bytes do not
+    depend on the calibration; drift is allowed: YOLO's output concat collapses on random
+    calibration, which changes no memory)."""
+    import edge_infer
+    import _common as C
+    from native_bench import ort_int8
+    folder = os.path.join(CACHE, "families")
+    src = C.model_path(name, folder)
+    in_name, (x,) = C.model_inputs(name, src, 1)
+    out = {"onnx": src, "feeds": {in_name: x}}
+    for kind in ("fp32", "int8", "ort_int8"):
+        path = os.path.join(folder, f"{name}_{kind}_mem" + (".onnx" if kind == "ort_int8" else ".eim"))
+        if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(src):
+            cal = C.model_inputs(name, src, 4, seed=2)[1]
+            if kind == "ort_int8":
+                ort_int8(src, path, in_name, cal)
+            else:
+                opts = dict(quantize="int8", calib=cal, allow_drift=True) if kind == "int8" else {}
+                edge_infer.convert(src, path, verify_samples=1, **opts)
+        out[kind] = path
+    return out
+
+
+def family_rss_table(models, threads: int, repeats: int = 3) -> list:
+    """Per family detector and dtype: median peak RSS of ours and of onnxruntime over
+    ``repeats`` fresh processes each (onnxruntime's range too), our arena and workspace, and
+    the floor every process pays (python + numpy + the input)."""
+    compile_package()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in models:
+            f = family_files(name)
+            floor = rss_run("floor", "-", f["feeds"], threads, tmp).get("peak_rss")
+            for dtype, eim, ref in (("fp32", f["fp32"], f["onnx"]), ("int8", f["int8"], f["ort_int8"])):
+                ours = [rss_run("ours", eim, f["feeds"], threads, tmp) for _ in range(repeats)]
+                ort = [rss_run("ort", ref, f["feeds"], threads, tmp) for _ in range(repeats)]
+                err = next((r["error"] for r in ours + ort if "error" in r), None)
+                row = {"model": name, "dtype": dtype, "floor": floor, "error": err}
+                if err is None:
+                    o, r = [v["peak_rss"] for v in ours], [v["peak_rss"] for v in ort]
+                    row.update(ours=int(np.median(o)), ort=int(np.median(r)), ort_min=min(r), ort_max=max(r),
+                               arena=ours[0]["arena"], workspace=ours[0]["workspace"])
+                rows.append(row)
+    return rows
+
+
+def print_family_rss(rows) -> None:
+    print("\n| model | dtype | edge_infer peak RSS MB | onnxruntime peak RSS MB (range) | ratio | arena MB | "
+          "workspace MB | floor MB (python + numpy + input) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if r["error"]:
+            print(f"| {r['model']} | {r['dtype']} | - | - | {r['error']} | - | - | {mb(r['floor'])} |")
+            continue
+        print(f"| {r['model']} | {r['dtype']} | {mb(r['ours'])} | {mb(r['ort'])} ({mb(r['ort_min'])}-"
+              f"{mb(r['ort_max'])}) | {r['ours'] / r['ort']:.2f}x | {mb(r['arena'])} | {mb(r['workspace'])} | "
+              f"{mb(r['floor'])} |")
+    ok = [r for r in rows if not r["error"]]
+    if ok:
+        worst = max(ok, key=lambda r: r["ours"] / r["ort"])
+        print(f"worst ratio: {worst['ours'] / worst['ort']:.2f}x ({worst['model']} {worst['dtype']}; target <= 0.5x); "
+              f"without the floor both pay: {(worst['ours'] - worst['floor']) / (worst['ort'] - worst['floor']):.2f}x")
+        for name in dict.fromkeys(r["model"] for r in ok):
+            f32, i8 = (next((r for r in ok if r["model"] == name and r["dtype"] == d), None) for d in ("fp32", "int8"))
+            if f32 and i8:
+                print(f"{name}: int8 peak RSS {mb(i8['ours'])} MB vs fp32 {mb(f32['ours'])} MB "
+                      f"(target: int8 below fp32)")
 
 
 # -- 3. a model twice the limit ---------------------------------------------------------------
@@ -252,16 +332,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: arena,rss,limit,frag")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: arena,rss,families,limit,frag")
+    ap.add_argument("--families", default=",".join(FAMILY_RSS), help="family detectors for the RSS table")
+    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per engine in the families table")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        kind, rest = args.child[0], args.child[1:]
-        if kind == "rss":
-            print(json.dumps(rss_child(rest[0], rest[1], rest[2], int(rest[3]), rest[4])))
-        else:
-            print(json.dumps(limit_child(rest[0], rest[1], int(rest[2]))))
+        rest = args.child[1:]
+        print(json.dumps(limit_child(rest[0], rest[1], int(rest[2]))))
         return 0
     models = [m for m in args.models.split(",") if m]
     skip = set(args.skip.split(","))
@@ -287,6 +366,10 @@ def main(argv=None) -> int:
         ok = [r["ours"] / r["ort"] for r in rows if r["ours"] and r["ort"]]
         if ok:
             print(f"worst RSS ratio: {max(ok):.2f}x, median {np.median(ok):.2f}x (target <= 0.5x)")
+    if "families" not in skip:
+        rows = report["families"] = family_rss_table([m for m in args.families.split(",") if m], args.threads,
+                                                     args.repeats)
+        print_family_rss(rows)
     if "limit" not in skip:
         r = report["limit"] = limit_run()
         lim, un = r["limited"], r["unlimited"]

@@ -17,12 +17,9 @@ child is started. ``EDGE_INFER_PROBE_IN_PROCESS=1`` probes in this process (no g
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 from typing import Any, Dict
@@ -89,6 +86,8 @@ def call_in_child(code: str, args, what: str, timeout: float = TIMEOUT_S):
     """Run ``code`` (which writes its JSON answer after ``_MARK`` on a line of stdout) in a
     child process of this interpreter with ``args`` as ``sys.argv[1:]``. Returns (answer,
     None), or (None, why) where the child died by a signal, failed, hung or gave no answer."""
+    import signal          # here, not at module level: a runtime that never probes a device
+    import subprocess      # in a child (the picker imports this module) does not load them
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([pkg_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     try:
@@ -172,6 +171,7 @@ def _key(kind: str) -> str:
         pass
     blob = json.dumps([kind, sys.executable, __version__, limits, [os.environ.get(k) for k in _ENV], files],
                       default=str)
+    import hashlib         # libcrypto, ~3.6 MB resident: only when a device is probed
     return f"{kind}-{hashlib.sha256(blob.encode()).hexdigest()[:20]}"
 
 

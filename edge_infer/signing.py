@@ -10,12 +10,18 @@ is used (verifying, signing, keygen): a runtime without trusted keys never impor
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 from typing import Callable, Dict, Iterable, NamedTuple, Optional, Union
 
 from .errors import ArtifactError, KeyFileError
+
+
+def _hashlib():
+    """hashlib, imported when a signature is read or made: it maps libcrypto (~3.6 MB
+    resident), which a runtime loading unsigned artifacts never needs."""
+    import hashlib
+    return hashlib
 
 SIG_MAGIC = b"\x89EIS\r\n\x1a\n"
 SIG_VERSION = 1
@@ -50,7 +56,7 @@ class SignatureInfo(NamedTuple):
 
 def key_id(public_raw: bytes) -> str:
     """The id of an Ed25519 public key: hex SHA-256 of its 32 raw bytes."""
-    return hashlib.sha256(public_raw).hexdigest()
+    return _hashlib().sha256(public_raw).hexdigest()
 
 
 # ---------------------------------------------------------------------------
@@ -85,7 +91,7 @@ def read_trailer(f, size: int) -> Optional[Trailer]:
 
 def _trailer_head(signed_length: int, public_raw: bytes) -> bytes:
     return _TRAILER.pack(SIG_MAGIC, SIG_VERSION, ALG_ED25519_SHA512, 0, signed_length,
-                         hashlib.sha256(public_raw).digest(), bytes(8), bytes(64))[:_SIGNED_FIELDS]
+                         _hashlib().sha256(public_raw).digest(), bytes(8), bytes(64))[:_SIGNED_FIELDS]
 
 
 def digest(buf, length: int) -> bytes:
@@ -93,7 +99,7 @@ def digest(buf, length: int) -> bytes:
     are dropped from the resident set once hashed (memory/pages.py), as the CRC check does."""
     from .memory.pages import drop_range
     import mmap
-    h = hashlib.sha512()
+    h = _hashlib().sha512()
     with memoryview(buf) as view:
         for k in range(0, length, _HASH_STEP):
             n = min(_HASH_STEP, length - k)
@@ -138,7 +144,7 @@ class _HashingFile:
     """A write-only file that hashes what passes through it (SHA-512) on its way to ``f``."""
 
     def __init__(self, f):
-        self.f, self.h, self.count = f, hashlib.sha512(), 0
+        self.f, self.h, self.count = f, _hashlib().sha512(), 0
 
     def write(self, data) -> int:
         self.h.update(data)

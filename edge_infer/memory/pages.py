@@ -8,7 +8,11 @@ prepare (kernels that transpose weights keep their own packed copy). After each,
 ``drop_pages`` tells the kernel (madvise MADV_DONTNEED) that this process no longer
 needs those pages: the RSS falls back, the data stays in the page cache, and a
 kernel that reads a weight directly at run time simply maps its pages back on first
-touch. Only file-backed, read-only mappings are ever advised (on anonymous memory
+touch. Pages of a file map come in folios of up to 2 MB on current kernels (ext4's large
+folios): one read of a 200-byte bias maps the whole folio around it, weights already
+packed included, and dropping the bias's own page leaves the rest mapped. So a plan, once
+prepared, drops its weight maps whole (``drop_maps``), and kernels that read a small
+constant at run time read their own copy (``private_copy``) rather than the map. Only file-backed, read-only mappings are ever advised (on anonymous memory
 DONTNEED would zero the data); elsewhere (no madvise) this does nothing.
 """
 from __future__ import annotations
@@ -22,14 +26,24 @@ _PAGE = mmap.PAGESIZE
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 
-def mapped_range(arr: np.ndarray) -> Optional[Tuple[mmap.mmap, int, int]]:
-    """(map, offset, length) of an array that is a view of a read-only ``mmap.mmap``, else None."""
+def _file_map(arr: np.ndarray) -> Optional[mmap.mmap]:
+    """The open, read-only ``mmap.mmap`` at the end of ``arr``'s base chain, else None (a
+    writable map is never advised: its pages may hold data the file does not)."""
     base = arr
     while isinstance(base, np.ndarray):
         base = base.base
     if isinstance(base, memoryview):
         base = base.obj
     if not isinstance(base, mmap.mmap) or getattr(base, "closed", False):
+        return None
+    with memoryview(base) as view:
+        return base if view.readonly else None
+
+
+def mapped_range(arr: np.ndarray) -> Optional[Tuple[mmap.mmap, int, int]]:
+    """(map, offset, length) of an array that is a view of a read-only ``mmap.mmap``, else None."""
+    base = _file_map(arr)
+    if base is None:
         return None
     try:
         start = np.frombuffer(base, np.uint8, count=1).ctypes.data
@@ -62,3 +76,26 @@ def drop_pages(arrays: Iterable[np.ndarray]) -> int:
             drop_range(*r)
             total += r[2]
     return total
+
+
+def drop_maps(arrays: Iterable[np.ndarray]) -> int:
+    """Drop every resident page of each read-only file map that one of ``arrays`` is a view
+    of (the whole map: folio remainders that per-array drops leave); returns the bytes advised."""
+    maps = {}
+    for arr in arrays:
+        if isinstance(arr, np.ndarray) and not arr.flags.writeable:
+            mm = _file_map(arr)
+            if mm is not None:
+                maps[id(mm)] = mm
+    for mm in maps.values():
+        drop_range(mm, 0, len(mm))
+    return sum(len(mm) for mm in maps.values())
+
+
+def private_copy(arr: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """``arr`` itself, or a copy in the process's own memory when it is a view of a file map:
+    for small constants a kernel reads at every run (a bias), so that runs never fault a
+    folio of the map back in."""
+    if isinstance(arr, np.ndarray) and not arr.flags.writeable and _file_map(arr) is not None:
+        return arr.copy()
+    return arr

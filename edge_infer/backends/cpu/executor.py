@@ -14,7 +14,7 @@ from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
 from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
 from ...memory.budget import placeholder, refusal
-from ...memory.pages import drop_pages
+from ...memory.pages import drop_maps, drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
 from .registry import KERNELS
 from .kernels.elementwise import INPLACE_SAFE
@@ -294,6 +294,10 @@ class CpuExecutable(Executable):
             if self.arena_plan.release is not None:
                 self.arena_plan.release()
             raise
+        # packing is over: the weight maps' pages (and the folio remainders that the per-node
+        # drops leave around small constants) out of the resident set; runs map back only
+        # what they read (memory/pages.py)
+        drop_maps(t.data for t in graph.tensors.values() if t.is_const)
         #: bytes for arena plus workspaces this plan was prepared under (None: unbounded)
         self.memory_limit = memory_limit
         #: what ``run`` executes: ``steps`` with native runs batched (``run_profiled`` keeps ``steps``)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ....ir import Node
 from ....ir.shape_rules_nn import channels_last
-from ....memory.pages import drop_pages
+from ....memory.pages import drop_pages, private_copy
 from .. import native as _native
 from ..native import ops as native_ops
 from ..native.kernels import threads_of
@@ -88,7 +88,9 @@ def _bias(ctx, name: str, m: int, scale: float = 1.0) -> Optional[np.ndarray]:
     b = ctx.const(name)
     if b is None or b.size != m or (b.ndim > 1 and b.shape[-1] != m):
         return False
-    return np.ascontiguousarray((b.astype(np.float64) * scale if scale != 1.0 else b).reshape(m), np.float32)
+    # read at every run: the kernel's own copy, never the file map (memory/pages.py)
+    return private_copy(np.ascontiguousarray((b.astype(np.float64) * scale if scale != 1.0 else b).reshape(m),
+                                             np.float32))
 
 
 def _step(ctx, args: ConvF32Args, keep) -> Optional[Callable[[], None]]:

@@ -17,6 +17,7 @@ from functools import partial
 
 import numpy as np
 
+from ....memory.pages import private_copy
 from ....ir.shape_rules_tensor import operand_dtype
 from ..native import ops as native_ops
 from ..registry import kernel
@@ -55,9 +56,10 @@ def native_unary(node, ctx, op=None, p0=0.0, p1=0.0):
 
 
 def contiguous_const(ctx, name, arr):
-    """A constant operand as a C-contiguous array (made once), for the native kernels."""
-    if arr is not None and ctx.const(name) is not None and not arr.flags.c_contiguous:
-        return np.ascontiguousarray(arr)
+    """A constant operand as a C-contiguous array (made once), for the native kernels; its own
+    copy rather than a view of the file map, which every run would fault back in (memory/pages.py)."""
+    if arr is not None and ctx.const(name) is not None:
+        return private_copy(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
     return arr
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
+from ....memory.pages import private_copy
 from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
@@ -110,7 +111,8 @@ def int8_clamp(node: Node, ctx) -> Callable[[], None]:
 def _binary_inputs(node: Node, ctx):
     if len(node.inputs) != 2:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 {node.op} takes two inputs")
-    a, b = ctx.value(node.inputs[0]), ctx.value(node.inputs[1])
+    # a constant operand is read at every run: its own copy, never the file map (memory/pages.py)
+    a, b = private_copy(ctx.value(node.inputs[0])), private_copy(ctx.value(node.inputs[1]))
     y = ctx.value(node.outputs[0])
     if a.dtype != np.int8 or b.dtype != np.int8 or y.dtype != np.int8:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 kernel wants int8 operands, got "

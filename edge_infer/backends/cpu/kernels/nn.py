@@ -411,6 +411,32 @@ def nearest_blocks(x_shape, y_shape, axes: Sequence[int], coords: dict, nearest_
     return flat.ravel()
 
 
+def _nearest_gather(node: Node, ctx, x: np.ndarray, y: np.ndarray, axes: List[int], coords: dict,
+                    nearest_mode: str, scale: List[float], ctm: str) -> Callable[[], None]:
+    """A nearest resize as one gather of whole blocks of the unchanged trailing dims (a pixel's
+    channels in NHWC): one source index per output block, not per value (per-value int64
+    indices were 8 bytes for every output float, 39 MB on a 640x640 DB detector). Natively,
+    memcpy runs of the blocks' bytes (the int8 kernel's, dtype-blind); else numpy's take."""
+    flat = nearest_blocks(x.shape, y.shape, axes, coords, nearest_mode, scale)
+    lead, inner = int(np.prod(x.shape[:axes[0]])), int(np.prod(x.shape[axes[-1] + 1:]))
+    note = f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}"
+    if y.size == 0:
+        ctx.note(node, note)
+        return lambda: None
+    if x.flags.c_contiguous and y.flags.c_contiguous:
+        from ..native import int8_ops
+        nat = int8_ops.runs_step(x.reshape(lead, -1).view(np.int8), y.reshape(lead, -1).view(np.int8), flat,
+                                 ctx, inner=inner * x.itemsize)
+        if nat is not None:
+            ctx.note(node, f"{note}; native memcpy runs")
+            return nat
+    x3 = view_as(x, (lead, x.size // max(lead * inner, 1), inner))
+    y3 = view_as(y, (lead, flat.size, inner))
+    take = np.take
+    ctx.note(node, note)
+    return lambda: take(x3, flat, axis=1, out=y3, mode="clip")
+
+
 def resize_scale(node: Node, ctx, x: np.ndarray, y: np.ndarray) -> Tuple[List[float], Optional[np.ndarray], bool]:
     """(per-axis scale, full roi or None, whether the scales come from the planned shapes) of a
     Resize node, checked against the planned output shape."""
@@ -468,12 +494,14 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
                                    None if roi is None else (float(roi[a]), float(roi[a + r])))
 
     if mode == "nearest":
+        if ctm != "tf_crop_and_resize":
+            return _nearest_gather(node, ctx, x, y, axes, coords, nearest_mode, scale, ctm)
         # one gather: flat source index of every output element past the unchanged leading dims
         a0 = axes[0]
         lead = int(np.prod(x.shape[:a0]))
         in_tail, out_tail = x.shape[a0:], y.shape[a0:]
         flat = np.zeros(out_tail, np.intp)
-        extra_mask = np.zeros(out_tail, bool) if ctm == "tf_crop_and_resize" else None
+        extra_mask = np.zeros(out_tail, bool)
         stride = 1
         for a in range(r - 1, a0 - 1, -1):
             shape = [1] * len(out_tail)
@@ -492,7 +520,7 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
         y2 = view_as(y, (lead, flat.size))
         take = np.take
         ctx.note(node, f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}")
-        if extra_mask is not None and extra_mask.any():
+        if extra_mask.any():
             m2 = extra_mask.reshape(1, -1)
             return lambda: (take(x2, flat, axis=1, out=y2, mode="clip"), np.copyto(y2, extrap, where=m2))
         return lambda: take(x2, flat, axis=1, out=y2, mode="clip")

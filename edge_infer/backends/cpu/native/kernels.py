@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ....memory.pages import private_copy
 from ....ops.activations import codes_for
 from .. import native as _native
 
@@ -199,8 +200,9 @@ def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geome
     else:
         if act not in DW_ACTIVATIONS:
             return None
-        wt = np.ascontiguousarray(w_ct if nchw else w_ct.T, np.float32)
-        b32 = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+        # read at every run: own copies, never the file map (memory/pages.py)
+        wt = private_copy(np.ascontiguousarray(w_ct if nchw else w_ct.T, np.float32))
+        b32 = None if bias is None else private_copy(np.ascontiguousarray(bias, np.float32).reshape(-1))
         pad = np.zeros(c, np.float32)
         p = [float(np.float32(v)) for v in params] + [0.0, 0.0]
         a.act, a.a0, a.a1 = DW_ACTIVATIONS[act], p[0], p[1]
