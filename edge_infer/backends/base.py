@@ -8,7 +8,9 @@ A backend turns a graph whose shapes are all concrete into an ``Executable``:
   the returned output copies.
 
 Backends are registered by name in ``BACKENDS``; ``supports`` lets the picker
-and the partitioner ask who covers which node.
+and the partitioner ask who covers which node. A backend whose kernels live in a
+``KernelTable`` (CPU, OpenCL, CUDA; ``kernel_table.py``) returns it from ``kernel_table()``:
+``supported_ops`` and ``supports`` read that table, the one its prepare dispatches through.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from ..ir import Graph, Node
 
 if TYPE_CHECKING:
     from ..memory.arena import ArenaPlan
+    from .kernel_table import KernelTable
 
 
 class Executable:
@@ -63,8 +66,17 @@ class Backend:
         """(usable here?, why not)."""
         return True, ""
 
+    def kernel_table(self) -> Optional["KernelTable"]:
+        """The backend's kernels by (op, dtype, sparse encoding, layout), where it keeps them in
+        a ``KernelTable``; None for a backend that runs the graph some other way (LiteRT)."""
+        return None
+
     def supported_ops(self) -> Sequence[str]:
-        raise NotImplementedError
+        """Every op the backend has a kernel for (in some form)."""
+        table = self.kernel_table()
+        if table is None:
+            raise NotImplementedError
+        return table.ops()
 
     def supports(self, node: Node, graph: Graph) -> bool:
         """Whether this backend can run ``node`` as it appears in ``graph``."""

@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ...errors import GraphError, UnsupportedOpError
+from ...errors import GraphError
 from ...ir import Graph, Node, Tensor
 from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
@@ -16,7 +16,7 @@ from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
 from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
-from .registry import KERNELS
+from .registry import TABLE
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 from . import native
@@ -170,10 +170,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
 
 
 def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:
-    fn = KERNELS.get(node.op)
-    if fn is None:
-        raise UnsupportedOpError(f"CPU backend has no kernel for op {node.op!r} (node {node.name!r})")
-    return fn(node, ctx)
+    return TABLE.prepare(node, ctx)
 
 
 def fold_node(node: Node, graph: Graph) -> None:
@@ -346,8 +343,8 @@ class CpuBackend(Backend):
     name = "cpu"
     plans_memory = True
 
-    def supported_ops(self):
-        return sorted(KERNELS)
+    def kernel_table(self):
+        return TABLE
 
     def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> Executable:
         """``memory_limit``: bytes for arena plus workspaces (kernels tile to fit; a plan that

@@ -195,7 +195,7 @@ def plan_names(graph: Graph, nodes: List[Node], fused: Dict[str, Node]):
 class OpenCLExecutable(Executable):
     """A graph prepared for one OpenCL device: one arena, constants resident, kernels bound."""
 
-    def __init__(self, graph: Graph, device, cl_ctx, queue, ops: dict, inplace_ops, options=None):
+    def __init__(self, graph: Graph, device, cl_ctx, queue, table, inplace_ops, options=None):
         import pyopencl as cl
         self.graph = graph
         self.device = device
@@ -230,10 +230,7 @@ class OpenCLExecutable(Executable):
             if node.name in fused:
                 pc.note(node, "fused into the producing element-wise kernel")
                 continue
-            fn = ops.get(node.op)
-            if fn is None:
-                raise UnsupportedOpError(f"OpenCL backend has no kernel for op {node.op!r} (node {node.name!r})")
-            fn(node, pc)
+            table.prepare(node, pc)      # the entry for the node's op, dtype, sparsity, layout
         self.notes = pc.notes
         self.workspace_bytes = sum(pc.scratch_bytes.values())
         self.constant_bytes = pc.const_bytes

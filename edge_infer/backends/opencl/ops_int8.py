@@ -3,8 +3,9 @@
 The integer math is the CPU backend's, term for term: int32 sums of (x - zp) products, the
 int64 bias, TFLite's MultiplyByQuantizedMultiplier (``mbqm`` in kernels/common.cl, the same
 single-division form as ``int8_common.Requantizer``), zero points and clamps; every
-multiplier, lookup table and clamp bound is computed on the host by the CPU backend's own
-functions, so both backends start from identical integers.
+multiplier, lookup table and clamp bound is computed on the host by ``ops/`` (``qmath``,
+``int8_tables``), the functions the CPU kernels use too, so both backends start from identical
+integers. Registered as the kernel table's int8 entries (``registry.py``).
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from ...ir.shape_rules_nn import channels_last, split_layout
 from ...ops.qmath import (INT32_MIN, QMAX, QMIN, clamp_range, clip_bounds, conv_requant_params, per_tensor,
                           qparams, quantize_multiplier, quantize_multipliers, requantize, round_half_away)
 from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
-from .ops import (OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant, geo_list,
-                  launch1d, matmul_batches, op, pack_conv_weights, pool_geometry, strides_of)
+from .ops import (UNARY, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant, geo_list,
+                  launch1d, matmul_batches, pack_conv_weights, pool_geometry, strides_of)
 from .executable import round_up
+from .registry import kernel_for
 
 
 def need_i8(pc, node: Node, names) -> None:
@@ -47,6 +49,7 @@ def lut_launch(node, pc, x, y, table, meta=(0,), n=None):
     launch1d(pc, node, "tensor", "lut_i8", n, [*pc.ref(x), *pc.ref(y), n, pc.upload(_table_u(table)), pc.meta(meta)])
 
 
+@kernel_for(*[o for o in UNARY if o in LUT_OPS or o in ("Relu", "Clip")], dtype="int8")
 def int8_unary(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_i8(pc, node, [x, y])
@@ -73,6 +76,7 @@ def int8_unary(node: Node, pc) -> None:
     pc.note(node, f"int8 {node.op}: requantize + clamp (exact table)")
 
 
+@kernel_for("Softmax", dtype="int8")
 def int8_softmax(node: Node, pc) -> None:
     """int8 Softmax over the last axis: the CPU kernel's integer exp table and exact quotient."""
     x, y = node.inputs[0], node.outputs[0]
@@ -82,6 +86,7 @@ def int8_softmax(node: Node, pc) -> None:
     pc.note(node, f"int8 Softmax over {cols} (integer exp table, exact rounded quotient)")
 
 
+@kernel_for("Add", "Sub", "Mul", dtype="int8")
 def int8_binary(node: Node, pc) -> None:
     if node.op not in ("Add", "Sub", "Mul") or len(node.inputs) != 2:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: no int8 OpenCL kernel")
@@ -133,6 +138,7 @@ def int8_gemm_launch(node, pc, M, N, K, nb1, nb2, A, zp_a, B, zp_b, C, bias, q, 
         pc.launch(node, "gemm", "gemm_i8", (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2), args, (8, 8, 1))
 
 
+@kernel_for("Conv", "FusedConv", dtype="int8")
 def int8_conv(node: Node, pc) -> None:
     x, wn, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bname = _opt(node, 2)
@@ -246,6 +252,7 @@ def _int8_mm(node, pc, M, N, K, nb2, A, a_name, B, b_name, b_axis_n, bias_name, 
     pc.note(node, f"int8 {gemm_variant(pc)} GEMM {M}x{K} @ {K}x{N} (int32 sums, MBQM per {'column' if len(set(q.tolist())) > 1 else 'tensor'})")
 
 
+@kernel_for("Gemm", "FusedGemm", dtype="int8")
 def int8_gemm(node: Node, pc) -> None:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     if float(node.attrs.get("alpha", 1.0)) != 1.0 or float(node.attrs.get("beta", 1.0)) != 1.0:
@@ -264,6 +271,7 @@ def int8_gemm(node: Node, pc) -> None:
     _int8_mm(node, pc, M, N, K, 1, A, a, B, b, 0 if tb else 1, _opt(node, 2), (yb, yo, N, 1, 0, 0))
 
 
+@kernel_for("MatMul", "FusedMatMul", dtype="int8")
 def int8_matmul(node: Node, pc) -> None:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     sa, sb, sy = pc.shape(a), pc.shape(b), pc.shape(y)
@@ -293,6 +301,7 @@ def _same_params(pc, node):
     return (np.float32(s_x) == np.float32(s_y) and zp_x == zp_y), s_x, zp_x, s_y, zp_y
 
 
+@kernel_for("AveragePool", dtype="int8")
 def int8_average_pool(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_i8(pc, node, [x, y])
@@ -316,6 +325,7 @@ def int8_average_pool(node: Node, pc) -> None:
     pc.note(node, f"int8 average pool {geo[6]}x{geo[7]} ({'TFLite rounded mean' if same else 'requantized mean'})")
 
 
+@kernel_for("GlobalAveragePool", "GlobalMaxPool", dtype="int8")
 def int8_global_pool(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_i8(pc, node, [x, y])
@@ -335,6 +345,7 @@ def int8_global_pool(node: Node, pc) -> None:
     pc.note(node, f"int8 {'max' if is_max else 'mean'} over {p} positions")
 
 
+@kernel_for("Concat", dtype="int8")
 def int8_concat(node: Node, pc) -> None:
     y = node.outputs[0]
     need_i8(pc, node, [y] + [i for i in node.inputs if i])
@@ -386,7 +397,7 @@ def _qdq_params(node, pc, x_name):
     return scale, zp.astype(np.float32), c, inner
 
 
-@op("QuantizeLinear")
+@kernel_for("QuantizeLinear")
 def quantize_linear(node: Node, pc) -> None:
     import pyopencl as cl
     x, y = node.inputs[0], node.outputs[0]
@@ -400,7 +411,7 @@ def quantize_linear(node: Node, pc) -> None:
     pc.note(node, "quantize to int8")
 
 
-@op("DequantizeLinear")
+@kernel_for("DequantizeLinear")
 def dequantize_linear(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     if pc.dtype(x) != "int8" or pc.dtype(y) != "float32":
