@@ -311,13 +311,11 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
         return {"weights_bytes": weights, "error": str(e)}
     from .ir.shape_rules_dynamic import data_dependent_tensors
     plan = ex.arena_plan.summary()
-    steps = getattr(ex, "steps", None) or []       # a staged plan (run-time shapes) has none up front
-    slow = [n.op for n, st in zip(ex.nodes, steps) if getattr(st, "native_step", None) is None]
+    # a staged plan (run-time shapes) has no steps fixed up front
+    steps = ex.step_summary() or {"steps": 0, "native_steps": 0, "numpy_steps": []}
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
             **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(ex.scratch_bytes),
-            "memory_limit": memory_limit,
-            "steps": len(steps), "native_steps": len(steps) - len(slow), "numpy_steps": sorted(set(slow)),
-            "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t or "to fit the memory budget" in t},
+            "memory_limit": memory_limit, **steps, "tiled": dict(ex.tiled),
             # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
             "data_dependent": data_dependent_tensors(ex.graph)}
 

@@ -42,6 +42,16 @@ class Executable:
     #: ``workspace_bytes``; scratch placed in the arena is ``arena_plan.scratch_offsets``
     scratch_bytes: Dict[str, int] = {}
     notes: Dict[str, str] = {}
+    #: {node name: how} of the nodes whose kernel split its work (bands of output rows, tiles
+    #: for fewer threads) to fit the memory budget or a scratch cap, as the kernel recorded it
+    #: at prepare (``PrepareContext.tiled_to_fit``)
+    tiled: Dict[str, str] = {}
+
+    def step_summary(self) -> Optional[dict]:
+        """``{"steps", "native_steps", "numpy_steps": [op, ...]}`` of a plan whose steps are all
+        fixed at prepare (what runs as native C, what as numpy); None where they are not (a
+        staged plan makes its rest per run-time value; other backends run no native steps)."""
+        return None
 
     def run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Run once. ``feeds`` maps every graph input name to an array of the
@@ -61,6 +71,9 @@ class Backend:
     #: whether this backend's plans size their memory up front (an ``arena_plan``), so that a
     #: memory limit can be checked before a run; LiteRT allocates inside its own interpreter
     plans_memory = False
+    #: whether the picker's microbenchmark of this backend runs in a child process
+    #: (``probe_guard``): a GPU driver that crashes must not end the caller's process
+    isolate_probe = False
 
     def available(self) -> Tuple[bool, str]:
         """(usable here?, why not)."""

@@ -49,6 +49,9 @@ class PrepareContext:
         self.node_index: Optional[int] = None
         #: per node index: (workspace bytes, tileable bytes) it took outside the roles
         self.node_bytes: Dict[int, List[int]] = {}
+        #: per node index: (node name, how it was tiled) of the kernels that split their work
+        #: to fit the workspace budget or a scratch cap (``tiled_to_fit``)
+        self._tiled_at: Dict[object, Tuple[str, str]] = {}
 
     @property
     def workspace_budget(self) -> float:
@@ -129,11 +132,23 @@ class PrepareContext:
         if own is not None:
             self.workspace_bytes -= own[0]
             self.tiled_bytes -= own[1]
+        self._tiled_at.pop(index, None)
         self.roles.forget(index)
 
     def note(self, node: Node, text: str) -> None:
         """Record the algorithm a kernel chose for ``node`` (shown by inspect)."""
         self.notes[node.name] = text
+
+    def tiled_to_fit(self, node: Node, how: str) -> None:
+        """Record that ``node``'s kernel splits its work (bands of rows, fewer threads' tiles)
+        to fit the workspace budget or a scratch cap: ``Executable.tiled``, what inspect lists."""
+        key = self.node_index if self.node_index is not None else node.name
+        self._tiled_at[key] = (node.name, how)
+
+    @property
+    def tiled(self) -> Dict[str, str]:
+        """{node name: how it was tiled} (``tiled_to_fit``)."""
+        return dict(self._tiled_at.values())
 
 
 def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
@@ -296,6 +311,7 @@ class CpuExecutable(Executable):
         #: what ``run`` executes: ``steps`` with native runs batched (``run_profiled`` keeps ``steps``)
         self.run_steps = group_native(self.steps)
         self.notes = ctx.notes
+        self.tiled = ctx.tiled
         self.workspace_bytes = ctx.workspace_bytes
         #: {role: bytes} of the scratch buffers shared by role (in ``workspace_bytes``); the
         #: scratch placed in the arena: ``arena_plan.scratch_offsets``
@@ -306,6 +322,10 @@ class CpuExecutable(Executable):
         self.scratch_repeats = ctx.roles.repeats
         self._in = [(name, self.buffers[name]) for name in graph.inputs if name in self.buffers]
         self._out = [(name, self.buffers.get(name, graph.tensors[name].data)) for name in graph.outputs]
+
+    def step_summary(self) -> dict:
+        slow = [n.op for n, st in zip(self.nodes, self.steps) if getattr(st, "native_step", None) is None]
+        return {"steps": len(self.steps), "native_steps": len(self.steps) - len(slow), "numpy_steps": sorted(set(slow))}
 
     def _feed(self, feeds):
         for name, buf in self._in:

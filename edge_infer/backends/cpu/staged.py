@@ -134,6 +134,13 @@ class StagedExecutable(Executable):
             out.update(p.notes)
         return out
 
+    @property
+    def tiled(self) -> Dict[str, str]:
+        out = dict(self.head.tiled)
+        for p in self._plans.values():
+            out.update(p.tiled)
+        return out
+
     def stats(self) -> dict:
         """Re-plans, re-uses and the cached rest plans (keys: shapes and frozen values)."""
         return {"cut": self.cut_node.name, "kind": self.kind, "value_inputs": list(self.frozen),

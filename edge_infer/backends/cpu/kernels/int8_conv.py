@@ -315,7 +315,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
             stage()
     ctx.note(node, f"{tag}{'grouped ' if group > 1 else ''}im2col {kdesc} + GEMM ({m}x{kc} @ {kc}x{p}"
                    f"{f', {group} groups' if group > 1 else ''}), float32 BLAS exact in {chunks} "
-                   f"K-chunk(s){epi}" + band_note(osp[0], rows, row_bytes))
+                   f"K-chunk(s){epi}" + band_note(ctx, node, osp[0], rows, row_bytes))
     return im2col
 
 

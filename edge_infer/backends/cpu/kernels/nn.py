@@ -279,6 +279,9 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
             np.add(ss, bias, out=ss)
             np.power(ss, -beta, out=ss)
             np.multiply(xb, ss, out=yb)
+    if len(jobs) > 1:
+        ctx.tiled_to_fit(node, f"{len(jobs)} bands of {band} positions (squares scratch capped at "
+                               f"{LRN_BAND >> 10} KiB)")
     ctx.note(node, f"{'NHWC ' if last else ''}channel window sum of {size} shifted squares"
                    + (f", {len(jobs)} bands of {band} positions" if len(jobs) > 1 else ""))
     return run
