@@ -309,7 +309,7 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
         ex = rt.plan({k: v.shape for k, v in feeds.items()})
     except EdgeInferError as e:
         return {"weights_bytes": weights, "error": str(e)}
-    from .ir.shape_rules_dynamic import data_dependent_tensors
+    from .ops.dynamic import data_dependent_tensors
     plan = ex.arena_plan.summary()
     # a staged plan (run-time shapes) has no steps fixed up front
     steps = ex.step_summary() or {"steps": 0, "native_steps": 0, "numpy_steps": []}

@@ -38,7 +38,7 @@ from typing import Dict, List, Optional, Sequence
 from ..errors import BackendError, UnsupportedOpError
 from ..probe_guard import DeviceCrashError
 from ..ir import Graph
-from ..ir.shape_rules_dynamic import data_dependent_tensors
+from ..ops.dynamic import data_dependent_tensors
 from .base import Backend
 from .partition import (DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition,
                         run_time_shapes_crossing)

@@ -121,7 +121,7 @@ def node_flops(node: Node, graph: Graph) -> int:
 
 def _recurrent_flops(node: Node, graph: Graph) -> int:
     """2 * steps * batch * directions * (input + hidden) * gates * hidden, plus ~10 per gate value."""
-    from .shape_rules_seq import RNN_GATES
+    from ..ops.sequence import RNN_GATES
     x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
     if x is None or w is None or len(x) != 3 or len(w) != 3:
         return 0
@@ -133,7 +133,7 @@ def _recurrent_flops(node: Node, graph: Graph) -> int:
 
 def _einsum_flops(node: Node, graph: Graph) -> int:
     """2 * (product of every letter's size) per contraction of two operands."""
-    from .shape_rules_seq import parse_einsum
+    from ..ops.sequence import parse_einsum
     shapes = [_shape(graph, i) for i in node.inputs]
     if any(s is None for s in shapes):
         return 0

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
+from ..errors import ShapeError
 from ..ir.graph import Graph, Node
 from .schema import BOOL, FLOAT, INT, STR, UNBOUNDED, check_axis, op, rank
+from .shapes import broadcast_shapes, dtype_name, operand_dtype, rule
 
 UNARY = ("Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Ceil", "Cos", "Cosh",
          "Erf", "Exp", "Floor", "Identity", "IsNaN", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu",
@@ -76,3 +78,87 @@ def broadcast_plan(a_shape, b_shape, y_shape) -> Tuple[List[int], List[int], Lis
     if not dims:
         return [1], [0], [0]
     return dims, sa, sb
+
+
+# -- shape rules (registered in ``shapes.SHAPE_RULES``; ``ir/shape_inference`` walks with them) --
+
+@rule("Softmax", "LogSoftmax")
+def _softmax(node: Node, ins):
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+@rule("Dropout")
+def _dropout(node: Node, ins):
+    x = ins[0]
+    return [(x.dtype, x.shape), ("bool", x.shape)]
+
+
+UNARY_OPS = ("Identity", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
+             "Selu", "Celu", "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Shrink",
+             "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil", "Round", "Sign",
+             "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
+             "Atanh", "BitwiseNot", "Clip", "CumSum")
+
+
+@rule(*UNARY_OPS)
+def _unary(node, ins):
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+@rule("Not", "IsNaN", "IsInf")
+def _unary_bool(node, ins):
+    return [("bool", ins[0].shape)]
+
+
+@rule("PRelu")
+def _prelu(node, ins):
+    x, slope = ins
+    if x.shape is not None and slope.shape is not None:
+        # unidirectional: the slope broadcasts to x, never the other way
+        if len(slope.shape) > len(x.shape) or broadcast_shapes(x.shape, slope.shape) != tuple(x.shape):
+            raise ShapeError(f"slope {slope.shape} does not broadcast to input {x.shape}")
+    return [(x.dtype, x.shape)]
+
+
+def _broadcast_all(ins):
+    shapes = [t.shape for t in ins if t is not None]
+    if any(s is None for s in shapes):
+        return None
+    return broadcast_shapes(*shapes)
+
+
+@rule("Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Sum", "Mean", "BitShift",
+      "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _arith(node, ins):
+    return [(operand_dtype(ins), _broadcast_all(ins))]
+
+
+@rule("Pow")
+def _pow(node, ins):
+    # the exponent may have another type; the result has the base's
+    return [(ins[0].dtype, _broadcast_all(ins))]
+
+
+@rule("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
+def _compare(node, ins):
+    return [("bool", _broadcast_all(ins))]
+
+
+@rule("Where")
+def _where(node, ins):
+    return [(operand_dtype(ins[1:]), _broadcast_all(ins))]
+
+
+@rule("Cast")
+def _cast(node, ins):
+    return [(dtype_name(node.attrs["to"]), ins[0].shape)]
+
+
+@rule("CastLike")
+def _cast_like(node, ins):
+    return [(ins[1].dtype, ins[0].shape)]
+
+
+@rule("SiLU")
+def _silu(node: Node, ins):
+    return [(ins[0].dtype, ins[0].shape)]

@@ -1,8 +1,12 @@
 """Gemm, MatMul and their fused forms: schemas and inner-dimension checks."""
 from __future__ import annotations
 
+from typing import Sequence, Tuple
+
+from ..errors import ShapeError
 from ..ir.graph import Graph, Node
 from .schema import BOOL, FLOAT, FLOATS, STR, fail, known, op, shape
+from .shapes import SHAPE_RULES, base_node, broadcast_shapes, check_onto, is_int, rule
 
 
 def _check_gemm(node: Node, graph: Graph) -> None:
@@ -36,3 +40,66 @@ SCHEMAS = {
     "MatMul": op((2, 2), check=_check_matmul),
     "FusedMatMul": op((2, 3), check=_check_matmul, **_FUSED),
 }
+
+
+# -- shape rules (registered in ``shapes.SHAPE_RULES``; ``ir/shape_inference`` walks with them) --
+
+@rule("Gemm")
+def _gemm(node: Node, ins):
+    a, b = ins[0], ins[1]
+    if a.shape is None or b.shape is None:
+        return [(a.dtype, None)]
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ShapeError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
+    m, ka = (a.shape[1], a.shape[0]) if node.attrs.get("transA", 0) else a.shape
+    kb, n = (b.shape[1], b.shape[0]) if node.attrs.get("transB", 0) else b.shape
+    if is_int(ka) and is_int(kb) and ka != kb:
+        raise ShapeError(f"Gemm inner dims differ: A {a.shape} transA={node.attrs.get('transA', 0)}, "
+                         f"B {b.shape} transB={node.attrs.get('transB', 0)}")
+    c = ins[2] if len(ins) > 2 else None
+    if c is not None and c.shape is not None:
+        try:
+            full = broadcast_shapes((m, n), c.shape)
+        except ShapeError:
+            raise ShapeError(f"Gemm: C {c.shape} does not broadcast to ({m}, {n})") from None
+        if len(c.shape) > 2 or any(is_int(f) and is_int(o) and f != o for f, o in zip(full, (m, n))):
+            raise ShapeError(f"Gemm: C {c.shape} does not broadcast to ({m}, {n})")
+    return [(a.dtype, (m, n))]
+
+
+def matmul_shape(a: Sequence, b: Sequence) -> Tuple:
+    """numpy.matmul output shape for shapes that may hold symbolic dims."""
+    if len(a) == 0 or len(b) == 0:
+        raise ShapeError("MatMul inputs must have rank >= 1")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    ka, kb = a2[-1], b2[-2]
+    if is_int(ka) and is_int(kb) and ka != kb:
+        raise ShapeError(f"MatMul inner dims differ: {tuple(a)} @ {tuple(b)}")
+    batch = broadcast_shapes(a2[:-2], b2[:-2]) if (len(a2) > 2 or len(b2) > 2) else ()
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return tuple(out)
+
+
+@rule("MatMul")
+def _matmul(node: Node, ins):
+    a, b = ins
+    if a.shape is None or b.shape is None:
+        return [(a.dtype, None)]
+    return [(a.dtype, matmul_shape(a.shape, b.shape))]
+
+
+@rule("FusedGemm")
+def _fused_gemm(node: Node, ins):
+    return SHAPE_RULES["Gemm"](base_node(node, "Gemm", 3), list(ins[:3]))
+
+
+@rule("FusedMatMul")
+def _fused_matmul(node: Node, ins):
+    res = SHAPE_RULES["MatMul"](base_node(node, "MatMul", 2), list(ins[:2]))
+    check_onto(res[0][1], ins[2] if len(ins) > 2 else None, "bias")
+    return res

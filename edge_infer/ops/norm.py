@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..ir.graph import Graph, Node
 from .schema import BOOL, FLOAT, fail, known, op, shape
+from .shapes import channels_last, rule
 
 
 def _check_channels(node: Node, graph: Graph) -> None:
@@ -20,3 +21,23 @@ SCHEMAS = {
                              training_mode=BOOL),
     "InstanceNormalization": op((3, 3), check=_check_channels, epsilon=FLOAT(0)),
 }
+
+
+# -- shape rules (registered in ``shapes.SHAPE_RULES``; ``ir/shape_inference`` walks with them) --
+
+@rule("BatchNormalization")
+def _batchnorm(node: Node, ins):
+    x = ins[0]
+    channels_last(node)
+    res = [(x.dtype, x.shape)]
+    if len(node.outputs) > 1:
+        # running mean / var outputs exist only in training mode; shape (C,)
+        c = ins[3].shape if ins[3] is not None else None
+        res += [(x.dtype, c), (x.dtype, c)]
+    return res
+
+
+@rule("LRN", "InstanceNormalization")
+def _same_layout(node: Node, ins):
+    channels_last(node)            # rejects an unknown data_layout
+    return [(ins[0].dtype, ins[0].shape)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..ir import Graph, Node
-from ..ir.shape_rules_tensor import transpose_perm
+from ..ops.tensor import transpose_perm
 from .rewrite import Rewriter, const, static_shape
 
 UNARY = frozenset({

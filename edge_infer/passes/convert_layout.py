@@ -53,7 +53,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..ir import Graph, Node
-from ..ir.shape_rules_tensor import REDUCE_OPS, is_int, shape_range
+from ..ops.reduce import REDUCE_OPS
+from ..ops.shapes import is_int
+from ..ops.tensor import shape_range
 from .layout_perms import NHWC, Perm, between, drop_axes, identity, inverse, is_identity, permute_shape, reshape_layout
 from .rewrite import ensure_shapes
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..ir import Graph, Node
-from ..ir.shape_inference import broadcast_shapes
+from ..ops.shapes import broadcast_shapes
 from .cost_model import decision, fusion_is_profitable, target_profile
 from .rewrite import (Rewriter, activation_of, const, is_float, record_decision, static_shape,
                       strip_epilogue)

@@ -25,7 +25,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 import numpy as np
 
 from ..errors import EdgeInferError
-from ..ir import Graph, Node, claim_name, infer_shapes
+from ..ir import Graph, Node, claim_name
+from ..ir.shape_inference import infer_shapes
 from .observers import (Observer, activation_qparams, make_observer, quantize_weights, weight_scales)
 
 from ..ops.int8 import (ANCHOR_OPS, BINARY_OPS, CLAMP_ACTIVATIONS, CLAMP_OPS, CONCAT_OPS,  # noqa: E402,F401

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import GraphError
 from ...ir import Graph, Node, Tensor
-from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
+from ...ops.dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
 from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
 from ...memory.budget import placeholder, refusal

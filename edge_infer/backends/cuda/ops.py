@@ -23,8 +23,8 @@ from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ops.activations import codes_for, fused_params
 from ...ops.elementwise import broadcast_plan
-from ...ir.shape_rules_nn import channels_last, split_layout
-from ...ir.shape_rules_tensor import slice_bounds, slice_params, transpose_perm
+from ...ops.shapes import channels_last, split_layout
+from ...ops.tensor import slice_bounds, slice_params, transpose_perm
 from .registry import launcher
 
 BLOCK = 256

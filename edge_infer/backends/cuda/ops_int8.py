@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.shape_rules_nn import channels_last, split_layout
+from ...ops.shapes import channels_last, split_layout
 from ...ops import qmath as I8
 from ...ops.pool import window_counts as axis_window_counts
 from ...ops.qmath import b_scales, clip_bounds, conv_requant_params, int8_bias, round_half_away

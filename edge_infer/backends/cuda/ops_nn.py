@@ -10,7 +10,8 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.shape_rules_nn import channels_last, resize_plan, split_layout
+from ...ops.resize import resize_plan
+from ...ops.shapes import channels_last, split_layout
 from ...ops.conv import conv_geometry, window_geometry
 from ...ops.resize import nearest_index, source_coords, taps
 from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i64

@@ -19,7 +19,7 @@ from ...ops.activations import codes_for, fused_params
 from ...ops.elementwise import broadcast_plan
 from ...ops.conv import conv_geometry as checked_conv_geometry
 from ...ops.conv import window_geometry
-from ...ir.shape_rules_nn import channels_last, split_layout
+from ...ops.shapes import channels_last, split_layout
 from .executable import round_up
 from .registry import kernel_for
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.shape_rules_nn import channels_last, split_layout
+from ...ops.shapes import channels_last, split_layout
 from ...ops.qmath import (INT32_MIN, QMAX, QMIN, clamp_range, clip_bounds, conv_requant_params, per_tensor,
                           qparams, quantize_multiplier, quantize_multipliers, requantize, round_half_away)
 from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params

@@ -137,7 +137,7 @@ def expand(node: Node, pc) -> None:
 @kernel_for("Resize", "Upsample")
 def resize(node: Node, pc) -> None:
     from ...ops.resize import nearest_index, source_coords, taps   # the host-side index/weight math is shared
-    from ...ir.shape_rules_nn import resize_plan
+    from ...ops.resize import resize_plan
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = pc.shape(x), pc.shape(y)
     r = len(xs)
@@ -219,7 +219,7 @@ def resize(node: Node, pc) -> None:
 
 @kernel_for("Pad")
 def pad(node: Node, pc) -> None:
-    from ...ir.shape_rules_tensor import pad_amounts
+    from ...ops.tensor import pad_amounts
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = pc.shape(x), pc.shape(y)
     if node.attrs.get("mode", "constant") != "constant":
@@ -247,7 +247,7 @@ def pad(node: Node, pc) -> None:
 
 @kernel_for("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
 def reduce(node: Node, pc) -> None:
-    from ...ir.shape_rules_tensor import reduce_axes
+    from ...ops.reduce import reduce_axes
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
     xs = pc.shape(x)

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last
+from ....ops.shapes import channels_last
 from ....memory.pages import drop_pages
 from .. import native as _native
 from ..native import ops as native_ops

@@ -29,7 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last
+from ....ops.shapes import channels_last
 from .. import native
 from ..native import kernels as native_kernels
 from .conv import COLS_CAP, band_note, band_rows, bands, padded_input, tap_views, view_as

@@ -13,7 +13,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last, resize_plan
+from ....ops.resize import resize_plan
+from ....ops.shapes import channels_last
 from ....ops.resize import cubic as _cubic, nearest_index as _nearest_index  # noqa: F401
 from ....ops.resize import source_coords as _source_coords, taps as _taps  # noqa: F401
 from ..native import ops as native_ops
