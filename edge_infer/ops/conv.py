@@ -8,6 +8,7 @@ from typing import List, Optional, Sequence, Tuple
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, Tensor
 from ..ir.padding import resolve_pads
+from .cost import flops, numel, prod, shape_of
 from .schema import FLOATS, INT, INTS, STR, fail, known, op, shape
 from .shapes import (SHAPE_RULES, base_node, channels_last, check_onto, dim_symbol, dtype_of, is_int,
                      join_layout, rule, split_layout)
@@ -313,3 +314,24 @@ def _fused_conv(node: Node, ins: List[Optional[Tensor]]):
 def _conv_integer(node, ins):
     (_, shape), = SHAPE_RULES["Conv"](node, ins[:2])
     return [("int32", shape)]
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+@flops("Conv")
+def _conv_flops(node: Node, graph: Graph) -> int:
+    n_out = numel(graph, node.outputs[0])
+    w = shape_of(graph, node.inputs[1])
+    if w is None or len(w) < 3:
+        return 0
+    bias = n_out if len(node.inputs) > 2 and node.inputs[2] else 0
+    return 2 * n_out * prod(w[1:]) + bias
+
+
+@flops("ConvTranspose")
+def _conv_transpose_flops(node: Node, graph: Graph) -> int:
+    w = shape_of(graph, node.inputs[1])
+    if w is None:
+        return 0
+    bias = numel(graph, node.outputs[0]) if len(node.inputs) > 2 and node.inputs[2] else 0
+    return 2 * numel(graph, node.inputs[0]) * prod(w[1:]) + bias

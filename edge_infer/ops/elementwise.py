@@ -5,6 +5,7 @@ from typing import List, Sequence, Tuple
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node
+from .cost import flops, free, numel, per_input
 from .schema import BOOL, FLOAT, INT, STR, UNBOUNDED, check_axis, op, rank
 from .shapes import broadcast_shapes, dtype_name, operand_dtype, rule
 
@@ -162,3 +163,14 @@ def _cast_like(node, ins):
 @rule("SiLU")
 def _silu(node: Node, ins):
     return [(ins[0].dtype, ins[0].shape)]
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+@flops("Softmax")
+def _softmax_flops(node: Node, graph: Graph) -> int:
+    return 3 * numel(graph, node.inputs[0])       # max, exp-and-sum, divide
+
+
+flops("LogSoftmax", "CumSum")(per_input)
+flops("Identity", "Dropout", "Cast", "CastLike")(free)

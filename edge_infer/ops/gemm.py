@@ -5,6 +5,7 @@ from typing import Sequence, Tuple
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node
+from .cost import flops, numel, shape_of
 from .schema import BOOL, FLOAT, FLOATS, STR, fail, known, op, shape
 from .shapes import SHAPE_RULES, base_node, broadcast_shapes, check_onto, is_int, rule
 
@@ -103,3 +104,24 @@ def _fused_matmul(node: Node, ins):
     res = SHAPE_RULES["MatMul"](base_node(node, "MatMul", 2), list(ins[:2]))
     check_onto(res[0][1], ins[2] if len(ins) > 2 else None, "bias")
     return res
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+@flops("Gemm")
+def _gemm_flops(node: Node, graph: Graph) -> int:
+    a = shape_of(graph, node.inputs[0])
+    if a is None or len(a) != 2:
+        return 0
+    n_out = numel(graph, node.outputs[0])
+    k = int(a[0] if node.attrs.get("transA", 0) else a[1])
+    c = n_out if len(node.inputs) > 2 and node.inputs[2] else 0
+    return 2 * n_out * k + c
+
+
+@flops("MatMul")
+def _matmul_flops(node: Node, graph: Graph) -> int:
+    a = shape_of(graph, node.inputs[0])
+    if a is None or len(a) == 0:
+        return 0
+    return 2 * numel(graph, node.outputs[0]) * int(a[-1])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
+from .cost import flops, numel, per_input
 from .schema import BOOL, FLOAT, fail, known, op, shape
 from .shapes import channels_last, rule
 
@@ -41,3 +42,13 @@ def _batchnorm(node: Node, ins):
 def _same_layout(node: Node, ins):
     channels_last(node)            # rejects an unknown data_layout
     return [(ins[0].dtype, ins[0].shape)]
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+@flops("BatchNormalization")
+def _batchnorm_flops(node: Node, graph: Graph) -> int:
+    return 2 * numel(graph, node.outputs[0])      # scale and shift
+
+
+flops("InstanceNormalization")(per_input)

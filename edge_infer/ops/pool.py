@@ -6,6 +6,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node
 from .conv import AUTO_PAD, LAYOUT, MAX_WINDOW, window_lengths, window_out_dims
+from .cost import flops, numel, per_input, prod
 from .schema import BOOL, FLOAT, INT, INTS, fail, op, rank
 from .shapes import channels_last, dim_symbol, is_int, join_layout, rule, split_layout
 
@@ -102,3 +103,14 @@ def _max_unpool(node: Node, ins):
     out = [((d - 1) * int(s) + int(k) - int(pads[i]) - int(pads[i + n_sp])) if is_int(d) else dim_symbol(node, 2 + i)
            for i, (d, k, s) in enumerate(zip(x.shape[2:], kernel, strides))]
     return [(x.dtype, (x.shape[0], x.shape[1], *out))]
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+@flops("MaxPool", "AveragePool", "LpPool")
+def _window_flops(node: Node, graph: Graph) -> int:
+    """One per window element per output."""
+    return numel(graph, node.outputs[0]) * prod(node.attrs.get("kernel_shape") or [])
+
+
+flops("GlobalAveragePool", "GlobalMaxPool", "LRN")(per_input)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from ..ir.graph import Graph, Node
+from .cost import flops, per_input
 from .schema import BOOL, INT, INTS, check_axis, fail, int_values, op, rank
 from .shapes import axes_input, axis_index, fresh_shape, is_int, rule
 
@@ -78,3 +79,9 @@ def _reduce(node, ins):
     if keep:
         return [(x.dtype, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))]
     return [(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes))]
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+flops("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+      "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin")(per_input)

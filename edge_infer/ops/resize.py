@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedOpError
 from ..ir.graph import Graph, Node, Tensor
+from .cost import flops, free
 from .schema import BOOL, FLOAT, FLOATS, INTS, STR, const, fail, op
 from .shapes import dim_symbol, is_int, rule
 
@@ -251,3 +252,8 @@ def _upsample(node: Node, ins):
             raise ShapeError("Upsample needs scales")
         scales = Tensor("scales", "float32", (len(sc),), np.asarray(sc, np.float32))
     return _resize_shape(node, x, scales, None)
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+flops("Resize", "Upsample")(free)

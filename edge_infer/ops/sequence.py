@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, Tensor
+from .cost import flops, numel, prod, shape_of
 from .schema import (BOOL, FLOAT, FLOATS, INT, STR, UNBOUNDED, check_axis, const, fail, int_values, known,
                      op, rank, shape)
 from .shapes import broadcast_shapes, channels_last, rule
@@ -289,3 +290,39 @@ def _recurrent(node: Node, ins: List[Optional[Tensor]]):
     else:
         y, state = (seq, nd, batch, hidden), (nd, batch, hidden)
     return [(x.dtype, y)] + [(x.dtype, state)] * (len(node.outputs) - 1)
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+@flops("LayerNormalization", "GroupNormalization")
+def _norm_flops(node: Node, graph: Graph) -> int:
+    return 8 * numel(graph, node.outputs[0])      # mean, deviation, square, sum, scale, affine (two passes)
+
+
+@flops("LSTM", "GRU", "RNN")
+def _recurrent_flops(node: Node, graph: Graph) -> int:
+    """2 * steps * batch * directions * (input + hidden) * gates * hidden, plus ~10 per gate value."""
+    x, w = shape_of(graph, node.inputs[0]), shape_of(graph, node.inputs[1])
+    if x is None or w is None or len(x) != 3 or len(w) != 3:
+        return 0
+    nd, gh, n_in = (int(d) for d in w)
+    hidden = gh // RNN_GATES[node.op]
+    rows = int(x[0]) * int(x[1])
+    return rows * nd * gh * (2 * (n_in + hidden) + 10)
+
+
+@flops("Einsum")
+def _einsum_flops(node: Node, graph: Graph) -> int:
+    """2 * (product of every letter's size) per contraction of two operands."""
+    shapes = [shape_of(graph, i) for i in node.inputs]
+    if any(s is None for s in shapes):
+        return 0
+    terms, _ = parse_einsum(node.attrs.get("equation", ""), [len(s) for s in shapes])
+    sizes, ell = {}, 1
+    for t, s in zip(terms, shapes):
+        head, dots, tail = t.partition("...")
+        n_ell = len(s) - len(head) - len(tail) if dots else 0
+        sizes.update(zip(head, s))
+        sizes.update(zip(tail, s[len(s) - len(tail):] if tail else ()))
+        ell = max(ell, prod(s[len(head):len(head) + n_ell]))
+    return 2 * max(len(shapes) - 1, 1) * ell * prod(sizes.values())

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node
+from .cost import flops, free
 from .schema import (BOOL, INT, INTS, STR, UNBOUNDED, check_axis, const, fail, int_values, known, op, rank,
                      shape)
 from .shapes import (INT32_MAX, INT64_MAX, add_dims, axes_input, axis_index, broadcast_shapes, const_ints,
@@ -513,3 +514,10 @@ def _topk(node, ins):
         raise ShapeError(f"k={dim} out of range for axis of size {x.shape[a]}")
     shape = tuple(x.shape[:a]) + (dim,) + tuple(x.shape[a + 1:])
     return [(x.dtype, shape), ("int64", shape)]
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+flops("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather",
+      "GatherElements", "Expand", "Tile", "Pad", "Shape", "Size", "ConstantOfShape", "Range", "DepthToSpace",
+      "SpaceToDepth")(free)
