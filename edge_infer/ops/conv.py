@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, Tensor
 from ..ir.padding import resolve_pads
 from .cost import flops, numel, prod, shape_of
+from .int8 import int8_limit
+from .qmath import EXACT_K
 from .schema import FLOATS, INT, INTS, STR, fail, known, op, shape
 from .shapes import (SHAPE_RULES, base_node, channels_last, check_onto, dim_symbol, dtype_of, is_int,
                      join_layout, rule, split_layout)
@@ -335,3 +339,34 @@ def _conv_transpose_flops(node: Node, graph: Graph) -> int:
         return 0
     bias = numel(graph, node.outputs[0]) if len(node.inputs) > 2 and node.inputs[2] else 0
     return 2 * numel(graph, node.inputs[0]) * prod(w[1:]) + bias
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+def _opt(node: Node, i: int) -> str:
+    return node.inputs[i] if len(node.inputs) > i else ""
+
+
+@int8_limit("Conv", "FusedConv")
+def _conv_int8(node: Node, g: Graph):
+    T = g.tensors
+    w = T[node.inputs[1]]
+    if not w.is_const or w.data.ndim < 3:
+        return "weights are not a constant"
+    if _opt(node, 2) and not T[_opt(node, 2)].is_const:
+        return "bias is not a constant"
+    if int(np.prod(w.data.shape[2:])) > EXACT_K and int(node.attrs.get("group", 1)) == w.data.shape[0]:
+        return "depthwise kernel too large"
+    return None
+
+
+@int8_limit("ConvTranspose")
+def _conv_transpose_int8(node: Node, g: Graph):
+    T = g.tensors
+    w = T[node.inputs[1]]
+    if not w.is_const or w.data.ndim != 4 or int(node.attrs.get("group", 1)) != 1 \
+            or any(int(d) != 1 for d in (node.attrs.get("dilations") or [1, 1])):
+        return "int8 ConvTranspose covers 2-D, group 1, dilation 1, constant weights"
+    if _opt(node, 2) and not T[_opt(node, 2)].is_const:
+        return "bias is not a constant"
+    return None

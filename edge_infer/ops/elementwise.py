@@ -6,6 +6,7 @@ from typing import List, Sequence, Tuple
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node
 from .cost import flops, free, numel, per_input
+from .int8 import int8_limit
 from .schema import BOOL, FLOAT, INT, STR, UNBOUNDED, check_axis, op, rank
 from .shapes import broadcast_shapes, dtype_name, operand_dtype, rule
 
@@ -98,7 +99,7 @@ UNARY_OPS = ("Identity", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwi
              "Selu", "Celu", "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Shrink",
              "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil", "Round", "Sign",
              "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
-             "Atanh", "BitwiseNot", "Clip", "CumSum")
+             "Atanh", "BitwiseNot", "Clip")
 
 
 @rule(*UNARY_OPS)
@@ -172,5 +173,32 @@ def _softmax_flops(node: Node, graph: Graph) -> int:
     return 3 * numel(graph, node.inputs[0])       # max, exp-and-sum, divide
 
 
-flops("LogSoftmax", "CumSum")(per_input)
+flops("LogSoftmax")(per_input)
 flops("Identity", "Dropout", "Cast", "CastLike")(free)
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+@int8_limit("PRelu")
+def _prelu_int8(node: Node, g: Graph):
+    T = g.tensors
+    if len(node.inputs) < 2 or not T[node.inputs[1]].is_const or sum(d != 1 for d in T[node.inputs[1]].data.shape) > 1:
+        return "PRelu slope is not a constant along one axis"
+    return None
+
+
+@int8_limit("Softmax")
+def _softmax_int8(node: Node, g: Graph):
+    x = g.tensors[node.inputs[0]]
+    ax = int(node.attrs.get("axis", -1)) % max(len(x.shape or ()), 1)
+    if x.shape is None or any(d != 1 for d in x.shape[ax + 1:]):
+        return "int8 Softmax runs over the last axis"
+    return None
+
+
+@int8_limit("Clip")
+def _clip_int8(node: Node, g: Graph):
+    for i in (1, 2):
+        if len(node.inputs) > i and node.inputs[i] and not g.tensors[node.inputs[i]].is_const:
+            return "clip bounds are not constants"
+    return None

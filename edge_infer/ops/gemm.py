@@ -6,6 +6,7 @@ from typing import Sequence, Tuple
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node
 from .cost import flops, numel, shape_of
+from .int8 import int8_limit
 from .schema import BOOL, FLOAT, FLOATS, STR, fail, known, op, shape
 from .shapes import SHAPE_RULES, base_node, broadcast_shapes, check_onto, is_int, rule
 
@@ -125,3 +126,41 @@ def _matmul_flops(node: Node, graph: Graph) -> int:
     if a is None or len(a) == 0:
         return 0
     return 2 * numel(graph, node.outputs[0]) * int(a[-1])
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+def gemm_n(node: Node, g: Graph) -> int:
+    """N (output columns) of a Gemm."""
+    b = g.tensors[node.inputs[1]]
+    shape = b.data.shape if b.is_const else b.shape
+    return int(shape[0] if node.attrs.get("transB", 0) else shape[1])
+
+
+@int8_limit("Gemm", "FusedGemm")
+def _gemm_int8(node: Node, g: Graph):
+    T = g.tensors
+    c = node.inputs[2] if len(node.inputs) > 2 else ""
+    b = T[node.inputs[1]]
+    if c and (not T[c].is_const or T[c].data.size not in (1, gemm_n(node, g))):
+        return "C is not a per-column constant"
+    if b.is_const and b.data.ndim != 2:
+        return "B is not 2-D"
+    if not b.is_const and (float(node.attrs.get("alpha", 1.0)) != 1.0 or float(node.attrs.get("beta", 1.0)) != 1.0):
+        return "alpha/beta with a computed B"
+    return None
+
+
+@int8_limit("MatMul", "FusedMatMul")
+def _matmul_int8(node: Node, g: Graph):
+    T = g.tensors
+    a, b = T[node.inputs[0]], T[node.inputs[1]]
+    if a.shape is None or len(a.shape) < 2 or b.shape is None or len(b.shape) < 2:
+        return "operands of rank < 2"
+    bias = node.inputs[2] if node.op == "FusedMatMul" and len(node.inputs) > 2 else ""
+    if bias:
+        bt = T[bias]
+        n = b.shape[-1]
+        if not bt.is_const or bt.data.size not in (1, n) or (bt.data.size == n and bt.data.shape[-1] != n):
+            return "bias is not a per-column constant"
+    return None

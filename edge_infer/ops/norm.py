@@ -1,9 +1,10 @@
-"""Normalization: BatchNormalization, InstanceNormalization (LRN lives with the pools)."""
+"""Normalization: BatchNormalization, InstanceNormalization, LRN: schemas, shape rules, costs."""
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
 from .cost import flops, numel, per_input
-from .schema import BOOL, FLOAT, fail, known, op, shape
+from .conv import MAX_WINDOW
+from .schema import BOOL, FLOAT, INT, fail, known, op, shape
 from .shapes import channels_last, rule
 
 
@@ -21,6 +22,7 @@ SCHEMAS = {
     "BatchNormalization": op((5, 5), (1, 3), check=_check_channels, epsilon=FLOAT(0), momentum=FLOAT(),
                              training_mode=BOOL),
     "InstanceNormalization": op((3, 3), check=_check_channels, epsilon=FLOAT(0)),
+    "LRN": op(size=INT(1, MAX_WINDOW), alpha=FLOAT(), beta=FLOAT(), bias=FLOAT()),
 }
 
 
@@ -51,4 +53,4 @@ def _batchnorm_flops(node: Node, graph: Graph) -> int:
     return 2 * numel(graph, node.outputs[0])      # scale and shift
 
 
-flops("InstanceNormalization")(per_input)
+flops("InstanceNormalization", "LRN")(per_input)

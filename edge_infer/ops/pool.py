@@ -1,4 +1,4 @@
-"""MaxPool, AveragePool, the global pools and LRN: schemas and window checks."""
+"""MaxPool, AveragePool, the global pools, MaxUnpool: schemas, window checks, shape rules, costs."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,8 @@ from ..errors import ShapeError
 from ..ir.graph import Graph, Node
 from .conv import AUTO_PAD, LAYOUT, MAX_WINDOW, window_lengths, window_out_dims
 from .cost import flops, numel, per_input, prod
-from .schema import BOOL, FLOAT, INT, INTS, fail, op, rank
+from .int8 import int8_limit
+from .schema import BOOL, INTS, fail, op, rank
 from .shapes import channels_last, dim_symbol, is_int, join_layout, rule, split_layout
 
 
@@ -35,7 +36,6 @@ SCHEMAS = {
     "GlobalMaxPool": op(data_layout=LAYOUT),
     "MaxUnpool": op((2, 3), kernel_shape=INTS(1, MAX_WINDOW), strides=INTS(1, MAX_WINDOW),
                     pads=INTS(0, MAX_WINDOW)),
-    "LRN": op(size=INT(1, MAX_WINDOW), alpha=FLOAT(), beta=FLOAT(), bias=FLOAT()),
 }
 
 
@@ -113,4 +113,13 @@ def _window_flops(node: Node, graph: Graph) -> int:
     return numel(graph, node.outputs[0]) * prod(node.attrs.get("kernel_shape") or [])
 
 
-flops("GlobalAveragePool", "GlobalMaxPool", "LRN")(per_input)
+flops("GlobalAveragePool", "GlobalMaxPool")(per_input)
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+@int8_limit("AveragePool")
+def _average_pool_int8(node: Node, g: Graph):
+    if node.attrs.get("count_include_pad") and node.attrs.get("ceil_mode"):
+        return "count_include_pad with ceil_mode"
+    return None

@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedOpError
 from ..ir.graph import Graph, Node, Tensor
 from .cost import flops, free
+from .int8 import int8_limit
 from .schema import BOOL, FLOAT, FLOATS, INTS, STR, const, fail, op
 from .shapes import dim_symbol, is_int, rule
 
@@ -257,3 +258,18 @@ def _upsample(node: Node, ins):
 # -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
 
 flops("Resize", "Upsample")(free)
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+@int8_limit("Resize")
+def _resize_int8(node: Node, g: Graph):
+    if node.attrs.get("mode", "nearest") == "nearest":
+        return None
+    x, y = g.tensors[node.inputs[0]], g.tensors[node.outputs[0]]
+    ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+    if node.attrs.get("mode") != "linear" or ctm not in BILINEAR_MODES or node.attrs.get("antialias") \
+            or not (x.is_static and y.is_static) or resize_axes(x.shape, y.shape) is None:
+        return (f"Resize {node.attrs.get('mode')} ({ctm}) has no int8 kernel (nearest, and linear "
+                "over two spatial axes)")
+    return None

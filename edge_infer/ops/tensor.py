@@ -8,7 +8,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node
-from .cost import flops, free
+from .cost import flops, free, per_input
+from .int8 import int8_limit
 from .schema import (BOOL, INT, INTS, STR, UNBOUNDED, check_axis, const, fail, int_values, known, op, rank,
                      shape)
 from .shapes import (INT32_MAX, INT64_MAX, add_dims, axes_input, axis_index, broadcast_shapes, const_ints,
@@ -516,8 +517,25 @@ def _topk(node, ins):
     return [(x.dtype, shape), ("int64", shape)]
 
 
+
+@rule("CumSum")
+def _cumsum(node, ins):
+    return [(ins[0].dtype, ins[0].shape)]
+
 # -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
 
 flops("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather",
       "GatherElements", "Expand", "Tile", "Pad", "Shape", "Size", "ConstantOfShape", "Range", "DepthToSpace",
       "SpaceToDepth")(free)
+
+flops("CumSum")(per_input)
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+@int8_limit("Pad")
+def _pad_int8(node: Node, g: Graph):
+    cv = node.inputs[2] if len(node.inputs) > 2 else ""
+    if cv and not g.tensors[cv].is_const:
+        return "pad value is not a constant"
+    return None
