@@ -95,14 +95,18 @@ def _dropout(node: Node, ins):
     return [(x.dtype, x.shape), ("bool", x.shape)]
 
 
-UNARY_OPS = ("Identity", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
+#: unary math and activations: one input, the output of its shape and dtype
+UNARY_OPS = ("Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
              "Selu", "Celu", "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Shrink",
              "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil", "Round", "Sign",
              "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
              "Atanh", "BitwiseNot", "Clip")
+#: ops that act on each element of their one input alone, whatever the layout: what the layout
+#: passes (``convert_layout``, ``cancel_transposes``) move transposes through
+LAYOUT_FREE_UNARY = frozenset(UNARY_OPS) | {"SiLU", "Not", "IsNaN", "IsInf", "Cast"}
 
 
-@rule(*UNARY_OPS)
+@rule("Identity", *UNARY_OPS)
 def _unary(node, ins):
     return [(ins[0].dtype, ins[0].shape)]
 
