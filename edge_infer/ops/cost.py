@@ -22,19 +22,15 @@ from typing import Callable, Dict, Optional, Sequence
 import numpy as np
 
 from ..ir.graph import Graph, Node
+from .schema import registrar
 
 FlopCount = Callable[[Node, Graph], int]
 #: op -> its FLOP count (ops not here: one per output element)
 FLOPS: Dict[str, FlopCount] = {}
 
 
-def flops(*ops: str):
-    """Register the FLOP count ``fn(node, graph) -> int`` of ``ops``."""
-    def deco(fn: FlopCount) -> FlopCount:
-        for op in ops:
-            FLOPS[op] = fn
-        return fn
-    return deco
+#: ``@flops(*ops)``: register the FLOP count ``fn(node, graph) -> int`` of ``ops``
+flops = registrar(FLOPS)
 
 
 def numel(graph: Graph, name: str) -> int:

@@ -12,19 +12,16 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ..ir.graph import Graph, Node
 from .int8_tables import LUT_OPS
+from .schema import registrar
 
 Int8Limit = Callable[[Node, Graph], Optional[str]]
 #: op -> the limits of its int8 kernel, ``limit(node, graph) -> reason or None`` (its family's)
 INT8_LIMITS: Dict[str, Int8Limit] = {}
 
 
-def int8_limit(*ops: str):
-    """Register the int8 kernel's limits of ``ops`` (checked by ``int8_ok`` after the common ones)."""
-    def deco(fn: Int8Limit) -> Int8Limit:
-        for op in ops:
-            INT8_LIMITS[op] = fn
-        return fn
-    return deco
+#: ``@int8_limit(*ops)``: register the int8 kernel's limits of ``ops`` (``int8_ok`` checks them
+#: after the common ones)
+int8_limit = registrar(INT8_LIMITS)
 
 ANCHOR_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "ConvTranspose")
 BINARY_OPS = ("Add", "Sub", "Mul")

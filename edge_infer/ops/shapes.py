@@ -21,19 +21,15 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Node, Shape, Tensor
+from .schema import registrar
 
 Rule = Callable[[Node, List[Optional[Tensor]]], List[Tuple[str, Shape]]]
 #: op -> its shape rule
 SHAPE_RULES: Dict[str, Rule] = {}
 
 
-def rule(*ops: str):
-    """Register a shape rule for the given op names."""
-    def deco(fn: Rule) -> Rule:
-        for op in ops:
-            SHAPE_RULES[op] = fn
-        return fn
-    return deco
+#: ``@rule(*ops)``: register the shape rule of ``ops``
+rule = registrar(SHAPE_RULES)
 
 
 def broadcast_shapes(*shapes: Sequence) -> Tuple:
