@@ -1,6 +1,6 @@
 """Transformer and recurrent ops: LayerNormalization, GroupNormalization, Einsum,
 LSTM, GRU, RNN. Shapes of weights and states against X, the activation lists against
-the direction, the Einsum equation parsed (ir/shape_rules_seq.py)."""
+the direction, the Einsum equation parsed (``parse_einsum``, below)."""
 from __future__ import annotations
 
 import re

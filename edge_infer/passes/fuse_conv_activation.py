@@ -1,6 +1,6 @@
 """Fuse Conv / Gemm / MatMul (+ MatMul's bias Add) + activation into one node with an epilogue.
 
-IR ops made here (shape rules in ``ir/shape_rules_fused.py``, CPU kernels in
+IR ops made here (shape rules in ``ops/conv.py`` and ``ops/gemm.py``, CPU kernels in
 ``backends/cpu/kernels/fused.py``):
 
 * ``FusedConv(X, W, B, Z)``: every Conv attribute + ``activation`` + ``activation_params``;

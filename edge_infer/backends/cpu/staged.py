@@ -1,7 +1,7 @@
 """Plans for graphs whose shapes depend on values, not only on the input shapes.
 
 ``specialize`` folds every shape it can from the input shapes and the constants. What is
-left non-static comes from one of two places (``ir/shape_rules_dynamic.py``):
+left non-static comes from one of two places (``ops/dynamic.py``):
 
 * a **data-dependent** op (NonZero, NonMaxSuppression, Compress): its output size is known
   only once it ran;
