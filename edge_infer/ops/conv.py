@@ -14,8 +14,8 @@ from .cost import flops, numel, prod, shape_of
 from .int8 import int8_limit
 from .qmath import EXACT_K
 from .schema import FLOATS, INT, INTS, STR, fail, known, op, shape
-from .shapes import (SHAPE_RULES, base_node, channels_last, check_onto, dim_symbol, dtype_of, is_int,
-                     join_layout, rule, split_layout)
+from .shapes import (SHAPE_RULES, base_node, channels_last, check_onto, dtype_of, fresh, is_int, join_layout,
+                     rule, split_layout)
 
 AUTO_PAD = STR("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 LAYOUT = STR("NCHW", "NHWC")
@@ -207,7 +207,7 @@ def window_out_dims(node: Node, spatial: Sequence, kernel: Sequence[int],
     out = []
     for i, d in enumerate(spatial):
         if not is_int(d):
-            out.append(dim_symbol(node, first_axis + i))
+            out.append(fresh(node, first_axis + i))
             continue
         _, o = resolve_pads([int(d)], [w["kernel"][i]], [w["strides"][i]], [w["dilations"][i]],
                             [w["pads"][i], w["pads"][i + n]], w["auto_pad"],
@@ -235,7 +235,7 @@ def _conv(node: Node, ins: List[Optional[Tensor]]):
         raise ShapeError(f"input has {c} channels but W expects {cg} x group {group}")
     kernel = node.attrs.get("kernel_shape") or list(w.shape[2:])
     if not all(is_int(k) for k in kernel):
-        sp = tuple(dim_symbol(node, first + i) for i in range(len(kernel)))
+        sp = tuple(fresh(node, first + i) for i in range(len(kernel)))
         return [(x.dtype, join_layout(n, w.shape[0], sp, last))]
     sp = window_out_dims(node, insp, kernel, first_axis=first)
     return [(x.dtype, join_layout(n, w.shape[0], sp, last))]
@@ -279,7 +279,7 @@ def _conv_transpose(node: Node, ins):
     c = x.shape[1]
     if is_int(c) and is_int(w.shape[0]) and c != w.shape[0]:
         raise ShapeError(f"input has {c} channels but W has {w.shape[0]}")
-    m = w.shape[1] * group if is_int(w.shape[1]) else dim_symbol(node, 1)
+    m = w.shape[1] * group if is_int(w.shape[1]) else fresh(node, 1)
     kernel = node.attrs.get("kernel_shape") or list(w.shape[2:])
     sp = x.shape[2:]
     if all(is_int(d) for d in sp) and all(is_int(k) for k in kernel):
@@ -288,7 +288,7 @@ def _conv_transpose(node: Node, ins):
         fixed = node.attrs.get("output_shape") or []
         if len(fixed) == len(sp) + 2:
             fixed = fixed[2:]
-        out = list(fixed) if fixed else [dim_symbol(node, 2 + i) for i in range(len(sp))]
+        out = list(fixed) if fixed else [fresh(node, 2 + i) for i in range(len(sp))]
         if not fixed:
             # dims that are known can still be computed one at a time
             for i, d in enumerate(sp):

@@ -9,7 +9,7 @@ from .conv import AUTO_PAD, LAYOUT, MAX_WINDOW, window_lengths, window_out_dims
 from .cost import flops, numel, per_input, prod
 from .int8 import int8_limit
 from .schema import BOOL, INTS, fail, op, rank
-from .shapes import channels_last, dim_symbol, is_int, join_layout, rule, split_layout
+from .shapes import channels_last, fresh, is_int, join_layout, rule, split_layout
 
 
 def _check_pool(node: Node, graph: Graph) -> None:
@@ -93,14 +93,14 @@ def _max_unpool(node: Node, ins):
     if x.shape is None:
         return [(x.dtype, None)]
     if fixed is not None:            # a computed output_shape: known only when it is (value-dependent)
-        return [(x.dtype, tuple(dim_symbol(node, i) for i in range(len(x.shape))))]
+        return [(x.dtype, tuple(fresh(node, i) for i in range(len(x.shape))))]
     kernel = node.attrs.get("kernel_shape")
     n_sp = len(x.shape) - 2
     if not kernel or len(kernel) != n_sp:
         raise ShapeError(f"MaxUnpool needs kernel_shape of {n_sp} dims, got {kernel}")
     strides = node.attrs.get("strides") or [1] * n_sp
     pads = node.attrs.get("pads") or [0] * (2 * n_sp)
-    out = [((d - 1) * int(s) + int(k) - int(pads[i]) - int(pads[i + n_sp])) if is_int(d) else dim_symbol(node, 2 + i)
+    out = [((d - 1) * int(s) + int(k) - int(pads[i]) - int(pads[i + n_sp])) if is_int(d) else fresh(node, 2 + i)
            for i, (d, k, s) in enumerate(zip(x.shape[2:], kernel, strides))]
     return [(x.dtype, (x.shape[0], x.shape[1], *out))]
 

@@ -11,7 +11,7 @@ from ..ir.graph import Graph, Node, Tensor
 from .cost import flops, free
 from .int8 import int8_limit
 from .schema import BOOL, FLOAT, FLOATS, INTS, STR, const, fail, op
-from .shapes import dim_symbol, is_int, rule
+from .shapes import fresh, is_int, rule
 
 
 def _check_resize(node: Node, graph: Graph) -> None:
@@ -216,7 +216,7 @@ def _resize_shape(node: Node, x: Tensor, scales: Optional[Tensor], sizes: Option
         # values known only at run time: rank survives, dims do not
         if not _nonempty(scales) and not use_sizes:
             raise ShapeError("Resize needs scales or sizes")
-        return [(x.dtype, tuple(dim_symbol(node, i) for i in range(r)))]
+        return [(x.dtype, tuple(fresh(node, i) for i in range(r)))]
     axes = [int(a) % r for a in (node.attrs.get("axes") or range(r))]
     if all(is_int(d) for d in x.shape):
         _, out = resize_plan([int(d) for d in x.shape], node.attrs, sc, sz)
@@ -232,7 +232,7 @@ def _resize_shape(node: Node, x: Tensor, scales: Optional[Tensor], sizes: Option
         elif is_int(x.shape[a]) and not use_sizes:
             out[a] = int(math.floor(int(x.shape[a]) * float(v)))
         else:
-            out[a] = dim_symbol(node, a)
+            out[a] = fresh(node, a)
     return [(x.dtype, tuple(out))]
 
 

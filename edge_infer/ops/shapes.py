@@ -52,11 +52,8 @@ def broadcast_shapes(*shapes: Sequence) -> Tuple:
     return tuple(out)
 
 
-def dim_symbol(node: Node, axis: int, out: int = 0) -> str:
-    return f"{node.outputs[out]}_d{axis}"
-
-
 def dtype_of(t: Optional[Tensor]) -> str:
+    """The dtype of an input (float32 for a missing optional one)."""
     return t.dtype if t is not None else "float32"
 
 
@@ -109,7 +106,8 @@ def is_int(d) -> bool:
 
 
 def fresh(node, i: int, out: int = 0) -> str:
-    """A new symbol for dim ``i`` of output ``out`` whose size depends on a runtime value."""
+    """A new symbol for dim ``i`` of output ``out`` (named after it): a size that depends on a
+    runtime value or on a symbolic input dim."""
     return f"{node.outputs[out]}_d{i}"
 
 
