@@ -13,13 +13,14 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ops.shapes import channels_last, split_layout
-from ...ops.qmath import (INT32_MIN, QMAX, QMIN, clamp_range, clip_bounds, conv_requant_params, per_tensor,
-                          qparams, quantize_multiplier, quantize_multipliers, requantize, round_half_away)
 from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
-from .ops import (UNARY, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant, geo_list,
-                  launch1d, matmul_batches, pack_conv_weights, pool_geometry, strides_of)
+from ...ops.qmath import (INT32_MIN, QMAX, QMIN, b_scales, clamp_range, clip_bounds, conv_requant_params,
+                          int8_bias, per_tensor, qparams, quantize_multiplier, quantize_multipliers,
+                          requantize, round_half_away)
+from ...ops.shapes import channels_last, split_layout
 from .executable import round_up
+from .ops import (UNARY, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant,
+                  geo_list, launch1d, matmul_batches, pack_conv_weights, pool_geometry, strides_of)
 from .registry import kernel_for
 
 
@@ -206,23 +207,12 @@ def int8_conv(node: Node, pc) -> None:
                   f"(int32 sums, MBQM per channel{tail})")
 
 
-def _b_scales(pc, node, bname, n, axis_n):
-    bq = qparams(pc, bname, "B")
-    if bq.scale.size == 1:
-        return np.full(n, bq.s, np.float32)
-    nd = len(pc.shape(bname))
-    ax = bq.axis if bq.axis is None or bq.axis >= 0 else bq.axis + nd
-    if bq.scale.size != n or ax != axis_n:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: B scales must be per tensor or per output column")
-    return bq.scale
-
-
 def _int8_mm(node, pc, M, N, K, nb2, A, a_name, B, b_name, b_axis_n, bias_name, C):
     y = node.outputs[0]
     need_i8(pc, node, [a_name, b_name, y])
     s_a, zp_a = per_tensor(pc, a_name, "A")
     s_y, zp_y = per_tensor(pc, y, "output")
-    s_b = _b_scales(pc, node, b_name, N, b_axis_n)
+    s_b = b_scales(pc, node, b_name, N, b_axis_n)
     b_const = pc.const(b_name) is not None
     zp_b = 0
     if not b_const:
@@ -235,18 +225,7 @@ def _int8_mm(node, pc, M, N, K, nb2, A, a_name, B, b_name, b_axis_n, bias_name, 
     else:
         lo, hi = QMIN, QMAX
     q, sh = _q32(*quantize_multipliers([float(np.float32(s_a)) * float(sb) / float(np.float32(s_y)) for sb in s_b]))
-    bias = None
-    if bias_name:
-        bc = pc.const(bias_name)
-        if bc is None or bc.dtype != np.int32:
-            raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 bias must be a constant int32 tensor")
-        if bc.size == 1:
-            bv = np.full(N, int(bc.reshape(-1)[0]), np.int64)
-        elif bc.size == N and (bc.ndim <= 1 or bc.shape[-1] == N):
-            bv = bc.reshape(-1).astype(np.int64)
-        else:
-            raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 bias is not per output column")
-        bias = (pc.upload(bv), 0, 1, 0)
+    bias = (pc.upload(int8_bias(pc, node, bias_name, N)), 0, 1, 0) if bias_name else None
     int8_gemm_launch(node, pc, M, N, K, 1, nb2, A, zp_a, B, zp_b, C, bias, pc.upload(q), pc.upload(sh),
                      (0, 1, 0), zp_y, None, None, lo, hi)
     pc.note(node, f"int8 {gemm_variant(pc)} GEMM {M}x{K} @ {K}x{N} (int32 sums, MBQM per {'column' if len(set(q.tolist())) > 1 else 'tensor'})")
