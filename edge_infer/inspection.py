@@ -18,6 +18,7 @@ def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
     from .artifact import load_artifact, read_info
     from .artifact_compact import read_side_table, short_id
     from .memory.budget import default_memory_limit, parse_size
+    from .sparse.encodings import SparseArray
     graph, meta = load_artifact(path, trusted_keys=trusted_keys)
     sig = read_info(path).signature
     side = read_side_table(path)
@@ -40,7 +41,7 @@ def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
         "constants": len(consts), "parameters": int(sum(t.data.size for t in consts)),
         "weight_bytes": int(sum(t.data.nbytes for t in consts)),
         "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.data.shape), "bytes": int(t.data.nbytes),
-                     "encoding": getattr(t.data, "encoding", "raw"), **({"id": ids[t.name]} if ids else {})}
+                     "encoding": t.data.encoding if isinstance(t.data, SparseArray) else "raw", **({"id": ids[t.name]} if ids else {})}
                     for t in sorted(consts, key=lambda t: -t.data.nbytes)],
         "format": "%d.%d" % read_info(path).version, "names": _names_summary(side),
         "sparsity": _sparse_compression(graph),

@@ -127,7 +127,6 @@ class OpenCLBackend(Backend):
             if graph is None:
                 return True              # shapes unknown: the op is covered; prepare decides the rest
         pc = PrepareContext(graph, None, None, lambda name: (None, 0), dry=True)
-        pc.options, pc.fused = {}, {}
         try:
             TABLE.prepare(node, pc)
         except (EdgeInferError, ValueError, KeyError, TypeError, IndexError):

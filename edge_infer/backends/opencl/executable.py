@@ -48,8 +48,13 @@ class Scratch:
 class PrepareContext:
     """What an op's prepare function may see and ask for (see ops.py)."""
 
-    def __init__(self, graph: Graph, cl_ctx, device, locate, dry: bool = False):
+    def __init__(self, graph: Graph, cl_ctx, device, locate, dry: bool = False,
+                 options: Optional[dict] = None, fused: Optional[dict] = None):
         self.graph = graph
+        #: the plan's options (``conv_algorithm``, ``gemm``)
+        self.options: dict = dict(options or {})
+        #: binary -> activation pairs run as one kernel (``ops.find_fusions``)
+        self.fused: dict = fused or {}
         self.cl_ctx = cl_ctx
         self.device = device
         self._locate = locate          # name -> (buffer, byte offset) for activations
@@ -220,9 +225,7 @@ class OpenCLExecutable(Executable):
 
         def locate(name):
             return self.arena, offsets[alias.get(name, name)]
-        pc = PrepareContext(graph, cl_ctx, device, locate)
-        pc.options = options
-        pc.fused = fused
+        pc = PrepareContext(graph, cl_ctx, device, locate, options=options, fused=fused)
         for node in self.nodes:
             if node.op in VIEW_OPS and node.outputs[0] in alias:
                 pc.note(node, "view (aliases its input; no kernel)")

@@ -159,7 +159,7 @@ def binary(node: Node, pc) -> None:
     if np.broadcast_shapes(pc.shape(a), pc.shape(b)) != ys:
         raise ShapeError(f"{node.op} {node.name!r}: {pc.shape(a)} and {pc.shape(b)} do not give {ys}")
     meta = broadcast_meta(pc.shape(a), pc.shape(b), ys)
-    act_node = getattr(pc, "fused", {}).get(("producer", node.name))
+    act_node = pc.fused.get(("producer", node.name))
     code, p0, p1, yname = 0, 0.0, 0.0, y
     if act_node is not None:
         code, p0, p1 = unary_params(act_node, pc)
@@ -220,7 +220,7 @@ def gemm_variant(pc) -> str:
     """'tiled' (local-memory tiles: GPUs) or 'cpu' (CPU OpenCL drivers); option
     ``gemm="tiled"|"cpu"`` or $EDGE_INFER_OPENCL_GEMM overrides."""
     import os
-    want = (getattr(pc, "options", {}) or {}).get("gemm") or os.environ.get("EDGE_INFER_OPENCL_GEMM", "")
+    want = pc.options.get("gemm") or os.environ.get("EDGE_INFER_OPENCL_GEMM", "")
     if want in ("tiled", "cpu"):
         return want
     if pc.device is None:
@@ -421,7 +421,7 @@ def conv(node: Node, pc) -> None:
     if bname and int(np.prod(pc.shape(bname))) != g["M"]:
         raise ShapeError(f"{node.op} {node.name!r}: bias is not per output channel")
     act = activation(node) if node.op == "FusedConv" else (0, 0.0, 0.0)
-    algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto") if hasattr(pc, "options") else "auto")
+    algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto"))
     xref, yref = pc.ref(x), pc.ref(y)
     bias = pc.upload(np.asarray(pc.const(bname), np.float32).reshape(-1), key=("bias", bname)) \
         if bname and pc.const(bname) is not None \

@@ -173,7 +173,7 @@ def int8_conv(node: Node, pc) -> None:
     ztab = _residual_table(pc, node, zname, s_y)
     ztab_buf = pc.upload(ztab) if ztab is not None else None
     zref = pc.ref(zname) if zname else (None, 0)
-    algo = conv_algorithm(g, getattr(pc, "options", {}).get("conv_algorithm", "auto"))
+    algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto"))
     xref, yref = pc.ref(x), pc.ref(y)
     qb, sb, bb = pc.upload(q), pc.upload(sh), pc.upload(bias)
     lay = "NHWC" if g["last"] else "NCHW"
