@@ -35,8 +35,8 @@ import numpy as np
 from ...errors import GraphError, ShapeError
 from ...ir import Graph, Node, Tensor
 from ...ir.shape_inference import infer_shapes
-from ...ops.dynamic import DATA_DEPENDENT_OPS, data_dependent_tensors, value_inputs# noqa: F401
 from ...memory.pool import DYNAMIC_POOL
+from ...ops.dynamic import DATA_DEPENDENT_OPS, data_dependent_tensors, value_inputs  # noqa: F401
 from ..base import Executable
 from ..throughput import running_nodes
 
