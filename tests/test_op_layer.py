@@ -117,3 +117,13 @@ def test_every_backend_dispatches_through_its_kernel_table():
         assert "int8" in kinds and kinds & {"any", "float"}, (b.name, kinds)
     ocl = {e.dtype: e.prepare.__name__ for e in OpenCLBackend().kernel_table().entries("Conv")}
     assert ocl == {"int8": "int8_conv", "any": "conv"}
+
+
+def test_tflite_importer_keeps_int8_only_where_ops_has_an_int8_form():
+    """The TFLite importer's own int8 list (the ops it keeps int8, checked against TFLite's
+    kernels) may only name ops with an int8 form in ops/int8.py; ReduceMax/ReduceMin with equal
+    input and output parameters are order-only, which the generic kernels compute on int8 as is."""
+    from edge_infer.frontends.tflite.tables import INT8_OPS, INT8_SAME_PARAMS
+    from edge_infer.ops.int8 import INT8_OPS as FORMS
+    assert INT8_OPS <= FORMS, sorted(INT8_OPS - FORMS)
+    assert INT8_SAME_PARAMS - {"ReduceMax", "ReduceMin"} <= FORMS, sorted(INT8_SAME_PARAMS - FORMS)
