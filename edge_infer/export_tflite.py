@@ -408,7 +408,7 @@ class _Exporter(ActivationOps, TensorOps):
         if nhwc:                  # the geometry below reads NCHW shapes
             xs, ys = (xs[0], xs[3], xs[1], xs[2]), (ys[0], ys[3], ys[1], ys[2])
         strides = [int(s) for s in (a.get("strides") or [1, 1])]
-        from .ir.shape_rules_nn import conv_transpose_geometry
+        from .ops.conv import conv_transpose_geometry
         pads, out = conv_transpose_geometry(list(xs[2:]), list(W.shape[2:]), a)
         padding = None
         for p_type in (SAME, VALID):

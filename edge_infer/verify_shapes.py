@@ -31,7 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import ConversionError, EdgeInferError
-from .ir import Graph, infer_shapes
+from .ir import Graph
+from .ir.shape_inference import infer_shapes
 
 #: metadata keys that exporters use for the input image size ([H, W], one int, or a full shape)
 SIZE_KEYS = ("imgsz", "img_size", "image_size", "input_size", "input_shape")

@@ -22,7 +22,12 @@ from edge_infer.backends import BACKENDS, get_backend  # noqa: E402
 from edge_infer.backends.cpu import CpuBackend  # noqa: E402
 from edge_infer.backends.cuda import CudaBackend, cupy_status, is_jetson  # noqa: E402
 from edge_infer.backends.cuda.executor import sizing_pass  # noqa: E402
-from edge_infer.backends.cuda.ops import INT8_LAUNCHERS, LAUNCHERS, MAX_BLOCKS, gemm_grid, grid_1d  # noqa: E402
+from edge_infer.backends.cuda.ops import MAX_BLOCKS, gemm_grid, grid_1d  # noqa: E402
+from edge_infer.backends.cuda.registry import TABLE  # noqa: E402
+
+#: the kernel table's float and int8 launchers by op
+LAUNCHERS = {op: e.prepare for op in TABLE.ops() for e in TABLE.entries(op) if e.dtype != "int8"}
+INT8_LAUNCHERS = {op: e.prepare for op in TABLE.ops() for e in TABLE.entries(op) if e.dtype == "int8"}
 from edge_infer.backends.cuda.signatures import KERNEL_DIR, check_args, cu_sources, kernels  # noqa: E402
 from edge_infer.errors import BackendError  # noqa: E402
 from edge_infer.ir import Graph  # noqa: E402

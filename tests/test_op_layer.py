@@ -61,3 +61,69 @@ def test_conv_geometry_matches_onnxruntime_output(layout, group, k, stride, pad,
         conv_geometry(ir, x_shape, wt.shape, tuple(d + 1 for d in y_shape))
     with pytest.raises(ShapeError, match="group"):
         conv_geometry(Node("Conv", ["x", "w"], ["y"], dict(attrs, group=3), name="c"), x_shape, wt.shape, y_shape)
+
+
+def _family_of_schema():
+    from edge_infer import ops
+    fams = {}
+    for name in ("conv", "pool", "gemm", "elementwise", "norm", "tensor", "quantize", "reduce", "resize",
+                 "dynamic", "sequence"):
+        for op in getattr(ops, name).SCHEMAS:
+            fams.setdefault(op, set()).add(f"edge_infer.ops.{name}")
+    return fams
+
+
+def test_each_op_family_defines_its_shape_rule_cost_and_int8_limits():
+    """An op's shape rule, FLOP count and int8 limits live in the module of its schema (one
+    definition each, registered in ops/shapes.py, ops/cost.py, ops/int8.py)."""
+    from edge_infer.ops.cost import FLOPS
+    from edge_infer.ops.int8 import INT8_LIMITS, INT8_OPS
+    from edge_infer.ops.shapes import SHAPE_RULES
+    fams = _family_of_schema()
+    assert set(fams) <= set(SHAPE_RULES), sorted(set(fams) - set(SHAPE_RULES))
+    for table in (SHAPE_RULES, FLOPS, INT8_LIMITS):
+        for op, fn in table.items():
+            if op in fams:
+                assert fn.__module__ in fams[op] | {"edge_infer.ops.cost"}, (op, fn.__module__, fams[op])
+    assert set(INT8_LIMITS) <= INT8_OPS
+
+
+def test_int8_limits_are_asked_per_family():
+    """ops.int8_ok reaches a family's limit: a depthwise conv over more taps than the exact
+    float32 sums allow is refused (conv.py), a 3x3 one accepted."""
+    from edge_infer.ir import Graph, Tensor
+    from edge_infer.ops import int8_ok
+    from edge_infer.ops.qmath import EXACT_K
+    for k, ok in ((3, True), (int(np.sqrt(EXACT_K)) + 1, False)):
+        g = Graph("dw")
+        g.tensors["x"] = Tensor("x", "float32", (1, 4, 40, 40))
+        g.tensors["w"] = Tensor("w", "float32", (4, 1, k, k), np.ones((4, 1, k, k), np.float32))
+        g.tensors["y"] = Tensor("y", "float32", (1, 4, 40 - k + 1, 40 - k + 1))
+        node = Node("Conv", ["x", "w"], ["y"], {"group": 4}, name="dw")
+        g.nodes, g.inputs, g.outputs = [node], ["x"], ["y"]
+        assert (int8_ok(node, g) is None) == ok, (k, int8_ok(node, g))
+
+
+def test_every_backend_dispatches_through_its_kernel_table():
+    """supported_ops is the table's op list; the OpenCL and CUDA int8 kernels are the tables'
+    int8 entries, so one read says what runs for a Conv on int8 tensors."""
+    from edge_infer.backends.cpu import CpuBackend
+    from edge_infer.backends.cuda import CudaBackend
+    from edge_infer.backends.opencl import OpenCLBackend
+    for b in (CpuBackend(), OpenCLBackend(), CudaBackend()):
+        table = b.kernel_table()
+        assert list(b.supported_ops()) == table.ops() and "Conv" in table, b.name
+        kinds = {e.dtype for e in table.entries("Conv")}
+        assert "int8" in kinds and kinds & {"any", "float"}, (b.name, kinds)
+    ocl = {e.dtype: e.prepare.__name__ for e in OpenCLBackend().kernel_table().entries("Conv")}
+    assert ocl == {"int8": "int8_conv", "any": "conv"}
+
+
+def test_tflite_importer_keeps_int8_only_where_ops_has_an_int8_form():
+    """The TFLite importer's own int8 list (the ops it keeps int8, checked against TFLite's
+    kernels) may only name ops with an int8 form in ops/int8.py; ReduceMax/ReduceMin with equal
+    input and output parameters are order-only, which the generic kernels compute on int8 as is."""
+    from edge_infer.frontends.tflite.tables import INT8_OPS, INT8_SAME_PARAMS
+    from edge_infer.ops.int8 import INT8_OPS as FORMS
+    assert INT8_OPS <= FORMS, sorted(INT8_OPS - FORMS)
+    assert INT8_SAME_PARAMS - {"ReduceMax", "ReduceMin"} <= FORMS, sorted(INT8_SAME_PARAMS - FORMS)

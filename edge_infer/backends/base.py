@@ -8,7 +8,9 @@ A backend turns a graph whose shapes are all concrete into an ``Executable``:
   the returned output copies.
 
 Backends are registered by name in ``BACKENDS``; ``supports`` lets the picker
-and the partitioner ask who covers which node.
+and the partitioner ask who covers which node. A backend whose kernels live in a
+``KernelTable`` (CPU, OpenCL, CUDA; ``kernel_table.py``) returns it from ``kernel_table()``:
+``supported_ops`` and ``supports`` read that table, the one its prepare dispatches through.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from ..ir import Graph, Node
 
 if TYPE_CHECKING:
     from ..memory.arena import ArenaPlan
+    from .kernel_table import KernelTable
 
 
 class Executable:
@@ -39,6 +42,16 @@ class Executable:
     #: ``workspace_bytes``; scratch placed in the arena is ``arena_plan.scratch_offsets``
     scratch_bytes: Dict[str, int] = {}
     notes: Dict[str, str] = {}
+    #: {node name: how} of the nodes whose kernel split its work (bands of output rows, tiles
+    #: for fewer threads) to fit the memory budget or a scratch cap, as the kernel recorded it
+    #: at prepare (``PrepareContext.tiled_to_fit``)
+    tiled: Dict[str, str] = {}
+
+    def step_summary(self) -> Optional[dict]:
+        """``{"steps", "native_steps", "numpy_steps": [op, ...]}`` of a plan whose steps are all
+        fixed at prepare (what runs as native C, what as numpy); None where they are not (a
+        staged plan makes its rest per run-time value; other backends run no native steps)."""
+        return None
 
     def run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Run once. ``feeds`` maps every graph input name to an array of the
@@ -58,13 +71,25 @@ class Backend:
     #: whether this backend's plans size their memory up front (an ``arena_plan``), so that a
     #: memory limit can be checked before a run; LiteRT allocates inside its own interpreter
     plans_memory = False
+    #: whether the picker's microbenchmark of this backend runs in a child process
+    #: (``probe_guard``): a GPU driver that crashes must not end the caller's process
+    isolate_probe = False
 
     def available(self) -> Tuple[bool, str]:
         """(usable here?, why not)."""
         return True, ""
 
+    def kernel_table(self) -> Optional["KernelTable"]:
+        """The backend's kernels by (op, dtype, sparse encoding, layout), where it keeps them in
+        a ``KernelTable``; None for a backend that runs the graph some other way (LiteRT)."""
+        return None
+
     def supported_ops(self) -> Sequence[str]:
-        raise NotImplementedError
+        """Every op the backend has a kernel for (in some form)."""
+        table = self.kernel_table()
+        if table is None:
+            raise NotImplementedError
+        return table.ops()
 
     def supports(self, node: Node, graph: Graph) -> bool:
         """Whether this backend can run ``node`` as it appears in ``graph``."""

@@ -31,9 +31,10 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Graph, Node, Tensor
-from ..ir.shape_rules_dynamic import data_dependent_tensors
+from ..ops.cost import tensor_nbytes
+from ..ops.dynamic import data_dependent_tensors
 from .base import Backend, Executable
-from .throughput import graph_seconds, node_work, running_nodes, tensor_nbytes
+from .throughput import graph_seconds, node_work, running_nodes
 
 DEFAULT_MIN_RATIO = 5.0
 

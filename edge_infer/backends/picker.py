@@ -38,7 +38,7 @@ from typing import Dict, List, Optional, Sequence
 from ..errors import BackendError, UnsupportedOpError
 from ..probe_guard import DeviceCrashError
 from ..ir import Graph
-from ..ir.shape_rules_dynamic import data_dependent_tensors
+from ..ops.dynamic import data_dependent_tensors
 from .base import Backend
 from .partition import (DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition,
                         run_time_shapes_crossing)
@@ -138,7 +138,7 @@ def throughput_profile(backend: Backend, threads: int, refresh: bool = False) ->
         if not busy or key in _measured_here or _load_per_cpu() > MAX_LOAD_TO_SAVE:
             return prof
         # measured on a busy machine and it is quiet now: measure again, once per process
-    if getattr(backend, "isolate_probe", False):   # a GPU driver: measured where a crash cannot reach us
+    if backend.isolate_probe:   # a GPU driver: measured where a crash cannot reach us
         from ..probe_guard import throughput_in_child
         prof = throughput_in_child(backend.name, threads)
     else:
@@ -270,7 +270,7 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
         report["candidates"].append(entry)
         if not ok:
             continue
-        if memory_bound and not getattr(b, "plans_memory", False):
+        if memory_bound and not b.plans_memory:
             entry["excluded"] = NO_MEMORY_BOUND
             if requested == name:
                 raise BackendError(f"backend {name!r} {NO_MEMORY_BOUND}; drop the memory limit or use "

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from ..ir import Graph, infer_shapes
+from ..ir import Graph
+from ..ir.shape_inference import infer_shapes
 
 
 def specialize(graph: Graph, input_shapes: Dict[str, Tuple[int, ...]]) -> Graph:

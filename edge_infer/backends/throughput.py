@@ -30,7 +30,7 @@ the microbenchmark (well under a second per backend) once.
 
 The estimated time of a node: ``dense_op_s + flops / rate[class]`` for dense and grouped
 ops, ``op_s + bytes / memory`` for the rest (they are bandwidth-bound); FLOPs and
-bytes come from ``ir.cost.node_flops`` and the tensors' sizes; window ops (pools,
+bytes come from the op families' costs (``ops/cost.py``); window ops (pools,
 reductions) make one pass per window element, so a "memory" op moves at least 8 B per FLOP.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import EdgeInferError
 from ..ir import Graph, Node
-from ..ir.cost import node_flops
+from ..ops.cost import node_flops, tensor_nbytes
 from .base import Backend
 from .specialize import specialize
 
@@ -58,18 +58,6 @@ def running_nodes(graph: Graph) -> List[Node]:
     """Nodes that run (not folded into constants at plan time), in graph order."""
     return [n for n in graph.nodes
             if not all(graph.tensors[o].is_const for o in n.outputs if o in graph.tensors and o)]
-
-
-def tensor_nbytes(graph: Graph, name: str) -> int:
-    """Bytes of a tensor with a concrete shape (constants: their data), else 0."""
-    t = graph.tensors.get(name) if name else None
-    if t is None:
-        return 0
-    if t.is_const:
-        return int(t.data.nbytes)
-    if not t.is_static:
-        return 0
-    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
 
 
 def node_class(node: Node, graph: Graph) -> str:

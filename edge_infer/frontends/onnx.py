@@ -35,21 +35,15 @@ import numpy as np
 
 from ..errors import ConversionError, GraphError, UnsupportedOpError
 from ..ir.graph import DTYPES, Graph, Node, Tensor
+from .onnx_common import IR_OPSET, ONNX_TO_DTYPE, contiguous as _contiguous, schema as _schema
 
 if TYPE_CHECKING:  # only for annotations: onnx is imported lazily
     import onnx
 
-#: the opset whose op names and attributes the IR uses
-IR_OPSET = 21
 #: the oldest default-domain opset accepted (older ones had legacy broadcasting)
 MIN_OPSET = 7
 #: characters of the model and graph doc strings kept in the graph metadata
 DOC_STRING_MAX = 2000
-
-#: ONNX TensorProto element type -> numpy dtype name (only types the IR has)
-ONNX_TO_DTYPE = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
-                 7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
-DTYPE_TO_ONNX = {v: k for k, v in ONNX_TO_DTYPE.items()}
 
 #: attributes holding an ONNX element type, converted to a numpy dtype name
 DTYPE_ATTRS = {
@@ -149,11 +143,6 @@ def _check_model_proto(model, label: str):
     return model
 
 
-def _contiguous(arr: np.ndarray) -> np.ndarray:
-    # not np.ascontiguousarray: it turns 0-d arrays (scalar constants) into 1-d
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
-
-
 def _dtype_name(elem_type: int, what: str) -> str:
     name = ONNX_TO_DTYPE.get(elem_type)
     if name is None:
@@ -192,19 +181,7 @@ def _attr_value(onnx, a, where: str):
                           f"{A.AttributeType.Name(a.type)} is not supported")
 
 
-_SCHEMAS: Dict[Tuple[str, int], object] = {}
 _DEFAULTS: Dict[Tuple[str, int], Dict[str, object]] = {}
-
-
-def _schema(onnx, op: str, opset: int):
-    """The schema of ``op`` at ``opset`` (None when the op does not exist there)."""
-    key = (op, opset)
-    if key not in _SCHEMAS:
-        try:
-            _SCHEMAS[key] = onnx.defs.get_schema(op, max_inclusive_version=opset, domain="")
-        except Exception:  # noqa: BLE001  (SchemaError)
-            _SCHEMAS[key] = None
-    return _SCHEMAS[key]
 
 
 def _defaults(onnx, schema) -> Dict[str, object]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir.graph import DTYPES
-from .onnx import IR_OPSET, ONNX_TO_DTYPE, _contiguous, _schema
+from .onnx_common import IR_OPSET, ONNX_TO_DTYPE, contiguous as _contiguous, schema as _schema
 
 if TYPE_CHECKING:
     from .onnx import _Converter

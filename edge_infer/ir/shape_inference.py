@@ -1,8 +1,9 @@
 """Shape and dtype inference for every supported op.
 
 Each op has a rule ``rule(node, ins) -> [(dtype, shape), ...]`` where ``ins`` are
-the input Tensors (None for a missing optional input). A constant input carries
-its value in ``.data``, so rules for ops whose output shape depends on a value
+the input Tensors (None for a missing optional input), defined next to the op's schema in
+its family module ``ops/<family>.py`` (the table: ``ops.shapes.SHAPE_RULES``). A constant
+input carries its value in ``.data``, so rules for ops whose output shape depends on a value
 (Reshape, Expand, Slice, Resize, ConstantOfShape, ...) read it there.
 
 ``infer_shapes`` walks the graph in order and, when given a ``fold`` callback,
@@ -11,24 +12,14 @@ shapes computed inside the graph become known too.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Optional
 
 import numpy as np
 
+from .. import ops  # noqa: F401  (every op family registers its shape rule in ops.shapes)
 from ..errors import GraphError, ShapeError
-from .graph import Graph, Node, Shape, Tensor
-
-Rule = Callable[[Node, List[Optional[Tensor]]], List[Tuple[str, Shape]]]
-SHAPE_RULES: Dict[str, Rule] = {}
-
-
-def rule(*ops: str):
-    """Register a shape rule for the given op names."""
-    def deco(fn: Rule) -> Rule:
-        for op in ops:
-            SHAPE_RULES[op] = fn
-        return fn
-    return deco
+from ..ops.shapes import SHAPE_RULES
+from .graph import Graph, Node, Tensor
 
 
 def infer_node(node: Node, graph: Graph) -> None:
@@ -84,28 +75,3 @@ def infer_shapes(graph: Graph, fold: Optional[Callable[[Node, Graph], None]] = N
         infer_node(node, graph)
         if fold is not None and is_foldable(node, graph):
             fold(node, graph)
-
-
-# -- helpers shared by rules ---------------------------------------------------
-
-def broadcast_shapes(*shapes: Sequence) -> Tuple:
-    """Numpy-style broadcasting of shapes that may contain symbolic dims."""
-    rank = max(len(s) for s in shapes)
-    out = []
-    for k in range(rank):
-        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
-        ints = {d for d in dims if isinstance(d, int)}
-        syms = [d for d in dims if not isinstance(d, int)]
-        big = ints - {1}
-        if len(big) > 1:
-            raise ShapeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
-        if big:
-            out.append(big.pop())
-        elif syms:
-            out.append(syms[0])
-        else:
-            out.append(1)
-    return tuple(out)
-
-
-from . import shape_rules  # noqa: E402,F401  (registers the rules)

@@ -3,13 +3,19 @@ the one checked geometry object the conv and pool kernels of every backend take 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ..errors import ShapeError
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, Tensor
 from ..ir.padding import resolve_pads
-from ..ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from .cost import flops, numel, prod, shape_of
+from .int8 import int8_limit
+from .qmath import EXACT_K
 from .schema import FLOATS, INT, INTS, STR, fail, known, op, shape
+from .shapes import (SHAPE_RULES, base_node, channels_last, check_onto, dtype_of, fresh, is_int, join_layout,
+                     rule, split_layout)
 
 AUTO_PAD = STR("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 LAYOUT = STR("NCHW", "NHWC")
@@ -174,3 +180,193 @@ def conv_geometry(node: Node, x_shape, w_shape, y_shape, last: Optional[bool] = 
     if group < 1 or c != cg * group or m % group:
         raise ShapeError(f"{node.op} {node.name!r}: X {tuple(x_shape)}, W {tuple(w_shape)}, group {group} disagree")
     return window_geometry(node, x_shape, y_shape, kernel, m=m, group=group, last=last)
+
+
+# -- shape rules (registered in ``shapes.SHAPE_RULES``; ``ir/shape_inference`` walks with them) --
+
+def window_attrs(node: Node, nsp: int, kernel: Sequence[int]) -> dict:
+    """Sliding-window attributes with ONNX defaults filled in for ``nsp`` spatial dims."""
+    a = node.attrs
+    return dict(
+        kernel=[int(k) for k in kernel],
+        strides=[int(s) for s in (a.get("strides") or [1] * nsp)],
+        dilations=[int(d) for d in (a.get("dilations") or [1] * nsp)],
+        pads=[int(p) for p in (a.get("pads") or [0] * (2 * nsp))],
+        auto_pad=str(a.get("auto_pad", "NOTSET") or "NOTSET"),
+        ceil_mode=bool(a.get("ceil_mode", 0)),
+    )
+
+
+def window_out_dims(node: Node, spatial: Sequence, kernel: Sequence[int],
+                    ceil_allowed: bool = False, first_axis: int = 2) -> List:
+    """Output spatial dims of a sliding-window op; symbolic where the input dim is."""
+    n = len(spatial)
+    w = window_attrs(node, n, kernel)
+    if len(w["strides"]) != n or len(w["dilations"]) != n or len(w["pads"]) != 2 * n:
+        raise ShapeError(f"strides/dilations/pads do not match {n} spatial dims")
+    out = []
+    for i, d in enumerate(spatial):
+        if not is_int(d):
+            out.append(fresh(node, first_axis + i))
+            continue
+        _, o = resolve_pads([int(d)], [w["kernel"][i]], [w["strides"][i]], [w["dilations"][i]],
+                            [w["pads"][i], w["pads"][i + n]], w["auto_pad"],
+                            w["ceil_mode"] and ceil_allowed)
+        if o[0] < 1:
+            raise ShapeError(f"spatial dim {i} of size {d} is smaller than the window "
+                             f"(kernel {w['kernel'][i]}, dilation {w['dilations'][i]})")
+        out.append(o[0])
+    return out
+
+
+@rule("Conv")
+def _conv(node: Node, ins: List[Optional[Tensor]]):
+    x, w = ins[0], ins[1]
+    if x.shape is None or w.shape is None:
+        return [(dtype_of(x), None)]
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ShapeError(f"Conv needs X of rank >= 3 and W of the same rank, got {x.shape} and {w.shape}")
+    group = int(node.attrs.get("group", 1))
+    last = channels_last(node)
+    n, c, insp = split_layout(x.shape, last)
+    cg = w.shape[1]
+    first = 1 if last else 2
+    if is_int(c) and is_int(cg) and c != cg * group:
+        raise ShapeError(f"input has {c} channels but W expects {cg} x group {group}")
+    kernel = node.attrs.get("kernel_shape") or list(w.shape[2:])
+    if not all(is_int(k) for k in kernel):
+        sp = tuple(fresh(node, first + i) for i in range(len(kernel)))
+        return [(x.dtype, join_layout(n, w.shape[0], sp, last))]
+    sp = window_out_dims(node, insp, kernel, first_axis=first)
+    return [(x.dtype, join_layout(n, w.shape[0], sp, last))]
+
+
+def conv_transpose_geometry(in_spatial: Sequence[int], kernel: Sequence[int], attrs: dict
+                            ) -> Tuple[List[int], List[int]]:
+    """(pads [b..., e...], output spatial size) of a ConvTranspose, per the ONNX spec."""
+    n = len(in_spatial)
+    strides = [int(s) for s in (attrs.get("strides") or [1] * n)]
+    dil = [int(d) for d in (attrs.get("dilations") or [1] * n)]
+    opad = [int(p) for p in (attrs.get("output_padding") or [0] * n)]
+    pads = [int(p) for p in (attrs.get("pads") or [0] * (2 * n))]
+    auto_pad = str(attrs.get("auto_pad", "NOTSET") or "NOTSET")
+    out_shape = [int(o) for o in (attrs.get("output_shape") or [])]
+    if len(out_shape) == n + 2:       # some exporters write the full N, C, ... shape
+        out_shape = out_shape[2:]
+    full = [strides[i] * (in_spatial[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 for i in range(n)]
+    if out_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if not out_shape:
+            out_shape = [in_spatial[i] * strides[i] for i in range(n)]
+        total = [full[i] - out_shape[i] for i in range(n)]
+        if auto_pad == "SAME_UPPER":
+            b = [t // 2 for t in total]
+        else:   # SAME_LOWER, and NOTSET with output_shape (the spec's "else" branch)
+            b = [t - t // 2 for t in total]
+        return b + [total[i] - b[i] for i in range(n)], out_shape
+    if auto_pad == "VALID":
+        pads = [0] * (2 * n)
+    return pads, [full[i] - pads[i] - pads[i + n] for i in range(n)]
+
+
+@rule("ConvTranspose")
+def _conv_transpose(node: Node, ins):
+    x, w = ins[0], ins[1]
+    if x.shape is None or w.shape is None:
+        return [(dtype_of(x), None)]
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ShapeError(f"ConvTranspose needs X of rank >= 3 and W of the same rank, got {x.shape} and {w.shape}")
+    group = int(node.attrs.get("group", 1))
+    c = x.shape[1]
+    if is_int(c) and is_int(w.shape[0]) and c != w.shape[0]:
+        raise ShapeError(f"input has {c} channels but W has {w.shape[0]}")
+    m = w.shape[1] * group if is_int(w.shape[1]) else fresh(node, 1)
+    kernel = node.attrs.get("kernel_shape") or list(w.shape[2:])
+    sp = x.shape[2:]
+    if all(is_int(d) for d in sp) and all(is_int(k) for k in kernel):
+        _, out = conv_transpose_geometry([int(d) for d in sp], [int(k) for k in kernel], node.attrs)
+    else:
+        fixed = node.attrs.get("output_shape") or []
+        if len(fixed) == len(sp) + 2:
+            fixed = fixed[2:]
+        out = list(fixed) if fixed else [fresh(node, 2 + i) for i in range(len(sp))]
+        if not fixed:
+            # dims that are known can still be computed one at a time
+            for i, d in enumerate(sp):
+                if is_int(d) and is_int(kernel[i]):
+                    one = {k: v for k, v in node.attrs.items()}
+                    n = len(sp)
+                    for key in ("strides", "dilations", "output_padding"):
+                        if node.attrs.get(key):
+                            one[key] = [node.attrs[key][i]]
+                    if node.attrs.get("pads"):
+                        one["pads"] = [node.attrs["pads"][i], node.attrs["pads"][i + n]]
+                    out[i] = conv_transpose_geometry([int(d)], [int(kernel[i])], one)[1][0]
+    bad = [o for o in out if is_int(o) and o < 1]
+    if bad:
+        raise ShapeError(f"output spatial size {out} is not positive (pads too large?)")
+    return [(x.dtype, (x.shape[0], m, *out))]
+
+
+@rule("FusedConv")
+def _fused_conv(node: Node, ins: List[Optional[Tensor]]):
+    res = SHAPE_RULES["Conv"](base_node(node, "Conv", 3), list(ins[:3]))
+    check_onto(res[0][1], ins[3] if len(ins) > 3 else None, "residual Z")
+    return res
+
+
+@rule("ConvInteger")
+def _conv_integer(node, ins):
+    (_, shape), = SHAPE_RULES["Conv"](node, ins[:2])
+    return [("int32", shape)]
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+@flops("Conv")
+def _conv_flops(node: Node, graph: Graph) -> int:
+    n_out = numel(graph, node.outputs[0])
+    w = shape_of(graph, node.inputs[1])
+    if w is None or len(w) < 3:
+        return 0
+    bias = n_out if len(node.inputs) > 2 and node.inputs[2] else 0
+    return 2 * n_out * prod(w[1:]) + bias
+
+
+@flops("ConvTranspose")
+def _conv_transpose_flops(node: Node, graph: Graph) -> int:
+    w = shape_of(graph, node.inputs[1])
+    if w is None:
+        return 0
+    bias = numel(graph, node.outputs[0]) if len(node.inputs) > 2 and node.inputs[2] else 0
+    return 2 * numel(graph, node.inputs[0]) * prod(w[1:]) + bias
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+def _opt(node: Node, i: int) -> str:
+    return node.inputs[i] if len(node.inputs) > i else ""
+
+
+@int8_limit("Conv", "FusedConv")
+def _conv_int8(node: Node, g: Graph):
+    T = g.tensors
+    w = T[node.inputs[1]]
+    if not w.is_const or w.data.ndim < 3:
+        return "weights are not a constant"
+    if _opt(node, 2) and not T[_opt(node, 2)].is_const:
+        return "bias is not a constant"
+    if int(np.prod(w.data.shape[2:])) > EXACT_K and int(node.attrs.get("group", 1)) == w.data.shape[0]:
+        return "depthwise kernel too large"
+    return None
+
+
+@int8_limit("ConvTranspose")
+def _conv_transpose_int8(node: Node, g: Graph):
+    T = g.tensors
+    w = T[node.inputs[1]]
+    if not w.is_const or w.data.ndim != 4 or int(node.attrs.get("group", 1)) != 1 \
+            or any(int(d) != 1 for d in (node.attrs.get("dilations") or [1, 1])):
+        return "int8 ConvTranspose covers 2-D, group 1, dilation 1, constant weights"
+    if _opt(node, 2) and not T[_opt(node, 2)].is_const:
+        return "bias is not a constant"
+    return None

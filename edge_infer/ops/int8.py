@@ -1,17 +1,27 @@
 """Which nodes an int8 kernel can run, in one place for the quantizer and every backend: the ops
-with an int8 form (grouped by how their int8 parameters are chosen) and ``int8_ok(node, graph)``,
-the limits of the int8 kernels (the depthwise tap count of the exact float32 sums, the Resize
-modes, the constant operands they fold at prepare)."""
+with an int8 form (grouped by how their int8 parameters are chosen) and ``int8_ok(node, graph)``.
+
+``int8_ok`` checks what holds for every op here (float32 activations, no constant data input,
+an epilogue the int8 kernels clamp), then the op's own limits, which its family module
+registers with ``@int8_limit(*ops)`` next to its schema (the depthwise tap count of the exact
+float32 sums in ``conv.py``, the Resize modes in ``resize.py``, the constant operands the
+kernels fold at prepare)."""
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-import numpy as np
-
-from ..ir import Graph, Node
+from ..ir.graph import Graph, Node
 from .int8_tables import LUT_OPS
-from .qmath import EXACT_K
-from .resize import BILINEAR_MODES, resize_axes
+from .schema import registrar
+
+Int8Limit = Callable[[Node, Graph], Optional[str]]
+#: op -> the limits of its int8 kernel, ``limit(node, graph) -> reason or None`` (its family's)
+INT8_LIMITS: Dict[str, Int8Limit] = {}
+
+
+#: ``@int8_limit(*ops)``: register the int8 kernel's limits of ``ops`` (``int8_ok`` checks them
+#: after the common ones)
+int8_limit = registrar(INT8_LIMITS)
 
 ANCHOR_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "ConvTranspose")
 BINARY_OPS = ("Add", "Sub", "Mul")
@@ -53,12 +63,6 @@ def data_inputs(node: Node, g: Graph) -> List[int]:
     return [0]
 
 
-def _gemm_n(node: Node, g: Graph) -> int:
-    b = g.tensors[node.inputs[1]]
-    shape = b.data.shape if b.is_const else b.shape
-    return int(shape[0] if node.attrs.get("transB", 0) else shape[1])
-
-
 def _support(node: Node, g: Graph) -> Tuple[bool, str]:
     op = node.op
     if op not in INT8_OPS:
@@ -76,65 +80,10 @@ def _support(node: Node, g: Graph) -> Tuple[bool, str]:
     act = str(node.attrs.get("activation", "") or "")
     if op.startswith("Fused") and act not in CLAMP_ACTIVATIONS:
         return False, f"epilogue activation {act} has no int8 form"
-    if op in ("Conv", "FusedConv"):
-        w = T[node.inputs[1]]
-        if not w.is_const or w.data.ndim < 3:
-            return False, "weights are not a constant"
-        if _opt(node, 2) and not T[_opt(node, 2)].is_const:
-            return False, "bias is not a constant"
-        if int(np.prod(w.data.shape[2:])) > EXACT_K and int(node.attrs.get("group", 1)) == w.data.shape[0]:
-            return False, "depthwise kernel too large"
-    if op in ("Gemm", "FusedGemm"):
-        c = _opt(node, 2)
-        b = T[node.inputs[1]]
-        if c and (not T[c].is_const or T[c].data.size not in (1, _gemm_n(node, g))):
-            return False, "C is not a per-column constant"
-        if b.is_const and b.data.ndim != 2:
-            return False, "B is not 2-D"
-        if not b.is_const and (float(node.attrs.get("alpha", 1.0)) != 1.0 or float(node.attrs.get("beta", 1.0)) != 1.0):
-            return False, "alpha/beta with a computed B"
-    if op in ("MatMul", "FusedMatMul"):
-        a, b = T[node.inputs[0]], T[node.inputs[1]]
-        if a.shape is None or len(a.shape) < 2 or b.shape is None or len(b.shape) < 2:
-            return False, "operands of rank < 2"
-        bias = _opt(node, 2) if op == "FusedMatMul" else ""
-        if bias:
-            bt = T[bias]
-            n = b.shape[-1]
-            if not bt.is_const or bt.data.size not in (1, n) or (bt.data.size == n and bt.data.shape[-1] != n):
-                return False, "bias is not a per-column constant"
-    if op == "Resize" and node.attrs.get("mode", "nearest") != "nearest":
-        x, y = T[node.inputs[0]], T[node.outputs[0]]
-        ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
-        if node.attrs.get("mode") != "linear" or ctm not in BILINEAR_MODES or node.attrs.get("antialias") \
-                or not (x.is_static and y.is_static) or resize_axes(x.shape, y.shape) is None:
-            return False, (f"Resize {node.attrs.get('mode')} ({ctm}) has no int8 kernel (nearest, and linear "
-                           "over two spatial axes)")
-    if op == "PRelu" and (len(node.inputs) < 2 or not T[node.inputs[1]].is_const
-                          or sum(d != 1 for d in T[node.inputs[1]].data.shape) > 1):
-        return False, "PRelu slope is not a constant along one axis"
-    if op == "Softmax":
-        x = T[node.inputs[0]]
-        ax = int(node.attrs.get("axis", -1)) % max(len(x.shape or ()), 1)
-        if x.shape is None or any(d != 1 for d in x.shape[ax + 1:]):
-            return False, "int8 Softmax runs over the last axis"
-    if op == "ConvTranspose":
-        w = T[node.inputs[1]]
-        if not w.is_const or w.data.ndim != 4 or int(node.attrs.get("group", 1)) != 1 \
-                or any(int(d) != 1 for d in (node.attrs.get("dilations") or [1, 1])):
-            return False, "int8 ConvTranspose covers 2-D, group 1, dilation 1, constant weights"
-        if _opt(node, 2) and not T[_opt(node, 2)].is_const:
-            return False, "bias is not a constant"
-    if op == "Pad":
-        cv = _opt(node, 2)
-        if cv and not T[cv].is_const:
-            return False, "pad value is not a constant"
-    if op == "Clip":
-        for i in (1, 2):
-            if _opt(node, i) and not T[_opt(node, i)].is_const:
-                return False, "clip bounds are not constants"
-    if op == "AveragePool" and node.attrs.get("count_include_pad") and node.attrs.get("ceil_mode"):
-        return False, "count_include_pad with ceil_mode"
+    limit = INT8_LIMITS.get(op)
+    why = limit(node, g) if limit is not None else None
+    if why is not None:
+        return False, why
     return True, ""
 
 

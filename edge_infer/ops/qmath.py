@@ -283,7 +283,7 @@ def b_scales(ctx, node: Node, bname: str, n: int, axis_n: int) -> np.ndarray:
     bq = qparams(ctx, bname, "B")
     if bq.scale.size == 1:
         return np.full(n, bq.s, np.float32)
-    b_ndim = ctx.value(bname).ndim
+    b_ndim = len(ctx.tensor(bname).shape)
     ax = bq.axis if bq.axis is None or bq.axis >= 0 else bq.axis + b_ndim
     if bq.scale.size != n or ax != axis_n:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: B scales must be per tensor or per output "

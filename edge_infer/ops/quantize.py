@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, Tensor
 from .schema import BOOL, INT, ValidationError, check_axis, const, fail, op, rank, shape
+from .shapes import SHAPE_RULES, rule
 
 #: the range a zero point may take for each quantized dtype
 ZP_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
@@ -125,3 +126,33 @@ SCHEMAS = {
     "QuantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), saturate=BOOL, block_size=INT(0)),
     "DequantizeLinear": op((2, 3), check=_check_qdq, axis=INT(), block_size=INT(0)),
 }
+
+
+# -- shape rules (registered in ``shapes.SHAPE_RULES``; ``ir/shape_inference`` walks with them) --
+
+_ONNX_INT = {2: "uint8", 3: "int8", 6: "int32"}
+
+
+@rule("QuantizeLinear")
+def _quantize_linear(node, ins):
+    x = ins[0]
+    zp = ins[2] if len(ins) > 2 else None
+    dtype = zp.dtype if zp is not None else _ONNX_INT.get(int(node.attrs.get("output_dtype", 0) or 0), "uint8")
+    return [(dtype, x.shape)]
+
+
+@rule("DequantizeLinear")
+def _dequantize_linear(node, ins):
+    scale = ins[1]
+    return [(scale.dtype if scale is not None else "float32", ins[0].shape)]
+
+
+@rule("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(node, ins):
+    return [("uint8", ins[0].shape), ("float32", ()), ("uint8", ())]
+
+
+@rule("MatMulInteger")
+def _matmul_integer(node, ins):
+    (_, shape), = SHAPE_RULES["MatMul"](node, ins[:2])
+    return [("int32", shape)]

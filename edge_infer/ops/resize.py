@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..ir.graph import Graph, Node
-from ..errors import UnsupportedOpError
+from ..errors import ShapeError, UnsupportedOpError
+from ..ir.graph import Graph, Node, Tensor
+from .cost import flops, free
+from .int8 import int8_limit
 from .schema import BOOL, FLOAT, FLOATS, INTS, STR, const, fail, op
+from .shapes import fresh, is_int, rule
 
 
 def _check_resize(node: Node, graph: Graph) -> None:
@@ -151,4 +154,122 @@ def resize_axes(x_shape, y_shape):
         return False, (2, 3)
     if changed <= {1, 2}:
         return True, (1, 2)
+    return None
+
+
+# -- shape rules (registered in ``shapes.SHAPE_RULES``; ``ir/shape_inference`` walks with them) --
+
+def _nonempty(t: Optional[Tensor]) -> bool:
+    return t is not None and not (t.shape is not None and len(t.shape) == 1 and t.shape[0] == 0)
+
+
+def resize_plan(in_shape: Sequence[int], attrs: dict, scales: Optional[np.ndarray],
+                sizes: Optional[np.ndarray]) -> Tuple[List[float], List[int]]:
+    """Per-axis (scale, output size) of a Resize for a static input shape.
+
+    Follows the ONNX spec (and the reference implementation): with ``sizes``,
+    scale = out/in per axis, adjusted by keep_aspect_ratio_policy; with
+    ``scales``, out = floor(in * scale).
+    """
+    r = len(in_shape)
+    axes = [int(a) % r for a in (attrs.get("axes") or range(r))]
+    scale = [1.0] * r
+    out = [int(d) for d in in_shape]
+    if sizes is not None:
+        sizes = np.asarray(sizes).astype(np.int64).ravel()
+        if len(sizes) != len(axes):
+            raise ShapeError(f"Resize: sizes has {len(sizes)} entries for {len(axes)} axes")
+        for a, s in zip(axes, sizes):
+            out[a] = int(s)
+            scale[a] = int(s) / in_shape[a]
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch") or "stretch"
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            if policy not in ("not_larger", "not_smaller"):
+                raise ShapeError(f"Resize: unknown keep_aspect_ratio_policy {policy!r}")
+            s = pick(scale[a] for a in axes)
+            for a in axes:
+                scale[a] = s
+                out[a] = int(s * in_shape[a] + 0.5)     # round half up, as the spec says
+    elif scales is not None:
+        scales = np.asarray(scales, dtype=np.float64).ravel()
+        if len(scales) != len(axes):
+            raise ShapeError(f"Resize: scales has {len(scales)} entries for {len(axes)} axes")
+        for a, s in zip(axes, scales):
+            if s <= 0:
+                raise ShapeError(f"Resize: scales must be positive, got {scales.tolist()}")
+            scale[a] = float(s)
+            out[a] = int(math.floor(in_shape[a] * float(s)))
+    else:
+        raise ShapeError("Resize needs scales or sizes")
+    return scale, out
+
+
+def _resize_shape(node: Node, x: Tensor, scales: Optional[Tensor], sizes: Optional[Tensor]):
+    if x.shape is None:
+        return [(x.dtype, None)]
+    r = len(x.shape)
+    sc = scales.data if _nonempty(scales) and scales.is_const else None
+    sz = sizes.data if _nonempty(sizes) and sizes.is_const else None
+    use_sizes = _nonempty(sizes)
+    if (use_sizes and sz is None) or (not use_sizes and sc is None):
+        # values known only at run time: rank survives, dims do not
+        if not _nonempty(scales) and not use_sizes:
+            raise ShapeError("Resize needs scales or sizes")
+        return [(x.dtype, tuple(fresh(node, i) for i in range(r)))]
+    axes = [int(a) % r for a in (node.attrs.get("axes") or range(r))]
+    if all(is_int(d) for d in x.shape):
+        _, out = resize_plan([int(d) for d in x.shape], node.attrs, sc, sz)
+        return [(x.dtype, tuple(out))]
+    out = list(x.shape)
+    vals = np.asarray(sz if use_sizes else sc).ravel()
+    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch") or "stretch"
+    for a, v in zip(axes, vals):
+        if use_sizes and policy == "stretch":
+            out[a] = int(v)
+        elif not use_sizes and float(v) == 1.0:
+            pass                       # scale 1 keeps the (symbolic) dim
+        elif is_int(x.shape[a]) and not use_sizes:
+            out[a] = int(math.floor(int(x.shape[a]) * float(v)))
+        else:
+            out[a] = fresh(node, a)
+    return [(x.dtype, tuple(out))]
+
+
+@rule("Resize")
+def _resize(node: Node, ins):
+    x = ins[0]
+    scales = ins[2] if len(ins) > 2 else None
+    sizes = ins[3] if len(ins) > 3 else None
+    return _resize_shape(node, x, scales, sizes)
+
+
+@rule("Upsample")
+def _upsample(node: Node, ins):
+    x, scales = ins[0], ins[1] if len(ins) > 1 else None
+    if scales is None:
+        sc = node.attrs.get("scales")   # opset 7 kept scales as an attribute
+        if sc is None:
+            raise ShapeError("Upsample needs scales")
+        scales = Tensor("scales", "float32", (len(sc),), np.asarray(sc, np.float32))
+    return _resize_shape(node, x, scales, None)
+
+
+# -- cost (``ops/cost.py``: FLOPs per node) ------------------------------------------------------------
+
+flops("Resize", "Upsample")(free)
+
+
+# -- int8 (``ops/int8.py``: what the int8 kernel of these ops covers) ------------------------------
+
+@int8_limit("Resize")
+def _resize_int8(node: Node, g: Graph):
+    if node.attrs.get("mode", "nearest") == "nearest":
+        return None
+    x, y = g.tensors[node.inputs[0]], g.tensors[node.outputs[0]]
+    ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+    if node.attrs.get("mode") != "linear" or ctm not in BILINEAR_MODES or node.attrs.get("antialias") \
+            or not (x.is_static and y.is_static) or resize_axes(x.shape, y.shape) is None:
+        return (f"Resize {node.attrs.get('mode')} ({ctm}) has no int8 kernel (nearest, and linear "
+                "over two spatial axes)")
     return None

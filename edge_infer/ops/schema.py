@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -25,6 +25,18 @@ UNBOUNDED = 1 << 30   # "any number of inputs"
 
 class ValidationError(GraphError):
     """A node or tensor fails its schema (ArtifactError / ConversionError at the boundary)."""
+
+
+def registrar(table: Dict[str, Callable]) -> Callable:
+    """The decorator factory of an op-keyed table (shape rules, FLOP counts, int8 limits):
+    ``@register(*ops)`` stores the decorated function in ``table`` under each op."""
+    def register(*ops: str):
+        def deco(fn: Callable) -> Callable:
+            for op_name in ops:
+                table[op_name] = fn
+            return fn
+        return deco
+    return register
 
 
 def fail(node: Node, what: str, msg: str):

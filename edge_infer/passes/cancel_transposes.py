@@ -17,15 +17,11 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..ir import Graph, Node
-from ..ir.shape_rules_tensor import transpose_perm
+from ..ops.elementwise import LAYOUT_FREE_UNARY
+from ..ops.tensor import transpose_perm
 from .rewrite import Rewriter, const, static_shape
 
-UNARY = frozenset({
-    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "SiLU", "Gelu", "Elu",
-    "Selu", "Celu", "Softplus", "Softsign", "Mish", "Abs", "Neg", "Exp", "Log", "Sqrt",
-    "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos",
-    "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Cast",
-    "ThresholdedRelu", "Shrink", "BitwiseNot", "Clip"})
+UNARY = LAYOUT_FREE_UNARY
 BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Equal", "Less",
                     "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "PRelu"})
 

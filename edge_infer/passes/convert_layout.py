@@ -53,7 +53,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..ir import Graph, Node
-from ..ir.shape_rules_tensor import REDUCE_OPS, is_int, shape_range
+from ..ops.elementwise import LAYOUT_FREE_UNARY
+from ..ops.reduce import REDUCE_OPS
+from ..ops.shapes import is_int
+from ..ops.tensor import shape_range
 from .layout_perms import NHWC, Perm, between, drop_axes, identity, inverse, is_identity, permute_shape, reshape_layout
 from .rewrite import ensure_shapes
 
@@ -67,13 +70,8 @@ SPATIAL = frozenset({"Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAvera
                      "GlobalMaxPool", "BatchNormalization", "LRN", "InstanceNormalization",
                      "GroupNormalization"})
 
-UNARY = frozenset({
-    "Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "SiLU", "Gelu",
-    "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "Abs", "Neg", "Exp", "Log", "Sqrt",
-    "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos",
-    "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Cast",
-    "ThresholdedRelu", "Shrink", "BitwiseNot", "Clip", "Dropout",
-    "QuantizeLinear", "DequantizeLinear"})     # per tensor (scalar scale / zero point) only
+UNARY = LAYOUT_FREE_UNARY | {"Identity", "Dropout",
+                             "QuantizeLinear", "DequantizeLinear"}  # per tensor (scalar scale / zero point) only
 BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Sum", "Mean",
                        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
                        "Xor", "PRelu", "Where", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})

@@ -1,6 +1,6 @@
 """Fuse Conv / Gemm / MatMul (+ MatMul's bias Add) + activation into one node with an epilogue.
 
-IR ops made here (shape rules in ``ir/shape_rules_fused.py``, CPU kernels in
+IR ops made here (shape rules in ``ops/conv.py`` and ``ops/gemm.py``, CPU kernels in
 ``backends/cpu/kernels/fused.py``):
 
 * ``FusedConv(X, W, B, Z)``: every Conv attribute + ``activation`` + ``activation_params``;
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..ir import Graph, Node
-from ..ir.shape_inference import broadcast_shapes
+from ..ops.shapes import broadcast_shapes
 from .cost_model import decision, fusion_is_profitable, target_profile
 from .rewrite import (Rewriter, activation_of, const, is_float, record_decision, static_shape,
                       strip_epilogue)

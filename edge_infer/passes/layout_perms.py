@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
-from ..ir.shape_rules_tensor import is_int, mul_dims
+from ..ops.shapes import is_int, mul_dims
 
 Perm = Tuple[int, ...]
 

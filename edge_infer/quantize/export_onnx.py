@@ -66,7 +66,7 @@ class _Exporter:
         self.names = set(graph.tensors) | {n.name for n in graph.nodes}
         self.counts = {"QuantizeLinear": 0, "DequantizeLinear": 0}
         self.opset = OPSET
-        from ..frontends.onnx import DTYPE_TO_ONNX
+        from ..frontends.onnx_common import DTYPE_TO_ONNX
         self.dtype_to_onnx = DTYPE_TO_ONNX
 
     def unique(self, base: str) -> str:

@@ -39,7 +39,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..ir import Graph, Node, claim_name, infer_shapes
+from ..ir import Graph, Node, claim_name
+from ..ir.shape_inference import infer_shapes
 from .quantizer import ANCHOR_OPS, BINARY_OPS, CLAMP_OPS, INT8_OPS, PASS_THROUGH, data_inputs, int8_support
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")

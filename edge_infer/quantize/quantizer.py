@@ -25,12 +25,14 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 import numpy as np
 
 from ..errors import EdgeInferError
-from ..ir import Graph, Node, claim_name, infer_shapes
+from ..ir import Graph, Node, claim_name
+from ..ir.shape_inference import infer_shapes
 from .observers import (Observer, activation_qparams, make_observer, quantize_weights, weight_scales)
 
 from ..ops.int8 import (ANCHOR_OPS, BINARY_OPS, CLAMP_ACTIVATIONS, CLAMP_OPS, CONCAT_OPS,  # noqa: E402,F401
                         DATA_MOVEMENT, FIXED_OUTPUT, INT8_OPS, LUT_OPS, OTHER_INT8_OPS, PASS_THROUGH,
-                        SAME_PARAM_OPS, _gemm_n, _opt, data_inputs, int8_ok)
+                        SAME_PARAM_OPS, _opt, data_inputs, int8_ok)
+from ..ops.gemm import gemm_n  # noqa: E402
 #: fused activation -> (op, attrs from params) when split into its own node
 SPLIT_ACTIVATIONS = {
     "Sigmoid": ("Sigmoid", lambda p: {}), "Tanh": ("Tanh", lambda p: {}),
@@ -374,7 +376,7 @@ class _Builder:
         b = None if not bname else np.asarray(T[bname].data, np.float64)
         if not T[wname].is_const:                           # activation x activation: per-tensor B
             if b is not None:
-                n_out = _gemm_n(node, self.g) if op.endswith("Gemm") else int(T[wname].shape[-1])
+                n_out = gemm_n(node, self.g) if op.endswith("Gemm") else int(T[wname].shape[-1])
                 s_b = self.plan.params[wname][0]
                 bscale = np.full(n_out, np.float32(np.float32(s_in) * np.float32(s_b)), np.float32)
                 v = np.broadcast_to(b.reshape(-1), (n_out,)) / bscale.astype(np.float64)

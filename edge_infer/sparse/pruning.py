@@ -283,7 +283,7 @@ def correct_biases(g: Graph, dense: Graph, feeds: List[Dict[str, np.ndarray]], r
     channel (E[x]: the dense model's mean input per channel; Conv taps and padding are taken
     as seeing the channel mean). Pruning shifts every output's mean less this way. Returns
     the corrected node names; layers without a float32 bias input get one."""
-    from ..ir.shape_rules_nn import channels_last
+    from ..ops.shapes import channels_last
     from ..quantize.quantizer import run_collect
     pruned = {r["node"] for r in records if r["pattern"] != "none"}
     nodes = [n for n in g.nodes if n.name in pruned and n.op in PRUNABLE_OPS]

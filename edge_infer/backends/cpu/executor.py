@@ -8,15 +8,15 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ...errors import GraphError, UnsupportedOpError
+from ...errors import GraphError
 from ...ir import Graph, Node, Tensor
-from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
+from ...ops.dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
 from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
 from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_maps, drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
-from .registry import KERNELS
+from .registry import TABLE
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 from . import native
@@ -49,6 +49,9 @@ class PrepareContext:
         self.node_index: Optional[int] = None
         #: per node index: (workspace bytes, tileable bytes) it took outside the roles
         self.node_bytes: Dict[int, List[int]] = {}
+        #: per node index: (node name, how it was tiled) of the kernels that split their work
+        #: to fit the workspace budget or a scratch cap (``tiled_to_fit``)
+        self._tiled_at: Dict[object, Tuple[str, str]] = {}
 
     @property
     def workspace_budget(self) -> float:
@@ -129,11 +132,23 @@ class PrepareContext:
         if own is not None:
             self.workspace_bytes -= own[0]
             self.tiled_bytes -= own[1]
+        self._tiled_at.pop(index, None)
         self.roles.forget(index)
 
     def note(self, node: Node, text: str) -> None:
         """Record the algorithm a kernel chose for ``node`` (shown by inspect)."""
         self.notes[node.name] = text
+
+    def tiled_to_fit(self, node: Node, how: str) -> None:
+        """Record that ``node``'s kernel splits its work (bands of rows, fewer threads' tiles)
+        to fit the workspace budget or a scratch cap: ``Executable.tiled``, what inspect lists."""
+        key = self.node_index if self.node_index is not None else node.name
+        self._tiled_at[key] = (node.name, how)
+
+    @property
+    def tiled(self) -> Dict[str, str]:
+        """{node name: how it was tiled} (``tiled_to_fit``)."""
+        return dict(self._tiled_at.values())
 
 
 def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
@@ -170,10 +185,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
 
 
 def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:
-    fn = KERNELS.get(node.op)
-    if fn is None:
-        raise UnsupportedOpError(f"CPU backend has no kernel for op {node.op!r} (node {node.name!r})")
-    return fn(node, ctx)
+    return TABLE.prepare(node, ctx)
 
 
 def fold_node(node: Node, graph: Graph) -> None:
@@ -303,6 +315,7 @@ class CpuExecutable(Executable):
         #: what ``run`` executes: ``steps`` with native runs batched (``run_profiled`` keeps ``steps``)
         self.run_steps = group_native(self.steps)
         self.notes = ctx.notes
+        self.tiled = ctx.tiled
         self.workspace_bytes = ctx.workspace_bytes
         #: {role: bytes} of the scratch buffers shared by role (in ``workspace_bytes``); the
         #: scratch placed in the arena: ``arena_plan.scratch_offsets``
@@ -313,6 +326,10 @@ class CpuExecutable(Executable):
         self.scratch_repeats = ctx.roles.repeats
         self._in = [(name, self.buffers[name]) for name in graph.inputs if name in self.buffers]
         self._out = [(name, self.buffers.get(name, graph.tensors[name].data)) for name in graph.outputs]
+
+    def step_summary(self) -> dict:
+        slow = [n.op for n, st in zip(self.nodes, self.steps) if getattr(st, "native_step", None) is None]
+        return {"steps": len(self.steps), "native_steps": len(self.steps) - len(slow), "numpy_steps": sorted(set(slow))}
 
     def _feed(self, feeds):
         for name, buf in self._in:
@@ -350,8 +367,8 @@ class CpuBackend(Backend):
     name = "cpu"
     plans_memory = True
 
-    def supported_ops(self):
-        return sorted(KERNELS)
+    def kernel_table(self):
+        return TABLE
 
     def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> Executable:
         """``memory_limit``: bytes for arena plus workspaces (kernels tile to fit; a plan that

@@ -1,7 +1,7 @@
 """Plans for graphs whose shapes depend on values, not only on the input shapes.
 
 ``specialize`` folds every shape it can from the input shapes and the constants. What is
-left non-static comes from one of two places (``ir/shape_rules_dynamic.py``):
+left non-static comes from one of two places (``ops/dynamic.py``):
 
 * a **data-dependent** op (NonZero, NonMaxSuppression, Compress): its output size is known
   only once it ran;
@@ -33,9 +33,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...errors import GraphError, ShapeError
-from ...ir import Graph, Node, Tensor, infer_shapes
-from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS, data_dependent_tensors, value_inputs  # noqa: F401
+from ...ir import Graph, Node, Tensor
+from ...ir.shape_inference import infer_shapes
 from ...memory.pool import DYNAMIC_POOL
+from ...ops.dynamic import DATA_DEPENDENT_OPS, data_dependent_tensors, value_inputs  # noqa: F401
 from ..base import Executable
 from ..throughput import running_nodes
 
@@ -132,6 +133,13 @@ class StagedExecutable(Executable):
                                    f"plan per value of {', '.join(self.frozen)} ({len(self._plans)} cached)")
         for p in self._plans.values():
             out.update(p.notes)
+        return out
+
+    @property
+    def tiled(self) -> Dict[str, str]:
+        out = dict(self.head.tiled)
+        for p in self._plans.values():
+            out.update(p.tiled)
         return out
 
     def stats(self) -> dict:

@@ -14,7 +14,7 @@ from ...ir import Graph, Node
 from ..base import Backend
 from .device import cupy_status, is_jetson
 from .executor import CudaExecutable, LaunchContext, find_launcher, prepare_steps
-from .ops import INT8_LAUNCHERS, LAUNCHERS
+from .registry import TABLE
 
 _default_device = None
 
@@ -44,13 +44,13 @@ class CudaBackend(Backend):
             return True, ""
         return cupy_status()
 
-    def supported_ops(self):
-        return sorted(set(LAUNCHERS) | set(INT8_LAUNCHERS))
+    def kernel_table(self):
+        return TABLE
 
     def supports(self, node: Node, graph: Graph) -> bool:
         """Whether a launcher exists for the node's op and dtype and accepts its attributes and
         shapes (a sizing-only prepare of this node: no device needed)."""
-        if node.op not in LAUNCHERS and node.op not in INT8_LAUNCHERS:
+        if node.op not in TABLE:
             return False
         names = [n for n in list(node.inputs) + list(node.outputs) if n]
         if not all(graph.tensors[n].is_static for n in names):
@@ -68,4 +68,4 @@ class CudaBackend(Backend):
 
 
 __all__ = ["CudaBackend", "CudaExecutable", "LaunchContext", "find_launcher", "prepare_steps", "is_jetson",
-           "cupy_status", "LAUNCHERS", "INT8_LAUNCHERS"]
+           "cupy_status", "TABLE"]

@@ -29,8 +29,8 @@ from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node
 from ...memory.arena import plan_arena
 from ..base import Executable
-from ...ops.qmath import is_int8_node
-from .ops import INT8_LAUNCHERS, LAUNCHERS, UNARY_OPS, fake
+from .ops import UNARY_OPS, fake
+from .registry import TABLE
 from .signatures import check_args
 
 #: ops whose kernels read element i before writing element i only (output may alias input 0)
@@ -39,16 +39,8 @@ INPLACE_OK = frozenset(set(UNARY_OPS) | {"Add", "Sub", "Mul", "Div", "Max", "Min
 
 
 def find_launcher(node: Node, ctx):
-    """The launcher of ``node``: the int8 one for an int8 node, else the fp32 one."""
-    if is_int8_node(node, ctx):
-        fn = INT8_LAUNCHERS.get(node.op)
-        if fn is None:
-            raise UnsupportedOpError(f"CUDA backend has no int8 kernel for op {node.op!r} (node {node.name!r})")
-        return fn
-    fn = LAUNCHERS.get(node.op)
-    if fn is None:
-        raise UnsupportedOpError(f"CUDA backend has no kernel for op {node.op!r} (node {node.name!r})")
-    return fn
+    """The launcher of ``node``: the kernel table's int8 entry for an int8 node, else the fp32 one."""
+    return TABLE.lookup(node, ctx).prepare
 
 
 class LaunchContext:

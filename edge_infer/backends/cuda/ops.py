@@ -1,6 +1,6 @@
-"""CUDA launchers by op name (the GPU counterpart of the CPU backend's KERNELS): the registry,
-data movement (strided copies) and the fp32 element-wise ops here; NN ops in ops_nn.py, int8
-in ops_int8.py.
+"""CUDA launchers, registered in the backend's kernel table (``registry.py``, keyed like the CPU
+backend's): data movement (strided copies) and the fp32 element-wise ops here; NN ops in
+ops_nn.py, int8 in ops_int8.py.
 
 A launcher is a *prepare* function ``fn(node, ctx) -> [step, ...]``: it reads shapes and
 constants, packs weights, computes the launch geometry, uploads what it needs through ``ctx``
@@ -9,12 +9,12 @@ Semantics follow the CPU kernels (edge_infer/backends/cpu/kernels): the int8 lau
 their host-side parameter code (multipliers, folded terms, lookup tables) so that the device
 computes the same integers, and the fp32 ones the same formulas.
 
-``LAUNCHERS`` maps op -> launcher; ``INT8_LAUNCHERS`` those taken when the node's input (or
-output) is int8, as the CPU backend's dtype dispatch does.
+``registry.TABLE`` holds them by (op, dtype): the int8 launchers are taken when the node's
+input (or output) is int8, as the CPU backend's dtype dispatch does.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, List, Tuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -23,12 +23,9 @@ from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ops.activations import codes_for, fused_params
 from ...ops.elementwise import broadcast_plan
-from ...ir.shape_inference import SHAPE_RULES
-from ...ir.shape_rules_nn import channels_last, split_layout
-from ...ir.shape_rules_tensor import slice_bounds, slice_params, transpose_perm
-
-LAUNCHERS: Dict[str, Callable] = {}
-INT8_LAUNCHERS: Dict[str, Callable] = {}
+from ...ops.shapes import SHAPE_RULES, channels_last, split_layout
+from ...ops.tensor import slice_bounds, slice_params, transpose_perm
+from .registry import launcher
 
 BLOCK = 256
 #: grid cap of the grid-stride kernels: within every device's x-dimension limit
@@ -44,14 +41,6 @@ ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRel
 EPILOGUE_ACT = {k: v for k, v in ACT.items() if k not in ("Exp", "Log")}
 #: binary codes (kernels/elementwise.cu BIN_*)
 BIN = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
-
-
-def launcher(*ops: str, int8: bool = False):
-    def deco(fn):
-        for op in ops:
-            (INT8_LAUNCHERS if int8 else LAUNCHERS)[op] = fn
-        return fn
-    return deco
 
 
 def grid_1d(n: int, block: int = BLOCK) -> Tuple[int]:
@@ -349,6 +338,3 @@ def lrn(node: Node, ctx):
                        (x, y, i64(total), i32(c), i64(inner), i32(int(last)), i32(size),
                         f32(float(node.attrs.get("alpha", 1e-4)) / size), f32(float(node.attrs.get("beta", 0.75))),
                         f32(float(node.attrs.get("bias", 1.0)))))]
-
-
-from . import ops_nn, ops_int8  # noqa: E402,F401  (register the NN and int8 launchers)

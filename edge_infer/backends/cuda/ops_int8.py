@@ -13,12 +13,13 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.shape_rules_nn import channels_last, split_layout
+from ...ops.shapes import channels_last, split_layout
 from ...ops import qmath as I8
 from ...ops.pool import window_counts as axis_window_counts
 from ...ops.qmath import b_scales, clip_bounds, conv_requant_params, int8_bias, round_half_away
 from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
-from .ops import BLOCK, _opt, broadcast_meta, copy_step, gemm_grid, grid_1d, i32, i64, launcher
+from .ops import BLOCK, _opt, broadcast_meta, copy_step, gemm_grid, grid_1d, i32, i64
+from .registry import launcher
 from .ops_nn import ConvGeom, _conv_setup, _pool_geom, conv_transpose_args
 
 _VALUES = np.arange(-128, 128, dtype=np.int64)

@@ -1,6 +1,6 @@
 """CUDA launchers of the fp32 NN ops: Conv / FusedConv (im2col + cuBLAS, or direct), Gemm,
 MatMul, pools, Resize / Upsample, QuantizeLinear / DequantizeLinear (the latter two for int8
-graphs too). Registered in ``ops.LAUNCHERS``; conventions as in ops.py."""
+graphs too). Registered in the kernel table (``registry.py``); conventions as in ops.py."""
 from __future__ import annotations
 
 import math
@@ -10,10 +10,12 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.shape_rules_nn import channels_last, conv_transpose_geometry, resize_plan, split_layout
-from ...ops.conv import conv_geometry, window_geometry
+from ...ops.resize import resize_plan
+from ...ops.shapes import channels_last, split_layout
+from ...ops.conv import conv_geometry, conv_transpose_geometry, window_geometry
 from ...ops.resize import nearest_index, source_coords, taps
-from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i64, launcher
+from .ops import BLOCK, _act_params, _f32, _opt, copy_step, f32, grid_1d, i32, i64
+from .registry import launcher
 
 
 # -- convolution geometry --------------------------------------------------------------------

@@ -9,12 +9,14 @@ else the first device.
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 from ...errors import BackendError, EdgeInferError
 from ...ir import Graph, Node
 from ..base import Backend
+from ..kernel_table import KernelTable
 from .executable import VIEW_OPS, OpenCLExecutable, PrepareContext
+from .registry import TABLE
 
 _state = {}
 
@@ -109,18 +111,13 @@ class OpenCLBackend(Backend):
         dev = choose_device()
         return f"{dev.platform.name.strip()}: {dev.name.strip()}"
 
-    def supported_ops(self) -> Sequence[str]:
-        from .ops import OPS
-        from . import ops_int8  # noqa: F401  (registers QuantizeLinear / DequantizeLinear)
-        return sorted(OPS)
+    def kernel_table(self) -> KernelTable:
+        return TABLE
 
     def supports(self, node: Node, graph: Graph) -> bool:
         """True when this backend has a kernel for ``node`` as it is in ``graph``: a dry
         prepare (no device work) when the shapes are concrete, else the op name alone."""
-        from .ops import OPS, find_fusions
-        from . import ops_int8  # noqa: F401
-        fn = OPS.get(node.op)
-        if fn is None:
+        if node.op not in TABLE:
             return False
         names = [n for n in list(node.inputs) + list(node.outputs) if n]
         if node.op in VIEW_OPS:
@@ -130,18 +127,16 @@ class OpenCLBackend(Backend):
             if graph is None:
                 return True              # shapes unknown: the op is covered; prepare decides the rest
         pc = PrepareContext(graph, None, None, lambda name: (None, 0), dry=True)
-        pc.options, pc.fused = {}, {}
         try:
-            fn(node, pc)
+            TABLE.prepare(node, pc)
         except (EdgeInferError, ValueError, KeyError, TypeError, IndexError):
             return False
         return True
 
     def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> OpenCLExecutable:
-        from .ops import OPS, INPLACE
-        from . import ops_int8  # noqa: F401
+        from .ops import INPLACE
         dev, ctx, queue = _runtime()
-        return OpenCLExecutable(graph, dev, ctx, queue, OPS, INPLACE, options)
+        return OpenCLExecutable(graph, dev, ctx, queue, TABLE, INPLACE, options)
 
 
 __all__ = ["OpenCLBackend", "OpenCLExecutable", "choose_device", "list_devices"]

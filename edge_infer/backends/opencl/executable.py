@@ -48,8 +48,13 @@ class Scratch:
 class PrepareContext:
     """What an op's prepare function may see and ask for (see ops.py)."""
 
-    def __init__(self, graph: Graph, cl_ctx, device, locate, dry: bool = False):
+    def __init__(self, graph: Graph, cl_ctx, device, locate, dry: bool = False,
+                 options: Optional[dict] = None, fused: Optional[dict] = None):
         self.graph = graph
+        #: the plan's options (``conv_algorithm``, ``gemm``)
+        self.options: dict = dict(options or {})
+        #: binary -> activation pairs run as one kernel (``ops.find_fusions``)
+        self.fused: dict = fused or {}
         self.cl_ctx = cl_ctx
         self.device = device
         self._locate = locate          # name -> (buffer, byte offset) for activations
@@ -195,7 +200,7 @@ def plan_names(graph: Graph, nodes: List[Node], fused: Dict[str, Node]):
 class OpenCLExecutable(Executable):
     """A graph prepared for one OpenCL device: one arena, constants resident, kernels bound."""
 
-    def __init__(self, graph: Graph, device, cl_ctx, queue, ops: dict, inplace_ops, options=None):
+    def __init__(self, graph: Graph, device, cl_ctx, queue, table, inplace_ops, options=None):
         import pyopencl as cl
         self.graph = graph
         self.device = device
@@ -220,9 +225,7 @@ class OpenCLExecutable(Executable):
 
         def locate(name):
             return self.arena, offsets[alias.get(name, name)]
-        pc = PrepareContext(graph, cl_ctx, device, locate)
-        pc.options = options
-        pc.fused = fused
+        pc = PrepareContext(graph, cl_ctx, device, locate, options=options, fused=fused)
         for node in self.nodes:
             if node.op in VIEW_OPS and node.outputs[0] in alias:
                 pc.note(node, "view (aliases its input; no kernel)")
@@ -230,10 +233,7 @@ class OpenCLExecutable(Executable):
             if node.name in fused:
                 pc.note(node, "fused into the producing element-wise kernel")
                 continue
-            fn = ops.get(node.op)
-            if fn is None:
-                raise UnsupportedOpError(f"OpenCL backend has no kernel for op {node.op!r} (node {node.name!r})")
-            fn(node, pc)
+            table.prepare(node, pc)      # the entry for the node's op, dtype, sparsity, layout
         self.notes = pc.notes
         self.workspace_bytes = sum(pc.scratch_bytes.values())
         self.constant_bytes = pc.const_bytes

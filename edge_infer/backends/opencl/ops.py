@@ -1,4 +1,6 @@
-"""OpenCL op registry (ncnn-style, by op name): float32 ops here, int8 in ops_int8.py.
+"""OpenCL float32 kernels (element-wise, GEMM, conv, pools, normalization, softmax), registered
+in the backend's kernel table (``registry.py``) as the generic entries; the int8 kernels of the
+same ops are the table's int8 entries (ops_int8.py), data movement and reductions ops_tensor.py.
 
 An op's prepare function ``fn(node, pc)`` (pc: executable.PrepareContext) reads shapes and
 constants, uploads packed weights and binds kernel launches with ``pc.launch``; it raises
@@ -7,7 +9,7 @@ turns into False (a dry prepare), so an uncovered node runs elsewhere instead of
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -17,38 +19,25 @@ from ...ops.activations import codes_for, fused_params
 from ...ops.elementwise import broadcast_plan
 from ...ops.conv import conv_geometry as checked_conv_geometry
 from ...ops.conv import window_geometry
-from ...ir.shape_rules_nn import channels_last, split_layout
+from ...ops.shapes import channels_last, split_layout
 from .executable import round_up
-
-OPS: Dict[str, Callable] = {}
+from .registry import kernel_for
 
 #: activation name -> code (the one table, ops/activations.py) of the activations kernels/common.cl runs
 ACT = codes_for(("", "Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "Gelu",
                  "GeluTanh", "Abs", "Neg", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Elu", "Softplus",
                  "Softsign", "Erf", "Identity", "Selu"))
-UNARY = [k for k in ACT if k and k not in ("GeluTanh",)]
+UNARY = [k for k in ACT if k and k not in ("GeluTanh", "Identity")]    # Identity: a view (ops_tensor.py)
 #: the activations a fused epilogue may carry
 EPILOGUE_ACT = {k: v for k, v in ACT.items() if k != "Identity"}
 BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6, "PRelu": 7}
 #: element-wise kernels that read x[i] before writing y[i]: safe to run in place
-INPLACE = frozenset(set(UNARY) | set(BINARY) | {"Sum"})
+INPLACE = frozenset(set(UNARY) | set(BINARY) | {"Sum", "Identity"})
 MAXD = 6
-
-
-def op(*names: str):
-    def deco(fn):
-        for n in names:
-            OPS[n] = fn
-        return fn
-    return deco
 
 
 def _opt(node: Node, i: int) -> str:
     return node.inputs[i] if len(node.inputs) > i else ""
-
-
-def is_int8(pc, node: Node) -> bool:
-    return any(nm and pc.dtype(nm) == "int8" for nm in node.inputs[:1] + node.outputs[:1])
 
 
 def need_f32(pc, node: Node, names) -> None:
@@ -144,11 +133,8 @@ def launch1d(pc, node, prog, kname, n, args):
 
 # -- element-wise ------------------------------------------------------------------------------
 
-@op(*UNARY)
+@kernel_for(*UNARY)
 def unary(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_unary
-        return int8_unary(node, pc)
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
     if pc.shape(x) != pc.shape(y):
@@ -161,11 +147,8 @@ def unary(node: Node, pc) -> None:
     pc.note(node, f"unary {node.op}")
 
 
-@op(*BINARY, "Sum")
+@kernel_for(*BINARY, "Sum")
 def binary(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_binary
-        return int8_binary(node, pc)
     ins = [i for i in node.inputs if i]
     if len(ins) != 2:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: {len(ins)} operands (OpenCL takes 2)")
@@ -176,7 +159,7 @@ def binary(node: Node, pc) -> None:
     if np.broadcast_shapes(pc.shape(a), pc.shape(b)) != ys:
         raise ShapeError(f"{node.op} {node.name!r}: {pc.shape(a)} and {pc.shape(b)} do not give {ys}")
     meta = broadcast_meta(pc.shape(a), pc.shape(b), ys)
-    act_node = getattr(pc, "fused", {}).get(("producer", node.name))
+    act_node = pc.fused.get(("producer", node.name))
     code, p0, p1, yname = 0, 0.0, 0.0, y
     if act_node is not None:
         code, p0, p1 = unary_params(act_node, pc)
@@ -191,7 +174,7 @@ def binary(node: Node, pc) -> None:
             + (f" + fused {act_node.op}" if act_node is not None else ""))
 
 
-@op("BatchNormalization")
+@kernel_for("BatchNormalization")
 def batch_norm(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
@@ -237,7 +220,7 @@ def gemm_variant(pc) -> str:
     """'tiled' (local-memory tiles: GPUs) or 'cpu' (CPU OpenCL drivers); option
     ``gemm="tiled"|"cpu"`` or $EDGE_INFER_OPENCL_GEMM overrides."""
     import os
-    want = (getattr(pc, "options", {}) or {}).get("gemm") or os.environ.get("EDGE_INFER_OPENCL_GEMM", "")
+    want = pc.options.get("gemm") or os.environ.get("EDGE_INFER_OPENCL_GEMM", "")
     if want in ("tiled", "cpu"):
         return want
     if pc.device is None:
@@ -253,11 +236,8 @@ def _matrix(pc, name, shape2, trans):
     return (buf, off, 1, c) if trans else (buf, off, c, 1)
 
 
-@op("Gemm", "FusedGemm")
+@kernel_for("Gemm", "FusedGemm")
 def gemm(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_gemm
-        return int8_gemm(node, pc)
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     cname = _opt(node, 2)
     need_f32(pc, node, [a, b, y, cname])
@@ -311,11 +291,8 @@ def matmul_batches(node: Node, sa, sb, sy) -> Tuple[int, int, int]:
     return int(np.prod(batch)), counts[0], counts[1]
 
 
-@op("MatMul", "FusedMatMul")
+@kernel_for("MatMul", "FusedMatMul")
 def matmul(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_matmul
-        return int8_matmul(node, pc)
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bias_name = _opt(node, 2) if node.op == "FusedMatMul" else ""
     need_f32(pc, node, [a, b, y, bias_name])
@@ -429,11 +406,8 @@ def pack_conv_weights(w: np.ndarray, g, algo: str) -> np.ndarray:
     return np.ascontiguousarray(w4.transpose(0, 3, 2, 1).reshape(G, -1, MG))
 
 
-@op("Conv", "FusedConv")
+@kernel_for("Conv", "FusedConv")
 def conv(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_conv
-        return int8_conv(node, pc)
     x, wn, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bname = _opt(node, 2)
     zname = _opt(node, 3) if node.op == "FusedConv" else ""
@@ -447,7 +421,7 @@ def conv(node: Node, pc) -> None:
     if bname and int(np.prod(pc.shape(bname))) != g["M"]:
         raise ShapeError(f"{node.op} {node.name!r}: bias is not per output channel")
     act = activation(node) if node.op == "FusedConv" else (0, 0.0, 0.0)
-    algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto") if hasattr(pc, "options") else "auto")
+    algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto"))
     xref, yref = pc.ref(x), pc.ref(y)
     bias = pc.upload(np.asarray(pc.const(bname), np.float32).reshape(-1), key=("bias", bname)) \
         if bname and pc.const(bname) is not None \
@@ -505,7 +479,7 @@ def pool_geometry(node: Node, pc):
             int(g.last), g.pads[2], g.pads[3]]
 
 
-@op("MaxPool")
+@kernel_for("MaxPool")
 def max_pool(node: Node, pc) -> None:
     if len(node.outputs) > 1 and node.outputs[1]:
         raise UnsupportedOpError(f"MaxPool {node.name!r}: the Indices output is not supported")
@@ -520,11 +494,8 @@ def max_pool(node: Node, pc) -> None:
     pc.note(node, f"{'NHWC ' if geo[14] else ''}max pool {geo[6]}x{geo[7]} ({dt})")
 
 
-@op("AveragePool")
+@kernel_for("AveragePool")
 def average_pool(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_average_pool
-        return int8_average_pool(node, pc)
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
     geo = pool_geometry(node, pc)
@@ -534,11 +505,8 @@ def average_pool(node: Node, pc) -> None:
     pc.note(node, f"{'NHWC ' if geo[14] else ''}average pool {geo[6]}x{geo[7]}")
 
 
-@op("GlobalAveragePool", "GlobalMaxPool")
+@kernel_for("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_global_pool
-        return int8_global_pool(node, pc)
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
     last = channels_last(node)
@@ -551,7 +519,7 @@ def global_pool(node: Node, pc) -> None:
 
 # -- normalisation, softmax ------------------------------------------------------------------------
 
-@op("LRN")
+@kernel_for("LRN")
 def lrn(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
@@ -569,11 +537,8 @@ def lrn(node: Node, pc) -> None:
     pc.note(node, f"{'NHWC ' if last else ''}LRN over {size} channels")
 
 
-@op("Softmax", "LogSoftmax")
+@kernel_for("Softmax", "LogSoftmax")
 def softmax(node: Node, pc) -> None:
-    if node.op == "Softmax" and is_int8(pc, node):
-        from .ops_int8 import int8_softmax
-        return int8_softmax(node, pc)
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
     xs = pc.shape(x)
@@ -586,7 +551,3 @@ def softmax(node: Node, pc) -> None:
     rows = int(np.prod(xs)) // max(L, 1)
     launch1d(pc, node, "nn", "softmax_f32", rows, [*pc.ref(x), *pc.ref(y), L, inner, rows, int(node.op == "LogSoftmax")])
     pc.note(node, f"{node.op} over axis {ax} ({L} values)")
-
-
-# data movement and reductions: ops_tensor.py (registers into OPS)
-from . import ops_tensor  # noqa: E402,F401

@@ -3,8 +3,9 @@
 The integer math is the CPU backend's, term for term: int32 sums of (x - zp) products, the
 int64 bias, TFLite's MultiplyByQuantizedMultiplier (``mbqm`` in kernels/common.cl, the same
 single-division form as ``int8_common.Requantizer``), zero points and clamps; every
-multiplier, lookup table and clamp bound is computed on the host by the CPU backend's own
-functions, so both backends start from identical integers.
+multiplier, lookup table and clamp bound is computed on the host by ``ops/`` (``qmath``,
+``int8_tables``), the functions the CPU kernels use too, so both backends start from identical
+integers. Registered as the kernel table's int8 entries (``registry.py``).
 """
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ir.shape_rules_nn import channels_last, split_layout
-from ...ops.qmath import (INT32_MIN, QMAX, QMIN, clamp_range, clip_bounds, conv_requant_params, per_tensor,
-                          qparams, quantize_multiplier, quantize_multipliers, requantize, round_half_away)
 from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
-from .ops import (OPS, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant, geo_list,
-                  launch1d, matmul_batches, op, pack_conv_weights, pool_geometry, strides_of)
+from ...ops.qmath import (INT32_MIN, QMAX, QMIN, b_scales, clamp_range, clip_bounds, conv_requant_params,
+                          int8_bias, per_tensor, qparams, quantize_multiplier, quantize_multipliers,
+                          requantize, round_half_away)
+from ...ops.shapes import channels_last, split_layout
 from .executable import round_up
+from .ops import (UNARY, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant,
+                  geo_list, launch1d, matmul_batches, pack_conv_weights, pool_geometry, strides_of)
+from .registry import kernel_for
 
 
 def need_i8(pc, node: Node, names) -> None:
@@ -47,6 +50,7 @@ def lut_launch(node, pc, x, y, table, meta=(0,), n=None):
     launch1d(pc, node, "tensor", "lut_i8", n, [*pc.ref(x), *pc.ref(y), n, pc.upload(_table_u(table)), pc.meta(meta)])
 
 
+@kernel_for(*[o for o in UNARY if o in LUT_OPS or o in ("Relu", "Clip")], dtype="int8")
 def int8_unary(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_i8(pc, node, [x, y])
@@ -73,6 +77,7 @@ def int8_unary(node: Node, pc) -> None:
     pc.note(node, f"int8 {node.op}: requantize + clamp (exact table)")
 
 
+@kernel_for("Softmax", dtype="int8")
 def int8_softmax(node: Node, pc) -> None:
     """int8 Softmax over the last axis: the CPU kernel's integer exp table and exact quotient."""
     x, y = node.inputs[0], node.outputs[0]
@@ -82,6 +87,7 @@ def int8_softmax(node: Node, pc) -> None:
     pc.note(node, f"int8 Softmax over {cols} (integer exp table, exact rounded quotient)")
 
 
+@kernel_for("Add", "Sub", "Mul", dtype="int8")
 def int8_binary(node: Node, pc) -> None:
     if node.op not in ("Add", "Sub", "Mul") or len(node.inputs) != 2:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: no int8 OpenCL kernel")
@@ -133,6 +139,7 @@ def int8_gemm_launch(node, pc, M, N, K, nb1, nb2, A, zp_a, B, zp_b, C, bias, q, 
         pc.launch(node, "gemm", "gemm_i8", (round_up(N, 32) // 4, round_up(M, 32) // 4, nb1 * nb2), args, (8, 8, 1))
 
 
+@kernel_for("Conv", "FusedConv", dtype="int8")
 def int8_conv(node: Node, pc) -> None:
     x, wn, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bname = _opt(node, 2)
@@ -166,7 +173,7 @@ def int8_conv(node: Node, pc) -> None:
     ztab = _residual_table(pc, node, zname, s_y)
     ztab_buf = pc.upload(ztab) if ztab is not None else None
     zref = pc.ref(zname) if zname else (None, 0)
-    algo = conv_algorithm(g, getattr(pc, "options", {}).get("conv_algorithm", "auto"))
+    algo = conv_algorithm(g, pc.options.get("conv_algorithm", "auto"))
     xref, yref = pc.ref(x), pc.ref(y)
     qb, sb, bb = pc.upload(q), pc.upload(sh), pc.upload(bias)
     lay = "NHWC" if g["last"] else "NCHW"
@@ -200,23 +207,12 @@ def int8_conv(node: Node, pc) -> None:
                   f"(int32 sums, MBQM per channel{tail})")
 
 
-def _b_scales(pc, node, bname, n, axis_n):
-    bq = qparams(pc, bname, "B")
-    if bq.scale.size == 1:
-        return np.full(n, bq.s, np.float32)
-    nd = len(pc.shape(bname))
-    ax = bq.axis if bq.axis is None or bq.axis >= 0 else bq.axis + nd
-    if bq.scale.size != n or ax != axis_n:
-        raise UnsupportedOpError(f"{node.op} {node.name!r}: B scales must be per tensor or per output column")
-    return bq.scale
-
-
 def _int8_mm(node, pc, M, N, K, nb2, A, a_name, B, b_name, b_axis_n, bias_name, C):
     y = node.outputs[0]
     need_i8(pc, node, [a_name, b_name, y])
     s_a, zp_a = per_tensor(pc, a_name, "A")
     s_y, zp_y = per_tensor(pc, y, "output")
-    s_b = _b_scales(pc, node, b_name, N, b_axis_n)
+    s_b = b_scales(pc, node, b_name, N, b_axis_n)
     b_const = pc.const(b_name) is not None
     zp_b = 0
     if not b_const:
@@ -229,23 +225,13 @@ def _int8_mm(node, pc, M, N, K, nb2, A, a_name, B, b_name, b_axis_n, bias_name, 
     else:
         lo, hi = QMIN, QMAX
     q, sh = _q32(*quantize_multipliers([float(np.float32(s_a)) * float(sb) / float(np.float32(s_y)) for sb in s_b]))
-    bias = None
-    if bias_name:
-        bc = pc.const(bias_name)
-        if bc is None or bc.dtype != np.int32:
-            raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 bias must be a constant int32 tensor")
-        if bc.size == 1:
-            bv = np.full(N, int(bc.reshape(-1)[0]), np.int64)
-        elif bc.size == N and (bc.ndim <= 1 or bc.shape[-1] == N):
-            bv = bc.reshape(-1).astype(np.int64)
-        else:
-            raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 bias is not per output column")
-        bias = (pc.upload(bv), 0, 1, 0)
+    bias = (pc.upload(int8_bias(pc, node, bias_name, N)), 0, 1, 0) if bias_name else None
     int8_gemm_launch(node, pc, M, N, K, 1, nb2, A, zp_a, B, zp_b, C, bias, pc.upload(q), pc.upload(sh),
                      (0, 1, 0), zp_y, None, None, lo, hi)
     pc.note(node, f"int8 {gemm_variant(pc)} GEMM {M}x{K} @ {K}x{N} (int32 sums, MBQM per {'column' if len(set(q.tolist())) > 1 else 'tensor'})")
 
 
+@kernel_for("Gemm", "FusedGemm", dtype="int8")
 def int8_gemm(node: Node, pc) -> None:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     if float(node.attrs.get("alpha", 1.0)) != 1.0 or float(node.attrs.get("beta", 1.0)) != 1.0:
@@ -264,6 +250,7 @@ def int8_gemm(node: Node, pc) -> None:
     _int8_mm(node, pc, M, N, K, 1, A, a, B, b, 0 if tb else 1, _opt(node, 2), (yb, yo, N, 1, 0, 0))
 
 
+@kernel_for("MatMul", "FusedMatMul", dtype="int8")
 def int8_matmul(node: Node, pc) -> None:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     sa, sb, sy = pc.shape(a), pc.shape(b), pc.shape(y)
@@ -293,6 +280,7 @@ def _same_params(pc, node):
     return (np.float32(s_x) == np.float32(s_y) and zp_x == zp_y), s_x, zp_x, s_y, zp_y
 
 
+@kernel_for("AveragePool", dtype="int8")
 def int8_average_pool(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_i8(pc, node, [x, y])
@@ -316,6 +304,7 @@ def int8_average_pool(node: Node, pc) -> None:
     pc.note(node, f"int8 average pool {geo[6]}x{geo[7]} ({'TFLite rounded mean' if same else 'requantized mean'})")
 
 
+@kernel_for("GlobalAveragePool", "GlobalMaxPool", dtype="int8")
 def int8_global_pool(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     need_i8(pc, node, [x, y])
@@ -335,6 +324,7 @@ def int8_global_pool(node: Node, pc) -> None:
     pc.note(node, f"int8 {'max' if is_max else 'mean'} over {p} positions")
 
 
+@kernel_for("Concat", dtype="int8")
 def int8_concat(node: Node, pc) -> None:
     y = node.outputs[0]
     need_i8(pc, node, [y] + [i for i in node.inputs if i])
@@ -386,7 +376,7 @@ def _qdq_params(node, pc, x_name):
     return scale, zp.astype(np.float32), c, inner
 
 
-@op("QuantizeLinear")
+@kernel_for("QuantizeLinear")
 def quantize_linear(node: Node, pc) -> None:
     import pyopencl as cl
     x, y = node.inputs[0], node.outputs[0]
@@ -400,7 +390,7 @@ def quantize_linear(node: Node, pc) -> None:
     pc.note(node, "quantize to int8")
 
 
-@op("DequantizeLinear")
+@kernel_for("DequantizeLinear")
 def dequantize_linear(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     if pc.dtype(x) != "int8" or pc.dtype(y) != "float32":

@@ -1,12 +1,13 @@
 """OpenCL data-movement ops (Transpose, Concat, views, Slice, Split, Expand, Resize, Pad) and the
-reductions, registered in ``ops.OPS`` (imported by ops.py)."""
+reductions, registered in the backend's kernel table (``registry.py``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from .ops import MAXD, _opt, is_int8, launch1d, need_f32, op, strides_of
+from .ops import MAXD, _opt, launch1d, need_f32, strides_of
+from .registry import kernel_for
 
 
 # -- data movement ---------------------------------------------------------------------------------
@@ -35,7 +36,7 @@ def copy_launch(node, pc, src: str, dst: str, shape, src_strides, dst_strides, s
     launch1d(pc, node, "tensor", f"copy_nd_{item}", n, [sb, so + src_off, db, do + dst_off, n, pc.meta(meta)])
 
 
-@op("Transpose")
+@kernel_for("Transpose")
 def transpose(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     xs = pc.shape(x)
@@ -48,11 +49,8 @@ def transpose(node: Node, pc) -> None:
     pc.note(node, f"strided copy, perm {perm}")
 
 
-@op("Concat")
+@kernel_for("Concat")
 def concat(node: Node, pc) -> None:
-    if is_int8(pc, node):
-        from .ops_int8 import int8_concat
-        return int8_concat(node, pc)
     y = node.outputs[0]
     ys = pc.shape(y)
     axis = int(node.attrs.get("axis", 0)) % len(ys)
@@ -71,7 +69,7 @@ def concat(node: Node, pc) -> None:
     pc.note(node, f"{len([i for i in node.inputs if i])} strided copies along axis {axis}")
 
 
-@op(*sorted(["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"]))
+@kernel_for(*sorted(["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"]))
 def view(node: Node, pc) -> None:
     """A view whose input could not be aliased (a constant): one copy."""
     x, y = node.inputs[0], node.outputs[0]
@@ -84,7 +82,7 @@ def view(node: Node, pc) -> None:
     pc.note(node, "copy")
 
 
-@op("Slice")
+@kernel_for("Slice")
 def slice_(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     xs = pc.shape(x)
@@ -107,7 +105,7 @@ def slice_(node: Node, pc) -> None:
     pc.note(node, "strided copy")
 
 
-@op("Split")
+@kernel_for("Split")
 def split(node: Node, pc) -> None:
     x = node.inputs[0]
     xs = pc.shape(x)
@@ -125,7 +123,7 @@ def split(node: Node, pc) -> None:
     pc.note(node, f"{len(node.outputs)} strided copies")
 
 
-@op("Expand")
+@kernel_for("Expand")
 def expand(node: Node, pc) -> None:
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = pc.shape(x), pc.shape(y)
@@ -136,10 +134,10 @@ def expand(node: Node, pc) -> None:
     pc.note(node, "broadcasting copy")
 
 
-@op("Resize", "Upsample")
+@kernel_for("Resize", "Upsample")
 def resize(node: Node, pc) -> None:
     from ...ops.resize import nearest_index, source_coords, taps   # the host-side index/weight math is shared
-    from ...ir.shape_rules_nn import resize_plan
+    from ...ops.resize import resize_plan
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = pc.shape(x), pc.shape(y)
     r = len(xs)
@@ -219,9 +217,9 @@ def resize(node: Node, pc) -> None:
     pc.note(node, f"{mode} resize ({ctm}), separable over axes {axes}")
 
 
-@op("Pad")
+@kernel_for("Pad")
 def pad(node: Node, pc) -> None:
-    from ...ir.shape_rules_tensor import pad_amounts
+    from ...ops.tensor import pad_amounts
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = pc.shape(x), pc.shape(y)
     if node.attrs.get("mode", "constant") != "constant":
@@ -247,9 +245,9 @@ def pad(node: Node, pc) -> None:
     pc.note(node, "constant pad")
 
 
-@op("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+@kernel_for("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
 def reduce(node: Node, pc) -> None:
-    from ...ir.shape_rules_tensor import reduce_axes
+    from ...ops.reduce import reduce_axes
     x, y = node.inputs[0], node.outputs[0]
     need_f32(pc, node, [x, y])
     xs = pc.shape(x)

@@ -38,7 +38,8 @@ import os
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 from ...errors import ConversionError, EdgeInferError, UnsupportedOpError
-from ...ir import Graph, infer_shapes
+from ...ir import Graph
+from ...ir.shape_inference import infer_shapes
 from .importer import _Importer
 from .reader import MAGIC, _Malformed, decode_sparse
 from .tables import IMPORTED_OPS

@@ -41,7 +41,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last, conv_transpose_geometry
+from ....ops.conv import conv_transpose_geometry
+from ....ops.shapes import channels_last
 from ....ops.conv import conv_geometry
 from ..native import kernels as native_kernels
 from ..registry import kernel
@@ -233,14 +234,17 @@ def bands(rows: int, per_band: int) -> List[Tuple[int, int]]:
     return [(r0, min(rows, r0 + per_band)) for r0 in range(0, rows, per_band)]
 
 
-def band_note(rows: int, per_band: int, row_bytes: int) -> str:
-    """The per-node record of a banded im2col (empty when the whole matrix fit)."""
+def band_note(ctx, node: Node, rows: int, per_band: int, row_bytes: int) -> str:
+    """The note's tail for a banded im2col (empty when the whole matrix fit); a banded one is
+    also recorded as tiled to fit (``ctx.tiled_to_fit``, what inspect lists)."""
     if per_band >= rows:
         return ""
     from ....memory.budget import mib
-    return (f", {len(bands(rows, per_band))} bands of {per_band} output row(s) (columns "
+    text = (f"{len(bands(rows, per_band))} bands of {per_band} output row(s) (columns "
             f"{mib(per_band * row_bytes)}; whole {mib(rows * row_bytes)} is over the workspace budget "
             f"or the column cap)")
+    ctx.tiled_to_fit(node, text)
+    return ", " + text
 
 
 def _chain(steps: List[Callable[[], None]]) -> Callable[[], None]:
@@ -357,10 +361,10 @@ def conv(node: Node, ctx) -> Callable[[], None]:
             matmul(wmat, cols, out=out)
     if group == 1:
         ctx.note(node, f"im2col {kdesc} + matmul ({m}x{kc} @ {kc}x{p})"
-                 + (f", batch loop {n}" if n > 1 else "") + band_note(osp[0], rows, row_bytes))
+                 + (f", batch loop {n}" if n > 1 else "") + band_note(ctx, node, osp[0], rows, row_bytes))
     else:
         ctx.note(node, f"grouped im2col {kdesc} ({group} groups, batched matmul "
-                       f"{m // group}x{kc} @ {kc}x{p})" + band_note(osp[0], rows, row_bytes))
+                       f"{m // group}x{kc} @ {kc}x{p})" + band_note(ctx, node, osp[0], rows, row_bytes))
     return _chain([wstep, im2col, bias])
 
 
@@ -465,7 +469,7 @@ def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
                 copyto(cols_v, win)
                 matmul(cols, w2, out=out)
         ctx.note(node, f"NHWC im2col {kdesc} + matmul ({p}x{kc} @ {kc}x{m})"
-                 + (f", batch loop {n}" if n > 1 else "") + band_note(osp[0], rows, row_bytes))
+                 + (f", batch loop {n}" if n > 1 else "") + band_note(ctx, node, osp[0], rows, row_bytes))
         return _chain([wstep, im2col, bias])
 
     mg = m // group
@@ -492,7 +496,7 @@ def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
             copyto(cols_v, win)
             matmul(cols, w3, out=out)
     ctx.note(node, f"NHWC grouped im2col {kdesc} ({group} groups, batched matmul "
-                   f"{p}x{kc} @ {kc}x{mg})" + band_note(osp[0], rows, row_bytes))
+                   f"{p}x{kc} @ {kc}x{mg})" + band_note(ctx, node, osp[0], rows, row_bytes))
     return _chain([wstep, grouped, bias])
 
 

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last
+from ....ops.shapes import channels_last
 from ....memory.pages import drop_pages, private_copy
 from .. import native as _native
 from ..native import ops as native_ops
@@ -159,6 +159,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     if step is None:
         return None
     fewer = args.threads < threads_of(ctx)           # _step's choice under a tight budget
+    if fewer:
+        ctx.tiled_to_fit(node, f"tiles for {args.threads} thread(s) to fit the memory budget")
     ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native SGEMM ({isa_name()}, "
                    f"{'direct on the input' if direct else 'im2col per tile'}, {n * oh * ow}x{cg * kh * kw} @ "
                    f"{cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "") + ")"

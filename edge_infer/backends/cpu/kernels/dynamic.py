@@ -1,7 +1,7 @@
 """Data-dependent and index kernels: NonZero, NonMaxSuppression, Compress, Unique, GatherND,
 ScatterND, ScatterElements, OneHot, CenterCropPad.
 
-The data-dependent ops (``ir.shape_rules_dynamic.DATA_DEPENDENT_OPS``) cannot write into a
+The data-dependent ops (``ops.dynamic.DATA_DEPENDENT_OPS``) cannot write into a
 buffer planned ahead: their eval closure *returns* its outputs, and the staged executor
 (``backends/cpu/staged.py``) plans the rest of the graph for the size they came out with,
 feeding them into that plan's arena (from the dynamic pool). Index ops check runtime

@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 
 from ....memory.pages import private_copy
-from ....ir.shape_rules_tensor import operand_dtype
+from ....ops.shapes import operand_dtype
 from ..native import ops as native_ops
 from ..registry import kernel
 

@@ -29,7 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last
+from ....ops.shapes import channels_last
 from .. import native
 from ..native import kernels as native_kernels
 from .conv import COLS_CAP, band_note, band_rows, bands, padded_input, tap_views, view_as
@@ -315,7 +315,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
             stage()
     ctx.note(node, f"{tag}{'grouped ' if group > 1 else ''}im2col {kdesc} + GEMM ({m}x{kc} @ {kc}x{p}"
                    f"{f', {group} groups' if group > 1 else ''}), float32 BLAS exact in {chunks} "
-                   f"K-chunk(s){epi}" + band_note(osp[0], rows, row_bytes))
+                   f"K-chunk(s){epi}" + band_note(ctx, node, osp[0], rows, row_bytes))
     return im2col
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last, split_layout
+from ....ops.shapes import channels_last, split_layout
 from ..native import ops as native_ops
 from .conv import padded_input, view_as
 from .int8_common import QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier, quantize_multipliers, scratch

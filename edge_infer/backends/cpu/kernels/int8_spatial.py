@@ -197,7 +197,7 @@ def _phase_taps(r: int, p: int, s: int, k: int) -> List[int]:
 
 @int8_kernel("ConvTranspose")
 def int8_conv_transpose(node: Node, ctx) -> Callable[[], None]:
-    from ....ir.shape_rules_nn import conv_transpose_geometry
+    from ....ops.conv import conv_transpose_geometry
     x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
     w = ctx.const(node.inputs[1])
     if w is None or w.dtype != np.int8 or x.dtype != np.int8 or y.dtype != np.int8 or x.ndim != 4:

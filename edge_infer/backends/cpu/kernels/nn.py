@@ -13,7 +13,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last, resize_plan
+from ....ops.resize import resize_plan
+from ....ops.shapes import channels_last
 from ....ops.resize import cubic as _cubic, nearest_index as _nearest_index  # noqa: F401
 from ....ops.resize import source_coords as _source_coords, taps as _taps  # noqa: F401
 from ..native import ops as native_ops
@@ -279,6 +280,9 @@ def lrn(node: Node, ctx) -> Callable[[], None]:
             np.add(ss, bias, out=ss)
             np.power(ss, -beta, out=ss)
             np.multiply(xb, ss, out=yb)
+    if len(jobs) > 1:
+        ctx.tiled_to_fit(node, f"{len(jobs)} bands of {band} positions (squares scratch capped at "
+                               f"{LRN_BAND >> 10} KiB)")
     ctx.note(node, f"{'NHWC ' if last else ''}channel window sum of {size} shifted squares"
                    + (f", {len(jobs)} bands of {band} positions" if len(jobs) > 1 else ""))
     return run

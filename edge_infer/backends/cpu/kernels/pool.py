@@ -22,7 +22,8 @@ from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ops.pool import window_counts as _window_counts
 from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import channels_last, join_layout, split_layout, window_attrs
+from ....ops.conv import window_attrs
+from ....ops.shapes import channels_last, join_layout, split_layout
 from ..native import ops as native_ops
 from ..registry import kernel
 from .conv import padded_input, tap_views, view_as

@@ -24,7 +24,7 @@ import numpy as np
 
 from ....errors import InputError
 from ....ir import Node
-from ....ir.shape_rules_seq import RNN_GATES, rnn_dims
+from ....ops.sequence import RNN_GATES, rnn_dims
 from ....ops.sequence import DEFAULT_ACTIVATIONS, RNN_ACTIVATIONS
 from ..registry import kernel
 from . import recurrent_native

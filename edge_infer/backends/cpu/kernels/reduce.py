@@ -11,7 +11,7 @@ from functools import partial
 import numpy as np
 
 from ....errors import UnsupportedOpError
-from ....ir.shape_rules_tensor import REDUCE_OPS, reduce_axes
+from ....ops.reduce import REDUCE_OPS, reduce_axes
 from ..registry import kernel
 from .elementwise import quiet
 

@@ -37,7 +37,8 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ir.padding import resolve_pads
-from ....ir.shape_rules_nn import channels_last, split_layout, window_attrs
+from ....ops.conv import window_attrs
+from ....ops.shapes import channels_last, split_layout
 from ....sparse.encodings import SparseArray, segment_cumsum
 from ..registry import is_int8_node, kernel_for, lookup
 from .int8_common import Requantizer, clamp_range, per_tensor, qparams, quantize_multipliers

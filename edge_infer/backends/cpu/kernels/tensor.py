@@ -15,9 +15,8 @@ from functools import partial
 import numpy as np
 
 from ....errors import UnsupportedOpError
-from ....ir.shape_inference import SHAPE_RULES
-from ....ir.shape_rules_tensor import (pad_amounts, shape_range, slice_bounds, slice_params,
-                                       transpose_perm)
+from ....ops.shapes import SHAPE_RULES
+from ....ops.tensor import pad_amounts, shape_range, slice_bounds, slice_params, transpose_perm
 from ..native import ops as native_ops
 from ..registry import kernel
 from .elementwise import operands, quiet

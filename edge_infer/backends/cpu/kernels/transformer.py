@@ -12,8 +12,8 @@ from typing import Callable, Tuple
 import numpy as np
 
 from ....ir import Node
-from ....ir.shape_rules_nn import channels_last
-from ....ir.shape_rules_seq import STASH_DTYPES, parse_einsum
+from ....ops.shapes import channels_last
+from ....ops.sequence import STASH_DTYPES, parse_einsum
 from ..registry import kernel
 from .conv import view_as
 

@@ -222,7 +222,7 @@ def fp32_depthwise(node, ctx) -> Optional[Callable[[], None]]:
     if _native.lib is None:
         return None
     from ..kernels.conv import _conv_geometry          # (kernels.conv imports this module)
-    from ....ir.shape_rules_nn import channels_last
+    from ....ops.shapes import channels_last
     if ctx.const(node.inputs[1]) is None or ctx.value(node.inputs[0]).dtype != np.float32:
         return None
     last = channels_last(node)
