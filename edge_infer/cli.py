@@ -385,7 +385,8 @@ def cmd_inspect(args) -> int:
     else:
         print(f"  memory (inputs {m['input_shapes']}): weights {m['weights_bytes']:,} B (mmap), "
               f"arena {m['arena_bytes']:,} B (naive {m['naive_bytes']:,}, lower bound {m['lower_bound_bytes']:,}, "
-              f"{m['in_place']} in place), workspace {m['workspace_bytes']:,} B"
+              f"{m['in_place']} in place, {m.get('views', 0)} placed inside another: no copy), "
+              f"workspace {m['workspace_bytes']:,} B"
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
         print(f"  kernels: {m['native_steps']} of {m['steps']} steps native"
               + (f" (numpy: {', '.join(m['numpy_steps'])})" if m["numpy_steps"] else ""))

@@ -174,3 +174,131 @@ def test_resize_outside_native_coverage_falls_back_with_a_note():
         note = " ".join(ex.notes.values())
         assert not all_native(ex) and "numpy: " in note and why in note, note
         np.testing.assert_allclose(ex.run({"x": x})["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+# -- Concat / Split / Slice / Reshape placed in place (memory/views.py) ----------------------------
+
+def graph_model(nodes, x, consts=(), outputs=("y",)):
+    """An ONNX model of ``nodes`` over input ``x`` (float32) and constant initializers."""
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [onnx.ValueInfoProto(name=o) for o in outputs],
+                          [onnx.numpy_helper.from_array(v, k) for k, v in consts])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+def check_views(model, x, monkeypatch, placed=(), copied=()):
+    """The plan places ``placed`` inside other tensors and not ``copied``; outputs equal
+    onnxruntime's and, bit for bit, those of the same plan without placements."""
+    from edge_infer.backends.cpu import executor
+    ex = ir_plan(model, x)
+    views = ex.arena_plan.views
+    for name in placed:
+        assert name in views, (name, views)
+    for name in copied:
+        assert name not in views, (name, views)
+    got = ex.run({"x": x})
+    want = ort_run(model, {"x": x})
+    for k, w in zip(got, want):
+        np.testing.assert_allclose(got[k], w, rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(executor, "copy_views", lambda node, graph: [])
+    ref = ir_plan(model, x)
+    assert not ref.arena_plan.views
+    again = ref.run({"x": x})
+    for k in got:
+        np.testing.assert_array_equal(got[k], again[k])
+    return ex
+
+
+def test_concat_of_slabs_is_placed_and_copies_nothing(monkeypatch):
+    """(1, n_i, 8) pieces concatenated on axis 1 (a detector head) are written by their
+    producers straight into the output; a channels-last concat (axis 2 here) is copied."""
+    x = np.random.default_rng(0).standard_normal((1, 6, 8)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
+             helper.make_node("Abs", ["x"], ["c"]),
+             helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=1),
+             helper.make_node("Concat", ["b", "x"], ["z"], axis=2)]     # b is already placed in y
+    ex = check_views(graph_model(nodes, x, outputs=("y", "z")), x, monkeypatch, placed=("a", "b", "c"))
+    y = ex.buffers["y"]
+    for k, name in enumerate("abc"):
+        assert np.shares_memory(ex.buffers[name], y[:, 6 * k:6 * k + 6])
+    # the concat's step copies nothing: all its pairs were skipped
+    concat = ex.steps[[n.op for n in ex.nodes].index("Concat")]
+    assert concat.native_keep[1].count == 0
+
+
+def test_split_slice_reshape_outputs_are_views(monkeypatch):
+    x = np.random.default_rng(1).standard_normal((1, 12, 5)).astype(np.float32)
+    consts = [("sp", np.array([4, 8], np.int64)), ("s0", np.array([3], np.int64)), ("e0", np.array([9], np.int64)),
+              ("ax", np.array([1], np.int64)), ("e2", np.array([4], np.int64)), ("ax2", np.array([2], np.int64)),
+              ("shp", np.array([1, 60], np.int64))]
+    nodes = [helper.make_node("Exp", ["x"], ["t"]),
+             helper.make_node("Split", ["t", "sp"], ["p", "q"], axis=1),
+             helper.make_node("Slice", ["t", "s0", "e0", "ax"], ["s"]),          # rows 3..8: a slab
+             helper.make_node("Slice", ["t", "s0", "e2", "ax2"], ["u"]),         # columns: strided
+             helper.make_node("Reshape", ["t", "shp"], ["r"]),
+             helper.make_node("Sigmoid", ["p"], ["y"]), helper.make_node("Tanh", ["q"], ["y2"]),
+             helper.make_node("Neg", ["s"], ["y3"]), helper.make_node("Neg", ["u"], ["y4"]),
+             helper.make_node("Abs", ["r"], ["y5"])]
+    check_views(graph_model(nodes, x, consts, ("y", "y2", "y3", "y4", "y5")), x, monkeypatch,
+                placed=("p", "q", "s", "r"), copied=("u",))
+
+
+def test_views_and_in_place_writes_do_not_clobber(monkeypatch):
+    """An element-wise op may write over its input only when no view shares those bytes: a
+    Reshape of x still read after Relu(x), a Split output whose sibling lives on, a tensor
+    concatenated twice (placed once, copied once), pieces in reverse order."""
+    x = np.random.default_rng(2).standard_normal((1, 8, 4)).astype(np.float32)
+    consts = [("shp", np.array([1, 32], np.int64)), ("sp", np.array([4, 4], np.int64))]
+    nodes = [helper.make_node("Tanh", ["x"], ["e"]),
+             helper.make_node("Reshape", ["e", "shp"], ["r"]),
+             helper.make_node("Relu", ["e"], ["re"]),                   # e's last use: in place unless viewed
+             helper.make_node("Split", ["re", "sp"], ["p", "q"], axis=1),
+             helper.make_node("Sigmoid", ["p"], ["sp_"]),                # p dies here; q lives on
+             helper.make_node("Concat", ["q", "sp_", "q"], ["c1"], axis=1),
+             helper.make_node("Concat", ["sp_", "x"], ["c2"], axis=1),
+             helper.make_node("Abs", ["r"], ["y"])]
+    check_views(graph_model(nodes, x, consts, ("y", "c1", "c2")), x, monkeypatch, placed=("r", "p", "q"))
+
+
+@pytest.mark.parametrize("name", ["yolo", "db", "mobilenetv3", "text_direction", "squeezenet", "mobilenetv2"])
+def test_benchmark_family_plans_are_all_native(name, tmp_path, monkeypatch):
+    """The fp32 plan of each benchmark architecture (built narrow and small: the same ops and
+    graph structure as compare.py's) runs every step natively, and matches onnxruntime. The DB
+    head's ConvTranspose is the one exception left (its native kernel is separate work)."""
+    import family_models as F
+    from edge_infer.backends.cpu import executor
+    small = {"yolo": lambda: F.yolo_detector(96, width=0.125, classes=5),
+             "db": lambda: F.db_text_detector((64, 64), width=0.35, fpn=32),
+             "mobilenetv3": lambda: F.mobilenetv3_classifier((64, 64), width=0.5, classes=10),
+             "text_direction": lambda: F.text_direction_classifier((48, 96))}
+    if name in small:
+        model = small[name]()
+    elif name == "squeezenet":
+        from onnx_models import randomized_light_model_path
+        model = onnx.load(randomized_light_model_path("squeezenet"))
+    else:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+        from _common import mobilenet_v2_onnx
+        mobilenet_v2_onnx(str(tmp_path / "m.onnx"), hw=96)
+        model = onnx.load(str(tmp_path / "m.onnx"))
+    inits = {i.name for i in model.graph.initializer}
+    inp = [i for i in model.graph.input if i.name not in inits][0]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    onnx.save(model, tmp_path / "m.onnx")
+    edge_infer.convert(tmp_path / "m.onnx", tmp_path / "m.eim", input_shapes={inp.name: shape})
+    rt = Runtime(str(tmp_path / "m.eim"), backend="cpu", threads=2)
+    ex = rt.plan({inp.name: tuple(shape)})
+    slow = sorted({n.op for n, st in zip(ex.nodes, ex.steps) if getattr(st, "native_step", None) is None})
+    assert slow == (["ConvTranspose"] if name == "db" else []), (slow, ex.notes)
+    ours = rt.run({inp.name: x})
+    so = ort.SessionOptions()
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for o, r in zip(sess.get_outputs(), sess.run(None, {inp.name: x})):
+        err = float(np.abs(ours[o.name] - r).max() / np.abs(r).max())
+        assert err <= 1e-4, (name, o.name, err)
+    # placements change where tensors live, never a value
+    monkeypatch.setattr(executor, "copy_views", lambda node, graph: [])
+    plain = Runtime(str(tmp_path / "m.eim"), backend="cpu", threads=2).run({inp.name: x})
+    for k in ours:
+        np.testing.assert_array_equal(ours[k], plain[k])

@@ -13,6 +13,7 @@ from ...ir import Graph, Node, Tensor
 from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
 from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
+from ...memory.views import contiguous_views
 from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
@@ -158,7 +159,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         if not t.is_static:
             raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
         names.append(name)
-    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE)
+    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views)
     if limit is not None and plan.size > limit:
         raise refusal(plan.size, limit, plan.size, exact=False)  # nothing to tile: the arena alone
     if arena_alloc is None:
@@ -167,6 +168,23 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         arena, plan.release = arena_alloc(max(plan.size, 1))
     plan.arena = arena
     return arena_views(graph, plan, arena), plan
+
+
+def copy_views(node: Node, graph: Graph):
+    """The tensors of ``node`` the arena may place inside another's bytes (memory/views.py)
+    where this backend's kernel is a plain copy between them: not an int8 Concat input with
+    other quantization parameters than the output (that input is requantized)."""
+    views = contiguous_views(node, graph)
+    if node.op == "Concat" and graph.tensors[node.outputs[0]].quant is not None:
+        want = _qkey(graph.tensors[node.outputs[0]])
+        views = [v for v in views if _qkey(graph.tensors[v[0]]) == want]
+    return views
+
+
+def _qkey(t: Tensor):
+    q = t.quant or {}
+    return (tuple(np.asarray(q.get("scale", []), np.float32).ravel().tolist()),
+            tuple(np.asarray(q.get("zero_point", []), np.int64).ravel().tolist()))
 
 
 def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:

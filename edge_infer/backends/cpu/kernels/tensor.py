@@ -26,10 +26,10 @@ from .elementwise import operands, quiet
 def copy_steps(pairs):
     """One step doing ``np.copyto(dst, src)`` for each pair in order: the native strided
     copy (batched with its native neighbours) where it covers the arrays, else numpy."""
-    pairs = list(pairs)
-    fast = native_ops.copy_step(pairs)
+    fast = native_ops.copy_step(list(pairs))
     if fast is not None:
         return fast
+    pairs = [(d, s) for d, s in pairs if not native_ops.same_view(d, s)]
     if len(pairs) == 1:
         return partial(np.copyto, *pairs[0])
 
