@@ -260,11 +260,43 @@ def test_views_and_in_place_writes_do_not_clobber(monkeypatch):
     check_views(graph_model(nodes, x, consts, ("y", "c1", "c2")), x, monkeypatch, placed=("r", "p", "q"))
 
 
+def test_channels_last_concat_of_resized_maps_is_written_in_place(monkeypatch):
+    """A channels-last channel concat (the DB FPN, YOLO's upsample + concat): a nearest
+    Resize read only by the concat writes straight into its strided slice of the output; a
+    linear one, and a nearest one read elsewhere too, are copied as before."""
+    x = np.random.default_rng(4).standard_normal((1, 5, 6, 8)).astype(np.float32)
+    consts = [("s2", np.array([1, 2, 2, 1], np.float32)), ("s4", np.array([1, 4, 4, 1], np.float32)),
+              ("s1", np.array([1, 0.5, 0.5, 1], np.float32))]
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Resize", ["a", "", "s2"], ["n1"], mode="nearest"),
+             helper.make_node("Resize", ["x", "", "s2"], ["n2"], mode="nearest",
+                              coordinate_transformation_mode="half_pixel"),
+             helper.make_node("Resize", ["a", "", "s2"], ["l1"], mode="linear"),
+             helper.make_node("Resize", ["x", "", "s2"], ["n3"], mode="nearest", nearest_mode="floor",
+                              coordinate_transformation_mode="asymmetric"),
+             helper.make_node("Neg", ["n3"], ["y2"]),                           # n3 has a second reader
+             helper.make_node("Resize", ["a", "", "s4"], ["big"], mode="nearest"),
+             helper.make_node("Resize", ["big", "", "s1"], ["n4"], mode="nearest"),   # 4x then 0.5x
+             helper.make_node("Concat", ["n1", "l1", "n2", "n3", "n4"], ["y"], axis=3)]
+    ex = check_views(graph_model(nodes, x, consts, ("y", "y2")), x, monkeypatch, placed=("n1", "n2", "n4"),
+                     copied=("l1", "n3"))
+    assert set(ex.arena_plan.strided) == {"n1", "n2", "n4"}
+    y = ex.buffers["y"]
+    assert np.shares_memory(ex.buffers["n2"], y[..., 16:24]) and not ex.buffers["n2"].flags.c_contiguous
+    assert all_native(ex)
+    # without the native library nothing is placed strided (the numpy gather wants contiguous rows)
+    monkeypatch.undo()
+    plain = ir_plan(graph_model(nodes, x, consts, ("y", "y2")), x, native_on=False, monkeypatch=monkeypatch)
+    assert not plain.arena_plan.strided
+    np.testing.assert_array_equal(plain.run({"x": x})["y"], ex.run({"x": x})["y"])
+
+
 @pytest.mark.parametrize("name", ["yolo", "db", "mobilenetv3", "text_direction", "squeezenet", "mobilenetv2"])
 def test_benchmark_family_plans_are_all_native(name, tmp_path, monkeypatch):
     """The fp32 plan of each benchmark architecture (built narrow and small: the same ops and
     graph structure as compare.py's) runs every step natively, and matches onnxruntime. The DB
-    head's ConvTranspose is the one exception left (its native kernel is separate work)."""
+    head's ConvTranspose is the one exception left (its native kernel is separate work). The
+    detectors' upsampled maps are written into their concat (placed strided)."""
     import family_models as F
     from edge_infer.backends.cpu import executor
     small = {"yolo": lambda: F.yolo_detector(96, width=0.125, classes=5),
@@ -291,6 +323,8 @@ def test_benchmark_family_plans_are_all_native(name, tmp_path, monkeypatch):
     ex = rt.plan({inp.name: tuple(shape)})
     slow = sorted({n.op for n, st in zip(ex.nodes, ex.steps) if getattr(st, "native_step", None) is None})
     assert slow == (["ConvTranspose"] if name == "db" else []), (slow, ex.notes)
+    if name in ("db", "yolo"):
+        assert len(ex.arena_plan.strided) == (3 if name == "db" else 2), ex.arena_plan.strided
     ours = rt.run({inp.name: x})
     so = ort.SessionOptions()
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])

@@ -47,6 +47,15 @@ class ArenaPlan:
     scratch_offsets: Dict[str, int] = field(default_factory=dict)
     #: tensors placed inside another's bytes (``views``): name -> (group root, byte offset)
     views: Dict[str, Tuple[str, int]] = field(default_factory=dict)
+    #: tensors placed as strided views (a channel slice of a channels-last concat): name ->
+    #: (byte strides, extent: bytes from its offset past its last element); the others are
+    #: C-contiguous, their extent their size
+    strided: Dict[str, Tuple[Tuple[int, ...], int]] = field(default_factory=dict)
+
+    def extent(self, name: str) -> int:
+        """Bytes from a tensor's offset to the end of its last element."""
+        st = self.strided.get(name)
+        return self.nbytes[name] if st is None else st[1]
 
     def summary(self) -> dict:
         return {"arena_bytes": self.size, "naive_bytes": self.naive, "lower_bound_bytes": self.lower_bound,
@@ -109,6 +118,8 @@ class Places:
         self.parent: Dict[str, Tuple[str, int]] = {}
         self.container: Dict[str, str] = {}
         self.inputs = set(graph.inputs)
+        #: strided members: name -> (byte strides, extent); nothing goes inside them
+        self.strided: Dict[str, Tuple[Tuple[int, ...], int]] = {}
 
     def find(self, n: str) -> Tuple[str, int]:
         off = 0
@@ -120,11 +131,20 @@ class Places:
     def grouped(self, n: str) -> bool:
         return n in self.parent or n in self.container
 
-    def place(self, t: str, base: str, off: int) -> bool:
+    def place(self, t: str, base: str, off: int, strides: Optional[Tuple[int, ...]] = None) -> bool:
+        """Put ``t`` at byte ``off`` of ``base``; ``strides``: t is the strided box of base's
+        elements that starts there (t must then be alone: nothing placed with or inside it)."""
         g = self.graph.tensors
         if t not in self.planned or base not in self.planned or t in self.inputs:
             return False
-        if g[t].dtype != g[base].dtype or off < 0 or off + g[t].nbytes > g[base].nbytes:
+        if t in self.strided or base in self.strided:
+            return False
+        extent = g[t].nbytes
+        if strides is not None:
+            if self.grouped(t) or g[t].nbytes == 0:
+                return False
+            extent = int(sum((d - 1) * st for d, st in zip(g[t].shape, strides))) + np.dtype(g[t].dtype).itemsize
+        if g[t].dtype != g[base].dtype or off < 0 or off + extent > g[base].nbytes:
             return False
         (rt, ot), (rb, ob) = self.find(t), self.find(base)
         if rt == rb:
@@ -135,6 +155,8 @@ class Places:
         self.parent[rt] = (rb, ob + off - ot)
         self.container.pop(rt, None)
         self.container.setdefault(rb, rb)
+        if strides is not None:
+            self.strided[t] = (tuple(int(v) for v in strides), extent)
         return True
 
     def placed(self) -> Dict[str, Tuple[str, int]]:
@@ -175,8 +197,8 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     life = tensor_lifetimes(graph, names)
     places = Places(graph, set(names))
     for node in graph.nodes if views is not None else ():
-        for t, base, off in views(node, graph):
-            places.place(t, base, off)
+        for view in views(node, graph):
+            places.place(*view)
     aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places) if inplace else {}
     for dst, src in aliases.items():
         places.place(dst, src, 0)
@@ -219,7 +241,8 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     offsets = {n: block_off[where[n][0]] + where[n][1] - low[where[n][0]] for n in names}
     return ArenaPlan(size=size, offsets=offsets, nbytes=nbytes, lifetimes=life, aliases=aliases,
                      naive=sum(_align(b) for b in nbytes.values()), lower_bound=lower,
-                     views={n: r for n, r in places.placed().items() if n not in aliases})
+                     views={n: r for n, r in places.placed().items() if n not in aliases},
+                     strided=dict(places.strided))
 
 
 class ArenaHoles:
@@ -236,7 +259,7 @@ class ArenaHoles:
     def _busy(self, step: int) -> List[Tuple[int, int]]:
         if step not in self._live:
             p = self.plan
-            self._live[step] = [(p.offsets[n], _align(p.nbytes[n])) for n, (f, l) in p.lifetimes.items()
+            self._live[step] = [(p.offsets[n], _align(p.extent(n))) for n, (f, l) in p.lifetimes.items()
                                 if f <= step <= l and n in p.offsets]
         return self._live[step]
 
@@ -265,5 +288,9 @@ def arena_views(graph: Graph, plan: ArenaPlan, arena: np.ndarray) -> Dict[str, n
     views = {}
     for name, off in plan.offsets.items():
         t = graph.tensors[name]
-        views[name] = arena[off:off + plan.nbytes[name]].view(t.dtype).reshape(t.shape)
+        if name in plan.strided:
+            strides, extent = plan.strided[name]
+            views[name] = np.ndarray(t.shape, t.dtype, buffer=arena[off:off + extent], strides=strides)
+        else:
+            views[name] = arena[off:off + plan.nbytes[name]].view(t.dtype).reshape(t.shape)
     return views

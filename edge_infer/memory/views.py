@@ -92,3 +92,25 @@ def contiguous_views(node: Node, graph: Graph) -> List[Tuple[str, str, int]]:
         off = slab_offset(shape, starts, lens)
         return [] if off is None else [(y, x, off * np.dtype(t[x].dtype).itemsize)]
     return []
+
+
+def concat_slices(node: Node, graph: Graph) -> List[Tuple[str, str, int, Tuple[int, ...]]]:
+    """(input, output, byte offset, byte strides) of each input of a Concat that is a strided
+    box of its output, not a contiguous slab (a channels-last channel concat): a producer that
+    can write with the output's strides may write it in place (the backend decides which)."""
+    if node.op != "Concat":
+        return []
+    t = graph.tensors
+    y = node.outputs[0]
+    shape, size = t[y].shape, np.dtype(t[y].dtype).itemsize
+    axis = _axis(node, len(shape))
+    strides = tuple(int(v) * size for v in np.cumprod([1] + list(shape[::-1]))[:-1][::-1])
+    contiguous = {name for name, _ in _slabs([(i, t[i].shape[axis]) for i in node.inputs if i], graph, y, axis)}
+    out, at = [], 0
+    for i in node.inputs:
+        if not i:
+            continue
+        if i not in contiguous:
+            out.append((i, y, at * strides[axis], strides))
+        at += t[i].shape[axis]
+    return out

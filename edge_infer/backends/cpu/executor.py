@@ -13,7 +13,7 @@ from ...ir import Graph, Node, Tensor
 from ...ir.shape_rules_dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
 from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
-from ...memory.views import contiguous_views
+from ...memory.views import concat_slices, contiguous_views
 from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
@@ -174,11 +174,25 @@ def copy_views(node: Node, graph: Graph):
     """The tensors of ``node`` the arena may place inside another's bytes (memory/views.py)
     where this backend's kernel is a plain copy between them: not an int8 Concat input with
     other quantization parameters than the output (that input is requantized)."""
-    views = contiguous_views(node, graph)
+    views = contiguous_views(node, graph) + [v for v in concat_slices(node, graph) if _writes_strided(v[0], node, graph)]
     if node.op == "Concat" and graph.tensors[node.outputs[0]].quant is not None:
         want = _qkey(graph.tensors[node.outputs[0]])
         views = [v for v in views if _qkey(graph.tensors[v[0]]) == want]
     return views
+
+
+def _writes_strided(name: str, concat: Node, graph: Graph) -> bool:
+    """Whether ``name`` may be a strided slice of ``concat``'s output: made by a nearest Resize
+    (its native runs write at any strides; kernels/resize_native.py) and read by ``concat`` only."""
+    if native.lib is None or name in graph.outputs:
+        return False
+    producer = [n for n in graph.nodes if name in n.outputs]
+    readers = [n for n in graph.nodes if name in n.inputs]
+    if len(producer) != 1 or readers != [concat] or concat.inputs.count(name) != 1:
+        return False
+    p = producer[0]
+    return (p.op == "Resize" and p.attrs.get("mode", "nearest") == "nearest"
+            and p.attrs.get("coordinate_transformation_mode") != "tf_crop_and_resize")
 
 
 def _qkey(t: Tensor):

@@ -471,9 +471,17 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
         nat = resize_native.nearest_step(ctx, x, y, axes, nearest_blocks(x.shape, y.shape, axes, coords,
                                                                           nearest_mode, scale))
         if nat is not None:
-            ctx.note(node, f"nearest ({nearest_mode}, {ctm}) over axes {axes}: native memcpy runs")
+            into = "" if y.flags.c_contiguous else ", written into its slice of the concat"
+            ctx.note(node, f"nearest ({nearest_mode}, {ctm}) over axes {axes}: native memcpy runs{into}")
             return nat
         why = "runs too short for memcpy"
+    if not y.flags.c_contiguous:
+        # placed as a slice of a concat's output (memory/views.py) but not written natively:
+        # into scratch, then one copy
+        tmp = ctx.scratch("resize_out", y.shape, y.dtype)
+        inner = _resize_kernel(node, ctx, x, tmp, scale, attrs, roi)
+        copy = native_ops.copy_step([(y, tmp)])
+        return native_ops.sequence_step([inner, copy] if copy else []) or (lambda: (inner(), np.copyto(y, tmp)))
     elif not why:
         nat = resize_native.linear_step(ctx, x, y, axes, coords, scale, antialias, exclude)
         if nat is not None:

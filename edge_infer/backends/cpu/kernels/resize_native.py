@@ -44,13 +44,40 @@ def _bytes2d(arr: np.ndarray, lead: int) -> Optional[np.ndarray]:
 def nearest_step(ctx, x: np.ndarray, y: np.ndarray, axes: Sequence[int], blocks: np.ndarray
                  ) -> Optional[Callable[[], None]]:
     """A nearest Resize as native memcpy runs: ``blocks`` holds, for every output block of the
-    dims after the last resized axis, the flat index of its source block (``nn.nearest_blocks``)."""
+    dims after the last resized axis, the flat index of its source block (``nn.nearest_blocks``).
+    A strided ``y`` (a channel slice of a concat's output, memory/views.py) gets one run per
+    output block at its strided place."""
     lead = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
     inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64)) * x.itemsize
+    if x.dtype != y.dtype:
+        return None
+    if not y.flags.c_contiguous:
+        return _strided_runs(ctx, x, y, axes, blocks, lead, inner)
     x2, y2 = _bytes2d(x, lead), _bytes2d(y, lead)
-    if x2 is None or y2 is None or x.dtype != y.dtype:
+    if x2 is None or y2 is None:
         return None
     return native_int8.runs_step(x2, y2, blocks, ctx, inner=inner)
+
+
+def _strided_runs(ctx, x, y, axes, blocks, lead, inner) -> Optional[Callable[[], None]]:
+    a0, t = axes[0], axes[-1]
+    tail = y.shape[t + 1:]
+    c_order = [int(np.prod(tail[k + 1:], dtype=np.int64)) * y.itemsize for k in range(len(tail))]
+    if (not x.flags.c_contiguous or not y.flags.aligned or list(y.strides[t + 1:]) != c_order
+            or (lead > 1 and a0 != 1) or not native_ops._has("ei_runs_s8")):
+        return None
+    dst = np.zeros(y.shape[a0:t + 1], np.int64)
+    for d in range(a0, t + 1):
+        shape = [1] * (t + 1 - a0)
+        shape[d - a0] = y.shape[d]
+        dst = dst + (np.arange(y.shape[d], dtype=np.int64) * y.strides[d]).reshape(shape)
+    seg = np.ascontiguousarray(np.stack([dst.ravel(), np.asarray(blocks, np.int64) * inner,
+                                         np.full(dst.size, inner, np.int64)], axis=1))
+    span = int(sum((n - 1) * st for n, st in zip(y.shape, y.strides))) + y.itemsize
+    y_lead = y.strides[0] if lead > 1 else span
+    args = native_int8.RunsArgs(x.ctypes.data, y.ctypes.data, seg.ctypes.data, seg.shape[0], lead,
+                                x.nbytes // max(lead, 1), y_lead, max(1, int(ctx.threads or 1)), 0)
+    return native_ops.native_step("ei_runs_s8", args, x, y, seg)
 
 
 def _axis_taps(xo: np.ndarray, scale: float, in_len: int, antialias: bool, exclude: bool
