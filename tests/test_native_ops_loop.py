@@ -336,3 +336,26 @@ def test_benchmark_family_plans_are_all_native(name, tmp_path, monkeypatch):
     plain = Runtime(str(tmp_path / "m.eim"), backend="cpu", threads=2).run({inp.name: x})
     for k in ours:
         np.testing.assert_array_equal(ours[k], plain[k])
+
+
+def test_int8_plan_places_the_same_way(tmp_path, monkeypatch):
+    """The int8 plan of the small YOLO (seeded random calibration) shares the planner: its
+    concat pieces with the output's parameters, reshapes and the upsampled maps are placed,
+    every step is native, and the outputs are those of the plan without placements, bit for bit."""
+    import family_models as F
+    from edge_infer.backends.cpu import executor
+    model = F.yolo_detector(96, width=0.125, classes=5)
+    onnx.save(model, tmp_path / "y.onnx")
+    edge_infer.convert(tmp_path / "y.onnx", tmp_path / "y8.eim", quantize="int8", calib="random",
+                       allow_drift=True, input_shapes={"images": [1, 3, 96, 96]})
+    x = np.random.default_rng(6).random((1, 3, 96, 96), dtype=np.float32)
+    rt = Runtime(str(tmp_path / "y8.eim"), backend="cpu", threads=2)
+    ex = rt.plan({"images": (1, 3, 96, 96)})
+    assert all_native(ex)
+    assert len(ex.arena_plan.views) >= 4 and ex.arena_plan.strided, ex.arena_plan.views
+    assert any(ex.graph.tensors[n].dtype == "int8" for n in ex.arena_plan.views)
+    got = rt.run({"images": x})
+    monkeypatch.setattr(executor, "copy_views", lambda node, graph: [])
+    want = Runtime(str(tmp_path / "y8.eim"), backend="cpu", threads=2).run({"images": x})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
