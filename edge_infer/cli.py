@@ -312,11 +312,14 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     from .ir.shape_rules_dynamic import data_dependent_tensors
     plan = ex.arena_plan.summary()
     steps = getattr(ex, "steps", None) or []       # a staged plan (run-time shapes) has none up front
-    slow = [n.op for n, st in zip(ex.nodes, steps) if getattr(st, "native_step", None) is None]
+    slow_nodes = [n for n, st in zip(ex.nodes, steps) if getattr(st, "native_step", None) is None]
+    slow = [n.op for n in slow_nodes]
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
             **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(ex.scratch_bytes),
             "memory_limit": memory_limit,
             "steps": len(steps), "native_steps": len(steps) - len(slow), "numpy_steps": sorted(set(slow)),
+            # each step outside the compiled loop and its kernel's note (why, where it says)
+            "numpy_notes": {n.name: f"{n.op}: {ex.notes.get(n.name, 'numpy kernel')}" for n in slow_nodes},
             "tiled": {n: t for n, t in ex.notes.items() if " bands of " in t or "to fit the memory budget" in t},
             # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
             "data_dependent": data_dependent_tensors(ex.graph)}
@@ -390,6 +393,8 @@ def cmd_inspect(args) -> int:
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
         print(f"  kernels: {m['native_steps']} of {m['steps']} steps native"
               + (f" (numpy: {', '.join(m['numpy_steps'])})" if m["numpy_steps"] else ""))
+        for name, why in list(m.get("numpy_notes", {}).items())[:20]:
+            print(f"    not native: {name} ({why})")
         roles = ", ".join(f"{k} {v:,} B" for k, v in m.get("scratch_bytes", {}).items() if v)
         print(f"    scratch: {len(m.get('scratch_in_arena', {}))} kernel(s) in arena bytes free during their step"
               + (f"; shared by role: {roles}" if roles else ""))

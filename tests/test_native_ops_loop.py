@@ -173,6 +173,11 @@ def test_resize_outside_native_coverage_falls_back_with_a_note():
         ex = ir_plan(model, x)
         note = " ".join(ex.notes.values())
         assert not all_native(ex) and "numpy: " in note and why in note, note
+        # inspect lists the step and why
+        from edge_infer.cli import memory_plan
+        from edge_infer.frontends.onnx import load_onnx
+        plan = memory_plan(load_onnx(model))
+        assert plan["numpy_steps"] == ["Resize"] and why in " ".join(plan["numpy_notes"].values()), plan
         np.testing.assert_allclose(ex.run({"x": x})["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
@@ -222,8 +227,9 @@ def test_concat_of_slabs_is_placed_and_copies_nothing(monkeypatch):
     for k, name in enumerate("abc"):
         assert np.shares_memory(ex.buffers[name], y[:, 6 * k:6 * k + 6])
     # the concat's step copies nothing: all its pairs were skipped
-    concat = ex.steps[[n.op for n in ex.nodes].index("Concat")]
-    assert concat.native_keep[1].count == 0
+    k = [n.op for n in ex.nodes].index("Concat")
+    assert ex.steps[k].native_keep[1].count == 0
+    assert ex.notes[ex.nodes[k].name].startswith("3 of 3 input(s) written in place")
 
 
 def test_split_slice_reshape_outputs_are_views(monkeypatch):

@@ -108,7 +108,16 @@ def concat(node, ctx):
         idx = (slice(None),) * axis + (slice(at, at + n),)
         pairs.append((y[idx], v))
         at += n
+    _note_placed(node, ctx, pairs, "input(s) written in place by their producers")
     return copy_steps(pairs)
+
+
+def _note_placed(node, ctx, pairs, what):
+    """Say in inspect's note how many of the pieces the arena planner placed (no copy)."""
+    placed = sum(native_ops.same_view(d, s) for d, s in pairs)
+    if placed:
+        ctx.note(node, f"{placed} of {len(pairs)} {what} (memory/views.py); "
+                       f"{'nothing copied' if placed == len(pairs) else 'the rest copied natively'}")
 
 
 @kernel("Split")
@@ -125,6 +134,7 @@ def split(node, ctx):
             idx = (slice(None),) * axis + (slice(at, at + n),)
             pairs.append((ctx.value(o), x[idx]))
         at += n
+    _note_placed(node, ctx, pairs, "output(s) are views of the input")
     return copy_steps(pairs)
 
 
