@@ -142,10 +142,13 @@ def format_inspect(rep: dict, n_keys: int = 0) -> str:
     else:
         out(f"  memory (inputs {m['input_shapes']}): weights {m['weights_bytes']:,} B (mmap), "
               f"arena {m['arena_bytes']:,} B (naive {m['naive_bytes']:,}, lower bound {m['lower_bound_bytes']:,}, "
-              f"{m['in_place']} in place), workspace {m['workspace_bytes']:,} B"
+              f"{m['in_place']} in place, {m.get('views', 0)} placed inside another: no copy), "
+              f"workspace {m['workspace_bytes']:,} B"
               + (f", memory limit {m['memory_limit']:,} B" if m.get("memory_limit") else ""))
         out(f"  kernels: {m['native_steps']} of {m['steps']} steps native"
               + (f" (numpy: {', '.join(m['numpy_steps'])})" if m["numpy_steps"] else ""))
+        for name, why in list(m.get("numpy_notes", {}).items())[:20]:
+            out(f"    not native: {name} ({why})")
         roles = ", ".join(f"{k} {v:,} B" for k, v in m.get("scratch_bytes", {}).items() if v)
         out(f"    scratch: {len(m.get('scratch_in_arena', {}))} kernel(s) in arena bytes free during their step"
               + (f"; shared by role: {roles}" if roles else ""))

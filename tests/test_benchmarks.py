@@ -46,6 +46,13 @@ def test_native_bench_times_every_peer(capsys):
     assert "int8 plan:" in out and "top-1 agreement" in out
 
 
+def test_loop_ops_bench_times_both_sides(capsys):
+    import loop_ops_bench
+    loop_ops_bench.main(["--threads", "1", "--rounds", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "x |" in line]
+    assert len(rows) == 8 and all(float(r.split("|")[-2].strip()[:-1]) > 0 for r in rows)
+
+
 def test_model_groups_expand_in_order_once():
     import _common
     assert _common.expand_models("resnet50,families,yolo320") == ["resnet50", "mnv3", "mnv3_textdir", "db640",

@@ -45,10 +45,21 @@ class ArenaPlan:
     arena: Optional[np.ndarray] = None
     #: scratch placed inside the arena, {"role@node": offset} (``ArenaHoles``)
     scratch_offsets: Dict[str, int] = field(default_factory=dict)
+    #: tensors placed inside another's bytes (``views``): name -> (group root, byte offset)
+    views: Dict[str, Tuple[str, int]] = field(default_factory=dict)
+    #: tensors placed as strided views (a channel slice of a channels-last concat): name ->
+    #: (byte strides, extent: bytes from its offset past its last element); the others are
+    #: C-contiguous, their extent their size
+    strided: Dict[str, Tuple[Tuple[int, ...], int]] = field(default_factory=dict)
+
+    def extent(self, name: str) -> int:
+        """Bytes from a tensor's offset to the end of its last element."""
+        st = self.strided.get(name)
+        return self.nbytes[name] if st is None else st[1]
 
     def summary(self) -> dict:
         return {"arena_bytes": self.size, "naive_bytes": self.naive, "lower_bound_bytes": self.lower_bound,
-                "tensors": len(self.offsets), "in_place": len(self.aliases),
+                "tensors": len(self.offsets), "in_place": len(self.aliases), "views": len(self.views),
                 "scratch_in_arena": dict(self.scratch_offsets),
                 "vs_lower_bound": round(self.size / self.lower_bound, 3) if self.lower_bound else 1.0}
 
@@ -71,8 +82,11 @@ def tensor_lifetimes(graph: Graph, names: Sequence[str]) -> Dict[str, Tuple[int,
     return {n: (first.get(n, -1), max(last.get(n, first.get(n, -1)), first.get(n, -1))) for n in names}
 
 
-def find_inplace(graph: Graph, planned: Set[str], lifetimes, inplace_ops=INPLACE_OPS) -> Dict[str, str]:
-    """output -> input for element-wise nodes that may write over their first input."""
+def find_inplace(graph: Graph, planned: Set[str], lifetimes, inplace_ops=INPLACE_OPS,
+                 places: Optional["Places"] = None) -> Dict[str, str]:
+    """output -> input for element-wise nodes that may write over their first input.
+    ``places``: tensors already placed inside others (views); an output is then written
+    over its input only when neither is part of a view, so no view sees the write."""
     aliases = {}
     protected = set(graph.inputs) | set(graph.outputs)
     for k, node in enumerate(graph.nodes):
@@ -86,8 +100,68 @@ def find_inplace(graph: Graph, planned: Set[str], lifetimes, inplace_ops=INPLACE
             continue
         if node.inputs.count(src) > 1 or src in aliases.values():
             continue
+        if places is not None and (places.grouped(src) or places.grouped(dst)):
+            continue
         aliases[dst] = src
     return aliases
+
+
+class Places:
+    """Tensors placed inside other tensors' bytes (``memory/views.py``): a union-find whose
+    links carry byte offsets, addr(t) = addr(root) + offset. A tensor goes inside its base
+    only when it spans everything already placed with it (so a group always has one member,
+    its container, whose bytes hold every other member's, and two members never overlap
+    with different contents), both have one dtype, and neither is a graph input."""
+
+    def __init__(self, graph: Graph, planned: Set[str]):
+        self.graph, self.planned = graph, planned
+        self.parent: Dict[str, Tuple[str, int]] = {}
+        self.container: Dict[str, str] = {}
+        self.inputs = set(graph.inputs)
+        #: strided members: name -> (byte strides, extent); nothing goes inside them
+        self.strided: Dict[str, Tuple[Tuple[int, ...], int]] = {}
+
+    def find(self, n: str) -> Tuple[str, int]:
+        off = 0
+        while n in self.parent:
+            n, o = self.parent[n]
+            off += o
+        return n, off
+
+    def grouped(self, n: str) -> bool:
+        return n in self.parent or n in self.container
+
+    def place(self, t: str, base: str, off: int, strides: Optional[Tuple[int, ...]] = None) -> bool:
+        """Put ``t`` at byte ``off`` of ``base``; ``strides``: t is the strided box of base's
+        elements that starts there (t must then be alone: nothing placed with or inside it)."""
+        g = self.graph.tensors
+        if t not in self.planned or base not in self.planned or t in self.inputs:
+            return False
+        if t in self.strided or base in self.strided:
+            return False
+        extent = g[t].nbytes
+        if strides is not None:
+            if self.grouped(t) or g[t].nbytes == 0:
+                return False
+            extent = int(sum((d - 1) * st for d, st in zip(g[t].shape, strides))) + np.dtype(g[t].dtype).itemsize
+        if g[t].dtype != g[base].dtype or off < 0 or off + extent > g[base].nbytes:
+            return False
+        (rt, ot), (rb, ob) = self.find(t), self.find(base)
+        if rt == rb:
+            return False
+        ct = self.container.get(rt, rt)
+        if self.find(ct)[1] != ot or g[ct].nbytes != g[t].nbytes:
+            return False                 # t does not span its group: its bytes would hold two contents
+        self.parent[rt] = (rb, ob + off - ot)
+        self.container.pop(rt, None)
+        self.container.setdefault(rb, rb)
+        if strides is not None:
+            self.strided[t] = (tuple(int(v) for v in strides), extent)
+        return True
+
+    def placed(self) -> Dict[str, Tuple[str, int]]:
+        """tensor -> (root, byte offset) of every tensor placed inside another."""
+        return {n: self.find(n) for n in self.parent}
 
 
 def _place(order: List[str], block_size: Dict[str, int], block_life: Dict[str, Tuple[int, int]]
@@ -110,27 +184,34 @@ def _place(order: List[str], block_size: Dict[str, int], block_life: Dict[str, T
 
 
 def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True,
-               inplace_ops: Optional[Set[str]] = None) -> ArenaPlan:
+               inplace_ops: Optional[Set[str]] = None, views: Optional[Callable] = None) -> ArenaPlan:
     """Plan offsets for ``names`` (default: every non-constant tensor) of a graph with
-    static shapes, in the graph's node order."""
+    static shapes, in the graph's node order. ``views(node, graph) -> [(tensor, base, byte
+    offset)]``: tensors the backend lets live inside another's bytes (its copy between them
+    then copies nothing; ``memory/views.py``), placed there where it is safe (``Places``)."""
     if names is None:
         names = [n for n in list(graph.inputs) + [o for nd in graph.nodes for o in nd.outputs if o]
                  if not graph.tensors[n].is_const]
     names = list(dict.fromkeys(names))
     nbytes = {n: graph.tensors[n].nbytes for n in names}
     life = tensor_lifetimes(graph, names)
-    aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS) if inplace else {}
+    places = Places(graph, set(names))
+    for node in graph.nodes if views is not None else ():
+        for view in views(node, graph):
+            places.place(*view)
+    aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places) if inplace else {}
+    for dst, src in aliases.items():
+        places.place(dst, src, 0)
 
-    # Merge each alias chain into its root: one block, the union of lifetimes.
-    def root(n):
-        while n in aliases:
-            n = aliases[n]
-        return n
+    # Each group (an in-place chain, views inside their container) is one block spanning its
+    # members, live for the union of their lifetimes.
+    where = {n: places.find(n) for n in names}
     blocks: Dict[str, List[str]] = {}
     for n in names:
-        blocks.setdefault(root(n), []).append(n)
+        blocks.setdefault(where[n][0], []).append(n)
+    low = {r: min(where[m][1] for m in ms) for r, ms in blocks.items()}
     block_life = {r: (min(life[m][0] for m in ms), max(life[m][1] for m in ms)) for r, ms in blocks.items()}
-    block_size = {r: _align(max(nbytes[m] for m in ms)) for r, ms in blocks.items()}
+    block_size = {r: _align(max(where[m][1] - low[r] + nbytes[m] for m in ms)) for r, ms in blocks.items()}
 
     # Greedy placement in several orders, keeping the smallest arena: greedy-by-size
     # (TFLite's) first; the others win on graphs with many long-lived small tensors
@@ -157,9 +238,11 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
         live[f + 1] += block_size[r]
         live[l + 2] -= block_size[r]
     lower = int(np.cumsum(live).max()) if blocks else 0
-    return ArenaPlan(size=size, offsets={n: block_off[root(n)] for n in names}, nbytes=nbytes,
-                     lifetimes=life, aliases=aliases, naive=sum(_align(b) for b in nbytes.values()),
-                     lower_bound=lower)
+    offsets = {n: block_off[where[n][0]] + where[n][1] - low[where[n][0]] for n in names}
+    return ArenaPlan(size=size, offsets=offsets, nbytes=nbytes, lifetimes=life, aliases=aliases,
+                     naive=sum(_align(b) for b in nbytes.values()), lower_bound=lower,
+                     views={n: r for n, r in places.placed().items() if n not in aliases},
+                     strided=dict(places.strided))
 
 
 class ArenaHoles:
@@ -176,7 +259,7 @@ class ArenaHoles:
     def _busy(self, step: int) -> List[Tuple[int, int]]:
         if step not in self._live:
             p = self.plan
-            self._live[step] = [(p.offsets[n], _align(p.nbytes[n])) for n, (f, l) in p.lifetimes.items()
+            self._live[step] = [(p.offsets[n], _align(p.extent(n))) for n, (f, l) in p.lifetimes.items()
                                 if f <= step <= l and n in p.offsets]
         return self._live[step]
 
@@ -205,5 +288,9 @@ def arena_views(graph: Graph, plan: ArenaPlan, arena: np.ndarray) -> Dict[str, n
     views = {}
     for name, off in plan.offsets.items():
         t = graph.tensors[name]
-        views[name] = arena[off:off + plan.nbytes[name]].view(t.dtype).reshape(t.shape)
+        if name in plan.strided:
+            strides, extent = plan.strided[name]
+            views[name] = np.ndarray(t.shape, t.dtype, buffer=arena[off:off + extent], strides=strides)
+        else:
+            views[name] = arena[off:off + plan.nbytes[name]].view(t.dtype).reshape(t.shape)
     return views

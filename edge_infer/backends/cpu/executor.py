@@ -13,6 +13,7 @@ from ...ir import Graph, Node, Tensor
 from ...ops.dynamic import DATA_DEPENDENT_OPS
 from ..base import Backend, Executable
 from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
+from ...memory.views import concat_slices, contiguous_views
 from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_maps, drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
@@ -173,7 +174,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         if not t.is_static:
             raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
         names.append(name)
-    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE)
+    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views)
     if limit is not None and plan.size > limit:
         raise refusal(plan.size, limit, plan.size, exact=False)  # nothing to tile: the arena alone
     if arena_alloc is None:
@@ -182,6 +183,37 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         arena, plan.release = arena_alloc(max(plan.size, 1))
     plan.arena = arena
     return arena_views(graph, plan, arena), plan
+
+
+def copy_views(node: Node, graph: Graph):
+    """The tensors of ``node`` the arena may place inside another's bytes (memory/views.py)
+    where this backend's kernel is a plain copy between them: not an int8 Concat input with
+    other quantization parameters than the output (that input is requantized)."""
+    views = contiguous_views(node, graph) + [v for v in concat_slices(node, graph) if _writes_strided(v[0], node, graph)]
+    if node.op == "Concat" and graph.tensors[node.outputs[0]].quant is not None:
+        want = _qkey(graph.tensors[node.outputs[0]])
+        views = [v for v in views if _qkey(graph.tensors[v[0]]) == want]
+    return views
+
+
+def _writes_strided(name: str, concat: Node, graph: Graph) -> bool:
+    """Whether ``name`` may be a strided slice of ``concat``'s output: made by a nearest Resize
+    (its native runs write at any strides; kernels/resize_native.py) and read by ``concat`` only."""
+    if native.lib is None or name in graph.outputs:
+        return False
+    producer = [n for n in graph.nodes if name in n.outputs]
+    readers = [n for n in graph.nodes if name in n.inputs]
+    if len(producer) != 1 or readers != [concat] or concat.inputs.count(name) != 1:
+        return False
+    p = producer[0]
+    return (p.op == "Resize" and p.attrs.get("mode", "nearest") == "nearest"
+            and p.attrs.get("coordinate_transformation_mode") != "tf_crop_and_resize")
+
+
+def _qkey(t: Tensor):
+    q = t.quant or {}
+    return (tuple(np.asarray(q.get("scale", []), np.float32).ravel().tolist()),
+            tuple(np.asarray(q.get("zero_point", []), np.int64).ravel().tolist()))
 
 
 def prepare_node(node: Node, ctx: PrepareContext) -> Callable[[], None]:
@@ -328,8 +360,11 @@ class CpuExecutable(Executable):
         self._out = [(name, self.buffers.get(name, graph.tensors[name].data)) for name in graph.outputs]
 
     def step_summary(self) -> dict:
-        slow = [n.op for n, st in zip(self.nodes, self.steps) if getattr(st, "native_step", None) is None]
-        return {"steps": len(self.steps), "native_steps": len(self.steps) - len(slow), "numpy_steps": sorted(set(slow))}
+        slow = [n for n, st in zip(self.nodes, self.steps) if getattr(st, "native_step", None) is None]
+        return {"steps": len(self.steps), "native_steps": len(self.steps) - len(slow),
+                "numpy_steps": sorted({n.op for n in slow}),
+                # each step outside the compiled loop and its kernel's note (why, where it says)
+                "numpy_notes": {n.name: f"{n.op}: {self.notes.get(n.name, 'numpy kernel')}" for n in slow}}
 
     def _feed(self, feeds):
         for name, buf in self._in:

@@ -107,6 +107,8 @@ def int8_resize(node: Node, ctx) -> Callable[[], None]:
     if x.dtype != np.int8 or y.dtype != np.int8:
         raise UnsupportedOpError(f"Resize {node.name!r}: int8 kernel wants int8 in and out")
     mode = node.attrs.get("mode", "nearest")
+    if mode == "nearest" and not y.flags.c_contiguous:      # a slice of a concat's output (memory/views.py)
+        return float_resize(node, ctx)
     if mode == "nearest":                                   # a gather: values pass unchanged, no parameters needed
         nat = _nearest_runs(node, ctx, x, y)
         if nat is not None:

@@ -20,7 +20,7 @@ from ....ops.resize import source_coords as _source_coords, taps as _taps  # noq
 from ..native import ops as native_ops
 from ..registry import kernel
 from .conv import view_as
-from . import conv_native
+from . import conv_native, resize_native
 
 
 def _opt(node: Node, i: int) -> str:
@@ -491,11 +491,33 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
     axes = changed_axes(x.shape, y.shape, scale, roi)
     if not axes:
         ctx.note(node, "identity resize (copy)")
-        return lambda: np.copyto(y, x)
+        return native_ops.copy_step([(y, x)]) or (lambda: np.copyto(y, x))
     coords = {}
     for a in axes:
         coords[a] = _source_coords(ctm, y.shape[a], x.shape[a], scale[a],
                                    None if roi is None else (float(roi[a]), float(roi[a + r])))
+    why = resize_native.why_not_native(mode, x, y, axes, coords)
+    if not why and mode == "nearest":
+        nat = resize_native.nearest_step(ctx, x, y, axes, nearest_blocks(x.shape, y.shape, axes, coords,
+                                                                          nearest_mode, scale))
+        if nat is not None:
+            into = "" if y.flags.c_contiguous else ", written into its slice of the concat"
+            ctx.note(node, f"nearest ({nearest_mode}, {ctm}) over axes {axes}: native memcpy runs{into}")
+            return nat
+        why = "runs too short for memcpy"
+    if not y.flags.c_contiguous:
+        # placed as a slice of a concat's output (memory/views.py) but not written natively:
+        # into scratch, then one copy
+        tmp = ctx.scratch("resize_out", y.shape, y.dtype)
+        inner = _resize_kernel(node, ctx, x, tmp, scale, attrs, roi)
+        copy = native_ops.copy_step([(y, tmp)])
+        return native_ops.sequence_step([inner, copy] if copy else []) or (lambda: (inner(), np.copyto(y, tmp)))
+    elif not why:
+        nat = resize_native.linear_step(ctx, x, y, axes, coords, scale, antialias, exclude)
+        if nat is not None:
+            ctx.note(node, f"linear ({ctm}) over axes {axes}: native ({resize_native.isa_name()})")
+            return nat
+        why = "antialiased downscale (more than two taps)"
 
     if mode == "nearest":
         if ctm != "tf_crop_and_resize":
@@ -523,8 +545,8 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
         x2 = view_as(x, (lead, int(np.prod(in_tail))))
         y2 = view_as(y, (lead, flat.size))
         take = np.take
-        ctx.note(node, f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}")
-        if extra_mask.any():
+        ctx.note(node, f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes} (numpy: {why})")
+        if extra_mask is not None and extra_mask.any():
             m2 = extra_mask.reshape(1, -1)
             return lambda: (take(x2, flat, axis=1, out=y2, mode="clip"), np.copyto(y2, extrap, where=m2))
         return lambda: take(x2, flat, axis=1, out=y2, mode="clip")
@@ -566,7 +588,7 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
                 copyto(dst, extrap, where=mask)
     ntaps = [len(s[4]) for s in stages]
     ctx.note(node, f"{mode} ({ctm}{', antialias' if antialias else ''}) separable over axes {axes}, "
-                   f"taps {ntaps}")
+                   f"taps {ntaps} (numpy: {why})")
     return run
 
 

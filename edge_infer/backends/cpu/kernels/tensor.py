@@ -25,10 +25,10 @@ from .elementwise import operands, quiet
 def copy_steps(pairs):
     """One step doing ``np.copyto(dst, src)`` for each pair in order: the native strided
     copy (batched with its native neighbours) where it covers the arrays, else numpy."""
-    pairs = list(pairs)
-    fast = native_ops.copy_step(pairs)
+    fast = native_ops.copy_step(list(pairs))
     if fast is not None:
         return fast
+    pairs = [(d, s) for d, s in pairs if not native_ops.same_view(d, s)]
     if len(pairs) == 1:
         return partial(np.copyto, *pairs[0])
 
@@ -107,7 +107,16 @@ def concat(node, ctx):
         idx = (slice(None),) * axis + (slice(at, at + n),)
         pairs.append((y[idx], v))
         at += n
+    _note_placed(node, ctx, pairs, "input(s) written in place by their producers")
     return copy_steps(pairs)
+
+
+def _note_placed(node, ctx, pairs, what):
+    """Say in inspect's note how many of the pieces the arena planner placed (no copy)."""
+    placed = sum(native_ops.same_view(d, s) for d, s in pairs)
+    if placed:
+        ctx.note(node, f"{placed} of {len(pairs)} {what} (memory/views.py); "
+                       f"{'nothing copied' if placed == len(pairs) else 'the rest copied natively'}")
 
 
 @kernel("Split")
@@ -124,6 +133,7 @@ def split(node, ctx):
             idx = (slice(None),) * axis + (slice(at, at + n),)
             pairs.append((ctx.value(o), x[idx]))
         at += n
+    _note_placed(node, ctx, pairs, "output(s) are views of the input")
     return copy_steps(pairs)
 
 

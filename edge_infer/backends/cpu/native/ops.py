@@ -229,9 +229,20 @@ def interleave_step(dst: np.ndarray, src: np.ndarray, threads: int = 1) -> Optio
     return native_step("ei_interleave", args, dst, src)
 
 
+def same_view(dst: np.ndarray, src: np.ndarray) -> bool:
+    """Whether copying ``src`` to ``dst`` would write every element onto itself: a tensor the
+    arena planner placed inside the other (memory/views.py), so the copy is skipped."""
+    if dst.shape != src.shape or dst.dtype != src.dtype:
+        return False
+    if dst.__array_interface__["data"][0] != src.__array_interface__["data"][0]:
+        return False
+    return all(a == b for n, a, b in zip(dst.shape, dst.strides, src.strides) if n > 1)
+
+
 def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callable[[], None]]:
     """``np.copyto(dst, src)`` for each pair, in order, as one native step: any numpy views
-    (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging."""
+    (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging.
+    Pairs that are one view of the same bytes (``same_view``) cost nothing."""
     if not _has("ei_copy"):
         return None
     descs = []
@@ -248,7 +259,7 @@ def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callab
         except ValueError:
             return None
         keep += [dst, src]
-        if dst.size == 0:
+        if dst.size == 0 or same_view(dst, src):
             continue
         shape, (ss, ds) = _collapse(dst.shape, src.strides, dst.strides)
         shape, ss, ds = _long_inner(shape, ss, ds, dst.itemsize)
