@@ -174,7 +174,7 @@ def test_resize_outside_native_coverage_falls_back_with_a_note():
         note = " ".join(ex.notes.values())
         assert not all_native(ex) and "numpy: " in note and why in note, note
         # inspect lists the step and why
-        from edge_infer.cli import memory_plan
+        from edge_infer.inspection import memory_plan
         from edge_infer.frontends.onnx import load_onnx
         plan = memory_plan(load_onnx(model))
         assert plan["numpy_steps"] == ["Resize"] and why in " ".join(plan["numpy_notes"].values()), plan

@@ -75,7 +75,7 @@ def contiguous_views(node: Node, graph: Graph) -> List[Tuple[str, str, int]]:
         pieces = [(o, s[axis]) for o, (_, s) in zip(node.outputs, shapes)]
         return [(o, x, off) for o, off in _slabs(pieces, graph, x, axis)]
     if node.op == "Slice":
-        from ..ir.shape_rules_tensor import slice_bounds, slice_params
+        from ..ops.tensor import slice_bounds, slice_params
         x, y = node.inputs[0], node.outputs[0]
         shape = t[x].shape
         params = slice_params(node, [t[i] if i else None for i in node.inputs], len(shape))

@@ -416,18 +416,19 @@ def nearest_blocks(x_shape, y_shape, axes: Sequence[int], coords: dict, nearest_
 
 
 def _nearest_gather(node: Node, ctx, x: np.ndarray, y: np.ndarray, axes: List[int], coords: dict,
-                    nearest_mode: str, scale: List[float], ctm: str) -> Callable[[], None]:
+                    nearest_mode: str, scale: List[float], ctm: str, why: str = "") -> Callable[[], None]:
     """A nearest resize as one gather of whole blocks of the unchanged trailing dims (a pixel's
     channels in NHWC): one source index per output block, not per value (per-value int64
     indices were 8 bytes for every output float, 39 MB on a 640x640 DB detector). Natively,
-    memcpy runs of the blocks' bytes (the int8 kernel's, dtype-blind); else numpy's take."""
+    memcpy runs of the blocks' bytes (the int8 kernel's, dtype-blind) unless ``why`` says the
+    native Resize declined; else numpy's take."""
     flat = nearest_blocks(x.shape, y.shape, axes, coords, nearest_mode, scale)
     lead, inner = int(np.prod(x.shape[:axes[0]])), int(np.prod(x.shape[axes[-1] + 1:]))
-    note = f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}"
+    note = f"nearest ({nearest_mode}, {ctm}) single gather over axes {axes}" + (f" (numpy: {why})" if why else "")
     if y.size == 0:
         ctx.note(node, note)
         return lambda: None
-    if x.flags.c_contiguous and y.flags.c_contiguous:
+    if not why and x.flags.c_contiguous and y.flags.c_contiguous:
         from ..native import int8_ops
         nat = int8_ops.runs_step(x.reshape(lead, -1).view(np.int8), y.reshape(lead, -1).view(np.int8), flat,
                                  ctx, inner=inner * x.itemsize)
@@ -521,7 +522,7 @@ def _resize_kernel(node: Node, ctx, x: np.ndarray, y: np.ndarray, scale: List[fl
 
     if mode == "nearest":
         if ctm != "tf_crop_and_resize":
-            return _nearest_gather(node, ctx, x, y, axes, coords, nearest_mode, scale, ctm)
+            return _nearest_gather(node, ctx, x, y, axes, coords, nearest_mode, scale, ctm, why)
         # one gather: flat source index of every output element past the unchanged leading dims
         a0 = axes[0]
         lead = int(np.prod(x.shape[:a0]))
