@@ -12,14 +12,13 @@ import pytest
 from onnx import helper, numpy_helper
 
 from edge_infer.backends.cpu import native
-from edge_infer.backends.cpu.executor import CpuBackend
-from edge_infer.convert import optimize_verified
-from edge_infer.frontends import load_model
 from edge_infer.ir import Graph
-from edge_infer.runtime import Runtime, specialize
+from edge_infer.runtime import Runtime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from onnx_models import make_model, ort_run, vi  # noqa: E402
+from test_native_int8_ops import run_graph  # noqa: E402
+from test_native_sgemm import _runtime  # noqa: E402  (optimize_verified at level 3, the CPU backend)
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
 
@@ -58,14 +57,6 @@ def _model(xs, ws, attrs, rng, bias=True, weight_input=False):
     else:
         inits.append(numpy_helper.from_array(w, "w"))
     return make_model([node], inputs, [vi("y", None)], initializers=inits), w
-
-
-def _runtime(model, tmp_path, threads):
-    path = str(tmp_path / "m.onnx")
-    with open(path, "wb") as f:
-        f.write(model.SerializeToString())
-    g3, _ = optimize_verified(load_model(path), 3, samples=1)
-    return Runtime(g3, backend="cpu", threads=threads)
 
 
 def _close(ours, ref):
@@ -120,7 +111,7 @@ def test_numpy_nhwc_fallback_for_a_computed_weight(tmp_path):
         x = rng.standard_normal(xs).astype(np.float32)
         rt = _runtime(model, tmp_path, 2)
         note = next(v for v in rt.plan({"x": xs, "w": ws}).notes.values() if "col2im" in v)
-        assert note.startswith("NHWC matmul + col2im") and "not native: its weight is not a dense constant" in note
+        assert note.startswith("NHWC matmul + col2im") and "not the sub-pixel kernel: its weight is not a dense constant" in note
         _close(rt.run({"x": x, "w": w})["y"], ort_run(model, {"x": x, "w": w})["y"])
 
 
@@ -149,17 +140,6 @@ def _int8_graph(x, wt, bias, sw, zx, zy, attrs):
     return make
 
 
-def _plan(make, feeds, native_on, monkeypatch):
-    g = specialize(make(), {k: v.shape for k, v in feeds.items()})
-    if not native_on:
-        monkeypatch.setattr(native, "lib", None)
-    try:
-        ex = CpuBackend().prepare(g, threads=2)
-    finally:
-        monkeypatch.undo()
-    return ex, ex.run(feeds)["y"]
-
-
 #: (x NHWC, (C, M, kh, kw), attributes): the fold form (kernel = stride) and the phase form
 INT8_CASES = [
     ((1, 10, 12, 24), (24, 24, 2, 2), dict(kernel_shape=[2, 2], strides=[2, 2])),
@@ -182,15 +162,15 @@ def test_int8_native_bit_exact_with_reference(case, isa, monkeypatch):
     make = _int8_graph(x, wt, bias, sw, int(rng.integers(-128, 128)), int(rng.integers(-30, 30)), attrs)
     old = native.set_isa_mask(isa)
     try:
-        fast_ex, fast = _plan(make, {"x": x}, True, monkeypatch)
+        fast_ex, fast = run_graph(make, {"x": x}, True, monkeypatch)
     finally:
         native.set_isa_mask(old)
     note = next(v for v in fast_ex.notes.values() if "ConvTranspose" in v)
     assert "native" in note and all(getattr(s, "native_step", None) is not None for s in fast_ex.steps)
     assert ("one int8 GEMM over the input pixels" in note) == (attrs["kernel_shape"] == attrs["strides"])
-    slow_ex, slow = _plan(make, {"x": x}, False, monkeypatch)
+    slow_ex, slow = run_graph(make, {"x": x}, False, monkeypatch)
     assert "exact float32 GEMM to columns" in next(v for v in slow_ex.notes.values() if "ConvTranspose" in v)
-    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_array_equal(fast["y"], slow["y"])
 
 
 # -- the DB-style text detector -------------------------------------------------------------------

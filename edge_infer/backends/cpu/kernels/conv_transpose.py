@@ -24,11 +24,12 @@ from .conv import _bias_step, _chain, _weights, view_as
 @kernel("ConvTranspose")
 def conv_transpose(node: Node, ctx) -> Callable[[], None]:
     last = channels_last(node)
-    why = ""
     if last:
         step, why = convt_native.convt_f32_step(node, ctx)
         if step is not None:
             return step
+    else:                           # 3-D, or a graph converted with --layout nchw
+        why = "NCHW (the sub-pixel kernel is NHWC-only)" if convt_native._lib_ok() else ""
     x = ctx.value(node.inputs[0])
     y = ctx.value(node.outputs[0])
     dtype = y.dtype
@@ -112,5 +113,5 @@ def conv_transpose(node: Node, ctx) -> Callable[[], None]:
                 add(dst, src, out=dst)
             copyto(yb, crop)
     ctx.note(node, f"{'NHWC ' if last else ''}matmul + col2im {'x'.join(map(str, kernel_))} ({group} group(s), "
-                   f"{ksize} strided tap accumulations)" + (f"; not native: {why}" if why else ""))
+                   f"{ksize} strided tap accumulations)" + (f"; not the sub-pixel kernel: {why}" if why else ""))
     return _chain([wstep, deconv, bias])

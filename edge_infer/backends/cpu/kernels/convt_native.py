@@ -60,7 +60,7 @@ def _geometry(node: Node, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> Tuple[
         pads = [0, pads[0], 0, pads[1]]
     vals = (n, c, *insp, m, *osp, *kernel, *strides, *dil, pads[0], pads[1], group)
     if any(abs(int(v)) >= _LIMIT for v in vals):
-        return None, "a size or stride beyond the native kernel's int32 index range"
+        return None, "a size or stride beyond the kernel's int32 index range"
     return vals, ""
 
 
