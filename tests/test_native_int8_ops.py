@@ -165,9 +165,9 @@ def test_resize_bilinear_tflite_integer(monkeypatch, isa, c, h, w, fy, fx, nhwc,
 
 @settings(**SETTINGS)
 @given(cin=st.integers(1, 9), m=st.integers(1, 9), h=st.integers(1, 6), w=st.integers(1, 6), k=st.integers(1, 4),
-       s=st.integers(1, 3), p=st.integers(0, 1), seed=st.integers(0, 2 ** 16))
-def test_conv_transpose_int8(monkeypatch, isa, cin, m, h, w, k, s, p, seed):
-    nhwc = False                # the IR keeps ConvTranspose NCHW (the layout pass leaves it)
+       s=st.integers(1, 3), p=st.integers(0, 1), nhwc=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_conv_transpose_int8(monkeypatch, isa, cin, m, h, w, k, s, p, nhwc, seed):
+    # NHWC: what the layout pass makes of a 2-D ConvTranspose; NCHW: a graph converted without it
     rng = np.random.default_rng(seed)
     k = max(k, s)               # k < s leaves outputs no tap reaches: the numpy kernel alone serves those
     p = min(p, k - 1)

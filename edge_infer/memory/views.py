@@ -68,7 +68,7 @@ def contiguous_views(node: Node, graph: Graph) -> List[Tuple[str, str, int]]:
         pieces = [(i, t[i].shape[axis]) for i in node.inputs if i]
         return [(i, y, off) for i, off in _slabs(pieces, graph, y, axis)]
     if node.op == "Split":
-        from ..ir.shape_inference import SHAPE_RULES
+        from ..ops.shapes import SHAPE_RULES
         x = node.inputs[0]
         axis = _axis(node, len(t[x].shape))
         shapes = SHAPE_RULES["Split"](node, [t[i] if i else None for i in node.inputs])

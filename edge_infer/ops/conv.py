@@ -276,35 +276,36 @@ def _conv_transpose(node: Node, ins):
     if len(x.shape) < 3 or len(w.shape) != len(x.shape):
         raise ShapeError(f"ConvTranspose needs X of rank >= 3 and W of the same rank, got {x.shape} and {w.shape}")
     group = int(node.attrs.get("group", 1))
-    c = x.shape[1]
+    last = channels_last(node)
+    n, c, sp = split_layout(x.shape, last)
     if is_int(c) and is_int(w.shape[0]) and c != w.shape[0]:
         raise ShapeError(f"input has {c} channels but W has {w.shape[0]}")
-    m = w.shape[1] * group if is_int(w.shape[1]) else fresh(node, 1)
+    m = w.shape[1] * group if is_int(w.shape[1]) else fresh(node, len(x.shape) - 1 if last else 1)
     kernel = node.attrs.get("kernel_shape") or list(w.shape[2:])
-    sp = x.shape[2:]
+    first = 1 if last else 2
     if all(is_int(d) for d in sp) and all(is_int(k) for k in kernel):
         _, out = conv_transpose_geometry([int(d) for d in sp], [int(k) for k in kernel], node.attrs)
     else:
         fixed = node.attrs.get("output_shape") or []
         if len(fixed) == len(sp) + 2:
             fixed = fixed[2:]
-        out = list(fixed) if fixed else [fresh(node, 2 + i) for i in range(len(sp))]
+        out = list(fixed) if fixed else [fresh(node, first + i) for i in range(len(sp))]
         if not fixed:
             # dims that are known can still be computed one at a time
             for i, d in enumerate(sp):
                 if is_int(d) and is_int(kernel[i]):
                     one = {k: v for k, v in node.attrs.items()}
-                    n = len(sp)
+                    nd = len(sp)
                     for key in ("strides", "dilations", "output_padding"):
                         if node.attrs.get(key):
                             one[key] = [node.attrs[key][i]]
                     if node.attrs.get("pads"):
-                        one["pads"] = [node.attrs["pads"][i], node.attrs["pads"][i + n]]
+                        one["pads"] = [node.attrs["pads"][i], node.attrs["pads"][i + nd]]
                     out[i] = conv_transpose_geometry([int(d)], [int(kernel[i])], one)[1][0]
     bad = [o for o in out if is_int(o) and o < 1]
     if bad:
         raise ShapeError(f"output spatial size {out} is not positive (pads too large?)")
-    return [(x.dtype, (x.shape[0], m, *out))]
+    return [(x.dtype, join_layout(n, m, out, last))]
 
 
 @rule("FusedConv")

@@ -1,6 +1,6 @@
 """Put the graph into the backend's preferred data layout (NHWC), once, at convert time.
 
-Every 4-D spatial op (Conv, FusedConv, MaxPool without Indices, AveragePool, the
+Every 4-D spatial op (Conv, FusedConv, ConvTranspose, MaxPool without Indices, AveragePool, the
 global pools, BatchNormalization in inference form, LRN, InstanceNormalization,
 GroupNormalization)
 gets ``data_layout="NHWC"``: it reads and writes channels-last tensors; weights
@@ -66,7 +66,7 @@ DEFAULT_LAYOUT = "NHWC"
 BACKEND_LAYOUTS = {"cpu": DEFAULT_LAYOUT, "native": "NHWC"}
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
 
-SPATIAL = frozenset({"Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool",
+SPATIAL = frozenset({"Conv", "FusedConv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
                      "GlobalMaxPool", "BatchNormalization", "LRN", "InstanceNormalization",
                      "GroupNormalization"})
 
@@ -717,7 +717,7 @@ def spatial_convertible(graph: Graph, node: Node) -> bool:
         return False                 # Indices are NCHW flat positions
     if node.op == "BatchNormalization" and any(o for o in node.outputs[1:]):
         return False                 # training outputs
-    if node.op in ("Conv", "FusedConv"):
+    if node.op in ("Conv", "FusedConv", "ConvTranspose"):
         w = graph.tensors.get(node.inputs[1]) if len(node.inputs) > 1 else None
         if w is None or w.shape is None or len(w.shape) != 4:
             return False

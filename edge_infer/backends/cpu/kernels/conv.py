@@ -1,4 +1,4 @@
-"""Convolution kernels: Conv (1-D/2-D/3-D, groups, dilations) and ConvTranspose.
+"""Convolution kernels: Conv (1-D/2-D/3-D, groups, dilations); ConvTranspose is conv_transpose.py.
 
 Conv picks one of four algorithms at prepare time:
 
@@ -498,68 +498,6 @@ def conv_nhwc(node: Node, ctx) -> Callable[[], None]:
     ctx.note(node, f"NHWC grouped im2col {kdesc} ({group} groups, batched matmul "
                    f"{p}x{kc} @ {kc}x{mg})" + band_note(ctx, node, osp[0], rows, row_bytes))
     return _chain([wstep, grouped, bias])
-
-
-@kernel("ConvTranspose")
-def conv_transpose(node: Node, ctx) -> Callable[[], None]:
-    """matmul (W^T @ X gives every kernel tap's contribution) then col2im: a
-    strided accumulation per kernel tap into a zeroed, padded output workspace."""
-    x = ctx.value(node.inputs[0])
-    y = ctx.value(node.outputs[0])
-    dtype = y.dtype
-    w = _weights(ctx, node.inputs[1], dtype)
-    n, c = x.shape[:2]
-    nsp = x.ndim - 2
-    group = int(node.attrs.get("group", 1))
-    if w.shape[0] != c or c % group:
-        raise ShapeError(f"ConvTranspose {node.name!r}: X {x.shape}, W {w.shape}, group {group} disagree")
-    cg, mg = c // group, w.shape[1]
-    m = mg * group
-    kernel = [int(k) for k in w.shape[2:]]
-    ksize = int(np.prod(kernel))
-    strides = [int(s) for s in (node.attrs.get("strides") or [1] * nsp)]
-    dil = [int(d) for d in (node.attrs.get("dilations") or [1] * nsp)]
-    insp = list(x.shape[2:])
-    pads, osp = conv_transpose_geometry(insp, kernel, node.attrs)
-    if tuple(y.shape) != (n, m, *osp):
-        raise ShapeError(f"ConvTranspose {node.name!r}: planned output {y.shape} != computed {(n, m, *osp)}")
-    pin = int(np.prod(insp))
-    bias = _bias_step(ctx, node, y, m)
-    if y.size == 0:
-        return lambda: None
-
-    # W (C, Mg, *k) -> per group (Mg*k, Cg): W^T packed once when constant
-    wt = np.swapaxes(view_as(w, (group, cg, mg * ksize)), 1, 2)
-    if ctx.const(node.inputs[1]) is not None:
-        wt = np.ascontiguousarray(wt)
-    x3 = view_as(x, (n, group, cg, pin))
-    cols = ctx.scratch("deconv_cols", (group, mg * ksize, pin), dtype)
-    cols_t = view_as(cols, (m, ksize, *insp))
-    # accumulation buffer covers the full (uncropped) output and the crop window
-    full = [strides[i] * (insp[i] - 1) + (kernel[i] - 1) * dil[i] + 1 for i in range(nsp)]
-    base = [max(0, -pads[i]) for i in range(nsp)]
-    size = [base[i] + max(full[i], pads[i] + osp[i]) for i in range(nsp)]
-    acc = ctx.scratch("deconv_acc", (m, *size), dtype)       # zeroed every run
-    sp_strides = acc.strides[1:]
-    adds = []
-    for t, tap in enumerate(np.ndindex(*kernel)):
-        start = acc[(slice(None),) + tuple(slice(base[i] + tap[i] * dil[i], None) for i in range(nsp))]
-        dst = as_strided(start, (m, *insp), (acc.strides[0],) + tuple(sp_strides[i] * strides[i] for i in range(nsp)))
-        adds.append((dst, cols_t[:, t]))
-    crop = acc[(slice(None),) + tuple(slice(base[i] + pads[i], base[i] + pads[i] + osp[i]) for i in range(nsp))]
-    matmul, add, copyto = np.matmul, np.add, np.copyto
-    jobs = [(x3[b], y[b]) for b in range(n)]
-
-    def deconv():
-        for xb, yb in jobs:
-            matmul(wt, xb, out=cols)
-            acc.fill(0)
-            for dst, src in adds:
-                add(dst, src, out=dst)
-            copyto(yb, crop)
-    ctx.note(node, f"matmul + col2im {'x'.join(map(str, kernel))} ({group} group(s), "
-                   f"{ksize} strided tap accumulations)")
-    return _chain([deconv, bias])
 
 
 def shifted_multiply_add(pad_step, taps, wtaps, y, tmp):

@@ -228,16 +228,52 @@ def int8_conv_transpose(node: Node, ctx) -> Callable[[], None]:
     step = _conv_transpose_native(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads, out, nhwc)
     desc = f"int8 ConvTranspose {kh}x{kw} stride {strides}"
     if step is not None:
-        ctx.note(node, f"{desc} native: {strides[0] * strides[1]} output phases, each an int8 conv on the "
-                       f"packed GEMM ({native_kernels.kind_name()})")
+        how = (f"one int8 GEMM over the input pixels with the {kh * kw} taps' channels as columns, then "
+               "their runs copied into place" if _folds(w, x, strides, pads, out, nhwc)
+               else f"{strides[0] * strides[1]} output phases, each an int8 conv")
+        ctx.note(node, f"{'NHWC ' if nhwc else ''}{desc} native: {how} on the packed GEMM "
+                       f"({native_kernels.kind_name()})")
         return step
     ctx.note(node, f"{desc}: exact float32 GEMM to columns + int64 col2im")
     return _conv_transpose_numpy(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads, out, nhwc)
 
 
+def _folds(w, x, strides, pads, out, nhwc) -> bool:
+    """kernel = stride, no pads, no output padding, NHWC: each input pixel's taps tile the output
+    exactly (a k2 s2 upsampling), so one GEMM over the input pixels gives every output once."""
+    _, _, kh, kw = w.shape
+    h, wd = x.shape[1:3]
+    return (nhwc and [kh, kw] == list(strides) and not any(pads)
+            and list(out) == [h * strides[0], wd * strides[1]])
+
+
+def _conv_transpose_fold(ctx, x, y, w, bias, q, sh, zp_x, zp_y):
+    """``_folds``: one int8 1x1 conv over the input pixels whose kh * kw * M output channels are
+    (tap row, tap column, channel), requantized per channel m (the same integers as the
+    reference: each output has exactly one tap), into the "deconv_part" scratch; then one native
+    copy puts its (kw, M) runs in place (the depth-to-space of the taps)."""
+    cin, m, kh, kw = w.shape
+    n, h, wd = x.shape[:3]
+    taps = kh * kw
+    w_mk = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(taps * m, cin))     # ((ky, kx, m), c)
+    fb = np.tile(bias, taps) - int(zp_x) * w_mk.astype(np.int64).sum(axis=1)
+    part = ctx.scratch("deconv_part", (n, h, wd, taps * m), np.int8)
+    conv = native_kernels.int8_conv_step(
+        ctx, x=x, y=part, w_mk=w_mk, bias=fb, q=np.tile(q, taps), shift=np.tile(sh, taps), zp_x=zp_x, zp_y=zp_y,
+        lo=-128, hi=127, geometry=(n, cin, h, wd, taps * m, h, wd, 1, 1, 1, 1, 1, 1, 0, 0),
+        in_nchw=False, out_nchw=False)
+    dst = y.reshape(n, h, kh, wd, kw, m).transpose(0, 1, 3, 2, 4, 5)
+    cp = copy_step([(dst, part.reshape(n, h, wd, kh, kw, m))])
+    if conv is None or cp is None:
+        return None
+    return sequence_step([conv, cp])
+
+
 def _conv_transpose_native(ctx, x, y, w, bias, q, sh, zp_x, zp_y, strides, pads, out, nhwc):
     if native_int8._pkg.lib is None:
         return None
+    if _folds(w, x, strides, pads, out, nhwc):
+        return _conv_transpose_fold(ctx, x, y, w, bias, q, sh, zp_x, zp_y)
     cin, m, kh, kw = w.shape
     n = x.shape[0]
     h, wd = (x.shape[1:3] if nhwc else x.shape[2:])
