@@ -118,10 +118,10 @@ def test_error_against_float64_direct_conv(case, tmp_path, monkeypatch):
 
 
 def test_size_rule_and_off_switch(tmp_path, monkeypatch):
-    """auto: a 32->32 conv on 40x40 takes Winograd, a 8-channel one and a 4x4 one do not;
+    """auto: a 32->32 conv on 40x40 takes Winograd, a 4-channel one and a 4x4 one do not;
     EDGE_INFER_WINOGRAD=0 keeps every conv on the SGEMM."""
     rng = np.random.default_rng(3)
-    for (c, hw), want in (((32, 40), True), ((8, 40), False), ((32, 4), False)):
+    for (c, hw), want in (((32, 40), True), ((4, 40), False), ((32, 4), False)):
         nodes, inits = _conv_nodes(c, c, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
         feeds = {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
         model = make_model(nodes, [vi("x", (1, c, hw, hw))], [vi("y", None)], initializers=inits)
@@ -136,7 +136,8 @@ def test_size_rule_and_off_switch(tmp_path, monkeypatch):
         monkeypatch.setenv("EDGE_INFER_WINOGRAD", "0")
         assert not _wino_notes(_runtime(model, tmp_path), feeds)
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
-    assert conv_winograd.chosen(1, 64, 64, 56, 56)[0] and not conv_winograd.chosen(1, 512, 512, 7, 7)[0]
+    assert conv_winograd.chosen(1, 64, 64, 56, 56)[0] and conv_winograd.chosen(1, 8, 8, 40, 40)[0]
+    assert not conv_winograd.chosen(1, 512, 512, 7, 7)[0] and not conv_winograd.chosen(1, 128, 128, 6, 6)[0]
 
 
 def test_scalar_isa_matches_simd(tmp_path, monkeypatch):

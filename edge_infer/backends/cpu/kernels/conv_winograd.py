@@ -2,8 +2,8 @@
 
 The rule is decided at prepare from the conv's shape: a 3x3 kernel, stride 1, dilation 1, one
 group, 2-D, and enough channels and output tiles that the 2.25x fewer multiply-adds pay for the
-input / output transforms (measured against the packed-SGEMM conv of conv_f32.c, see
-``MIN_CHANNELS`` / ``MIN_TILES``). ``EDGE_INFER_WINOGRAD=0`` turns it off (the tests compare
+input / output transforms (measured against the packed-SGEMM conv of conv_f32.c: the
+thresholds below). ``EDGE_INFER_WINOGRAD=0`` turns it off (the tests compare
 both paths), ``=1`` takes every eligible conv regardless of size.
 """
 from __future__ import annotations
@@ -16,12 +16,24 @@ import numpy as np
 
 from .. import native as _native
 
+# The rule below was measured on single convs (1 thread, AVX-512, loaded 2-core machine, each
+# pair interleaved; Winograd time / SGEMM time): 0.45-0.65 from 8->8 channels on 40x40 up to
+# 512->512 on 10x10 (ResNet-50's 64@56, 128@28, 256@14: 0.58, 0.49, 0.54; YOLOv8n's 16@80,
+# 32@40, 64@20, 80@40: 0.64, 0.63, 0.50, 0.46); slower at 4->4 and 6->6 channels (1.42, 1.51),
+# a single tile (4x4 outputs: 1.09-2.37), outputs that fill tiles poorly (128@6x6: 1.15, but
+# 128@10x10: 0.61) and
+# few tiles of many weights (512@7x7, 4 tiles of 36x the 1 MB weights each: 1.04).
+
 #: fewest input and output channels: below, the per-tile transforms (36 loads and stores per
 #: channel each way) outweigh the GEMM they shorten
-MIN_CHANNELS = 16
-#: fewest 4x4 output tiles (per image batch): below, each transformed weight (36/9 = 4x the
-#: direct conv's bytes) is used by too few tiles and the GEMM waits on memory
-MIN_TILES = 16
+MIN_CHANNELS = 8
+#: fewest 4x4 output tiles (of the whole batch)
+MIN_TILES = 4
+#: least fraction of the tiles' 16 outputs inside the output (6x6: 0.56, 10x10: 0.69, 7x7: 0.77)
+MIN_FILL = 0.6
+#: under this many tiles, at most this many C*M weights: each transformed weight is 4x the
+#: direct conv's bytes and a few tiles do not pay for reading them
+FEW_TILES, FEW_TILES_MAX_CM = 8, 256 * 256
 
 
 def mode() -> str:
@@ -44,10 +56,15 @@ def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
     if how == "1":
         return True, "EDGE_INFER_WINOGRAD=1"
     tiles = n * -(-oh // 4) * -(-ow // 4)
+    fill = n * oh * ow / (16.0 * tiles) if tiles else 0.0
     if min(c, m) < MIN_CHANNELS:
         return False, f"{min(c, m)} channels < {MIN_CHANNELS}"
     if tiles < MIN_TILES:
         return False, f"{tiles} tiles < {MIN_TILES}"
+    if fill < MIN_FILL:
+        return False, f"{oh}x{ow} fills {fill:.0%} of its 4x4 tiles"
+    if tiles < FEW_TILES and c * m > FEW_TILES_MAX_CM:
+        return False, f"{tiles} tiles for {c}x{m} channels"
     return True, f"{c}->{m} channels, {tiles} tiles"
 
 
