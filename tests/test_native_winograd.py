@@ -188,3 +188,50 @@ def test_resnet50_matches_onnxruntime(monkeypatch):
     feeds = {info.name: x}
     assert len(_wino_notes(rt, feeds)) >= 8, _notes(rt, feeds)
     _model_parity(rt, feeds, ort_run(path, feeds))
+
+
+def test_memory_budget_keeps_the_sgemm(tmp_path, monkeypatch):
+    """A budget the Winograd scratch (the band's transformed input, ~2.6 MB here) does not fit
+    leaves the conv on the SGEMM conv (a 120 KB tile), with the reason in its note."""
+    rng = np.random.default_rng(4)
+    nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
+    feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
+    model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    g3, _ = optimize_verified(load_model(path), 3, samples=1)
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    ref = ort_run(model, feeds)["y"]
+    for limit, want in ((None, True), (4 << 20, False)):
+        rt = Runtime(g3, backend="cpu", threads=1, memory_limit=limit)
+        notes = _notes(rt, feeds)
+        assert bool(_wino_notes(rt, feeds)) == want, notes
+        assert want or any("not Winograd: its scratch does not fit" in v for v in notes), notes
+        np.testing.assert_allclose(rt.run(feeds)["y"], ref, rtol=1e-4, atol=2e-5)
+
+
+def test_inspect_names_the_winograd_convs(tmp_path, capsys, monkeypatch):
+    """`edge-infer inspect` lists the convs on Winograd and why an eligible one is not."""
+    import json
+    from edge_infer.cli import main
+    rng = np.random.default_rng(5)
+    (n1, i1), (n2, i2) = (_conv_nodes(16, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False),
+                          _conv_nodes(16, 4, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "", False))
+    for t in i2:
+        t.name += "2"
+    n2[0].input[:] = ["y", "w2", "b2"]
+    n2[0].output[:] = ["c2"]
+    n2[-1].input[:] = ["c2"]
+    n2[-1].output[:] = ["y2"]
+    model = make_model(n1 + n2, [vi("x", (1, 16, 24, 24))], [vi("y2", None)], initializers=i1 + i2)
+    src, out = tmp_path / "m.onnx", tmp_path / "m.eim"
+    src.write_bytes(model.SerializeToString())
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    assert main(["convert", str(src), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    assert len(mem["winograd"]) == 1 and list(mem["not_winograd"].values()) == ["4 channels < 8"], mem
+    assert main(["inspect", str(out)]) == 0
+    assert "Winograd F(4x4,3x3): 1 of 2 3x3 stride-1 conv(s)" in capsys.readouterr().out
