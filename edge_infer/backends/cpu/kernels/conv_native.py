@@ -6,7 +6,9 @@ the node does not fit it (then the numpy/BLAS kernel serves). Prepare packs the 
 into 16-column panels (``pack_panels``), sizes the per-thread im2col tile scratch from the
 plan's shared column scratch, and fills the argument struct; a run is one C call with no
 allocation, the fused epilogue (bias, residual, activation) applied to each output tile in
-the kernel, in the order of kernels/fused.py.
+the kernel, in the order of kernels/fused.py. 3x3 stride-1 convs that conv_winograd.py's size
+rule picks run as Winograd F(4x4, 3x3) (native/src/winograd_f32.c) on weights transformed at
+prepare instead, with the same argument struct, scratch role and epilogue.
 """
 from __future__ import annotations
 
