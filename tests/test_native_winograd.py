@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import numpy_helper
 
 from edge_infer.backends.cpu import native
 from edge_infer.backends.cpu.kernels import conv_winograd
@@ -105,7 +105,6 @@ def test_error_against_float64_direct_conv(case, tmp_path, monkeypatch):
     nodes, inits = _conv_nodes(c, m, (3, 3), (1, 1), (1, 1), pads, 1, rng, "", False)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     model = make_model(nodes, [vi("x", x.shape)], [vi("y", None)], initializers=inits)
-    from onnx import numpy_helper
     wt, b = (numpy_helper.to_array(i) for i in inits[:2])
     ref = _direct64(x, wt, b, pads)
     errs = {}
