@@ -51,6 +51,8 @@ def eligible(nsp: int, kernel, strides, dil, group: int) -> bool:
 def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
     """Whether an eligible conv runs as Winograd, and why (for the inspect note)."""
     how = mode()
+    if min(n, c, m, oh, ow) < 1:
+        return False, "an empty dimension"
     if how == "0":
         return False, "EDGE_INFER_WINOGRAD=0"
     if how == "1":

@@ -110,8 +110,15 @@ typedef struct {
 static void wg_input(const wg_plan *p, int64_t t0, int64_t nt, float *dst) {
     int64_t c = 0, C = p->a->c, tb = p->tb;
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512) && C >= 16) { wgf_input_avx512(p, t0, nt, 0, C / 16 * 16, dst, tb); c = C / 16 * 16; }
-    if (ei_has(EI_AVX2) && C - c >= 8) { int64_t e = c + (C - c) / 8 * 8; wgf_input_avx2(p, t0, nt, c, e, dst, tb); c = e; }
+    if (ei_has(EI_AVX512) && C >= 16) {
+        wgf_input_avx512(p, t0, nt, 0, C / 16 * 16, dst, tb);
+        c = C / 16 * 16;
+    }
+    if (ei_has(EI_AVX2) && C - c >= 8) {
+        int64_t e = c + (C - c) / 8 * 8;
+        wgf_input_avx2(p, t0, nt, c, e, dst, tb);
+        c = e;
+    }
 #elif defined(__aarch64__)
     if (ei_has(EI_NEON) && C >= 4) { wgf_input_neon(p, t0, nt, 0, C / 4 * 4, dst, tb); c = C / 4 * 4; }
 #endif
@@ -122,14 +129,20 @@ static void wg_output(const wg_plan *p, const float *mb, int64_t ldm, int64_t t0
                       int64_t col0) {
     int64_t j = 0, tb = p->tb;
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512) && ncol >= 16) { wgf_output_avx512(p, mb, ldm, tb, t0, nt, 0, ncol / 16 * 16, col0); j = ncol / 16 * 16; }
+    if (ei_has(EI_AVX512) && ncol >= 16) {
+        wgf_output_avx512(p, mb, ldm, tb, t0, nt, 0, ncol / 16 * 16, col0);
+        j = ncol / 16 * 16;
+    }
     if (ei_has(EI_AVX2) && ncol - j >= 8) {
         int64_t e = j + (ncol - j) / 8 * 8;
         wgf_output_avx2(p, mb, ldm, tb, t0, nt, j, e, col0);
         j = e;
     }
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON) && ncol >= 4) { wgf_output_neon(p, mb, ldm, tb, t0, nt, 0, ncol / 4 * 4, col0); j = ncol / 4 * 4; }
+    if (ei_has(EI_NEON) && ncol >= 4) {
+        wgf_output_neon(p, mb, ldm, tb, t0, nt, 0, ncol / 4 * 4, col0);
+        j = ncol / 4 * 4;
+    }
 #endif
     if (j < ncol) wgf_output_scalar(p, mb, ldm, tb, t0, nt, j, ncol, col0);
 }
@@ -144,7 +157,7 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, wg_plan *p) {
     p->tiles_img = p->tiles_x * ((a->oh + 3) / 4);
     p->tiles = (int64_t)a->n * p->tiles_img;
     p->panels = (a->m + EI_SG_NR - 1) / EI_SG_NR;
-    int64_t nb = (a->c + KC_MAX - 1) / KC_MAX;
+    int64_t nb = EI_MAX((int64_t)1, (a->c + KC_MAX - 1) / KC_MAX);
     p->kc = (a->c + nb - 1) / nb;
     int64_t t = a->threads < 1 ? 1 : a->threads, want = t > 1 ? 4 * t : 1;
     /* TB: a multiple of every micro-kernel's rows (6, 12); smaller blocks until there are a
@@ -162,7 +175,7 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, wg_plan *p) {
     p->nblk = (p->tiles + tb - 1) / tb;
     p->ncb = (p->panels + ncp - 1) / ncp;
     /* a band: the blocks whose V fits BAND_FLOATS, and enough of them for the threads */
-    int64_t blk_floats = 36 * tb * (int64_t)a->c;
+    int64_t blk_floats = 36 * tb * EI_MAX((int64_t)1, (int64_t)a->c);
     int64_t bb = EI_MAX((int64_t)1, BAND_FLOATS / blk_floats);
     bb = EI_MAX(bb, (want + p->ncb - 1) / p->ncb);
     p->band_blk = EI_MIN(bb, p->nblk);
@@ -242,7 +255,7 @@ static void gemm_range(void *vp, int64_t i0, int64_t i1) {
 static void winograd_with(const ei_conv_f32_args *a, ei_sg_kernel k) {
     wg_plan p;
     make_plan(a, k, &p);
-    if (p.tiles <= 0 || a->m <= 0) return;
+    if (p.tiles <= 0 || a->m <= 0 || a->c <= 0) return;     /* (Python routes no empty conv here) */
     p.v = a->scratch;
     /* ~2^18 multiply-adds an item at least, else one thread */
     int64_t macs = p.tiles * 36 * (int64_t)a->c * a->m, t = a->threads < 1 ? 1 : a->threads;
