@@ -67,6 +67,11 @@ def _sparse_compression(graph) -> dict:
     return compression(graph)
 
 
+def _some(names, n: int = 6) -> str:
+    """The first ``n`` of ``names`` joined, and how many more."""
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     """Weights, planned activation arena (vs naive sum and lower bound) and workspace,
     for the given input shapes (default: the shapes a dynamic model was verified at, else
@@ -88,6 +93,10 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
             **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(ex.scratch_bytes),
             "memory_limit": memory_limit, **steps, "tiled": dict(ex.tiled),
+            # 3x3 stride-1 fp32 convs: those on Winograd F(4x4,3x3), and why the others are not
+            "winograd": sorted(n for n, t in ex.notes.items() if "Winograd F(4x4,3x3)" in t),
+            "not_winograd": {n: t.split("not Winograd: ")[1].split(";")[0]
+                             for n, t in ex.notes.items() if "not Winograd: " in t},
             # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
             "data_dependent": data_dependent_tensors(ex.graph)}
 
@@ -154,6 +163,11 @@ def format_inspect(rep: dict, n_keys: int = 0) -> str:
               + (f"; shared by role: {roles}" if roles else ""))
         for name, note in m.get("tiled", {}).items():
             out(f"    tiled to fit: {name}: {note}")
+        wino, skip = m.get("winograd") or [], m.get("not_winograd") or {}
+        if wino or skip:
+            out(f"    Winograd F(4x4,3x3): {len(wino)} of {len(wino) + len(skip)} 3x3 stride-1 conv(s)"
+                + (f": {_some(wino)}" if wino else "")
+                + (f"; not: {_some([f'{n} ({why})' for n, why in skip.items()])}" if skip else ""))
         if m.get("data_dependent"):
             out("  shapes decided at run time (CPU, planned in stages; the arena above is the static head's):")
             for name, why in m["data_dependent"].items():

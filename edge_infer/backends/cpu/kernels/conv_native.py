@@ -6,7 +6,9 @@ the node does not fit it (then the numpy/BLAS kernel serves). Prepare packs the 
 into 16-column panels (``pack_panels``), sizes the per-thread im2col tile scratch from the
 plan's shared column scratch, and fills the argument struct; a run is one C call with no
 allocation, the fused epilogue (bias, residual, activation) applied to each output tile in
-the kernel, in the order of kernels/fused.py.
+the kernel, in the order of kernels/fused.py. 3x3 stride-1 convs that conv_winograd.py's size
+rule picks run as Winograd F(4x4, 3x3) (native/src/winograd_f32.c) on weights transformed at
+prepare instead, with the same argument struct, scratch role and epilogue.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from ....memory.pages import drop_pages, private_copy
 from .. import native as _native
 from ..native import ops as native_ops
 from ..native.kernels import threads_of
+from . import conv_winograd
 
 _P, _I = ctypes.c_void_p, ctypes.c_int32
 NR = 16      #: EI_SG_NR of src/sgemm.h: output channels per packed weight panel
@@ -93,11 +96,12 @@ def _bias(ctx, name: str, m: int, scale: float = 1.0) -> Optional[np.ndarray]:
                                              np.float32))
 
 
-def _step(ctx, args: ConvF32Args, keep) -> Optional[Callable[[], None]]:
-    """The native step, its per-thread tile scratch taken from the plan's shared column
-    scratch (steps run one at a time, so every conv of a plan can use the same bytes)."""
+def _step(ctx, args: ConvF32Args, keep, entry: str = "ei_conv_f32") -> Optional[Callable[[], None]]:
+    """The native step ``entry`` (ei_conv_f32 or ei_winograd_f32), its per-thread tile scratch
+    taken from the plan's shared column scratch (steps run one at a time, so every conv of a
+    plan can use the same bytes)."""
     from .conv import shared_cols
-    fn = _native.function("ei_conv_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    fn = _native.function(entry + "_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
     nbytes = int(fn(ctypes.addressof(args)))
     if not ctx.scratch_fits("im2col", nbytes) and args.threads > 1:
         # one tile per thread: fewer threads under a tight budget (the same sums per output)
@@ -108,7 +112,7 @@ def _step(ctx, args: ConvF32Args, keep) -> Optional[Callable[[], None]]:
         return None         # its tile does not fit what the memory budget leaves: the numpy conv bands
     scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
     args.scratch = None if scratch is None else scratch.ctypes.data
-    return _native.native_step("ei_conv_f32", args, scratch, *keep)
+    return _native.native_step(entry, args, scratch, *keep)
 
 
 def _dense_const(ctx, name: str) -> bool:
@@ -145,25 +149,41 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
         h, wd, (oh, ow), (kh, kw) = x.shape[1], x.shape[2], osp, kernel
         (sh, sw), (dh, dw), pt, pl = strides, dil, pads[0], pads[1]
     mg = m // group
-    # (M, Cg, kh, kw) -> per group (K = (ky, kx, ci), Mg): the im2col order of the kernel
-    wk = np.asarray(w, np.float32).reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(group, -1, mg)
-    wpack = pack_panels(wk)
+    wino = conv_winograd.eligible(nsp, kernel, strides, dil, group)
+    why = conv_winograd.chosen(n, c, m, oh, ow) if wino else (False, "")
     args = ConvF32Args(x=x.ctypes.data, y=y.ctypes.data, z=None if z is None else z.ctypes.data,
-                       wpack=wpack.ctypes.data, bias=None if bias is None else bias.ctypes.data,
+                       bias=None if bias is None else bias.ctypes.data,
                        n=n, c=c, h=h, w=wd, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
                        pt=pt, pl=pl, group=group, act=ep[0], p0=ep[1], p1=ep[2], threads=threads_of(ctx))
     direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (h, wd)
     extra = ", ".join((["bias"] if bias is not None else []) + (["residual"] if z is not None else [])
                       + ([ep[3]] if ep[3] else []))
-    step = _step(ctx, args, (x, y, z, wpack, bias))
+    step = None
+    if why[0]:      # 3x3 stride 1: Winograd F(4x4, 3x3) on the transformed weights
+        wpack = conv_winograd.pack(np.asarray(w))
+        args.wpack = wpack.ctypes.data
+        step = _step(ctx, args, (x, y, z, wpack, bias), "ei_winograd_f32")
+        if step is None:
+            why = (False, "its scratch does not fit the memory budget")
+            args.threads = threads_of(ctx)
+    if step is None:
+        # (M, Cg, kh, kw) -> per group (K = (ky, kx, ci), Mg): the im2col order of the kernel
+        wk = np.asarray(w, np.float32).reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(group, -1, mg)
+        wpack = pack_panels(wk)
+        args.wpack = wpack.ctypes.data
+        step = _step(ctx, args, (x, y, z, wpack, bias))
     if step is None:
         return None
     fewer = args.threads < threads_of(ctx)           # _step's choice under a tight budget
     if fewer:
         ctx.tiled_to_fit(node, f"tiles for {args.threads} thread(s) to fit the memory budget")
-    ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native SGEMM ({isa_name()}, "
-                   f"{'direct on the input' if direct else 'im2col per tile'}, {n * oh * ow}x{cg * kh * kw} @ "
-                   f"{cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "") + ")"
+    if why[0]:
+        how = f"Winograd F(4x4,3x3) ({isa_name()}, {why[1]}: 36 GEMMs {n * -(-oh // 4) * -(-ow // 4)}x{c} @ {c}x{m})"
+    else:
+        how = (f"SGEMM ({isa_name()}, {'direct on the input' if direct else 'im2col per tile'}, "
+               f"{n * oh * ow}x{cg * kh * kw} @ {cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "")
+               + ")" + (f"; not Winograd: {why[1]}" if why[1] else ""))
+    ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native {how}"
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                    + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
     return step

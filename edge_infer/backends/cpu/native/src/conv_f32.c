@@ -22,19 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const float *x;         /* (n, h, w, c) */
-    float *y;               /* (n, oh, ow, m) */
-    const float *z;         /* residual like y, or NULL */
-    const float *wpack;     /* group, panel, K, 16 */
-    const float *bias;      /* m, or NULL */
-    float *scratch;         /* ei_conv_f32_scratch bytes */
-    int32_t n, c, h, w, m, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, group;
-    int32_t act;            /* EI_U_* (0: none) */
-    float p0, p1;
-    int32_t threads;
-} ei_conv_f32_args;
-
 enum { KC_MAX = 320, MC_MAX = 96 };
 
 typedef struct {

@@ -43,4 +43,18 @@ ei_sg_kernel ei_sg_pick(void);
 /* the scalar one (self-tests) */
 ei_sg_kernel ei_sg_scalar(void);
 
+/* the arguments of the NHWC conv / GEMM of conv_f32.c and the Winograd conv of winograd_f32.c */
+typedef struct {
+    const float *x;         /* (n, h, w, c) */
+    float *y;               /* (n, oh, ow, m) */
+    const float *z;         /* residual like y, or NULL */
+    const float *wpack;     /* group, panel, K, 16 (Winograd: 36, panel, c, 16) */
+    const float *bias;      /* m, or NULL */
+    float *scratch;         /* ei_conv_f32_scratch (ei_winograd_f32_scratch) bytes */
+    int32_t n, c, h, w, m, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, group;
+    int32_t act;            /* EI_U_* (0: none) */
+    float p0, p1;
+    int32_t threads;
+} ei_conv_f32_args;
+
 #endif

@@ -1,0 +1,82 @@
+"""Which NHWC fp32 convs run as Winograd F(4x4, 3x3) (native/src/winograd_f32.c), and its weights.
+
+The rule is decided at prepare from the conv's shape: a 3x3 kernel, stride 1, dilation 1, one
+group, 2-D, and enough channels and output tiles that the 2.25x fewer multiply-adds pay for the
+input / output transforms (measured against the packed-SGEMM conv of conv_f32.c: the
+thresholds below). ``EDGE_INFER_WINOGRAD=0`` turns it off (the tests compare
+both paths), ``=1`` takes every eligible conv regardless of size.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Tuple
+
+import numpy as np
+
+from .. import native as _native
+
+# The rule below was measured on single convs (1 thread, AVX-512, loaded 2-core machine, each
+# pair interleaved; Winograd time / SGEMM time): 0.45-0.65 from 8->8 channels on 40x40 up to
+# 512->512 on 10x10 (ResNet-50's 64@56, 128@28, 256@14: 0.58, 0.49, 0.54; YOLOv8n's 16@80,
+# 32@40, 64@20, 80@40: 0.64, 0.63, 0.50, 0.46); slower at 4->4 and 6->6 channels (1.42, 1.51),
+# a single tile (4x4 outputs: 1.09-2.37), outputs that fill tiles poorly (128@6x6: 1.15, but
+# 128@10x10: 0.61) and
+# few tiles of many weights (512@7x7, 4 tiles of 36x the 1 MB weights each: 1.04).
+
+#: fewest input and output channels: below, the per-tile transforms (36 loads and stores per
+#: channel each way) outweigh the GEMM they shorten
+MIN_CHANNELS = 8
+#: fewest 4x4 output tiles (of the whole batch)
+MIN_TILES = 4
+#: least fraction of the tiles' 16 outputs inside the output (6x6: 0.56, 10x10: 0.69, 7x7: 0.77)
+MIN_FILL = 0.6
+#: under this many tiles, at most this many C*M weights: each transformed weight is 4x the
+#: direct conv's bytes and a few tiles do not pay for reading them
+FEW_TILES, FEW_TILES_MAX_CM = 8, 256 * 256
+
+
+def mode() -> str:
+    """"0" (off), "1" (every eligible conv) or "auto" (the size rule): EDGE_INFER_WINOGRAD."""
+    v = os.environ.get("EDGE_INFER_WINOGRAD", "auto").strip().lower()
+    return {"0": "0", "off": "0", "never": "0", "1": "1", "on": "1", "always": "1"}.get(v, "auto")
+
+
+def eligible(nsp: int, kernel, strides, dil, group: int) -> bool:
+    """The convs winograd_f32.c computes: 2-D 3x3, stride 1, dilation 1, one group."""
+    return (nsp == 2 and tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dil) == (1, 1)
+            and group == 1 and _native.lib is not None and hasattr(_native.lib, "ei_winograd_f32"))
+
+
+def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
+    """Whether an eligible conv runs as Winograd, and why (for the inspect note)."""
+    how = mode()
+    if min(n, c, m, oh, ow) < 1:
+        return False, "an empty dimension"
+    if how == "0":
+        return False, "EDGE_INFER_WINOGRAD=0"
+    if how == "1":
+        return True, "EDGE_INFER_WINOGRAD=1"
+    tiles = n * -(-oh // 4) * -(-ow // 4)
+    fill = n * oh * ow / (16.0 * tiles) if tiles else 0.0
+    if min(c, m) < MIN_CHANNELS:
+        return False, f"{min(c, m)} channels < {MIN_CHANNELS}"
+    if tiles < MIN_TILES:
+        return False, f"{tiles} tiles < {MIN_TILES}"
+    if fill < MIN_FILL:
+        return False, f"{oh}x{ow} fills {fill:.0%} of its 4x4 tiles"
+    if tiles < FEW_TILES and c * m > FEW_TILES_MAX_CM:
+        return False, f"{tiles} tiles for {c}x{m} channels"
+    return True, f"{c}->{m} channels, {tiles} tiles"
+
+
+def pack(w: np.ndarray) -> np.ndarray:
+    """(M, C, 3, 3) weights -> U = G g G^T per transform point as the SGEMM's packed panels,
+    (36, panels, C, 16) float32 (computed in double precision by ei_winograd_f32_pack)."""
+    m, c = w.shape[:2]
+    wc = np.ascontiguousarray(w, np.float32)
+    out = np.empty((36, -(-m // 16), c, 16), np.float32)
+    fn = _native.function("ei_winograd_f32_pack", ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
+                          ctypes.c_void_p)
+    fn(wc.ctypes.data, m, c, out.ctypes.data)
+    return out

@@ -1,0 +1,236 @@
+"""Native Winograd F(4x4, 3x3) conv (src/winograd_f32.c, kernels/conv_winograd.py): NHWC 3x3
+stride-1 Conv / FusedConv across shapes (odd sizes, partial edge tiles, every padding, channel
+counts off the vector widths, every fused epilogue, residual) against onnxruntime and against
+a float64 direct conv; the size rule and its off switch; the C self-test; and whole models
+(ResNet-50 from the onnx package's light models, the YOLOv8n-style detector) against
+onnxruntime with their 3x3 convs on Winograd."""
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+from edge_infer.backends.cpu import native
+from edge_infer.backends.cpu.kernels import conv_winograd
+from edge_infer.convert import optimize_verified
+from edge_infer.frontends import load_model
+from edge_infer.runtime import Runtime
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onnx_models import make_model, ort_run, randomized_light_model_path, rel_l2, vi  # noqa: E402
+from test_native_sgemm import _conv_nodes, _runtime  # noqa: E402
+
+pytestmark = pytest.mark.skipif(native.lib is None or not hasattr(native.lib, "ei_winograd_f32"),
+                                reason=f"native kernels: {native.why_not}")
+
+
+def _notes(rt, feeds):
+    return list(rt.plan({k: v.shape for k, v in feeds.items()}).notes.values())
+
+
+def _wino_notes(rt, feeds):
+    return [v for v in _notes(rt, feeds) if "Winograd F(4x4,3x3)" in v]
+
+
+def test_selftest_simd_and_scalar():
+    old = native.set_isa_mask(-1)
+    try:
+        assert native.lib.ei_selftest_winograd_f32() == 0
+        native.set_isa_mask(0)
+        assert native.lib.ei_selftest_winograd_f32() == 0
+    finally:
+        native.set_isa_mask(old)
+
+
+def _direct64(x, w, b, pads):
+    """NCHW 3x3 stride-1 conv in float64 (the oracle of the error bound)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh, ow = xp.shape[2] - 2, xp.shape[3] - 2
+    y = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for ky in range(3):
+        for kx in range(3):
+            y += np.einsum("nchw,mc->nmhw", xp[:, :, ky:ky + oh, kx:kx + ow], w[:, :, ky, kx].astype(np.float64))
+    return y + b.astype(np.float64)[None, :, None, None]
+
+
+#: (N, C, M, H, W, pads): partial tiles (H, W not multiples of 4), pads 0/1/2 and asymmetric,
+#: channels off the 16/8/4 vector widths, several column blocks (M > 128), 1x1 and 2x2 outputs
+SHAPES = [
+    (1, 16, 16, 8, 8, (1, 1, 1, 1)),
+    (2, 19, 23, 13, 11, (1, 1, 1, 1)),
+    (1, 5, 3, 7, 9, (0, 0, 0, 0)),
+    (1, 33, 40, 10, 17, (0, 2, 1, 0)),
+    (1, 3, 150, 6, 5, (2, 2, 2, 2)),
+    (1, 24, 17, 3, 3, (0, 0, 0, 0)),
+    (2, 64, 32, 9, 14, (1, 0, 0, 1)),
+    (1, 330, 20, 5, 6, (1, 1, 1, 1)),       # C = 330: two K blocks
+]
+
+EPILOGUES = [("", False), ("Relu", True), ("Clip", False), ("HardSwish", True), ("SiLU", False),
+             ("Sigmoid", True), ("LeakyRelu", False), ("HardSigmoid", True), ("Tanh", False)]
+
+
+@pytest.mark.parametrize("case", range(len(SHAPES)))
+@pytest.mark.parametrize("act,residual", EPILOGUES)
+def test_conv_matches_onnxruntime(case, act, residual, tmp_path, monkeypatch):
+    n, c, m, h, w, pads = SHAPES[case]
+    rng = np.random.default_rng(case)
+    nodes, inits = _conv_nodes(c, m, (3, 3), (1, 1), (1, 1), pads, 1, rng, act, residual)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    conv_only = make_model(nodes[:1], [vi("x", x.shape)], [vi("c", None)], initializers=inits)
+    ref_c = ort_run(conv_only, {"x": x})["c"]
+    feeds, inputs = {"x": x}, [vi("x", x.shape)]
+    if residual:
+        feeds["r"] = rng.standard_normal(ref_c.shape).astype(np.float32)
+        inputs.append(vi("r", ref_c.shape))
+    model = make_model(nodes, inputs, [vi("y", None)], initializers=inits)
+    ref = ort_run(model, feeds)["y"]
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "1")
+    rt = _runtime(model, tmp_path, threads=1 + case % 2)
+    notes = _wino_notes(rt, feeds)
+    assert len(notes) == 1, _notes(rt, feeds)
+    if act:
+        assert act in notes[0] and (not residual or "residual" in notes[0]), notes
+    got = rt.run(feeds)["y"]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("case", range(len(SHAPES)))
+def test_error_against_float64_direct_conv(case, tmp_path, monkeypatch):
+    """The error Winograd adds: relative L2 vs the float64 conv within 10x the direct SGEMM's
+    own float32 error (or 1e-6), and under 1e-5 outright (docs/architecture.md)."""
+    n, c, m, h, w, pads = SHAPES[case]
+    rng = np.random.default_rng(100 + case)
+    nodes, inits = _conv_nodes(c, m, (3, 3), (1, 1), (1, 1), pads, 1, rng, "", False)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    model = make_model(nodes, [vi("x", x.shape)], [vi("y", None)], initializers=inits)
+    wt, b = (numpy_helper.to_array(i) for i in inits[:2])
+    ref = _direct64(x, wt, b, pads)
+    errs = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("EDGE_INFER_WINOGRAD", mode)
+        rt = _runtime(model, tmp_path)
+        assert bool(_wino_notes(rt, {"x": x})) == (mode == "1"), _notes(rt, {"x": x})
+        errs[mode] = rel_l2(rt.run({"x": x})["y"].astype(np.float64), ref)
+    assert errs["1"] < max(10 * errs["0"], 1e-6) and errs["1"] < 1e-5, errs
+
+
+def test_size_rule_and_off_switch(tmp_path, monkeypatch):
+    """auto: a 32->32 conv on 40x40 takes Winograd, a 4-channel one and a 4x4 one do not;
+    EDGE_INFER_WINOGRAD=0 keeps every conv on the SGEMM."""
+    rng = np.random.default_rng(3)
+    for (c, hw), want in (((32, 40), True), ((4, 40), False), ((32, 4), False)):
+        nodes, inits = _conv_nodes(c, c, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
+        feeds = {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
+        model = make_model(nodes, [vi("x", (1, c, hw, hw))], [vi("y", None)], initializers=inits)
+        monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+        rt = _runtime(model, tmp_path)
+        notes = _notes(rt, feeds)
+        assert bool(_wino_notes(rt, feeds)) == want, notes
+        if not want:
+            assert any("not Winograd" in v for v in notes), notes
+        ref = ort_run(model, feeds)["y"]
+        np.testing.assert_allclose(rt.run(feeds)["y"], ref, rtol=1e-4, atol=2e-5)
+        monkeypatch.setenv("EDGE_INFER_WINOGRAD", "0")
+        assert not _wino_notes(_runtime(model, tmp_path), feeds)
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    assert conv_winograd.chosen(1, 64, 64, 56, 56)[0] and conv_winograd.chosen(1, 8, 8, 40, 40)[0]
+    assert not conv_winograd.chosen(1, 512, 512, 7, 7)[0] and not conv_winograd.chosen(1, 128, 128, 6, 6)[0]
+
+
+def test_scalar_isa_matches_simd(tmp_path, monkeypatch):
+    """A plan prepared under one ISA mask runs under another (the scratch and the packing do
+    not depend on it): the scalar transforms and micro-kernels agree with the SIMD ones."""
+    rng = np.random.default_rng(9)
+    nodes, inits = _conv_nodes(21, 37, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "HardSwish", True)
+    x = rng.standard_normal((1, 21, 11, 13)).astype(np.float32)
+    feeds = {"x": x, "r": rng.standard_normal((1, 37, 11, 13)).astype(np.float32)}
+    model = make_model(nodes, [vi("x", x.shape), vi("r", feeds["r"].shape)], [vi("y", None)], initializers=inits)
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "1")
+    rt = _runtime(model, tmp_path)
+    assert _wino_notes(rt, feeds)
+    simd = rt.run(feeds)["y"].copy()
+    old = native.set_isa_mask(0)
+    try:
+        scalar = rt.run(feeds)["y"]
+    finally:
+        native.set_isa_mask(old)
+    np.testing.assert_allclose(scalar, simd, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(simd, ort_run(model, feeds)["y"], rtol=1e-4, atol=2e-5)
+
+
+def _model_parity(rt, feeds, ref):
+    for k, v in ref.items():
+        assert rel_l2(rt.run(feeds)[k], v) < 1e-5, (k, rel_l2(rt.run(feeds)[k], v))
+
+
+def test_yolo_detector_matches_onnxruntime(tmp_path, monkeypatch):
+    from family_models import yolo_detector
+    model = yolo_detector(160)
+    x = np.random.default_rng(2).random((1, 3, 160, 160)).astype(np.float32)
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    rt = _runtime(model, tmp_path, threads=2)
+    assert len(_wino_notes(rt, {"images": x})) >= 4, _notes(rt, {"images": x})
+    _model_parity(rt, {"images": x}, ort_run(model, {"images": x}))
+
+
+@pytest.mark.slow
+def test_resnet50_matches_onnxruntime(monkeypatch):
+    path = randomized_light_model_path("resnet50")
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    g3, _ = optimize_verified(load_model(path), 3, samples=1)
+    rt = Runtime(g3, backend="cpu", threads=2)
+    info = rt.inputs[0]
+    x = np.random.default_rng(1).standard_normal(tuple(1 if isinstance(s, str) else s for s in info.shape)
+                                                 ).astype(np.float32)
+    feeds = {info.name: x}
+    assert len(_wino_notes(rt, feeds)) >= 8, _notes(rt, feeds)
+    _model_parity(rt, feeds, ort_run(path, feeds))
+
+
+def test_memory_budget_keeps_the_sgemm(tmp_path, monkeypatch):
+    """A budget the Winograd scratch (the band's transformed input, ~2.6 MB here) does not fit
+    leaves the conv on the SGEMM conv (a 120 KB tile), with the reason in its note."""
+    rng = np.random.default_rng(4)
+    nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
+    feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
+    model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    g3, _ = optimize_verified(load_model(path), 3, samples=1)
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    ref = ort_run(model, feeds)["y"]
+    for limit, want in ((None, True), (4 << 20, False)):
+        rt = Runtime(g3, backend="cpu", threads=1, memory_limit=limit)
+        notes = _notes(rt, feeds)
+        assert bool(_wino_notes(rt, feeds)) == want, notes
+        assert want or any("not Winograd: its scratch does not fit" in v for v in notes), notes
+        np.testing.assert_allclose(rt.run(feeds)["y"], ref, rtol=1e-4, atol=2e-5)
+
+
+def test_inspect_names_the_winograd_convs(tmp_path, capsys, monkeypatch):
+    """`edge-infer inspect` lists the convs on Winograd and why an eligible one is not."""
+    import json
+    from edge_infer.cli import main
+    rng = np.random.default_rng(5)
+    (n1, i1), (n2, i2) = (_conv_nodes(16, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False),
+                          _conv_nodes(16, 4, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "", False))
+    for t in i2:
+        t.name += "2"
+    n2[0].input[:] = ["y", "w2", "b2"]
+    n2[0].output[:] = ["c2"]
+    n2[-1].input[:] = ["c2"]
+    n2[-1].output[:] = ["y2"]
+    model = make_model(n1 + n2, [vi("x", (1, 16, 24, 24))], [vi("y2", None)], initializers=i1 + i2)
+    src, out = tmp_path / "m.onnx", tmp_path / "m.eim"
+    src.write_bytes(model.SerializeToString())
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    assert main(["convert", str(src), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    assert len(mem["winograd"]) == 1 and list(mem["not_winograd"].values()) == ["4 channels < 8"], mem
+    assert main(["inspect", str(out)]) == 0
+    assert "Winograd F(4x4,3x3): 1 of 2 3x3 stride-1 conv(s)" in capsys.readouterr().out
