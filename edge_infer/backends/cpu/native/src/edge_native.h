@@ -88,4 +88,20 @@ static inline void ei_tap_range(int64_t o, int stride, int pad, int dil, int ker
 #define EI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EI_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* ---- pool counters and the per-step profile ----
+ * ei_pool_stats copies the pool's counters (EI_POOL_NSTATS int64, in this order) into out
+ * (when not NULL), then zeroes them if reset: parallel jobs run; jobs the caller ran alone
+ * because the pool had shrunk; chunks handed out; chunks the caller ran itself; joins where
+ * the caller waited for workers; ns it waited; ns it spent running chunks; waits that ended
+ * asleep; times the pool shrank; times spinning was cut short for contention (see runtime.c). Counted for the thread that owns the pool. */
+enum { EI_POOL_JOBS, EI_POOL_SERIAL_JOBS, EI_POOL_CHUNKS, EI_POOL_CALLER_CHUNKS, EI_POOL_WAITS,
+       EI_POOL_WAIT_NS, EI_POOL_WORK_NS, EI_POOL_SLEEPS, EI_POOL_SHRINKS, EI_POOL_CALMS, EI_POOL_NSTATS };
+EI_API void ei_pool_stats(int64_t *out, int reset);
+/* while buf is set, ei_run_steps called from this thread appends one record of
+ * EI_PROFILE_FIELDS int64 per step (up to cap_records): the step's args address, its wall
+ * time in ns, then the pool counters' deltas over the step; returns the records written since
+ * the previous call (buf NULL or cap 0: stop) */
+#define EI_PROFILE_FIELDS (2 + EI_POOL_NSTATS)
+EI_API int64_t ei_profile_steps(int64_t *buf, int64_t cap_records);
+
 #endif
