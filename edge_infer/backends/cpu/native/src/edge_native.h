@@ -69,8 +69,9 @@ EI_API void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx,
  * [0, n) into up to 4 chunks per thread, handed out dynamically: fn must not assume one
  * range per thread. */
 int ei_pool_slot(void);
-/* how long idle workers (and a caller waiting for them) spin before they sleep, in
- * microseconds (default 200, or EDGE_INFER_SPIN_US); returns the previous value */
+/* how long idle workers spin before they sleep, in microseconds (default 200, or
+ * EDGE_INFER_SPIN_US; a caller waiting for workers spins 5x that, and after contention was
+ * seen every spin is cut to 20 us for a while: runtime.c); returns the previous value */
 EI_API int ei_set_spin_us(int us);
 
 /* [lo, hi) of the window taps k (0 <= k < kernel) with 0 <= o*stride - pad + k*dil < size:
