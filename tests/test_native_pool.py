@@ -122,6 +122,43 @@ def test_pool_shrinks_when_joins_wait_and_grows_back():
     assert stats["jobs"] == 10
 
 
+def set_affinity_of_every_thread(cpus):
+    old = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            old[int(tid)] = os.sched_getaffinity(int(tid))
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:         # a thread that just ended
+            pass
+    return old
+
+
+@needs_native
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_threads_sharing_a_cpu_stop_spinning():
+    # every thread of this process on one CPU: a worker spinning for the next job would take
+    # that CPU from the caller, so the spin must notice and stop (counted as contention)
+    par = parallel_for()
+    par(64, 1, Recorder(64).fn, None, 2)         # the worker exists before the pinning
+    cpu = min(os.sched_getaffinity(0))
+    old = set_affinity_of_every_thread({cpu})
+    try:
+        native.pool_stats(reset=True)
+        rec = Recorder(64)
+        for _ in range(50):
+            par(64, 1, rec.fn, None, 2)
+            time.sleep(0.0005)                   # the caller idles: the worker gets the CPU
+        stats = native.pool_stats(reset=True)
+    finally:
+        for tid, cpus in old.items():
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+    assert (rec.hits == 50).all()
+    assert stats["calms"] >= 1, stats
+
+
 def model_runs(graph, x, threads_list):
     from edge_infer import Runtime
     outs = {}
