@@ -7,10 +7,10 @@ For each model (benchmarks/_common.py names), fp32 (opt level 3) and, with ``--i
 int8 plan (minmax quantization on seeded random inputs) are run ``--runs`` times per condition
 with every native step recorded: wall ns per step and the pool counters over it (parallel
 jobs, jobs run by the caller alone after the pool shrank, chunks the caller ran, the caller's
-waits for workers and their ns). Printed per model: the run's total (median of the per-run
-sums), the pool counters per run, and the ops that lost most between quiet and contended
-(mean, median and max ms each), so a join that waits on a descheduled worker shows as wait ms
-on its op.
+waits for workers and their ns, jobs that saw contention). Printed per model: the run's total
+(median of the per-run sums), the pool counters per run, and the ops that lost most between
+quiet and contended (mean, median and max ms each), so a join that waits on a descheduled
+worker shows as wait ms on its op.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/pool_profile.py --models mnv3,squeezenet \\
         --threads 2 --contention 2 --int8
@@ -68,7 +68,7 @@ def summary(per_op: dict, totals, runs: int) -> str:
             f"{s[f['serial_jobs']]:.0f} run alone (shrunk), caller ran {s[f['caller_chunks']]:.0f} of "
             f"{s[f['chunks']]:.0f} chunks, waited {s[f['waits']]:.1f}x for {s[f['wait_ns']] / 1e6:.2f} ms "
             f"({s[f['sleeps']]:.0f} asleep), worked {s[f['work_ns']] / 1e6:.2f} ms in chunks, "
-            f"shrank {s[f['shrinks']]:.1f}x, spins cut short for contention {s[f['calms']]:.1f}x")
+            f"shrank {s[f['shrinks']]:.1f}x, {s[f['calms']]:.1f} jobs saw contention")
 
 
 def loss_table(quiet: dict, busy: dict, top: int) -> list:

@@ -154,8 +154,8 @@ def pool_stats(reset: bool = False) -> Dict[str, int]:
     """The native thread pool's counters since the last reset (``POOL_STATS``; runtime.c):
     parallel jobs, jobs run by the caller alone while the pool had shrunk, chunks handed out
     and run by the caller, the caller's waits for workers (count, ns, how many ended asleep),
-    its ns running chunks, how often the pool shrank, and how often spinning was cut short
-    because contention was seen. Empty without the library."""
+    its ns running chunks, how often the pool shrank, and the jobs during which a spin stopped
+    because it saw contention (runtime.c). Empty without the library."""
     if lib is None or not hasattr(lib, "ei_pool_stats"):
         return {}
     out = (ctypes.c_int64 * len(POOL_STATS))()

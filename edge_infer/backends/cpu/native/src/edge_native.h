@@ -94,7 +94,7 @@ static inline void ei_tap_range(int64_t o, int stride, int pad, int dil, int ker
  * (when not NULL), then zeroes them if reset: parallel jobs run; jobs the caller ran alone
  * because the pool had shrunk; chunks handed out; chunks the caller ran itself; joins where
  * the caller waited for workers; ns it waited; ns it spent running chunks; waits that ended
- * asleep; times the pool shrank; times spinning was cut short for contention (see runtime.c). Counted for the thread that owns the pool. */
+ * asleep; times the pool shrank; jobs during which a spin stopped for contention (runtime.c). Counted for the thread that owns the pool. */
 enum { EI_POOL_JOBS, EI_POOL_SERIAL_JOBS, EI_POOL_CHUNKS, EI_POOL_CALLER_CHUNKS, EI_POOL_WAITS,
        EI_POOL_WAIT_NS, EI_POOL_WORK_NS, EI_POOL_SLEEPS, EI_POOL_SHRINKS, EI_POOL_CALMS, EI_POOL_NSTATS };
 EI_API void ei_pool_stats(int64_t *out, int reset);

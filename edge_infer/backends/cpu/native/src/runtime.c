@@ -529,7 +529,7 @@ void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int th
     stat_add(EI_POOL_WORK_NS, t1 - t0);
     judge_job(t1 - t0, wait, mine, chunks);
     if (atomic_exchange_explicit(&contention_seen, 0, memory_order_relaxed)) {
-        if (calm_left == 0) stat_add(EI_POOL_CALMS, 1);
+        stat_add(EI_POOL_CALMS, 1);
         calm_left = CALM_JOBS;
     } else if (calm_left > 0) calm_left--;
     atomic_store_explicit(&calm, calm_left > 0, memory_order_relaxed);
