@@ -64,6 +64,7 @@ def test_held_worker_holds_up_only_its_own_chunk(threads):
     # the held worker waits until every index outside its range has run: the caller (and
     # any other worker) must take every chunk it has not started, and the job still ends
     par = parallel_for()
+    native.pool_stats(reset=True, forget=True)   # not shrunk by an earlier test's runs
     held_jobs = 0
     for _ in range(20):
         n = 64
@@ -99,7 +100,7 @@ def test_more_threads_than_cores(spin_us):
 @needs_native
 def test_pool_shrinks_when_joins_wait_and_grows_back():
     par = parallel_for()
-    native.pool_stats(reset=True)
+    native.pool_stats(reset=True, forget=True)
     jobs = 0
     # a worker held 5 ms in its chunk while the caller's chunks take 0.3 ms: every join waits
     # longer than the worker's share of the work
@@ -148,7 +149,7 @@ def test_threads_sharing_a_cpu_stop_spinning():
     cpu = min(os.sched_getaffinity(0))
     old = set_affinity_of_every_thread({cpu})
     try:
-        native.pool_stats(reset=True)
+        native.pool_stats(reset=True, forget=True)
         got = [rt.run(x) for _ in range(5)]
         stats = native.pool_stats(reset=True)
     finally:
@@ -168,7 +169,7 @@ def model_runs(graph, x, threads_list):
     outs = {}
     for t in threads_list:
         rt = Runtime(graph, backend="cpu", threads=t)
-        native.pool_stats(reset=True)
+        native.pool_stats(reset=True, forget=True)
         outs[t] = [rt.run(x) for _ in range(3)]
         outs[t].append(native.pool_stats(reset=True))
     return outs

@@ -150,16 +150,18 @@ POOL_STATS = ("jobs", "serial_jobs", "chunks", "caller_chunks", "waits", "wait_n
               "shrinks", "calms")
 
 
-def pool_stats(reset: bool = False) -> Dict[str, int]:
+def pool_stats(reset: bool = False, forget: bool = False) -> Dict[str, int]:
     """The native thread pool's counters since the last reset (``POOL_STATS``; runtime.c):
     parallel jobs, jobs run by the caller alone while the pool had shrunk, chunks handed out
     and run by the caller, the caller's waits for workers (count, ns, how many ended asleep),
     its ns running chunks, how often the pool shrank, and the jobs during which a spin stopped
-    because it saw contention (runtime.c). Empty without the library."""
+    because it saw contention (runtime.c). ``reset``: zero them after reading; ``forget``: the
+    pool also forgets that it shrank or saw contention (tests start from a fresh pool). Empty
+    without the library."""
     if lib is None or not hasattr(lib, "ei_pool_stats"):
         return {}
     out = (ctypes.c_int64 * len(POOL_STATS))()
-    lib.ei_pool_stats(out, int(reset))
+    lib.ei_pool_stats(out, int(reset) | (3 if forget else 0))
     return dict(zip(POOL_STATS, out))
 
 

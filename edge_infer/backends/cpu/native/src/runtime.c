@@ -210,9 +210,10 @@ static atomic_uint park_seq;                /* bumped: spinning workers go to sl
 static atomic_int caller_cpu = -1;          /* the CPU the caller published the last job from */
 /* the CPU each worker runs a chunk on, -1 while it runs none */
 static atomic_int slot_cpu[EI_MAX_THREADS] = { [0 ... EI_MAX_THREADS - 1] = -1 };
-static atomic_int contention_seen;          /* set by a spinner that stopped for contention */
-static atomic_int calm;                     /* short spins only: contention was seen lately */
-static int calm_left;                       /* jobs until spins are long again (owner only) */
+/* contention_seen: set by a spinner that stopped for contention; calm: short spins only,
+ * contention was seen lately; calm_left: jobs until spins are long again (owner only) */
+static atomic_int contention_seen, calm;
+static int calm_left;
 static _Thread_local int my_slot;
 
 #define CHUNKS_PER_THREAD 4
@@ -243,6 +244,14 @@ void ei_pool_stats(int64_t *out, int reset) {
     if (out) pool_snapshot(out);
     if (reset)
         for (int k = 0; k < EI_POOL_NSTATS; k++) atomic_store_explicit(&stats[k], 0, memory_order_relaxed);
+    if (reset & 2) {                /* forget what the pool learned: shrunk, short spins */
+        pthread_mutex_lock(&pool_owner);
+        serial_left = calm_left = 0;
+        win_jobs = win_work_ns = win_wait_ns = 0;
+        atomic_store(&calm, 0);
+        atomic_store(&contention_seen, 0);
+        pthread_mutex_unlock(&pool_owner);
+    }
 }
 
 int ei_pool_slot(void) { return my_slot; }
