@@ -20,6 +20,15 @@ timed; prints the contended medians, their ratio, and contended / quiet per engi
 models miss issue 17's targets (quiet min ratio <= 1.0; contended median ratio <= 1.5; ours
 contended / quiet <= 3).
 
+``--int8`` (on by default with ``--contention``; ``--no-int8`` leaves it out): the int8 engines
+join the same interleaved rounds: ours int8 (the opt-level-3 graph quantized with minmax on 4
+seeded calibration inputs of the model's recipe, as native_bench.py does), onnxruntime's static
+int8 QDQ of the same model on the same inputs, and LiteRT int8 (XNNPACK) on our own int8
+``.tflite`` export where ai-edge-litert is installed; a second table prints their medians,
+ours int8 / each peer quiet and contended, and contended / quiet per engine, with issue 17's
+int8 contention targets (ours int8 within 1.5x onnxruntime int8 under the same contention, and
+within 3x its own quiet latency).
+
 ``--rss``: also the peak RSS of a process that loads and runs each model (each runtime in its own
 process, VmHWM) -- the older table. Also measured: dispatch overhead per op on a model of many
 tiny ops, and the load time of a 100 MB artifact (``--no-micro`` skips both).
@@ -43,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Tuple
 
 import numpy as np
 
@@ -166,8 +176,47 @@ def artifact_load_time(mb: int = 100, repeats: int = 5) -> dict:
     return {"artifact_mb": size / 2**20, "load_ms": float(np.median(times) * 1e3)}
 
 
-def time_model(name: str, src: str, eim: str, threads: int, args) -> dict:
-    """Quiet (and contended) timings of the .eim against onnxruntime on ``src`` at ``threads``."""
+INT8_ENGINES = ("ours int8", "onnxruntime int8", "LiteRT int8")
+
+
+def int8_engines(name: str, src: str, threads: int, tmp: str, graphs: dict) -> Tuple[dict, list]:
+    """({engine: fn(x)}, notes) for ours int8, onnxruntime int8 QDQ and LiteRT int8 (XNNPACK) on
+    model ``name``; ``graphs`` caches the int8 graph and the QDQ file across thread counts."""
+    from native_bench import litert_runner, ort_int8
+    from edge_infer import Runtime
+    in_name, xs = model_inputs(name, src, 4, seed=7)     # calibration: not the timed input
+    notes = []
+    if name not in graphs:
+        from edge_infer.convert import optimize_verified
+        from edge_infer.frontends import load_model
+        from edge_infer.quantize import quantize_model
+        g = load_model(src)
+        g.validate()
+        g3, _ = optimize_verified(g, 3, samples=1)
+        q, _ = quantize_model(g3, [{in_name: x} for x in xs])
+        try:
+            qdq = ort_int8(src, os.path.join(tmp, name + "_qdq.onnx"), in_name, xs)
+        except Exception as e:  # noqa: BLE001 (reported, the others still run)
+            qdq = f"{type(e).__name__}: {str(e)[:80]}"
+        graphs[name] = (q, qdq)
+    q, qdq = graphs[name]
+    rt8 = Runtime(q, backend="cpu", threads=threads)
+    engines = {"ours int8": lambda x: rt8.run({in_name: x})}
+    if qdq.endswith(".onnx"):
+        s8 = ort_session(qdq, threads)
+        engines["onnxruntime int8"] = lambda x: s8.run(None, {in_name: x})
+    else:
+        notes.append(f"onnxruntime int8: n/a ({qdq})")
+    run, note = litert_runner(q, threads)
+    if run is not None:
+        engines["LiteRT int8"] = run
+    notes.append(f"LiteRT int8: {note}" if run is not None else f"LiteRT int8: n/a ({note})")
+    return engines, notes
+
+
+def time_model(name: str, src: str, eim: str, threads: int, args, tmp: str = "", graphs=None) -> dict:
+    """Quiet (and contended) timings of the .eim against onnxruntime on ``src`` at ``threads``
+    (with ``args.int8``, the int8 engines in the same rounds)."""
     from edge_infer import Runtime
     in_name, xs = model_inputs(name, src, 1)
     rt = Runtime(eim, backend=args.backend, threads=threads)
@@ -175,8 +224,12 @@ def time_model(name: str, src: str, eim: str, threads: int, args) -> dict:
     out0 = sess.get_outputs()[0].name
     err = max_rel_err(rt.run({in_name: xs[0]})[out0], sess.run([out0], {in_name: xs[0]})[0])
     engines = {"edge_infer": lambda x: rt.run({in_name: x}), "onnxruntime": lambda x: sess.run(None, {in_name: x})}
+    notes = []
+    if args.int8:
+        more, notes = int8_engines(name, src, threads, tmp, graphs if graphs is not None else {})
+        engines.update(more)
     quiet, busy = quiet_and_contended(engines, xs[0], args.rounds, args.contention)
-    row = {"model": name, "threads": threads, "max_rel_err": err,
+    row = {"model": name, "threads": threads, "max_rel_err": err, "notes": notes,
            "quiet": {k: {"min_ms": v[0], "median_ms": v[1]} for k, v in quiet.items()},
            "ratio_min": quiet["edge_infer"][0] / quiet["onnxruntime"][0],
            "ratio_median": quiet["edge_infer"][1] / quiet["onnxruntime"][1]}
@@ -185,6 +238,32 @@ def time_model(name: str, src: str, eim: str, threads: int, args) -> dict:
                             for k, v in busy.items()}
         row["contended_ratio_median"] = busy["edge_infer"][1] / busy["onnxruntime"][1]
     return row
+
+
+def int8_rows(rows: list, contended: bool) -> list:
+    """Markdown rows of the int8 table: medians, ours int8 / each peer, contended / quiet."""
+    peers = ("onnxruntime int8", "LiteRT int8")
+    head = "| model | threads | " + " | ".join(f"{k} median ms" for k in INT8_ENGINES)
+    head += " | " + " | ".join(f"ours / {p}" for p in peers)
+    if contended:
+        head += " | contended: " + " | ".join(f"{k} median ms" for k in INT8_ENGINES)
+        head += " | " + " | ".join(f"ours / {p}" for p in peers)
+        head += " | " + " | ".join(f"{k} contended / quiet" for k in INT8_ENGINES)
+    out = [head + " |", "|---|" + "---:|" * (head.count("|") - 1)]
+    fmt = lambda d, k, f="{:.2f}": f.format(d[k]["median_ms"]) if k in d else "n/a"  # noqa: E731
+    ratio = lambda d, p: (f"{d['ours int8']['median_ms'] / d[p]['median_ms']:.2f}x"  # noqa: E731
+                          if p in d and "ours int8" in d else "n/a")
+    for r in rows:
+        q = r["quiet"]
+        if "ours int8" not in q:
+            continue
+        cells = [r["model"], str(r["threads"])] + [fmt(q, k) for k in INT8_ENGINES] + [ratio(q, p) for p in peers]
+        if contended:
+            b = r["contended"]
+            cells += [fmt(b, k) for k in INT8_ENGINES] + [ratio(b, p) for p in peers]
+            cells += [f"{b[k]['vs_quiet']:.2f}x" if k in b else "n/a" for k in INT8_ENGINES]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def misses_targets(r: dict) -> list:
@@ -197,6 +276,13 @@ def misses_targets(r: dict) -> list:
             out.append(f"contended {r['contended_ratio_median']:.2f}x > 1.5x")
         if r["contended"]["edge_infer"]["vs_quiet"] > 3:
             out.append(f"ours contended/quiet {r['contended']['edge_infer']['vs_quiet']:.1f}x > 3x")
+        b = r["contended"]
+        if "ours int8" in b and "onnxruntime int8" in b:
+            v = b["ours int8"]["median_ms"] / b["onnxruntime int8"]["median_ms"]
+            if v > 1.5:
+                out.append(f"int8 contended {v:.2f}x onnxruntime int8 > 1.5x")
+        if "ours int8" in b and b["ours int8"]["vs_quiet"] > 3:
+            out.append(f"ours int8 contended/quiet {b['ours int8']['vs_quiet']:.1f}x > 3x")
     return out
 
 
@@ -226,6 +312,13 @@ def print_report(report: dict, args) -> None:
             e, o = r["contended"]["edge_infer"], r["contended"]["onnxruntime"]
             print(f"| {r['model']} | {r['threads']} | {e['median_ms']:.2f} | {o['median_ms']:.2f} | "
                   f"{r['contended_ratio_median']:.2f}x | {e['vs_quiet']:.2f}x | {o['vs_quiet']:.2f}x |")
+    if any("ours int8" in r["quiet"] for r in rows):
+        print("\nint8 (same interleaved rounds; onnxruntime int8: its static QDQ of the same model; "
+              "LiteRT int8: XNNPACK on our own int8 .tflite export)\n")
+        print("\n".join(int8_rows(rows, bool(args.contention))))
+        for r in rows:
+            for note in r.get("notes", []):
+                print(f"- {r['model']}, {r['threads']} thread(s): {note}")
     missed = [(r, m) for r in rows for m in [misses_targets(r)] if m]
     print("\nissue 17 targets: " + ("all met" if not missed else "missed by"))
     for r, m in missed:
@@ -253,6 +346,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--contention", type=int, default=0, metavar="N",
                     help="a second pass with N busy nice-10 processes")
+    ap.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
+                    help="also ours int8, onnxruntime int8 QDQ and LiteRT int8 (default: on with --contention)")
     ap.add_argument("--rss", action="store_true", help="also peak RSS, each runtime in its own process")
     ap.add_argument("--runs", type=int, default=20, help="runs of each --rss child")
     ap.add_argument("--warmup", type=int, default=3, help="warm-up runs of each --rss child")
@@ -268,6 +363,8 @@ def main(argv=None) -> int:
         return 0
 
     import edge_infer
+    if args.int8 is None:
+        args.int8 = bool(args.contention)
     threads = [int(t) for t in args.threads.split(",") if t]
     report = {
         "machine": f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores, "
@@ -277,6 +374,7 @@ def main(argv=None) -> int:
         "load_before": load_line(), "threads": threads, "rounds": args.rounds, "contention": args.contention,
         "models": [], "rss": {},
     }
+    graphs: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in expand_models("families" if args.families else args.models):
             src = model_file(name)
@@ -290,7 +388,7 @@ def main(argv=None) -> int:
                 continue
             conv_s = time.perf_counter() - t0
             for t in threads:
-                row = time_model(name, src, eim, t, args)
+                row = time_model(name, src, eim, t, args, tmp, graphs)
                 row["convert_s"] = conv_s
                 report["models"].append(row)
                 if not args.json:

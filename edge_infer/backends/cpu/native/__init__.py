@@ -69,6 +69,11 @@ def _load() -> Tuple[Optional[ctypes.CDLL], str]:
     so.ei_run_steps.restype = None
     so.ei_run_steps.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     so.ei_debug_checks.restype = ctypes.c_int
+    if hasattr(so, "ei_pool_stats"):      # (a library chosen by EDGE_INFER_NATIVE_LIB may predate them)
+        so.ei_pool_stats.restype = None
+        so.ei_pool_stats.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        so.ei_profile_steps.restype = ctypes.c_int64
+        so.ei_profile_steps.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     return so, ""
 
 
@@ -138,3 +143,40 @@ def run_steps_call(steps) -> Callable[[], None]:
         call(arr, n)
     run.native_keep = (arr, tuple(steps))
     return run
+
+
+#: the pool counters of ``pool_stats`` (EI_POOL_* of edge_native.h, in order)
+POOL_STATS = ("jobs", "serial_jobs", "chunks", "caller_chunks", "waits", "wait_ns", "work_ns", "sleeps",
+              "shrinks", "calms")
+
+
+def pool_stats(reset: bool = False, forget: bool = False) -> Dict[str, int]:
+    """The native thread pool's counters since the last reset (``POOL_STATS``; runtime.c):
+    parallel jobs, jobs run by the caller alone while the pool had shrunk, chunks handed out
+    and run by the caller, the caller's waits for workers (count, ns, how many ended asleep),
+    its ns running chunks, how often the pool shrank, and the jobs during which a spin stopped
+    because it saw contention (runtime.c). ``reset``: zero them after reading; ``forget``: the
+    pool also forgets that it shrank or saw contention (tests start from a fresh pool). Empty
+    without the library."""
+    if lib is None or not hasattr(lib, "ei_pool_stats"):
+        return {}
+    out = (ctypes.c_int64 * len(POOL_STATS))()
+    lib.ei_pool_stats(out, int(reset) | (3 if forget else 0))
+    return dict(zip(POOL_STATS, out))
+
+
+#: int64 fields of one ``profile_steps`` record: args address, ns, then the POOL_STATS deltas
+PROFILE_FIELDS = 2 + len(POOL_STATS)
+
+
+def profile_steps(buf) -> int:
+    """Start (``buf``: a C-contiguous int64 numpy array of shape (records, PROFILE_FIELDS)) or
+    stop (None) recording each native step that ``ei_run_steps`` runs on this thread: its
+    argument struct's address, wall ns, and the pool counters' deltas over the step. Returns
+    how many records the previous buffer received. ``buf`` must outlive the recording."""
+    if lib is None or not hasattr(lib, "ei_profile_steps"):
+        return 0
+    if buf is None:
+        return int(lib.ei_profile_steps(None, 0))
+    assert buf.dtype.name == "int64" and buf.flags.c_contiguous and buf.shape[1:] == (PROFILE_FIELDS,)
+    return int(lib.ei_profile_steps(buf.ctypes.data, buf.shape[0]))

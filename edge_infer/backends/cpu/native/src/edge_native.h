@@ -69,8 +69,9 @@ EI_API void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx,
  * [0, n) into up to 4 chunks per thread, handed out dynamically: fn must not assume one
  * range per thread. */
 int ei_pool_slot(void);
-/* how long idle workers (and a caller waiting for them) spin before they sleep, in
- * microseconds (default 200, or EDGE_INFER_SPIN_US); returns the previous value */
+/* how long idle workers spin before they sleep, in microseconds (default 200, or
+ * EDGE_INFER_SPIN_US; a caller waiting for workers spins 5x that, and after contention was
+ * seen every spin is cut to 20 us for a while: runtime.c); returns the previous value */
 EI_API int ei_set_spin_us(int us);
 
 /* [lo, hi) of the window taps k (0 <= k < kernel) with 0 <= o*stride - pad + k*dil < size:
@@ -87,5 +88,22 @@ static inline void ei_tap_range(int64_t o, int stride, int pad, int dil, int ker
 #define EI_MAX_THREADS 64
 #define EI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ---- pool counters and the per-step profile ----
+ * ei_pool_stats copies the pool's counters (EI_POOL_NSTATS int64, in this order) into out
+ * (when not NULL), then zeroes them if reset (reset & 2: the pool also forgets that it shrank
+ * or saw contention, for tests): parallel jobs run; jobs the caller ran alone
+ * because the pool had shrunk; chunks handed out; chunks the caller ran itself; joins where
+ * the caller waited for workers; ns it waited; ns it spent running chunks; waits that ended
+ * asleep; times the pool shrank; jobs during which a spin stopped for contention (runtime.c). Counted for the thread that owns the pool. */
+enum { EI_POOL_JOBS, EI_POOL_SERIAL_JOBS, EI_POOL_CHUNKS, EI_POOL_CALLER_CHUNKS, EI_POOL_WAITS,
+       EI_POOL_WAIT_NS, EI_POOL_WORK_NS, EI_POOL_SLEEPS, EI_POOL_SHRINKS, EI_POOL_CALMS, EI_POOL_NSTATS };
+EI_API void ei_pool_stats(int64_t *out, int reset);
+/* while buf is set, ei_run_steps called from this thread appends one record of
+ * EI_PROFILE_FIELDS int64 per step (up to cap_records): the step's args address, its wall
+ * time in ns, then the pool counters' deltas over the step; returns the records written since
+ * the previous call (buf NULL or cap 0: stop) */
+#define EI_PROFILE_FIELDS (2 + EI_POOL_NSTATS)
+EI_API int64_t ei_profile_steps(int64_t *buf, int64_t cap_records);
 
 #endif

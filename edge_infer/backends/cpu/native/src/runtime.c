@@ -83,6 +83,40 @@ int ei_set_isa_mask(int mask) {
 int ei_has(int feature) { return (ei_cpu_features() & isa_mask & feature) == feature; }
 
 static void pool_park(void);
+static void pool_snapshot(int64_t *out);
+
+/* ---- per-step profile: while set (by the thread that runs the steps), ei_run_steps appends
+ * one record of EI_PROFILE_FIELDS int64 per step: the step's args address, its wall time in
+ * ns, then the deltas of the pool counters (EI_POOL_* order) over the step ---- */
+static _Thread_local int64_t *prof_buf;
+static _Thread_local int64_t prof_cap, prof_len;
+
+int64_t ei_profile_steps(int64_t *buf, int64_t cap_records) {
+    int64_t n = prof_len;
+    prof_buf = cap_records > 0 ? buf : NULL;
+    prof_cap = cap_records > 0 ? cap_records : 0;
+    prof_len = 0;
+    return n;
+}
+
+static int64_t now_ns(void);
+
+static void run_profiled(const ei_step *steps, int64_t n) {
+    int64_t before[EI_POOL_NSTATS], after[EI_POOL_NSTATS];
+    for (int64_t i = 0; i < n; i++) {
+        pool_snapshot(before);
+        int64_t t0 = now_ns();
+        steps[i].fn(steps[i].args);
+        int64_t t1 = now_ns();
+        pool_snapshot(after);
+        if (prof_len < prof_cap) {
+            int64_t *r = prof_buf + prof_len++ * EI_PROFILE_FIELDS;
+            r[0] = (int64_t)(intptr_t)steps[i].args;
+            r[1] = t1 - t0;
+            for (int k = 0; k < EI_POOL_NSTATS; k++) r[2 + k] = after[k] - before[k];
+        }
+    }
+}
 
 /* Workers spin between the parallel kernels of one run of native steps. Outside such a run
  * (after it, or after a native call made from a numpy kernel) the caller goes back to
@@ -92,7 +126,8 @@ static _Thread_local int in_steps;
 
 void ei_run_steps(const ei_step *steps, int64_t n) {
     in_steps = 1;
-    for (int64_t i = 0; i < n; i++) steps[i].fn(steps[i].args);
+    if (prof_buf) run_profiled(steps, n);
+    else for (int64_t i = 0; i < n; i++) steps[i].fn(steps[i].args);
     in_steps = 0;
     pool_park();
 }
@@ -106,12 +141,35 @@ void ei_run_steps(const ei_step *steps, int64_t n) {
  * others take its share. (A fixed chunk per thread made a layer wait for the slowest
  * thread's time slice: 11x slower than onnxruntime on ResNet-50 with two busy processes.)
  *
- * Workers spin for a while after each job before they sleep on a condition variable: a graph
- * calls the pool once per layer, tens of microseconds apart, and a futex wake-up costs as much
- * as a small layer's share of the work (it made 2 threads slower than 1 on MobileNet-v2). The
- * spin is bounded in time (EDGE_INFER_SPIN_US, default 200 us) and yields the core after a
- * short pause, so idle workers sleep soon after the last run and a loaded machine loses
- * little. The job is published through a sequence counter (odd while it is being written) so a
+ * Waiting (a worker for the next job, the caller for chunks that workers still run) spins
+ * with the CPU's pause instruction for a bounded time (EDGE_INFER_SPIN_US, default 200 us; the
+ * caller's join JOIN_SPIN times that), then sleeps on a condition variable: a graph calls the
+ * pool once per layer, tens of microseconds apart, and a futex wake-up costs as much as a
+ * small layer's share of the work (it made 2 threads slower than 1 on MobileNet-v2).
+ *
+ * No sched_yield while the job's threads fit the CPUs this process may use: with another
+ * process runnable on the core, a yield hands it the core until it has used its slice, which
+ * the scheduler checks at its next tick (4 ms at HZ=250), so a spinner that yielded came back
+ * milliseconds late (measured on this 2-core machine under load, pool counters: with a yield
+ * after 512 pauses the worker ran 1-5% of the chunks at 2 threads, without it 15-30%). When a
+ * job has more threads than CPUs, our own threads share cores and a spin yields after a short
+ * pause, so the thread it waits for can run.
+ *
+ * Contention: a spin stops early (and sleeps) when its thread was descheduled between two of
+ * its checks (GAP_NS: the machine has more runnable threads than cores; with group scheduling
+ * a spinner then takes CPU share from our own working threads), or when it finds itself on
+ * the CPU of the thread it waits for (a worker on the caller's, the caller on a worker's: the
+ * scheduler put both on one core). Either marks contention, and the next CALM_JOBS jobs spin
+ * at most CALM_SPIN_NS, so waits go to sleep and give the core to whoever can use it.
+ *
+ * Shrinking: when the waits for workers cost more than the workers' share of the work (the
+ * OS keeps descheduling them), the jobs run faster in the caller alone. The caller measures
+ * both (its own time taking chunks, scaled by the chunks the workers took, against its time
+ * waiting for them); over each window of SHRINK_WINDOW jobs where the waits were larger, the
+ * next SHRINK_JOBS jobs run in the caller alone, then threads are tried again, so a machine
+ * that becomes quiet gets them back within a few layers.
+ *
+ * The job is published through a sequence counter (odd while it is being written) so a
  * worker never acts on a half-written one; the chunk counter carries the job's number in its
  * high half, so a late worker cannot take a chunk of the next job with the previous one's
  * function.
@@ -119,6 +177,7 @@ void ei_run_steps(const ei_step *steps, int64_t n) {
 #include <stdatomic.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -146,10 +205,54 @@ static _Atomic int job_chunks;
 static _Atomic int job_parts;               /* participants: the caller (slot 0) and workers 1..parts-1 */
 static _Atomic uint32_t job_id;
 static _Atomic int64_t spin_ns = -1;
+static atomic_int spin_yields;              /* the last job had more threads than CPUs */
 static atomic_uint park_seq;                /* bumped: spinning workers go to sleep now */
+static atomic_int caller_cpu = -1;          /* the CPU the caller published the last job from */
+/* the CPU each worker runs a chunk on, -1 while it runs none */
+static atomic_int slot_cpu[EI_MAX_THREADS] = { [0 ... EI_MAX_THREADS - 1] = -1 };
+/* contention_seen: set by a spinner that stopped for contention; calm: short spins only,
+ * contention was seen lately; calm_left: jobs until spins are long again (owner only) */
+static atomic_int contention_seen, calm;
+static int calm_left;
 static _Thread_local int my_slot;
 
 #define CHUNKS_PER_THREAD 4
+#define SHRINK_WINDOW 16
+#define SHRINK_JOBS 64
+#define JOIN_SPIN 5
+#define GAP_NS 50000
+#define CALM_JOBS 256
+#define CALM_SPIN_NS 20000
+
+/* counters (EI_POOL_* order), written only by the pool's owner; atomics so that a snapshot
+ * read by another thread is never torn */
+static _Atomic int64_t stats[EI_POOL_NSTATS];
+/* the shrinking verdict's window, and the jobs still to run in the caller alone */
+static int64_t win_jobs, win_work_ns, win_wait_ns;
+static int serial_left;
+
+static void stat_add(int k, int64_t v) {
+    atomic_store_explicit(&stats[k], atomic_load_explicit(&stats[k], memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+static void pool_snapshot(int64_t *out) {
+    for (int k = 0; k < EI_POOL_NSTATS; k++) out[k] = atomic_load_explicit(&stats[k], memory_order_relaxed);
+}
+
+void ei_pool_stats(int64_t *out, int reset) {
+    if (out) pool_snapshot(out);
+    if (reset)
+        for (int k = 0; k < EI_POOL_NSTATS; k++) atomic_store_explicit(&stats[k], 0, memory_order_relaxed);
+    if (reset & 2) {                /* forget what the pool learned: shrunk, short spins */
+        pthread_mutex_lock(&pool_owner);
+        serial_left = calm_left = 0;
+        win_jobs = win_work_ns = win_wait_ns = 0;
+        atomic_store(&calm, 0);
+        atomic_store(&contention_seen, 0);
+        pthread_mutex_unlock(&pool_owner);
+    }
+}
 
 int ei_pool_slot(void) { return my_slot; }
 
@@ -176,24 +279,83 @@ int ei_set_spin_us(int us) {
     return old;
 }
 
-/* a short pause first; later a yield, so a thread that needs this core (a descheduled worker,
- * another process, BLAS threads) gets it while we wait */
-static inline void spin_pause(int i) {
-    if (i < 512) cpu_relax();
-    else sched_yield();
+/* CPUs this process may run on, read once */
+static int cpus_usable(void) {
+    static int n = 0;
+    if (n <= 0) {
+#if defined(__linux__)
+        cpu_set_t set;
+        n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+#endif
+        if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (n <= 0) n = 1;
+    }
+    return n;
 }
 
-/* takes and runs chunks of job `id` until none is left; signals the caller after the last */
-static void take_chunks(uint32_t id, ei_range_fn fn, void *ctx, int64_t n, int chunks) {
+/* one step of a spin wait: the pause instruction; a yield only when our own threads share
+ * cores (see above) */
+static inline void spin_pause(int i) {
+    if (i >= 256 && atomic_load_explicit(&spin_yields, memory_order_relaxed)) sched_yield();
+    else cpu_relax();
+}
+
+static inline int cpu_now(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
+/* A spin wait's check, every 64 pauses: whether to stop spinning and sleep. It stops at its
+ * deadline; when the previous check is over GAP_NS ago (the spinner was descheduled: the
+ * machine has more runnable threads than cores, and with group scheduling a spinner takes
+ * the CPU share of our own working threads); and when it runs on the CPU of a thread it waits
+ * for (`other`, or when `other` is -2 the CPU of any worker running a chunk). The last two
+ * mark contention: the
+ * following CALM_JOBS jobs spin at most CALM_SPIN_NS. */
+typedef struct { int64_t deadline, last; } spin_state;
+
+static int spin_stop(spin_state *st, int64_t budget, int other, int parts) {
+    int64_t t = now_ns();
+    if (st->deadline < 0) {
+        if (atomic_load_explicit(&calm, memory_order_relaxed) && budget > CALM_SPIN_NS) budget = CALM_SPIN_NS;
+        st->deadline = t + budget;
+        st->last = t;
+        return budget == 0;
+    }
+    if (t >= st->deadline) return 1;
+    int shared = 0;
+    if (t - st->last > GAP_NS) shared = 1;
+    else if (other != -1) {
+        int me = cpu_now();
+        if (me >= 0 && other >= 0) shared = me == other;
+        else if (me >= 0)
+            for (int k = 1; k < parts && !shared; k++) shared = atomic_load_explicit(&slot_cpu[k], memory_order_relaxed) == me;
+    }
+    st->last = t;
+    if (shared) atomic_store_explicit(&contention_seen, 1, memory_order_relaxed);
+    return shared;
+}
+
+/* takes and runs chunks of job `id` until none is left; signals the caller after the last;
+ * returns how many it ran */
+static int take_chunks(uint32_t id, ei_range_fn fn, void *ctx, int64_t n, int chunks) {
+    int ran = 0;
     for (;;) {
         uint64_t v = atomic_load_explicit(&next_chunk, memory_order_acquire);
-        if ((uint32_t)(v >> 32) != id || (int)(v & 0xffffffffu) >= chunks) return;
+        if ((uint32_t)(v >> 32) != id || (int)(v & 0xffffffffu) >= chunks) return ran;
         if (!atomic_compare_exchange_weak_explicit(&next_chunk, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_relaxed))
             continue;
         int i = (int)(v & 0xffffffffu);
         int64_t b = n * i / chunks, e = n * (i + 1) / chunks;
+        int worker = my_slot > 0 && my_slot < EI_MAX_THREADS;
+        if (worker) atomic_store_explicit(&slot_cpu[my_slot], cpu_now(), memory_order_relaxed);
         if (e > b) fn(ctx, b, e);
+        if (worker) atomic_store_explicit(&slot_cpu[my_slot], -1, memory_order_relaxed);
+        ran++;
         int left = atomic_fetch_sub(&pending, 1) - 1;
         atomic_thread_fence(memory_order_seq_cst);
         if (left == 0 && atomic_load(&caller_waiting)) {
@@ -207,16 +369,15 @@ static void take_chunks(uint32_t id, ei_range_fn fn, void *ctx, int64_t n, int c
 /* waits until job_seq is even and differs from `seen`: spinning first, then asleep */
 static uint64_t wait_for_job(uint64_t seen) {
     uint64_t s;
-    int64_t deadline = -1;
+    spin_state st = { -1, 0 };
     unsigned park = atomic_load_explicit(&park_seq, memory_order_relaxed);
     for (int i = 0;; i++) {
         s = atomic_load_explicit(&job_seq, memory_order_acquire);
         if (s != seen && !(s & 1)) return s;
-        if ((i & 63) == 0) {
-            int64_t t = now_ns();
-            if (deadline < 0) deadline = t + spin_budget_ns();
-            else if (t >= deadline || atomic_load_explicit(&park_seq, memory_order_relaxed) != park) break;
-        }
+        if ((i & 63) == 0 && (atomic_load_explicit(&park_seq, memory_order_relaxed) != park ||
+                              spin_stop(&st, spin_budget_ns(),
+                                        atomic_load_explicit(&caller_cpu, memory_order_relaxed), 0)))
+            break;
         spin_pause(i);
     }
     pthread_mutex_lock(&mu);
@@ -267,6 +428,46 @@ static int ensure_workers(int want) {       /* called with mu held */
     return n_workers;
 }
 
+/* the caller waits for the chunks workers still run: spinning (JOIN_SPIN x the spin budget),
+ * then asleep; returns whether it slept */
+static int join_workers(int parts) {
+    spin_state st = { -1, 0 };
+    for (int i = 0; atomic_load_explicit(&pending, memory_order_acquire) > 0; i++) {
+        if ((i & 63) == 0 && spin_stop(&st, JOIN_SPIN * spin_budget_ns(), -2, parts)) {
+            pthread_mutex_lock(&mu);
+            atomic_store(&caller_waiting, 1);
+            atomic_thread_fence(memory_order_seq_cst);
+            while (atomic_load(&pending) > 0) pthread_cond_wait(&cv_done, &mu);
+            atomic_store(&caller_waiting, 0);
+            pthread_mutex_unlock(&mu);
+            return 1;
+        }
+        spin_pause(i);
+    }
+    return 0;
+}
+
+/* one job's costs into the shrinking verdict (see the pool's comment) */
+static void judge_job(int64_t work_ns, int64_t wait_ns, int mine, int chunks) {
+    if (mine == 0) return;          /* the workers took every chunk: nothing to scale by */
+    /* the workers' share of the work, from the caller's own time per chunk */
+    win_work_ns += work_ns * (chunks - mine) / mine;
+    win_wait_ns += wait_ns;
+    if (++win_jobs < SHRINK_WINDOW) return;
+    if (win_wait_ns > win_work_ns) {
+        serial_left = SHRINK_JOBS;
+        stat_add(EI_POOL_SHRINKS, 1);
+    }
+    win_jobs = win_work_ns = win_wait_ns = 0;
+}
+
+static void run_serial(ei_range_fn fn, void *ctx, int64_t n) {
+    int old = my_slot;
+    my_slot = 0;
+    fn(ctx, 0, n);
+    my_slot = old;
+}
+
 void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int threads) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
@@ -275,10 +476,15 @@ void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int th
     if (parts > EI_MAX_THREADS) parts = EI_MAX_THREADS;
     if (parts > max_chunks) parts = (int)max_chunks;
     if (parts <= 1 || pthread_mutex_trylock(&pool_owner) != 0) {
-        int old = my_slot;
-        my_slot = 0;
-        fn(ctx, 0, n);
-        my_slot = old;
+        run_serial(fn, ctx, n);
+        return;
+    }
+    if (serial_left > 0) {          /* shrunk: the caller alone for now */
+        serial_left--;
+        stat_add(EI_POOL_SERIAL_JOBS, 1);
+        run_serial(fn, ctx, n);
+        if (!in_steps) pool_park();
+        pthread_mutex_unlock(&pool_owner);
         return;
     }
     if (n_workers < parts - 1) {
@@ -289,6 +495,8 @@ void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int th
     if (parts > n_workers + 1) parts = n_workers + 1;
     int64_t chunks64 = EI_MIN(max_chunks, (int64_t)parts * CHUNKS_PER_THREAD);
     int chunks = (int)chunks64;
+    atomic_store_explicit(&spin_yields, parts > cpus_usable(), memory_order_relaxed);
+    atomic_store_explicit(&caller_cpu, cpu_now(), memory_order_relaxed);
     uint32_t id = atomic_load_explicit(&job_id, memory_order_relaxed) + 1;
     /* publish: odd while writing, even when done */
     uint64_t s = atomic_load_explicit(&job_seq, memory_order_relaxed);
@@ -313,26 +521,27 @@ void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int th
     }
     int old_slot = my_slot;
     my_slot = 0;
-    take_chunks(id, fn, ctx, n, chunks);
+    int64_t t0 = now_ns();
+    int mine = take_chunks(id, fn, ctx, n, chunks);
+    int64_t t1 = now_ns(), wait = 0;
     my_slot = old_slot;
     /* what is left was taken by workers that are running it: wait for them */
-    int64_t deadline = -1;
-    for (int i = 0; atomic_load_explicit(&pending, memory_order_acquire) > 0; i++) {
-        if ((i & 63) == 0) {
-            int64_t t = now_ns();
-            if (deadline < 0) deadline = t + spin_budget_ns();
-            else if (t >= deadline) {
-                pthread_mutex_lock(&mu);
-                atomic_store(&caller_waiting, 1);
-                atomic_thread_fence(memory_order_seq_cst);
-                while (atomic_load(&pending) > 0) pthread_cond_wait(&cv_done, &mu);
-                atomic_store(&caller_waiting, 0);
-                pthread_mutex_unlock(&mu);
-                break;
-            }
-        }
-        spin_pause(i);
+    if (atomic_load_explicit(&pending, memory_order_acquire) > 0) {
+        stat_add(EI_POOL_SLEEPS, join_workers(parts));
+        wait = now_ns() - t1;
+        stat_add(EI_POOL_WAITS, 1);
+        stat_add(EI_POOL_WAIT_NS, wait);
     }
+    stat_add(EI_POOL_JOBS, 1);
+    stat_add(EI_POOL_CHUNKS, chunks);
+    stat_add(EI_POOL_CALLER_CHUNKS, mine);
+    stat_add(EI_POOL_WORK_NS, t1 - t0);
+    judge_job(t1 - t0, wait, mine, chunks);
+    if (atomic_exchange_explicit(&contention_seen, 0, memory_order_relaxed)) {
+        stat_add(EI_POOL_CALMS, 1);
+        calm_left = CALM_JOBS;
+    } else if (calm_left > 0) calm_left--;
+    atomic_store_explicit(&calm, calm_left > 0, memory_order_relaxed);
     if (!in_steps) pool_park();
     pthread_mutex_unlock(&pool_owner);
 }
