@@ -300,9 +300,8 @@ def test_channels_last_concat_of_resized_maps_is_written_in_place(monkeypatch):
 @pytest.mark.parametrize("name", ["yolo", "db", "mobilenetv3", "text_direction", "squeezenet", "mobilenetv2"])
 def test_benchmark_family_plans_are_all_native(name, tmp_path, monkeypatch):
     """The fp32 plan of each benchmark architecture (built narrow and small: the same ops and
-    graph structure as compare.py's) runs every step natively, and matches onnxruntime. The DB
-    head's ConvTranspose is the one exception left (its native kernel is separate work). The
-    detectors' upsampled maps are written into their concat (placed strided)."""
+    graph structure as compare.py's) runs every step natively (the DB head's ConvTranspose too),
+    and matches onnxruntime. The detectors' upsampled maps are written into their concat (placed strided)."""
     import family_models as F
     from edge_infer.backends.cpu import executor
     small = {"yolo": lambda: F.yolo_detector(96, width=0.125, classes=5),
@@ -328,7 +327,7 @@ def test_benchmark_family_plans_are_all_native(name, tmp_path, monkeypatch):
     rt = Runtime(str(tmp_path / "m.eim"), backend="cpu", threads=2)
     ex = rt.plan({inp.name: tuple(shape)})
     slow = sorted({n.op for n, st in zip(ex.nodes, ex.steps) if getattr(st, "native_step", None) is None})
-    assert slow == (["ConvTranspose"] if name == "db" else []), (slow, ex.notes)
+    assert slow == [], (slow, ex.notes)
     if name in ("db", "yolo"):
         assert len(ex.arena_plan.strided) == (3 if name == "db" else 2), ex.arena_plan.strided
     ours = rt.run({inp.name: x})

@@ -120,6 +120,8 @@ def why_not_native(mode: str, x: np.ndarray, y: np.ndarray, axes: Sequence[int],
     """Why a Resize stays on the numpy kernel ('' when the native kernels cover its shape)."""
     if not native_ops.enabled():
         return "no native library"
+    if x.size == 0 or y.size == 0:
+        return "empty tensor"
     if any(c[1] is not None and c[1].any() for c in coords.values()):
         return "tf_crop_and_resize extrapolation"
     if mode == "nearest":
