@@ -209,6 +209,26 @@ static void mul_rows_avx512(const ei_int8_bcast_args *a, int64_t r0, int64_t r1)
     const __m512i za = _mm512_set1_epi32(a->zp1), zb = _mm512_set1_epi32(a->zp2);
     const __m512i low16 = _mm512_set1_epi32(0xFFFF);
     int64_t n = a->shape[3], s3a = a->sa[3], s3b = a->sb[3];
+    int gate_b = s3a == 1 && a->sa[2] == n && s3b == 1 && a->sb[2] == 0;
+    int gate_a = s3b == 1 && a->sb[2] == n && s3a == 1 && a->sa[2] == 0;
+    if (n < 16 && 16 % n == 0 && a->shape[0] * a->shape[1] == 1 && (gate_a || gate_b)) {
+        /* a gate of 1, 2, 4 or 8 channels (narrow MobileNetV3s): rows r0 .. r1 - 1 of x are one
+         * run of bytes, 16 / n rows a vector, the gate repeated across the lanes */
+        const int8_t *px = gate_b ? a->a : a->b, *pg = gate_b ? a->b : a->a;
+        int32_t g[16], zg = gate_b ? a->zp2 : a->zp1;
+        for (int l = 0; l < 16; l++) g[l] = (pg[l % n] - zg) & 0xFFFF;
+        const __m512i vg = _mm512_loadu_si512(g), zx = gate_b ? za : zb;
+        const int8_t *pa = px + r0 * n;
+        int8_t *y = a->y + r0 * n;
+        int64_t len = (r1 - r0) * n;
+        for (int64_t s = 0; s < len; s += 16) {
+            __mmask16 m = len - s >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (len - s)) - 1);
+            __m512i va = _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(
+                             _mm512_maskz_loadu_epi8((__mmask64)m, pa + s))), zx);
+            ei_vq_store(&vc, &k, m, _mm512_madd_epi16(va, vg), y + s, NULL);
+        }
+        return;
+    }
     int64_t i2 = r0 % a->shape[2], i1 = (r0 / a->shape[2]) % a->shape[1], i0 = r0 / (a->shape[2] * a->shape[1]);
     for (int64_t r = r0; r < r1; r++) {
         const int8_t *pa = a->a + i0 * a->sa[0] + i1 * a->sa[1] + i2 * a->sa[2];
@@ -434,22 +454,24 @@ EI_API int ei_selftest_int8_ops(void) {
     /* broadcast Add / Mul: (R, C) x (1, C) and (R, C) x (R, 1) */
     int32_t t1[256], t2[256];
     for (int i = 0; i < 256; i++) { t1[i] = (int32_t)(st_rand() % 2000000) - 1000000; t2[i] = (int32_t)(st_rand() % 2000000) - 1000000; }
-    for (int trial = 0; trial < 16; trial++) {
-        static const int64_t widths[4] = { 300, 16, 9, 40 };     /* the gate rows of MobileNetV3 sizes */
-        int64_t R = 37, C = widths[trial >> 2];
-        int col = trial & 1, op = (trial >> 1) & 1;
+    for (int trial = 0; trial < 32; trial++) {
+        static const int64_t widths[4] = { 300, 16, 9, 8 };      /* the gate rows of MobileNetV3 sizes */
+        int64_t R = 37, C = widths[(trial >> 2) & 3];
+        int col = trial & 1, op = (trial >> 1) & 1, swap = trial >> 4;      /* swap: the gate is input a */
         ei_int8_bcast_args a;
         memset(&a, 0, sizeof a);
-        a.a = x; a.b = b; a.y = y1; a.t1 = t1; a.t2 = t2; a.op = op;
+        a.a = swap ? b : x; a.b = swap ? x : b; a.y = y1; a.t1 = t1; a.t2 = t2; a.op = op;
         a.shape[0] = a.shape[1] = 1; a.shape[2] = R; a.shape[3] = C;
-        a.sa[2] = C; a.sa[3] = 1;
-        a.sb[2] = col ? 0 : 1; a.sb[3] = col ? 1 : 0;
+        int64_t *sx = swap ? a.sb : a.sa, *sg = swap ? a.sa : a.sb;
+        sx[2] = C; sx[3] = 1;
+        sg[2] = col ? 0 : 1; sg[3] = col ? 1 : 0;
         a.zp1 = (int32_t)(st_rand() % 256) - 128; a.zp2 = (int32_t)(st_rand() % 256) - 128;
         a.q = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1))); a.shift = op ? 2 - (int32_t)(st_rand() % 12) : -20;
         a.zp_y = (int32_t)(st_rand() % 256) - 128; a.lo = -128; a.hi = 127; a.threads = 2;
         for (int64_t r = 0; r < R; r++)
             for (int64_t j = 0; j < C; j++) {
-                int8_t va = x[r * C + j], vb = col ? b[j] : b[r];
+                int8_t vx = x[r * C + j], vg = col ? b[j] : b[r];
+                int8_t va = swap ? vg : vx, vb = swap ? vx : vg;
                 int32_t acc = op ? (va - a.zp1) * (vb - a.zp2) : t1[(uint8_t)va] + t2[(uint8_t)vb];
                 y0[r * C + j] = ei_rq_one(acc, a.q, a.shift, a.zp_y, 0, -128, 127);
             }
