@@ -42,7 +42,7 @@ class DepthwiseArgs(ctypes.Structure):
     _fields_ = ([(f, _P) for f in ("x", "y", "z", "wt", "bias", "mult", "shift", "ztab", "pad", "scratch")]
                 + [(f, _I) for f in ("is_int8", "nchw", "n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                                      "dh", "dw", "pt", "pl", "zp_x", "zp_y", "lo", "hi", "act", "threads")]
-                + [(f, ctypes.c_float) for f in ("a0", "a1")])
+                + [(f, ctypes.c_float) for f in ("a0", "a1")] + [("consts", _P)])
 
 
 #: fused fp32 activations the native depthwise kernel applies (src/depthwise.c ACT_*)
@@ -208,9 +208,19 @@ def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geome
     need = _fn("ei_dw_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
     scr = _thread_scratch(ctx, threads, int(need))
     a.scratch = scr.ctypes.data
+    # int8 NHWC: the packed weights and requantization constants, made once here
+    csize = _fn("ei_dw_consts_size", ctypes.c_int64, _P)(ctypes.addressof(a)) if is_int8 else 0
+    if csize > 0:
+        consts = aligned(int(csize))
+        _fn("ei_dw_prepare", None, _P, _P)(ctypes.addressof(a), consts.ctypes.data)
+        a.consts = consts.ctypes.data
+        keep.append(consts)
     # fp32 NHWC: the FMA kernel of depthwise_f32.c (the others: depthwise.c, numpy's order)
     fn = "ei_depthwise" if is_int8 or nchw else "ei_depthwise_f32"
-    return _native.native_step(fn, a, wt, b32, pad, scr, *keep)
+    step = _native.native_step(fn, a, wt, b32, pad, scr, *keep)
+    if is_int8:         # the kernel this machine runs, for the plan note
+        step.kernel_name = _fn("ei_dw_kernel_name", ctypes.c_char_p, _P)(ctypes.addressof(a)).decode()
+    return step
 
 
 def fp32_depthwise(node, ctx) -> Optional[Callable[[], None]]:
