@@ -136,6 +136,18 @@ def test_int8_conv_large_k_and_k1(c, k, layout):
     assert_native_matches(run_three_ways(g, feeds))
 
 
+@pytest.mark.parametrize("c,k,stride,pad,hw", [
+    (3, 3, 2, 1, (33, 47)), (3, 3, 1, 1, (9, 70)), (3, 3, 2, 0, (16, 41)), (1, 3, 1, 0, (5, 64)),
+    (7, 3, 2, 1, (12, 30)), (3, 2, 2, 0, (8, 26)), (4, 3, 1, 2, (6, 23)), (2, 5, 2, 2, (11, 40)), (3, 1, 2, 0, (9, 50))])
+def test_int8_conv_first_layer_windows(c, k, stride, pad, hw):
+    """First-layer convs (K = k * k * c <= 64): the im2col rows built by permutes from 64-byte
+    windows of the input rows (several pixels a window, a window cut at the end of the row),
+    with the border pixels and padding rows tap by tap; bit for bit on every ISA path."""
+    rng = np.random.default_rng(c * 10 + k)
+    g, feeds = int8_conv_case(rng, 1, c, 16, hw[0], hw[1], k, stride, pad, 1, "NHWC", "Relu", False)
+    assert_native_matches(run_three_ways(g, feeds))
+
+
 def test_int8_conv_1x1_image_and_strided_pointwise():
     rng = np.random.default_rng(3)
     for h, w, k, stride, pad in [(1, 1, 1, 1, 0), (1, 1, 3, 1, 1), (7, 9, 1, 2, 0)]:
