@@ -333,6 +333,15 @@ def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
     assert_native_matches(res)
 
 
+@pytest.mark.parametrize("k,pad", [(3, 5), (5, 9), (3, 0)])
+def test_depthwise_int8_batches_and_wide_padding(k, pad):
+    """Two images and padding wider than the kernel: the quad kernel's cached input rows must
+    never hand one image's rows (or a padding row) to another."""
+    rng = np.random.default_rng(k + pad)
+    g, feeds = depthwise_case(rng, "int8", 2, 24, 6, 7, k, 1, pad, 1, "NHWC", "Relu", False)
+    assert_native_matches(run_three_ways(g, feeds, threads=1))
+
+
 # -- int8 Add ----------------------------------------------------------------------------------------
 
 @SETTINGS

@@ -490,7 +490,8 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
         for (int ky = 0; ky < kh; ky++) {
             int iy = oy * a->sh - a->pt + ky;
             int s = ((iy % kh) + kh) % kh;
-            int64_t key = (int64_t)b * (a->h + 2 * kh + 2) + (iy + kh + 1);   /* >= 0, unique per (b, iy) */
+            /* the input row a slot holds: b * h + iy; every padding row is the same (all zp_x) */
+            int64_t key = (iy < 0 || iy >= a->h) ? -2 : (int64_t)b * a->h + iy;
             uint8_t *q = ring + s * qrow;
             slot[ky] = q;
             if (tag[s] == key) continue;
