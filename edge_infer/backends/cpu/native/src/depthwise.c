@@ -478,9 +478,15 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
     ei_vqc vc;
     ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
     /* byte 4c + k of a quad = byte 16k + c of the four loaded 16-byte chunks */
-    uint8_t perm[64];
+    uint8_t perm[64], permc[64];
     for (int i = 0; i < 64; i++) perm[i] = (uint8_t)(16 * (i % 4) + i / 4);
-    const __m512i vperm = _mm512_loadu_si512(perm), k80 = _mm512_set1_epi8((char)0x80);
+    /* C = 8 or 16: the four taps of an interior quad are 4 C contiguous bytes, one load; byte
+     * 4c + k = byte C k + c */
+    const int contig = C == 8 || C == 16;
+    const __mmask64 cmask = C == 16 ? ~0ULL : (1ULL << (4 * C)) - 1;
+    for (int i = 0; i < 64; i++) permc[i] = (uint8_t)(i / 4 < C ? C * (i % 4) + i / 4 : 0);
+    const __m512i vperm = _mm512_loadu_si512(perm), vpermc = _mm512_loadu_si512(permc);
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
     int64_t tag[DW8_MAX_TAPS];                          /* (b, iy) built in each slot; -1: none */
     for (int i = 0; i < kh; i++) tag[i] = -1;
     const int8_t *pad = (const int8_t *)a->pad;
@@ -508,6 +514,12 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
                     const int8_t *src[4];
                     if (ox >= oxa && ox < oxb) {
                         src[0] = xrow + (int64_t)(ox * a->sw + first) * C;
+                        if (contig) {
+                            __m512i v = _mm512_maskz_loadu_epi8(cmask, src[0]);
+                            _mm512_store_si512(q + ((int64_t)ox * nq + k) * ng * 64,
+                                               _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, v), k80));
+                            continue;
+                        }
                         src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
                     } else {
                         for (int t = 0; t < 4; t++) {
@@ -622,9 +634,10 @@ static void dw_range(void *vctx, int64_t r0, int64_t r1) {
 static rows_fn pick(const ei_dw_args *a) {
     int dw8 = a->is_int8 && !a->nchw && a->kh * a->kw <= DW8_MAX_TAPS;
 #if defined(__x86_64__)
-    /* quads pay off where a built quad row serves several output rows (stride 1) or replaces
-     * many taps (5x5); 3x3 stride 2 measured faster tap by tap */
-    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw == 1 || a->kw > 3)) return dwq_rows;
+    /* quads pay off where a built quad row serves several output rows (stride 1), replaces
+     * many taps (5x5) or is one load (8 or 16 channels); other 3x3 stride 2 measured faster
+     * tap by tap */
+    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw == 1 || a->kw > 3 || a->c == 8 || a->c == 16)) return dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
     if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
