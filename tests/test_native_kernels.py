@@ -136,6 +136,18 @@ def test_int8_conv_large_k_and_k1(c, k, layout):
     assert_native_matches(run_three_ways(g, feeds))
 
 
+@pytest.mark.parametrize("c,k,stride,pad,hw", [
+    (3, 3, 2, 1, (33, 47)), (3, 3, 1, 1, (9, 70)), (3, 3, 2, 0, (16, 41)), (1, 3, 1, 0, (5, 64)),
+    (7, 3, 2, 1, (12, 30)), (3, 2, 2, 0, (8, 26)), (4, 3, 1, 2, (6, 23)), (2, 5, 2, 2, (11, 40)), (3, 1, 2, 0, (9, 50))])
+def test_int8_conv_first_layer_windows(c, k, stride, pad, hw):
+    """First-layer convs (K = k * k * c <= 64): the im2col rows built by permutes from 64-byte
+    windows of the input rows (several pixels a window, a window cut at the end of the row),
+    with the border pixels and padding rows tap by tap; bit for bit on every ISA path."""
+    rng = np.random.default_rng(c * 10 + k)
+    g, feeds = int8_conv_case(rng, 1, c, 16, hw[0], hw[1], k, stride, pad, 1, "NHWC", "Relu", False)
+    assert_native_matches(run_three_ways(g, feeds))
+
+
 def test_int8_conv_1x1_image_and_strided_pointwise():
     rng = np.random.default_rng(3)
     for h, w, k, stride, pad in [(1, 1, 1, 1, 0), (1, 1, 3, 1, 1), (7, 9, 1, 2, 0)]:
@@ -305,6 +317,30 @@ def test_depthwise_fp32_nhwc_selftest(mode):
         res = run_three_ways(g, feeds)
         assert "FMA" in res["native"][1]
         assert_native_matches(res, exact=False)
+
+
+@pytest.mark.parametrize("c,hw,k,stride,residual", [
+    (8, (24, 96), 3, 1, False), (16, (56, 56), 3, 2, False), (24, (28, 29), 3, 1, True), (72, (14, 14), 5, 2, False),
+    (96, (7, 10), 5, 1, True), (40, (9, 6), 5, 1, False), (33, (3, 5), 3, 1, True), (8, (23, 50), 3, 2, True),
+    (16, (9, 31), 5, 2, False)])
+def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
+    """int8 depthwise layers of MobileNet-v2/v3 sizes (the VNNI kernel's blocks of four output
+    pixels over interior and border columns, channel tails under masks, widths that leave 1-3
+    pixels after the last block) bit for bit against the numpy kernel, on every ISA path."""
+    rng = np.random.default_rng(c * 100 + k)
+    g, feeds = depthwise_case(rng, "int8", 1, c, hw[0], hw[1], k, stride, k // 2, 1, "NHWC", "Relu", residual)
+    res = run_three_ways(g, feeds, threads=2)
+    assert "depthwise" in res["native"][1]
+    assert_native_matches(res)
+
+
+@pytest.mark.parametrize("k,pad", [(3, 5), (5, 9), (3, 0)])
+def test_depthwise_int8_batches_and_wide_padding(k, pad):
+    """Two images and padding wider than the kernel: the quad kernel's cached input rows must
+    never hand one image's rows (or a padding row) to another."""
+    rng = np.random.default_rng(k + pad)
+    g, feeds = depthwise_case(rng, "int8", 2, 24, 6, 7, k, 1, pad, 1, "NHWC", "Relu", False)
+    assert_native_matches(run_three_ways(g, feeds, threads=1))
 
 
 # -- int8 Add ----------------------------------------------------------------------------------------

@@ -112,6 +112,26 @@ def test_int8_global_pools_bit_exact(monkeypatch, isa, n, c, h, w, nhwc, op, see
     np.testing.assert_array_equal(got["y"], want["y"])
 
 
+@pytest.mark.parametrize("hw,c", [((1, 1), 5), ((1, 3), 17), ((7, 7), 576), ((14, 14), 40), ((56, 56), 16),
+                                  ((112, 112), 3), ((5, 13), 300)])
+def test_int8_global_average_pool_mobilenet_sizes(monkeypatch, hw, c):
+    """The squeeze-excite and head means of MobileNets (NHWC, 16 channels a vector, the division
+    by the position count as a multiply): random values, every sum at its largest and smallest
+    (all 127 / all -128), and sums just off multiples of the count (ties and their neighbours)."""
+    rng = np.random.default_rng(c)
+    p = hw[0] * hw[1]
+    x = rng.integers(-128, 128, (1, *hw, c), dtype=np.int8)
+    x[..., 0], x[..., -1] = 127, -128
+    if c > 2 and p > 1:               # channel 1: sum = p / 2 + 1 (a tie or just past it)
+        x[..., 1] = 0
+        x.reshape(-1, c)[: p // 2 + 1, 1] = 1
+    got, want = both(monkeypatch, int8_graph("GlobalAveragePool", x.shape, {"data_layout": "NHWC"}), {"x": x})
+    np.testing.assert_array_equal(got["y"], want["y"])
+    s = x.reshape(-1, c).astype(np.int64).sum(0)
+    q = (np.abs(s) + p // 2) // p
+    np.testing.assert_array_equal(want["y"].reshape(-1), np.clip(np.sign(s) * q, -128, 127))
+
+
 def test_int8_mean_rounds_half_away_from_zero(monkeypatch):
     # sums of +-2 over 4 positions: exact .5 means, rounded away from zero as TFLite does
     x = np.array([1, 1, 0, 0, -1, -1, 0, 0, 127, 127, 127, 127, -128, -128, -128, -127],

@@ -347,7 +347,7 @@ def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: i
                                              nchw=not last, bias=bias, z=z, q=q, shift=shift, zp_x=zp_x,
                                              zp_y=zp_y, lo=lo, hi=hi, ztab=ztab)
         if step is not None:
-            ctx.note(node, f"{'NHWC ' if last else ''}int8 native depthwise {kdesc} ({native_kernels.dw_int8_isa_name(last)}, "
+            ctx.note(node, f"{'NHWC ' if last else ''}int8 native depthwise {kdesc} ({getattr(step, 'kernel_name', native_kernels.dw_int8_isa_name(last))}, "
                            f"int32 accumulation); {epi}")
         return step
     w_mk = w.reshape(m, cg, -1).transpose(0, 2, 1).reshape(m, -1)          # K: (tap, channel)
@@ -357,7 +357,7 @@ def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: i
     if step is not None:
         algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" \
             else f"im2col {kdesc}"
-        ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({native_kernels.kind_name()}, packed "
+        ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({native_kernels.kind_name(w_mk.shape[1])}, packed "
                        f"weights, int32 accumulation); {epi}")
     return step
 

@@ -43,7 +43,7 @@ class DepthwiseArgs(ctypes.Structure):
     _fields_ = ([(f, _P) for f in ("x", "y", "z", "wt", "bias", "mult", "shift", "ztab", "pad", "scratch")]
                 + [(f, _I) for f in ("is_int8", "nchw", "n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                                      "dh", "dw", "pt", "pl", "zp_x", "zp_y", "lo", "hi", "act", "threads")]
-                + [(f, ctypes.c_float) for f in ("a0", "a1")])
+                + [(f, ctypes.c_float) for f in ("a0", "a1")] + [("consts", _P)])
 
 
 #: fused fp32 activations the native depthwise kernel applies (src/depthwise.c ACT_*)
@@ -123,7 +123,7 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
         ztab = residual_table(ztab)
         if ztab is None or z.dtype != np.int8 or z.shape != y.shape:
             return None
-    kind = _fn("ei_int8_gemm_kind", ctypes.c_int)()
+    kind = gemm_kind(k)
     psize = _fn("ei_int8_pack_size", ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int)(kind, m, k)
     wpack = aligned(int(psize))
     w_mk = np.ascontiguousarray(w_mk, np.int8)
@@ -210,9 +210,19 @@ def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geome
     need = _fn("ei_dw_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
     scr = _thread_scratch(ctx, threads, int(need))
     a.scratch = scr.ctypes.data
+    # int8 NHWC: the packed weights and requantization constants, made once here
+    csize = _fn("ei_dw_consts_size", ctypes.c_int64, _P)(ctypes.addressof(a)) if is_int8 else 0
+    if csize > 0:
+        consts = aligned(int(csize))
+        _fn("ei_dw_prepare", None, _P, _P)(ctypes.addressof(a), consts.ctypes.data)
+        a.consts = consts.ctypes.data
+        keep.append(consts)
     # fp32 NHWC: the FMA kernel of depthwise_f32.c (the others: depthwise.c, numpy's order)
     fn = "ei_depthwise" if is_int8 or nchw else "ei_depthwise_f32"
-    return _native.native_step(fn, a, wt, b32, pad, scr, *keep)
+    step = _native.native_step(fn, a, wt, b32, pad, scr, *keep)
+    if is_int8:         # the kernel this machine runs, for the plan note
+        step.kernel_name = _fn("ei_dw_kernel_name", ctypes.c_char_p, _P)(ctypes.addressof(a)).decode()
+    return step
 
 
 def fp32_depthwise(node, ctx) -> Optional[Callable[[], None]]:
@@ -308,8 +318,23 @@ def dw_int8_isa_name(channels_last: bool) -> str:
     return isa_name()
 
 
-def kind_name() -> str:
-    """The int8 GEMM micro-kernel prepare picks on this machine (with the current ISA mask)."""
-    k = _fn("ei_int8_gemm_kind", ctypes.c_int)()
+#: the deepest GEMM (K) that runs on AVX-512 VNNI where AMX is there: AMX pads K to whole tiles
+#: of 64, and its results go through memory to the epilogue; with K <= 16 the VNNI kernel,
+#: requantizing in registers, measured 1.2-1.8x faster (MobileNet-v2 112x112 16->96: 456 ->
+#: 355 us; 56x56 16->64: 78 -> 55 us; loaded machine), at K = 24-32 the two were even
+AMX_MIN_K = 17
+
+
+def gemm_kind(k: Optional[int] = None) -> int:
+    """The int8 GEMM micro-kernel (ei_int8_gemm_kind) for a GEMM of depth ``k`` on this machine,
+    with the current ISA mask: the machine's best, but VNNI instead of AMX below AMX_MIN_K."""
+    kind = _fn("ei_int8_gemm_kind", ctypes.c_int)()
+    return 4 if kind == 5 and k is not None and k < AMX_MIN_K else kind
+
+
+def kind_name(k: Optional[int] = None) -> str:
+    """The int8 GEMM micro-kernel prepare picks on this machine (with the current ISA mask) for
+    a GEMM of depth ``k`` (None: the deepest)."""
+    k = gemm_kind(k)
     return {0: "scalar", 1: "AVX2 madd_epi16", 2: "NEON smlal", 3: "NEON sdot",
             4: "AVX-512 VNNI vpdpbusd", 5: "AMX tdpbusd"}.get(k, str(k))

@@ -23,6 +23,7 @@ typedef struct {
     int32_t is_int8, nchw, n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
     int32_t zp_x, zp_y, lo, hi, act, threads;
     float a0, a1;               /* Clip min/max, HardSigmoid alpha/beta, LeakyRelu alpha */
+    const void *consts;         /* int8 NHWC: ei_dw_prepare's constants, or NULL (made per call) */
 } ei_dw_args;
 
 #endif

@@ -283,7 +283,7 @@ static void mk_vnni_rq1(const uint8_t *row, const void *bp, int kg, const vq_pan
 
 /* dst[0 .. n) = src ^ 0x80 (int8 -> u8 x + 128) */
 __attribute__((target("avx512f,avx512bw")))
-static void xor80(uint8_t *dst, const int8_t *src, int64_t n) {
+void ei_xor80(uint8_t *dst, const int8_t *src, int64_t n) {
     const __m512i k = _mm512_set1_epi8((char)0x80);
     int64_t i = 0;
     for (; i + 64 <= n; i += 64)
@@ -474,75 +474,6 @@ static const int8_t *a_row(const ei_int8_conv_args *a, const plan_t *p, int64_t 
 }
 
 #if defined(__x86_64__)
-/* n bytes of x ^ 0x80 / of v, n <= 64 in one masked load/store */
-__attribute__((target("avx512f,avx512bw")))
-static inline void xor80_short(uint8_t *d, const int8_t *s, int n) {
-    if (n > 64) { xor80(d, s, n); return; }
-    __mmask64 m = n == 64 ? ~0ULL : ((1ULL << n) - 1);
-    _mm512_mask_storeu_epi8(d, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, s), _mm512_set1_epi8((char)0x80)));
-}
-
-__attribute__((target("avx512f,avx512bw")))
-static inline void fill_short(uint8_t *d, uint8_t v, int n) {
-    if (n > 64) { memset(d, v, (size_t)n); return; }
-    _mm512_mask_storeu_epi8(d, n == 64 ? ~0ULL : ((1ULL << n) - 1), _mm512_set1_epi8((char)v));
-}
-
-/* im2col of rows r0 .. r0 + nrows - 1 of an NHWC input straight into u8 (x + 128) rows of
- * stride k4 (zero-padded past K): a kernel row inside the image is kw * C contiguous bytes
- * (dilation 1), copied at once; the pixel position advances without divisions */
-__attribute__((target("avx512f,avx512bw")))
-static void im2col_u8_nhwc(const ei_int8_conv_args *a, const plan_t *p, int64_t r0, int nrows, uint8_t *ub, int64_t k4) {
-    int64_t b = r0 / p->P;
-    int pix = (int)(r0 - b * p->P), oy = pix / a->ow, ox = pix - oy * a->ow;
-    int C = a->c, span = a->kw * C;
-    uint8_t pad = (uint8_t)(a->zp_x ^ 0x80);
-    int padn = (int)(k4 - p->K);
-    /* the input rows of an output row looked up once; a kernel row inside the image is
-     * whole 64-byte blocks and one masked block (one masked load and store for the
-     * small-channel 3x3 layers of detectors) */
-    int nfull = (span - 1) / 64, tail = span - 64 * nfull;
-    __mmask64 ms = tail == 64 ? ~0ULL : ((1ULL << tail) - 1), mp = padn == 64 ? ~0ULL : ((1ULL << padn) - 1);
-    const __m512i k80 = _mm512_set1_epi8((char)0x80), vpad = _mm512_set1_epi8((char)pad);
-    const int8_t *xrow[a->kh > 0 ? a->kh : 1];
-    for (int i = 0; i < nrows;) {
-        int run = EI_MIN(nrows - i, a->ow - ox);
-        for (int ky = 0; ky < a->kh; ky++) {
-            int iy = oy * a->sh - a->pt + ky * a->dh;
-            xrow[ky] = (iy < 0 || iy >= a->h) ? NULL : a->x + ((b * a->h + iy) * a->w) * (int64_t)C;
-        }
-        for (int j = 0; j < run; j++, i++, ox++) {
-            uint8_t *d = ub + i * k4;
-            int ix0 = ox * a->sw - a->pl;
-            int inside = ix0 >= 0 && ix0 + (a->kw - 1) * a->dw < a->w && (a->dw == 1 || a->kw == 1);
-            for (int ky = 0; ky < a->kh; ky++, d += span) {
-                if (!xrow[ky]) {
-                    for (int q = 0; q < nfull; q++) _mm512_storeu_si512(d + 64 * q, vpad);
-                    _mm512_mask_storeu_epi8(d + 64 * nfull, ms, vpad);
-                    continue;
-                }
-                if (inside) {
-                    const int8_t *src = xrow[ky] + (int64_t)ix0 * C;
-                    for (int q = 0; q < nfull; q++)
-                        _mm512_storeu_si512(d + 64 * q, _mm512_xor_si512(_mm512_loadu_si512(src + 64 * q), k80));
-                    __m512i v = _mm512_maskz_loadu_epi8(ms, src + 64 * nfull);
-                    _mm512_mask_storeu_epi8(d + 64 * nfull, ms, _mm512_xor_si512(v, k80));
-                    continue;
-                }
-                for (int kx = 0; kx < a->kw; kx++) {
-                    int ix = ix0 + kx * a->dw;
-                    if (ix < 0 || ix >= a->w) fill_short(d + kx * C, pad, C);
-                    else xor80_short(d + kx * C, xrow[ky] + (int64_t)ix * C, C);
-                }
-            }
-            if (padn) _mm512_mask_storeu_epi8(ub + i * k4 + p->K, mp, _mm512_setzero_si512());
-        }
-        if (ox == a->ow) { ox = 0; if (++oy == a->oh) { oy = 0; b++; } }
-    }
-}
-#endif
-
-#if defined(__x86_64__)
 /* ---- AMX: tiles 0-3 the 2 x 2 int32 accumulators (16 x 16 each), 4-5 two 16-row blocks of
  * A (u8 rows, 64 bytes = 16 k-groups), 6-7 two 16-channel halves of the packed panel (16
  * k-groups x 16 channels x 4). The configuration is per thread: loaded at the start of a
@@ -712,15 +643,15 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
         int64_t k4 = (int64_t)p->kg * 4;
         uint8_t *ub = (uint8_t *)rowbuf;
         if (p->direct && k4 == p->K && a->sh == 1 && a->sw == 1 && a->oh == a->h && a->ow == a->w) {
-            xor80(ub, a->x + r0 * p->K, (int64_t)nrows * p->K);          /* contiguous rows */
+            ei_xor80(ub, a->x + r0 * p->K, (int64_t)nrows * p->K);          /* contiguous rows */
         } else if (!a->in_nchw) {
-            im2col_u8_nhwc(a, p, r0, nrows, ub, k4);
+            ei_im2col_u8_nhwc(a, p->P, p->K, r0, nrows, ub, k4);
         } else if (p->direct_nchw) {
             nchw_rows_u8(a, p, r0, nrows, ub, k4);
         } else {
             for (int i = 0; i < nrows; i++) {
                 int8_t *buf = rowbuf + i * k4;
-                xor80(ub + i * k4, a_row(a, p, r0 + i, buf), p->K);
+                ei_xor80(ub + i * k4, a_row(a, p, r0 + i, buf), p->K);
                 if (k4 > p->K) memset(buf + p->K, 0, (size_t)(k4 - p->K));
             }
         }

@@ -37,4 +37,12 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a);
 /* nonzero when this CPU, under the ISA mask, runs micro-kernel kind */
 int ei_int8_kind_runs(int kind);
 
+#if defined(__x86_64__)
+/* dst[0 .. n) = src ^ 0x80 (AVX-512) */
+void ei_xor80(uint8_t *dst, const int8_t *src, int64_t n);
+/* rows r0 .. r0 + nrows - 1 (P output pixels an image, K = kh * kw * c) of the NHWC input as
+ * u8 im2col rows of k4 bytes (int8_im2col.c) */
+void ei_im2col_u8_nhwc(const ei_int8_conv_args *a, int64_t P, int K, int64_t r0, int nrows, uint8_t *ub, int64_t k4);
+#endif
+
 #endif
