@@ -234,3 +234,22 @@ def test_inspect_names_the_winograd_convs(tmp_path, capsys, monkeypatch):
     assert len(mem["winograd"]) == 1 and list(mem["not_winograd"].values()) == ["4 channels < 8"], mem
     assert main(["inspect", str(out)]) == 0
     assert "Winograd F(4x4,3x3): 1 of 2 3x3 stride-1 conv(s)" in capsys.readouterr().out
+
+
+def test_weight_growth_allowance_takes_the_largest_outputs_first(monkeypatch):
+    """The transformed weights (3x a conv's own bytes more) of a plan stay within
+    WEIGHT_GROWTH x its fp32 weights (at least MIN_GROWTH_BYTES): the convs with the most output
+    pixels, where Winograd saves the most time per extra byte, are taken first."""
+    from edge_infer.backends.cpu.kernels import conv_winograd as cw
+    from edge_infer.ir import Graph
+    monkeypatch.delenv("EDGE_INFER_WINOGRAD", raising=False)
+    monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
+    g = Graph("t")
+    g.add_tensor("w", "float32", (1000, 1000), np.zeros((1000, 1000), np.float32))     # 4 MB of weights
+    cm = 16384                                          # each conv adds 27 * 16384 * 4 = 1.77 MB
+    cands = [("small", 400, cm), ("big", 6400, cm), ("mid", 1600, cm), ("huge_weights", 25600, 10 * cm)]
+    assert cw.allowed(g, cands) == {"big", "mid"}        # 17.7 MB of "huge_weights" never fits
+    monkeypatch.setattr(cw, "WEIGHT_GROWTH", 5.0)                        # 20 MB: the largest output first
+    assert cw.allowed(g, cands) == {"huge_weights", "big"}
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "1")
+    assert cw.allowed(g, cands) == {"small", "big", "mid", "huge_weights"}

@@ -46,6 +46,9 @@ class PrepareContext:
         #: (``arena_plan``: the buffers' arena, whose bytes free during a step take scratch first)
         holes = ArenaHoles(arena_plan) if arena_plan is not None and arena_plan.arena is not None else None
         self.roles = ScratchRoles(self._alloc, self._grown, holes, arena_plan.arena if holes else None)
+        #: facts about the whole plan a kernel computes once and its later nodes read (e.g.
+        #: conv_winograd.allowed: which convs may grow their weights), by name
+        self.plan_facts: Dict[str, object] = {}
         #: index of the node being prepared (None: outside a plan's preparation)
         self.node_index: Optional[int] = None
         #: per node index: (workspace bytes, tileable bytes) it took outside the roles

@@ -151,6 +151,9 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     mg = m // group
     wino = conv_winograd.eligible(nsp, kernel, strides, dil, group)
     why = conv_winograd.chosen(n, c, m, oh, ow) if wino else (False, "")
+    if why[0] and node.name not in _winograd_allowed(ctx):
+        why = (False, f"its transformed weights are past the plan's allowance ({conv_winograd.WEIGHT_GROWTH:g}x "
+                      "the fp32 weights; larger outputs go first)")
     args = ConvF32Args(x=x.ctypes.data, y=y.ctypes.data, z=None if z is None else z.ctypes.data,
                        bias=None if bias is None else bias.ctypes.data,
                        n=n, c=c, h=h, w=wd, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
@@ -187,6 +190,25 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                    + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
     return step
+
+
+def _winograd_allowed(ctx) -> set:
+    """conv_winograd.allowed over this plan's eligible convs, computed once per plan."""
+    if "winograd" not in ctx.plan_facts:
+        cands = []
+        for nd in ctx.graph.nodes:
+            if nd.op not in ("Conv", "FusedConv") or len(nd.inputs) < 2:
+                continue
+            w, y = ctx.graph.tensors[nd.inputs[1]], ctx.graph.tensors[nd.outputs[0]]
+            if not w.is_const or w.data.ndim != 4 or y.shape is None or not channels_last(nd):
+                continue
+            k = nd.attrs.get("kernel_shape") or list(w.data.shape[2:])
+            if not conv_winograd.eligible(2, k, nd.attrs.get("strides") or [1, 1],
+                                          nd.attrs.get("dilations") or [1, 1], int(nd.attrs.get("group", 1))):
+                continue
+            cands.append((nd.name, int(y.shape[1]) * int(y.shape[2]), int(w.data.shape[0]) * int(w.data.shape[1])))
+        ctx.plan_facts["winograd"] = conv_winograd.allowed(ctx.graph, cands)
+    return ctx.plan_facts["winograd"]
 
 
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:

@@ -34,6 +34,15 @@ MIN_FILL = 0.6
 #: under this many tiles, at most this many C*M weights: each transformed weight is 4x the
 #: direct conv's bytes and a few tiles do not pay for reading them
 FEW_TILES, FEW_TILES_MAX_CM = 8, 256 * 256
+#: the transformed weights of a plan's Winograd convs may add at most this fraction of the
+#: plan's fp32 weight bytes (each adds 3x its own weights). Measured on YOLOv8n-640: Winograd
+#: on every eligible conv added 21.7 MB resident (the 20x20 layers 12.2 of it, for the least
+#: time saved: the saving per extra byte grows with the output's pixels), taking a runtime-only
+#: process from 0.47x to 0.66x onnxruntime's peak RSS; so the convs with the most output pixels
+#: go first, until the allowance is spent
+WEIGHT_GROWTH = 1.0
+#: ... but a plan may always add this many bytes (a small model's weights are no memory concern)
+MIN_GROWTH_BYTES = 4 << 20
 
 
 def mode() -> str:
@@ -68,6 +77,22 @@ def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
     if tiles < FEW_TILES and c * m > FEW_TILES_MAX_CM:
         return False, f"{tiles} tiles for {c}x{m} channels"
     return True, f"{c}->{m} channels, {tiles} tiles"
+
+
+def allowed(graph, candidates) -> set:
+    """Names of the convs that may run as Winograd within WEIGHT_GROWTH: ``candidates`` are
+    (name, output pixels, C*M) of the plan's eligible convs; the most pixels first."""
+    if mode() != "auto":
+        return {name for name, _, _ in candidates}
+    weights = sum(t.data.nbytes for t in graph.tensors.values()
+                  if t.is_const and getattr(t.data, "dtype", None) == np.float32)
+    left, ok = max(WEIGHT_GROWTH * weights, MIN_GROWTH_BYTES), set()
+    for name, _, cm in sorted(candidates, key=lambda r: -r[1]):
+        extra = 27 * cm * 4                      # (36 - 9) transform points x C x M floats
+        if extra <= left:
+            ok.add(name)
+            left -= extra
+    return ok
 
 
 def pack(w: np.ndarray) -> np.ndarray:
