@@ -271,3 +271,22 @@ def max_rel_err(ours, ref) -> float:
     """max |ours - ref| / max |ref| (the agreement the benchmarks print)."""
     ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
     return float(np.abs(ours - ref).max() / (np.abs(ref).max() + 1e-12))
+
+
+def converter_mtime() -> float:
+    """Newest modification time of the package's sources and native library: an artifact
+    cached before it was made by another converter (another branch, an older commit)."""
+    import edge_infer
+    root = os.path.dirname(edge_infer.__file__)
+    newest = 0.0
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith((".py", ".so", ".c", ".h")):
+                newest = max(newest, os.path.getmtime(os.path.join(d, f)))
+    return newest
+
+
+def stale(artifact: str, source: str) -> bool:
+    """Whether a cached ``artifact`` converted from ``source`` must be converted again."""
+    return (not os.path.exists(artifact) or os.path.getmtime(artifact) < os.path.getmtime(source)
+            or os.path.getmtime(artifact) < converter_mtime())

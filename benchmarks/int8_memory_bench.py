@@ -25,6 +25,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
+from _common import stale  # noqa: E402
 
 ZOO = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
        "squeezenet", "vgg19", "zfnet512"]
@@ -89,7 +90,7 @@ def converted(name: str, int8: bool) -> str:
     import edge_infer
     src = source_model(name)
     dst = os.path.join(CACHE, f"{name}_{'int8' if int8 else 'fp32'}_mem.eim")
-    if not os.path.exists(dst) or os.path.getmtime(dst) < os.path.getmtime(src):
+    if stale(dst, src):
         opts = dict(quantize="int8", calib="random", calib_samples=4) if int8 else {}
         edge_infer.convert(src, dst, verify_samples=1, **opts)
     return dst

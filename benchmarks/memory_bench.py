@@ -38,6 +38,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
+from _common import stale  # noqa: E402
 
 MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
           "squeezenet", "vgg19", "zfnet512", "digits"]
@@ -65,7 +66,7 @@ def model_files(name: str):
         src = model_file(name)
     os.makedirs(CACHE, exist_ok=True)
     eim = os.path.join(CACHE, f"{name}_mem.eim")
-    if not os.path.exists(eim) or os.path.getmtime(eim) < os.path.getmtime(src):
+    if stale(eim, src):
         edge_infer.convert(src, eim, verify_samples=1)
     return src, eim
 
@@ -161,7 +162,7 @@ def family_files(name: str) -> dict:
     out = {"onnx": src, "feeds": {in_name: x}}
     for kind in ("fp32", "int8", "ort_int8"):
         path = os.path.join(folder, f"{name}_{kind}_mem" + (".onnx" if kind == "ort_int8" else ".eim"))
-        if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(src):
+        if stale(path, src):
             cal = C.model_inputs(name, src, 4, seed=2)[1]
             if kind == "ort_int8":
                 ort_int8(src, path, in_name, cal)

@@ -41,8 +41,9 @@ FEW_TILES, FEW_TILES_MAX_CM = 8, 256 * 256
 #: process from 0.47x to 0.66x onnxruntime's peak RSS; so the convs with the most output pixels
 #: go first, until the allowance is spent
 WEIGHT_GROWTH = 1.0
-#: ... but a plan may always add this many bytes (a small model's weights are no memory concern)
-MIN_GROWTH_BYTES = 4 << 20
+#: ... but a plan may always add this many bytes (a small model's weights are no memory concern),
+#: and never more than MAX_GROWTH_BYTES (VGG-19's 3x3 weights alone would add 240 MB)
+MIN_GROWTH_BYTES, MAX_GROWTH_BYTES = 4 << 20, 64 << 20
 
 
 def mode() -> str:
@@ -86,7 +87,7 @@ def allowed(graph, candidates) -> set:
         return {name for name, _, _ in candidates}
     weights = sum(t.data.nbytes for t in graph.tensors.values()
                   if t.is_const and getattr(t.data, "dtype", None) == np.float32)
-    left, ok = max(WEIGHT_GROWTH * weights, MIN_GROWTH_BYTES), set()
+    left, ok = min(max(WEIGHT_GROWTH * weights, MIN_GROWTH_BYTES), MAX_GROWTH_BYTES), set()
     for name, _, cm in sorted(candidates, key=lambda r: -r[1]):
         extra = 27 * cm * 4                      # (36 - 9) transform points x C x M floats
         if extra <= left:
