@@ -218,3 +218,28 @@ def test_profile_steps_records_each_native_step():
     assert (buf[:n, 1] > 0).all()
     rt.run(x)                                   # stopped: nothing more recorded
     assert native.profile_steps(None) == 0
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_parallel_copy_matches_numpy(threads):
+    """ei_copy_par: a channel Concat in NHWC (strided destinations, inputs with different
+    channel counts), a transposed source and pairs with different row counts in one step give
+    what np.copyto gives, each element written once, at any thread count."""
+    from edge_infer.backends.cpu.native import ops as native_ops
+    rng = np.random.default_rng(threads)
+    a = rng.standard_normal((1, 37, 29, 16)).astype(np.float32)
+    b = rng.standard_normal((1, 37, 29, 48)).astype(np.float32)
+    y = np.full((1, 37, 29, 64), np.nan, np.float32)
+    t = rng.standard_normal((53, 41, 7)).astype(np.float32)
+    ty = np.full((7, 41, 53), np.nan, np.float32)
+    s = rng.integers(-128, 128, (300, 131), dtype=np.int8)
+    sy = np.zeros((300, 262), np.int8)
+    pairs = [(y[..., :16], a), (y[..., 16:], b), (ty, t.transpose(2, 1, 0)), (sy[:, 1::2], s)]
+    step = native_ops.copy_step(pairs, threads)
+    assert step is not None
+    step()
+    np.testing.assert_array_equal(y, np.concatenate([a, b], -1))
+    np.testing.assert_array_equal(ty, t.transpose(2, 1, 0))
+    np.testing.assert_array_equal(sy[:, 1::2], s)
+    assert not sy[:, 0::2].any()
