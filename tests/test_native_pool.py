@@ -112,7 +112,9 @@ def test_pool_shrinks_when_joins_wait_and_grows_back():
         jobs += 1
     stats = native.pool_stats(reset=True)
     assert stats["shrinks"] >= 1, stats
-    assert stats["waits"] >= 1 and stats["wait_ns"] > 0
+    # the joins waited; or, on a loaded machine, the scheduler put the worker on the caller's
+    # CPU, where it leaves its chunks to the caller (counted as contention), which shrinks too
+    assert (stats["waits"] >= 1 and stats["wait_ns"] > 0) or stats["calms"] >= 1, stats
     # shrunk: the next jobs run in the caller alone (each index once), then threads come back
     rec = Recorder(16)
     for _ in range(SHRINK_JOBS + 10):
@@ -139,7 +141,9 @@ def set_affinity_of_every_thread(cpus):
 def test_threads_sharing_a_cpu_stop_spinning():
     # every thread of this process on one CPU: a worker spinning between the layers of a run
     # would take that CPU from the caller, so its spin must notice and stop (counted as
-    # contention); the outputs stay those of the unpinned run
+    # contention), and a worker woken there leaves every chunk to the caller (time-slicing
+    # with it would only halve both), and the pool soon runs the jobs in the caller alone;
+    # the outputs stay those of the unpinned run
     from edge_infer import Runtime
     from edge_infer.frontends import load_model
     g = load_model(randomized_light_model_path("squeezenet"))
@@ -162,6 +166,8 @@ def test_threads_sharing_a_cpu_stop_spinning():
         for k in want:
             np.testing.assert_array_equal(out[k], want[k])
     assert stats["calms"] >= 1, stats
+    assert stats["caller_chunks"] == stats["chunks"], stats
+    assert stats["shrinks"] >= 1 and stats["serial_jobs"] > stats["jobs"], stats
 
 
 def model_runs(graph, x, threads_list):
@@ -218,3 +224,28 @@ def test_profile_steps_records_each_native_step():
     assert (buf[:n, 1] > 0).all()
     rt.run(x)                                   # stopped: nothing more recorded
     assert native.profile_steps(None) == 0
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_parallel_copy_matches_numpy(threads):
+    """ei_copy_par: a channel Concat in NHWC (strided destinations, inputs with different
+    channel counts), a transposed source and pairs with different row counts in one step give
+    what np.copyto gives, each element written once, at any thread count."""
+    from edge_infer.backends.cpu.native import ops as native_ops
+    rng = np.random.default_rng(threads)
+    a = rng.standard_normal((1, 37, 29, 16)).astype(np.float32)
+    b = rng.standard_normal((1, 37, 29, 48)).astype(np.float32)
+    y = np.full((1, 37, 29, 64), np.nan, np.float32)
+    t = rng.standard_normal((53, 41, 7)).astype(np.float32)
+    ty = np.full((7, 41, 53), np.nan, np.float32)
+    s = rng.integers(-128, 128, (300, 131), dtype=np.int8)
+    sy = np.zeros((300, 262), np.int8)
+    pairs = [(y[..., :16], a), (y[..., 16:], b), (ty, t.transpose(2, 1, 0)), (sy[:, 1::2], s)]
+    step = native_ops.copy_step(pairs, threads)
+    assert step is not None
+    step()
+    np.testing.assert_array_equal(y, np.concatenate([a, b], -1))
+    np.testing.assert_array_equal(ty, t.transpose(2, 1, 0))
+    np.testing.assert_array_equal(sy[:, 1::2], s)
+    assert not sy[:, 0::2].any()

@@ -238,7 +238,7 @@ def int8_concat(node: Node, ctx) -> Callable[[], None]:
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
     axis = int(node.attrs.get("axis", 0))
     axis = axis + y.ndim if axis < 0 else axis
-    steps, at, requantized = [], 0, 0
+    steps, copies, at, requantized = [], [], 0, 0
     for name in node.inputs:
         if not name:
             continue
@@ -250,7 +250,7 @@ def int8_concat(node: Node, ctx) -> Callable[[], None]:
         dst = y[(slice(None),) * axis + (slice(at, at + k),)]
         at += k
         if np.float32(s) == np.float32(s_y) and zp == zp_y:
-            steps.append(copy_step([(dst, v)]) or (lambda dst=dst, v=v: np.copyto(dst, v)))
+            copies.append((dst, v))
         else:
             requantized += 1
             nat = native_int8.lut_step(v, dst, by_bits(requant_table(s, zp, s_y, zp_y)), ctx)
@@ -268,6 +268,15 @@ def int8_concat(node: Node, ctx) -> Callable[[], None]:
             steps.append(step)
     if at != y.shape[axis]:
         raise ShapeError(f"Concat {node.name!r}: inputs give {at} along axis {axis}, output has {y.shape[axis]}")
+    if copies:
+        # the plain copies as one step, split across the pool by the same rows of each input
+        threads = max(1, int(getattr(ctx, "threads", 1) or 1))
+        fast = copy_step(copies, threads)
+        if fast is None:
+            def fast(copies=copies):
+                for d, v in copies:
+                    np.copyto(d, v)
+        steps.insert(0, fast)
 
     nat = sequence_step(steps)
     ctx.note(node, f"int8 Concat{' native' if nat is not None else ''} ({requantized} input(s) requantized "

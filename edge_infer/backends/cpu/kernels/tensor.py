@@ -22,10 +22,11 @@ from ..registry import kernel
 from .elementwise import operands, quiet
 
 
-def copy_steps(pairs):
+def copy_steps(pairs, threads: int = 1):
     """One step doing ``np.copyto(dst, src)`` for each pair in order: the native strided
-    copy (batched with its native neighbours) where it covers the arrays, else numpy."""
-    fast = native_ops.copy_step(list(pairs))
+    copy (batched with its native neighbours) where it covers the arrays, else numpy.
+    ``threads`` > 1 (pairs that do not overlap): a large copy is split across the pool."""
+    fast = native_ops.copy_step(list(pairs), threads)
     if fast is not None:
         return fast
     pairs = [(d, s) for d, s in pairs if not native_ops.same_view(d, s)]
@@ -108,7 +109,7 @@ def concat(node, ctx):
         pairs.append((y[idx], v))
         at += n
     _note_placed(node, ctx, pairs, "input(s) written in place by their producers")
-    return copy_steps(pairs)
+    return copy_steps(pairs, ctx.threads)
 
 
 def _note_placed(node, ctx, pairs, what):
@@ -134,7 +135,7 @@ def split(node, ctx):
             pairs.append((ctx.value(o), x[idx]))
         at += n
     _note_placed(node, ctx, pairs, "output(s) are views of the input")
-    return copy_steps(pairs)
+    return copy_steps(pairs, ctx.threads)
 
 
 @kernel("Slice")

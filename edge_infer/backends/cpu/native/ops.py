@@ -72,6 +72,10 @@ class CopyArgs(ctypes.Structure):
     _fields_ = [("descs", ctypes.c_void_p), ("count", ctypes.c_int64)]
 
 
+class CopyParArgs(ctypes.Structure):
+    _fields_ = [("c", CopyArgs), ("threads", ctypes.c_int64)]
+
+
 class InterleaveArgs(ctypes.Structure):
     _fields_ = [("src", ctypes.c_void_p), ("dst", ctypes.c_void_p)] + \
                [(f, ctypes.c_int64) for f in ("outer", "planes", "len", "s_outer", "s_plane", "d_outer")] + \
@@ -239,10 +243,11 @@ def same_view(dst: np.ndarray, src: np.ndarray) -> bool:
     return all(a == b for n, a, b in zip(dst.shape, dst.strides, src.strides) if n > 1)
 
 
-def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callable[[], None]]:
+def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], threads: int = 1) -> Optional[Callable[[], None]]:
     """``np.copyto(dst, src)`` for each pair, in order, as one native step: any numpy views
     (strided, transposed, sliced, broadcast src) of one plain dtype, rank <= 6 after merging.
-    Pairs that are one view of the same bytes (``same_view``) cost nothing."""
+    Pairs that are one view of the same bytes (``same_view``) cost nothing. With ``threads``
+    > 1 a large copy is split across the pool by outer rows (the pairs must not overlap)."""
     if not _has("ei_copy"):
         return None
     descs = []
@@ -271,6 +276,8 @@ def copy_step(pairs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Optional[Callab
                               _I64x(*shape, *pad), _I64x(*ss, *pad), _I64x(*ds, *pad)))
     table = (CopyDesc * max(1, len(descs)))(*descs)
     args = CopyArgs(ctypes.addressof(table), len(descs))
+    if threads > 1 and _has("ei_copy_par"):
+        return native_step("ei_copy_par", CopyParArgs(args, threads), table, keep)
     return native_step("ei_copy", args, table, keep)
 
 

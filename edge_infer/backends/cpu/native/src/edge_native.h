@@ -92,7 +92,7 @@ static inline void ei_tap_range(int64_t o, int stride, int pad, int dil, int ker
 /* ---- pool counters and the per-step profile ----
  * ei_pool_stats copies the pool's counters (EI_POOL_NSTATS int64, in this order) into out
  * (when not NULL), then zeroes them if reset (reset & 2: the pool also forgets that it shrank
- * or saw contention, for tests): parallel jobs run; jobs the caller ran alone
+ * or saw contention, and the CPUs its workers moved to, for tests): parallel jobs run; jobs the caller ran alone
  * because the pool had shrunk; chunks handed out; chunks the caller ran itself; joins where
  * the caller waited for workers; ns it waited; ns it spent running chunks; waits that ended
  * asleep; times the pool shrank; jobs during which a spin stopped for contention (runtime.c). Counted for the thread that owns the pool. */

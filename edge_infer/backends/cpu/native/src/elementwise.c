@@ -437,19 +437,26 @@ void ei_softmax_f32(const ei_softmax_f32_args *a) {
 
 /* ---- strided copies -------------------------------------------------------------------- */
 
-static void copy_one(const ei_copy_desc *d) {
+/* outer rows [r0, r1) of copy d (rows: the product of all dims but the last) */
+static void copy_rows(const ei_copy_desc *d, int64_t r0, int64_t r1) {
     int r = d->rank;
     int64_t es = d->elsize;
-    if (r == 0) { memmove(d->dst, d->src, (size_t)es); return; }
+    if (r == 0) { if (r0 == 0 && r1 > 0) memmove(d->dst, d->src, (size_t)es); return; }
     int64_t inner = d->shape[r - 1], ss = d->ss[r - 1], ds = d->ds[r - 1];
     int contig = ss == es && ds == es;
-    int64_t rows = 1;
-    for (int k = 0; k < r - 1; k++) rows *= d->shape[k];
-    if (inner == 0 || rows == 0) return;
+    if (inner == 0 || r1 <= r0) return;
     int64_t idx[EI_MAX_RANK] = {0};
     const char *s = d->src;
     char *t = d->dst;
-    for (int64_t row = 0; row < rows; row++) {
+    /* the odometer at row r0 */
+    for (int k = r - 2; k >= 0; k--) {
+        int64_t prod = 1;
+        for (int j = k + 1; j < r - 1; j++) prod *= d->shape[j];
+        idx[k] = (r0 / prod) % d->shape[k];
+        s += idx[k] * d->ss[k];
+        t += idx[k] * d->ds[k];
+    }
+    for (int64_t row = r0; row < r1; row++) {
         if (contig) {
             memmove(t, s, (size_t)(inner * es));
         } else {
@@ -473,8 +480,45 @@ static void copy_one(const ei_copy_desc *d) {
     }
 }
 
+static int64_t copy_nrows(const ei_copy_desc *d) {
+    int64_t rows = 1;
+    for (int k = 0; k < d->rank - 1; k++) rows *= d->shape[k];
+    return rows;
+}
+
 void ei_copy(const ei_copy_args *a) {
-    for (int64_t k = 0; k < a->count; k++) copy_one(&a->descs[k]);
+    for (int64_t k = 0; k < a->count; k++) copy_rows(&a->descs[k], 0, copy_nrows(&a->descs[k]));
+}
+
+/* units [u0, u1) of `units`: the same fraction of every desc's rows */
+typedef struct { const ei_copy_args *c; int64_t units; } copy_par_ctx;
+
+static void copy_par_range(void *vctx, int64_t u0, int64_t u1) {
+    const copy_par_ctx *x = (const copy_par_ctx *)vctx;
+    for (int64_t k = 0; k < x->c->count; k++) {
+        const ei_copy_desc *d = &x->c->descs[k];
+        int64_t rows = copy_nrows(d);
+        copy_rows(d, rows * u0 / x->units, rows * u1 / x->units);
+    }
+}
+
+/* a copy below ~32 KB per thread is not worth a hand-off */
+#define COPY_PAR_BYTES 32768
+
+void ei_copy_par(const ei_copy_par_args *a) {
+    int64_t bytes = 0, units = 1;
+    for (int64_t k = 0; k < a->c.count; k++) {
+        const ei_copy_desc *d = &a->c.descs[k];
+        int64_t rows = copy_nrows(d), n = rows * d->elsize;
+        if (d->rank > 0) n *= d->shape[d->rank - 1];
+        bytes += n;
+        if (rows > units) units = rows;
+    }
+    int64_t t = a->threads < 1 ? 1 : a->threads;
+    if (t > 1 && bytes < 2 * COPY_PAR_BYTES) t = 1;
+    if (t == 1) { ei_copy(&a->c); return; }
+    copy_par_ctx x = { &a->c, units };
+    ei_parallel_for(units, EI_MAX(1, units * COPY_PAR_BYTES / bytes), copy_par_range, &x, (int)t);
 }
 
 void ei_seq(const ei_seq_args *a) { ei_run_steps(a->steps, a->n); }

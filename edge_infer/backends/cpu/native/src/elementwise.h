@@ -80,6 +80,11 @@ EI_API void ei_copy(const ei_copy_args *a);
 EI_API void ei_pool2d_f32(const ei_pool2d_f32_args *a);
 EI_API void ei_global_pool_f32(const ei_global_pool_f32_args *a);
 EI_API int ei_selftest_elementwise(void);
+/* ei_copy on `threads` threads: chunk u of the pool's job copies the same fraction of the outer
+ * rows of every desc (a Concat's inputs: the same pixels of each, as the layers around cut
+ * their work) */
+typedef struct { ei_copy_args c; int64_t threads; } ei_copy_par_args;
+EI_API void ei_copy_par(const ei_copy_par_args *a);
 
 /* shared with pool.c */
 float ei_expf(float x);
