@@ -259,8 +259,19 @@ def test_onnx_int8_vision_ops_export_matches_ours(kind, tmp_path):
     if kind == "pool":
         # the pool pair runs in float (as the quantizer leaves it) after the int8 conv, which
         # XNNPACK requantizes in float: a step on some of the conv's outputs
-        steps = np.abs(run_litert(data, [x])[0] - ours) / step
-        assert steps.max() <= 1.0001 and np.count_nonzero(ours) == np.count_nonzero(run_litert(data, [x])[0])
+        theirs = run_litert(data, [x])[0]
+        # a one-step difference can also move a 2x2 window's argmax between two near-tied
+        # inputs (calibrations that make it happen: a few in twelve), so the values are
+        # compared per window (one nonzero each, at its argmax), the positions where no
+        # window disagrees
+        def windows(v):
+            n, c, h, w = v.shape
+            return v.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // 2, w // 2, 4)
+        wo, wt = windows(ours), windows(theirs)
+        steps = np.abs(wo.max(axis=-1) - wt.max(axis=-1)) / step
+        assert steps.max() <= 1.0001
+        same_place = (wo.argmax(axis=-1) == wt.argmax(axis=-1)) | (steps > 0) | (wo.max(axis=-1) == 0)
+        assert same_place.mean() >= 0.98 and np.count_nonzero(ours) == np.count_nonzero(theirs)
         return
     # TFLite's reference int8 kernels: our scheme, bit for bit but for input-QUANTIZE ties
     steps = np.abs(run_litert(data, [x], litert.OpResolverType.BUILTIN_REF)[0] - ours) / step
