@@ -17,6 +17,7 @@
  * unary activations of elementwise.c on the tile's rows while they are in cache). */
 #include "sgemm.h"
 #include "elementwise.h"
+#include "selftest_rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -43,11 +44,6 @@ static int is_direct(const ei_conv_f32_args *a) {
 }
 
 /* K blocks of at most KC_MAX, as even as possible (no thin last block) */
-static int64_t k_block(int64_t K) {
-    int64_t nb = (K + KC_MAX - 1) / KC_MAX;
-    return (K + nb - 1) / nb;
-}
-
 static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
     p->a = a;
     p->k = k;
@@ -56,13 +52,13 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
     p->mg = a->m / a->group;
     p->K = p->cg * a->kh * a->kw;
     p->panels = (p->mg + EI_SG_NR - 1) / EI_SG_NR;
-    p->kc = k_block(p->K);
+    p->kc = ei_k_block(p->K, KC_MAX);
     p->direct = is_direct(a);
     p->krow = (int64_t)a->kw * p->cg;
     /* (a kernel row of fewer than 64 values, as a 3-channel stem's, is cheaper copied than
      * run as blocks of its own) */
     p->implicit = !p->direct && a->group == 1 && a->dw == 1 && p->krow >= 64;
-    if (p->implicit) p->kc = k_block(p->krow);
+    if (p->implicit) p->kc = ei_k_block(p->krow, KC_MAX);
     p->oxa = EI_MIN((int64_t)a->ow, ((int64_t)a->pl + a->sw - 1) / a->sw);
     int64_t lastx = (int64_t)a->w - 1 - (int64_t)(a->kw - 1) * a->dw + a->pl;
     p->oxb = lastx < 0 ? 0 : EI_MIN((int64_t)a->ow, lastx / a->sw + 1);
@@ -100,11 +96,6 @@ EI_API int64_t ei_conv_f32_scratch(const ei_conv_f32_args *a) {
 }
 
 /* short runs (a few channels) copied inline: a memcpy call costs more than they do */
-static inline void copy_floats(float *d, const float *s, int64_t n) {
-    if (n > 16) { memcpy(d, s, (size_t)n * sizeof(float)); return; }
-    for (int64_t i = 0; i < n; i++) d[i] = s[i];
-}
-
 /* where tap k0 of an im2col row starts: kernel row, kernel column, channel */
 typedef struct { int64_t ky, kx, ci; } tap_pos;
 
@@ -128,7 +119,7 @@ static void im2col_row(const cv_plan *p, int64_t g, int64_t b, int64_t oy, int64
         for (int64_t r = 0; r < a->kh; r++, d += run) {
             int64_t iy = iy0 + r * a->dh;
             if (iy < 0 || iy >= a->h) memset(d, 0, (size_t)run * sizeof(float));
-            else copy_floats(d, xb + (iy * a->w + ix0) * a->c, run);
+            else ei_copy_floats(d, xb + (iy * a->w + ix0) * a->c, run);
         }
         return;
     }
@@ -145,7 +136,7 @@ static void im2col_row(const cv_plan *p, int64_t g, int64_t b, int64_t oy, int64
             /* joined: extend over the following taps of this kernel row inside the input */
             int64_t taps = joined ? EI_MIN(kw - kx, (int64_t)a->w - ix) : 1;
             len = EI_MIN(taps * cg - ci, k1 - k);
-            copy_floats(d, xb + (iy * a->w + ix) * a->c + ci, len);
+            ei_copy_floats(d, xb + (iy * a->w + ix) * a->c + ci, len);
         }
         d += len;
         k += len;
@@ -270,12 +261,6 @@ EI_API const char *ei_conv_f32_isa(void) { return ei_sg_pick().name; }
 /* ---- self-test: the dispatched micro-kernel vs the scalar one, and both vs a direct
  * double-precision reference, on seeded shapes (odd sizes, groups, strides, dilations, pads,
  * K blocking, residual, every inline and post-pass activation) ---- */
-static uint64_t st_state;
-static float st_unif(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((st_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
-static int st_int(int lo, int hi) { return lo + (int)((st_unif() + 1.0f) * 0.5f * (hi - lo + 1)) % (hi - lo + 1); }
 
 static void st_pack(const float *w, int m, int cg, int kh, int kw, int group, float *pk) {
     /* w: (m, cg, kh, kw) ONNX order -> group, panel, K = (ky, kx, ci), 16 */

@@ -24,6 +24,7 @@
  * panels), handed out dynamically by the pool like the conv items. */
 #include "sgemm.h"
 #include "elementwise.h"
+#include "selftest_rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -97,11 +98,6 @@ static int ct_folds(const ei_convt_f32_args *a) {
 }
 
 /* K blocks of at most CT_KC, as even as possible */
-static int64_t ct_k_block(int64_t K) {
-    int64_t nb = (K + CT_KC - 1) / CT_KC;
-    return nb ? (K + nb - 1) / nb : 1;
-}
-
 static void ct_make_plan(const ei_convt_f32_args *a, ei_sg_kernel k, ct_plan *p) {
     p->a = a;
     p->k = k;
@@ -113,7 +109,7 @@ static void ct_make_plan(const ei_convt_f32_args *a, ei_sg_kernel k, ct_plan *p)
         p->J = (int64_t)a->kh * a->kw * a->m;
         p->panels = (p->J + EI_SG_NR - 1) / EI_SG_NR;
         p->rows = (int64_t)a->n * a->h * a->w;
-        p->kc = ct_k_block(a->c);
+        p->kc = ei_k_block(a->c, CT_KC);
         p->mc = EI_MIN((int64_t)(CT_MC / mr) * mr, (p->rows + mr - 1) / mr * mr);
         p->ncp = p->panels < 16 ? p->panels : 16;
         for (;;) {
@@ -132,7 +128,7 @@ static void ct_make_plan(const ei_convt_f32_args *a, ei_sg_kernel k, ct_plan *p)
     p->panels = (p->mg + EI_SG_NR - 1) / EI_SG_NR;
     p->ktot = (int64_t)a->kh * a->kw * p->cg;
     p->inplace = p->cg >= CT_INPLACE_MIN;
-    p->kc = p->inplace ? ct_k_block(p->cg) : CT_KC;
+    p->kc = p->inplace ? ei_k_block(p->cg, CT_KC) : CT_KC;
     p->nrx = EI_MIN((int64_t)a->sw, (int64_t)a->ow);
     int64_t per_row = ((int64_t)a->ow + a->sw - 1) / a->sw;        /* pixels of phase 0 in a row */
     int64_t mr = k.mr, mc = (CT_MC / mr) * mr;
@@ -245,11 +241,6 @@ EI_API int64_t ei_convt_f32_scratch(const ei_convt_f32_args *a) {
     return t * CT_TILE * (int64_t)sizeof(float);
 }
 
-static inline void ct_copy(float *d, const float *s, int64_t n) {
-    if (n > 16) { memcpy(d, s, (size_t)n * sizeof(float)); return; }
-    for (int64_t i = 0; i < n; i++) d[i] = s[i];
-}
-
 /* rows r < nrows (output pixels whose tap-0 input column is ixp + r) of K block [k0, k1) into
  * d (row stride k1 - k0): input values, zeros for taps outside the image */
 static void ct_gather(const ct_plan *p, const float *xb, int64_t iy0, int64_t ixp, ct_taps ty, ct_taps tx,
@@ -263,7 +254,7 @@ static void ct_gather(const ct_plan *p, const float *xb, int64_t iy0, int64_t ix
             int64_t iy = iy0 - (tap / tx.cnt) * ty.di, ix = ixp + r - (tap % tx.cnt) * tx.di;
             int64_t len = EI_MIN(cg - ci, k1 - k);
             if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w) memset(dr, 0, (size_t)len * sizeof(float));
-            else ct_copy(dr, xb + (iy * a->w + ix) * a->c + ci, len);
+            else ei_copy_floats(dr, xb + (iy * a->w + ix) * a->c + ci, len);
             dr += len;
             k += len;
         }
@@ -406,7 +397,7 @@ static void ct_item_fold(const ct_plan *p, int64_t item) {
                 }
                 float *base = a->y + ((b * a->oh + iy * a->sh) * a->ow + ix * a->sw) * m;
                 for (int q = 0; q < nruns; q++)
-                    ct_copy(base + rky[q] * (a->ow * m - run) + rj[q], srow + (rj[q] - j0), rlen[q]);
+                    ei_copy_floats(base + rky[q] * (a->ow * m - run) + rj[q], srow + (rj[q] - j0), rlen[q]);
             }
             pn += two;
         }
@@ -447,34 +438,28 @@ EI_API void ei_convt_f32(const ei_convt_f32_args *a) {
  * double-precision ConvTranspose, on seeded shapes (strides 1-3, kernels 1-4 below, at and above
  * the stride, dilations, pads, output padding, groups, narrow and wide channels, every inline
  * and post-pass activation) ---- */
-static uint64_t ct_state;
-static float ct_unif(void) {
-    ct_state = ct_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((ct_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
-static int ct_int(int lo, int hi) { return lo + (int)((ct_unif() + 1.0f) * 0.5f * (hi - lo + 1)) % (hi - lo + 1); }
 
 EI_API int ei_selftest_convt_f32(void) {
     int fails = 0;
-    ct_state = 4242;
+    st_state = 4242;
     static const int acts[] = { 0, EI_U_RELU, EI_U_CLIP, EI_U_HSWISH, EI_U_SIGMOID, EI_U_LEAKY };
     for (int trial = 0; trial < 80; trial++) {
         ei_convt_f32_args a;
         memset(&a, 0, sizeof a);
         a.group = trial % 6 == 5 ? 2 : 1;
-        a.n = ct_int(1, 2);
-        a.c = a.group * (trial % 3 == 0 ? ct_int(1, 7) : ct_int(16, 40));
-        a.m = a.group * ct_int(1, 35);
-        a.h = ct_int(1, 7); a.w = ct_int(1, 13);
-        a.kh = ct_int(1, 4); a.kw = ct_int(1, 4);
-        a.sh = ct_int(1, 3); a.sw = ct_int(1, 3);
+        a.n = st_int(1, 2);
+        a.c = a.group * (trial % 3 == 0 ? st_int(1, 7) : st_int(16, 40));
+        a.m = a.group * st_int(1, 35);
+        a.h = st_int(1, 7); a.w = st_int(1, 13);
+        a.kh = st_int(1, 4); a.kw = st_int(1, 4);
+        a.sh = st_int(1, 3); a.sw = st_int(1, 3);
         a.dh = trial % 4 == 3 ? 2 : 1; a.dw = trial % 5 == 4 ? 2 : 1;
-        int pb = ct_int(0, 2), pr = ct_int(0, 2);
-        a.pt = ct_int(0, 2); a.pl = ct_int(0, 2);
+        int pb = st_int(0, 2), pr = st_int(0, 2);
+        a.pt = st_int(0, 2); a.pl = st_int(0, 2);
         if (trial % 5 == 0) {                   /* kernel = stride, no pads: the fold form */
-            a.group = 1; a.c = ct_int(1, 40); a.m = trial % 10 == 0 ? 1 : ct_int(1, 40);
+            a.group = 1; a.c = st_int(1, 40); a.m = trial % 10 == 0 ? 1 : st_int(1, 40);
             a.kh = a.sh; a.kw = a.sw; a.dh = a.dw = 1; a.pt = a.pl = pb = pr = 0;
-            a.n = 1 + trial % 2; a.w = ct_int(1, 30);
+            a.n = 1 + trial % 2; a.w = st_int(1, 30);
         }
         int oph = trial % 7 == 6 ? EI_MIN(a.sh - 1, 1) : 0, opw = trial % 7 == 6 ? EI_MIN(a.sw - 1, 1) : 0;
         a.oh = a.sh * (a.h - 1) + oph + (a.kh - 1) * a.dh + 1 - a.pt - pb;
@@ -490,9 +475,9 @@ EI_API int ei_selftest_convt_f32(void) {
         float *y0 = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny);
         float *pk = malloc(sizeof(float) * (size_t)ei_convt_f32_pack_size(&a));
         float *scr = malloc((size_t)ei_convt_f32_scratch(&a) + 64);
-        for (int64_t i = 0; i < nx; i++) x[i] = ct_unif();
-        for (int64_t i = 0; i < nw; i++) w[i] = ct_unif();
-        for (int i = 0; i < a.m; i++) bias[i] = ct_unif();
+        for (int64_t i = 0; i < nx; i++) x[i] = st_unif();
+        for (int64_t i = 0; i < nw; i++) w[i] = st_unif();
+        for (int i = 0; i < a.m; i++) bias[i] = st_unif();
         a.bias = trial % 3 ? bias : NULL;
         ei_convt_f32_pack(&a, w, pk);
         a.x = x; a.wpack = pk; a.scratch = scr;

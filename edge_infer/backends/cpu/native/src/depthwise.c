@@ -17,6 +17,7 @@
 #include "ei_int8.h"
 #include "ei_activations.h"
 #include "depthwise.h"
+#include "selftest_rng.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -680,11 +681,6 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
 }
 
 /* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */
-static uint64_t st_state;
-static uint32_t st_rand(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(st_state >> 33);
-}
 
 EI_API int ei_selftest_depthwise(void) {
     int fails = 0;

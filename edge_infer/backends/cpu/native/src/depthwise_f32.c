@@ -11,6 +11,7 @@
  * differ from the numpy kernel's by rounding only (FMA, bias added first); the self-test checks
  * every instance against a double-precision reference. */
 #include "depthwise.h"
+#include "selftest_rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -124,12 +125,6 @@ EI_API const char *ei_depthwise_f32_isa(void) {
 
 /* ---- self-test: random geometries (strides, dilations, pads, borders, channel tails,
  * every activation, residual, bias or none) against a double-precision reference ---- */
-static uint64_t st_state;
-static float st_unif(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((st_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
-static int st_int(int lo, int hi) { return lo + (int)((st_unif() + 1.0f) * 0.5f * (hi - lo + 1)) % (hi - lo + 1); }
 
 static float st_act(double v, const ei_dw_args *a) {
     switch (a->act) {

@@ -2,6 +2,7 @@
  * NEON, and int8 Add (TFLite ADD: each input's rescaled term from a 256-entry table, the sum
  * requantized). */
 #include "ei_int8.h"
+#include "selftest_rng.h"
 
 #include <string.h>
 
@@ -149,11 +150,6 @@ EI_API void ei_int8_add(const ei_int8_add_args *a) {
 }
 
 /* ---- self-test: SIMD epilogue vs scalar on seeded random data ---- */
-static uint64_t st_state;
-static uint32_t st_rand(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(st_state >> 33);
-}
 
 EI_API int ei_selftest_epilogue(void) {
     int fails = 0;

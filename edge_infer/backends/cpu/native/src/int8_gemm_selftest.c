@@ -1,15 +1,11 @@
 /* Self-test of the int8 GEMM / convolution (int8_gemm.c): every micro-kernel kind this CPU
  * runs, with and without the constants made at prepare, against a direct int64 reference. */
 #include "int8_gemm.h"
+#include "selftest_rng.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t st_state;
-static uint32_t st_rand(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(st_state >> 33);
-}
 
 static void ref_conv(const ei_int8_conv_args *a, const int8_t *wt, int8_t *y) {
     int K = a->kh * a->kw * a->c, P = a->oh * a->ow;

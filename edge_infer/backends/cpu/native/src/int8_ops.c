@@ -14,6 +14,7 @@
  * multipliers are made there, at prepare; everything here is integer arithmetic.
  */
 #include "ei_int8.h"
+#include "selftest_rng.h"
 
 #include <string.h>
 
@@ -451,11 +452,6 @@ EI_API void ei_softmax_s8(const ei_softmax_s8_args *a) {
 }
 
 /* ---- self-test: the dispatched paths vs plain loops, seeded random data ---- */
-static uint64_t st_state;
-static uint32_t st_rand(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(st_state >> 33);
-}
 
 EI_API int ei_selftest_int8_ops(void) {
     int fails = 0;

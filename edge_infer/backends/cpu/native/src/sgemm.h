@@ -13,6 +13,20 @@
 
 #include "edge_native.h"
 
+#include <string.h>
+
+/* n floats from s to d: memcpy for a run worth a call, a loop for the short ones (channel tails) */
+static inline void ei_copy_floats(float *d, const float *s, int64_t n) {
+    if (n > 16) { memcpy(d, s, (size_t)n * sizeof(float)); return; }
+    for (int64_t i = 0; i < n; i++) d[i] = s[i];
+}
+
+/* the K block of a GEMM over K rows: at most kc_max, the blocks as even as possible */
+static inline int64_t ei_k_block(int64_t K, int64_t kc_max) {
+    int64_t nb = (K + kc_max - 1) / kc_max;
+    return nb ? (K + nb - 1) / nb : 1;
+}
+
 #define EI_SG_NR 16
 #define EI_SG_MR_MAX 14
 

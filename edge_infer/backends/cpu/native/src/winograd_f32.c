@@ -21,6 +21,7 @@
  * a double-precision direct conv. */
 #include "sgemm.h"
 #include "elementwise.h"
+#include "selftest_rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -298,12 +299,6 @@ EI_API const char *ei_winograd_f32_isa(void) { return ei_sg_pick().name; }
 /* ---- self-test: the dispatched kernels vs the scalar ones, and both vs a direct
  * double-precision conv, on seeded shapes (odd sizes, partial tiles, every padding,
  * channel tails, several K / column blocks and bands, residual, every activation) ---- */
-static uint64_t st_state;
-static float st_unif(void) {
-    st_state = st_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((st_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
-static int st_int(int lo, int hi) { return lo + (int)((st_unif() + 1.0f) * 0.5f * (hi - lo + 1)) % (hi - lo + 1); }
 
 EI_API int ei_selftest_winograd_f32(void) {
     int fails = 0;
