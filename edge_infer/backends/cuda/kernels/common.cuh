@@ -103,6 +103,15 @@ __device__ __forceinline__ float act_f32(float v, int op, float p0, float p1) {
 }
 
 // Offset of element i (row-major over dims) in a tensor with strides st (elements).
+// The input coordinate from which a transposed conv's tap k reaches output coordinate o
+// (o = i * s - p + k * d), or -1 where no input pixel does (off the stride grid or outside [0, n)).
+__device__ __forceinline__ int deconv_source(int o, int p, int k, int d, int s, int n) {
+    int t = o + p - k * d;
+    if (t < 0 || t % s) return -1;
+    t /= s;
+    return t < n ? t : -1;
+}
+
 __device__ __forceinline__ i64 strided_offset(i64 i, int rank, const i64* dims, const i64* st) {
     i64 off = 0;
     for (int d = rank - 1; d >= 0; --d) {

@@ -93,15 +93,11 @@ extern "C" __global__ void conv_transpose_f32(const float* x, const float* wt, c
         i64 g = co / mg, cm = co % mg;
         float acc = has_bias ? bias[co] : 0.0f;
         for (int ky = 0; ky < kh; ++ky) {
-            int ty = (int)oy + ph - ky * dh;
-            if (ty < 0 || ty % sh) continue;
-            int iy = ty / sh;
-            if (iy >= h) continue;
+            int iy = deconv_source((int)oy, ph, ky, dh, sh, h);
+            if (iy < 0) continue;
             for (int kx = 0; kx < kw; ++kx) {
-                int tx = (int)ox + pw - kx * dw;
-                if (tx < 0 || tx % sw) continue;
-                int ix = tx / sw;
-                if (ix >= w) continue;
+                int ix = deconv_source((int)ox, pw, kx, dw, sw, w);
+                if (ix < 0) continue;
                 for (int ci = 0; ci < cg; ++ci) {
                     i64 ch = g * cg + ci;
                     acc += x[in_index(nhwc, b, ch, iy, ix, c, h, w)] * wt[((ch * mg + cm) * kh + ky) * kw + kx];
