@@ -90,6 +90,16 @@ def per_tensor(ctx, name: str, what: str = "") -> Tuple[float, int]:
     return p.s, p.zp
 
 
+def conv_transpose_weight_scales(ctx, node, m: int) -> np.ndarray:
+    """The ``m`` per-output-channel scales of an int8 ConvTranspose's weights (ONNX layout
+    (C_in, C_out, ...): axis 1), which must be symmetric; a per-tensor scale is repeated."""
+    wq = qparams(ctx, node.inputs[1], "weights")
+    if np.any(wq.zero_point != 0) or wq.scale.size not in (1, m) or (wq.scale.size == m > 1 and wq.axis != 1):
+        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: weights must be symmetric, per output channel "
+                                 "(axis 1)")
+    return wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
+
+
 def quantize_multiplier(m: float) -> Tuple[int, int]:
     """TFLite ``QuantizeMultiplier``: (q, shift) with m ~= q * 2^(shift - 31), q in [2^30, 2^31)."""
     m = float(m)

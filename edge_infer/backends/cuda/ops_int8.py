@@ -120,11 +120,7 @@ def int8_conv_transpose(node: Node, ctx):
         raise UnsupportedOpError(f"ConvTranspose {node.name!r}: int8 transposed conv needs constant weights")
     s_x, zp_x = I8.per_tensor(ctx, node.inputs[0], "input")
     s_y, zp_y = I8.per_tensor(ctx, node.outputs[0], "output")
-    wq = I8.qparams(ctx, node.inputs[1], "weights")
-    if np.any(wq.zero_point != 0) or wq.scale.size not in (1, m) or (wq.scale.size == m > 1 and wq.axis != 1):
-        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: weights must be symmetric, per output channel "
-                                 "(axis 1)")
-    s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
+    s_w = I8.conv_transpose_weight_scales(ctx, node, m)
     q, sh = _requant_arrays(ctx, *conv_requant_params(s_x, s_w, s_y))
     bias = _bias_i32(ctx, node, _opt(node, 2), m)
     x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])

@@ -30,7 +30,8 @@ from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
 from ....ops.int8_tables import SOFTMAX_OUTPUT, softmax_exp_table, softmax_s8_params  # noqa: F401
 from ....ops.resize import BILINEAR_MODES, resize_axes, source_coords  # noqa: F401
-from .int8_common import ChunkedGemm, Requantizer, int8_kernel, per_tensor, qparams
+from ....ops.qmath import conv_transpose_weight_scales
+from .int8_common import ChunkedGemm, Requantizer, int8_kernel, per_tensor
 from .int8_conv import conv_requant_params
 from .nn import changed_axes, nearest_blocks, resize_scale
 from .nn import resize as float_resize
@@ -210,12 +211,8 @@ def int8_conv_transpose(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"ConvTranspose {node.name!r}: int8 covers group 1, dilation 1")
     s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
-    wq = qparams(ctx, node.inputs[1], "weights")
     cin, m, kh, kw = w.shape
-    if np.any(wq.zero_point != 0) or wq.scale.size not in (1, m) or (wq.scale.size == m > 1 and wq.axis != 1):
-        raise UnsupportedOpError(f"ConvTranspose {node.name!r}: weights must be symmetric, per output channel "
-                                 "(axis 1)")
-    s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
+    s_w = conv_transpose_weight_scales(ctx, node, m)
     n = x.shape[0]
     h, wd = (x.shape[1:3] if nhwc else x.shape[2:])
     strides = [int(v) for v in (a.get("strides") or [1, 1])]
