@@ -41,7 +41,6 @@ from numpy.lib.stride_tricks import as_strided
 
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
-from ....ops.conv import conv_transpose_geometry
 from ....ops.shapes import channels_last
 from ....ops.conv import conv_geometry
 from ..native import kernels as native_kernels
