@@ -648,3 +648,38 @@ def test_int8_tables_in_place():
     assert np.shares_memory(ex.buffers["r"], ex.buffers["s"])          # really in place
     want = R.lut(R.requant(x, xq, rq, lo=-128), rq, yq, lambda v: 1 / (1 + math.exp(-v)))
     assert np.array_equal(y, want)
+
+
+@pytest.mark.filterwarnings("ignore::edge_infer.errors.QuantizationDriftWarning")
+def test_qdq_export_of_a_yolo_detector_loads_in_onnxruntime_fully_optimized(tmp_path):
+    """A channels-last float op fed by an int8 tensor (YOLO's DFL conv after the int8 Softmax)
+    used to export as DequantizeLinear -> Transpose -> Conv, which onnxruntime's extended
+    optimizer turns into a QuantizeLinear it then refuses to load (int8 output type, uint8 zero
+    point). The export transposes on the integer side instead; the model loads at every
+    optimization level and computes what its unoptimized form does."""
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    from family_models import yolo_detector
+    from edge_infer.artifact import load_artifact
+    from edge_infer.convert import convert
+    from edge_infer.quantize.export_onnx import export_qdq
+    src, out, qdq = str(tmp_path / "y.onnx"), str(tmp_path / "y8.eim"), str(tmp_path / "y_qdq.onnx")
+    onnx.save(yolo_detector(96), src)
+    convert(src, out, quantize="int8", calib="random", calib_samples=4, allow_drift=True)
+    g8, _ = load_artifact(out)
+    model, _ = export_qdq(g8, qdq)
+    assert any(n.op_type == "Softmax" for n in model.graph.node)
+    x = np.random.default_rng(3).random((1, 3, 96, 96), dtype=np.float32)
+    runs = {}
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        runs[level] = ort.InferenceSession(qdq, so, providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+    ours = Runtime(out, backend="cpu").run({"images": x})["output0"]
+    exact, fused = runs["ORT_DISABLE_ALL"], runs["ORT_ENABLE_ALL"]
+    assert exact.shape == fused.shape == ours.shape == (1, 84, 189)
+    # class probabilities (rows 4:) are int8 with step 1/256: a few steps of rounding apart at most
+    assert np.abs(fused[:, 4:] - exact[:, 4:]).max() <= 8 / 256
+    assert np.abs(ours[:, 4:] - exact[:, 4:]).max() <= 8 / 256
+    # pixel boxes: the same up to a few percent of the image
+    assert np.median(np.abs(ours[:, :4] - exact[:, :4])) <= 0.03 * 96

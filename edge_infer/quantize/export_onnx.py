@@ -16,7 +16,7 @@ Opset 21 (the IR's); ``onnx`` is needed (the ``convert`` extra).
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -63,6 +63,7 @@ class _Exporter:
         self.nodes = []
         self.inits: Dict[str, object] = {}
         self.dq_of: Dict[str, str] = {}
+        self.dq_src: Dict[str, Tuple[str, str, str]] = {}  # DQ output -> (int tensor, scale, zero point)
         self.names = set(graph.tensors) | {n.name for n in graph.nodes}
         self.counts = {"QuantizeLinear": 0, "DequantizeLinear": 0}
         self.opset = OPSET
@@ -119,7 +120,26 @@ class _Exporter:
         self.node("DequantizeLinear", [name, s, z], [out], name=self.unique(name + "/DequantizeLinear"),
                   **({"axis": axis} if axis is not None else {}))
         self.dq_of[name] = out
+        if axis is None:
+            self.dq_src[out] = (name, s, z)
         return out
+
+    def nchw_in(self, name: str, perm: List[int], base: str) -> str:
+        """``name`` transposed channels-first for a float op. A per-tensor DequantizeLinear's output
+        is transposed on its integer side and dequantized after: onnxruntime's extended optimizer
+        (1.32) rewrites DQ -> Transpose -> float Conv into a QuantizeLinear whose zero point and
+        output type disagree, and then refuses to load the model."""
+        src = self.dq_src.get(name)
+        if src is None:
+            t = self.unique(name + "_nchw")
+            self.node("Transpose", [name], [t], name=self.unique(base + "/to_nchw"), perm=perm)
+            return t
+        q, s, z = src
+        tq = self.unique(q + "_nchw")
+        self.node("Transpose", [q], [tq], name=self.unique(base + "/to_nchw"), perm=perm)
+        t = self.unique(tq + "_dq")
+        self.node("DequantizeLinear", [tq, s, z], [t], name=self.unique(tq + "/DequantizeLinear"))
+        return t
 
     def raw_in(self, name: str) -> str:
         if name and self.g.tensors[name].is_const:
@@ -201,9 +221,7 @@ class _Exporter:
             ins = list(ins)
             for i in act_ins:
                 if i < len(ins) and ins[i]:
-                    t = self.unique(ins[i] + "_nchw")
-                    self.node("Transpose", [ins[i]], [t], name=self.unique(node.name + "/to_nchw"), perm=to_first)
-                    ins[i] = t
+                    ins[i] = self.nchw_in(ins[i], to_first, node.name)
             mids = [self.unique(o + "_nchw") if o else "" for o in outs]
             self._float_op(node, ins, mids)
             for o, m in zip(outs, mids):
