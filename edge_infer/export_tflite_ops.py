@@ -376,12 +376,12 @@ class TensorOps:
                      "pytorch_half_pixel": (False, True)}
             if ctm == "pytorch_half_pixel" and min(ys[1:3] if nhwc else ys[2:]) == 1:
                 raise ExportError(f"node {node.name!r}: pytorch_half_pixel to size 1 differs from TFLite")
-            name, opt = "RESIZE_BILINEAR", "bilinear"
+            name = "RESIZE_BILINEAR"
         elif mode == "nearest":
             table = {("asymmetric", "floor"): (False, False), ("align_corners", "round_prefer_ceil"): (True, False),
                      ("tf_half_pixel_for_nn", "floor"): (False, True)}
             ctm = (ctm, nearest)
-            name, opt = "RESIZE_NEAREST_NEIGHBOR", "nearest"
+            name = "RESIZE_NEAREST_NEIGHBOR"
         else:
             raise ExportError(f"node {node.name!r}: Resize mode {mode!r} has no TFLite form")
         if ctm not in table and mode == "nearest":

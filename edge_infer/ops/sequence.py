@@ -116,7 +116,7 @@ def _check_recurrent(node: Node, graph: Graph) -> None:
     xs = shape(graph, node.inputs[0])
     if xs is not None and len(xs) != 3:
         fail(node, "input 0 (X)", f"rank {len(xs)}; expected 3")
-    ws, rs = shape(graph, node.inputs[1]), shape(graph, node.inputs[2])
+    rs = shape(graph, node.inputs[2])
     hidden = node.attrs.get("hidden_size")
     if hidden is None and rs is not None and len(rs) == 3 and known(rs[2]):
         hidden = rs[2]
