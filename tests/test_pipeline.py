@@ -622,3 +622,27 @@ def test_camera_detect_example_demo(tmp_path, capsys):
     assert np.mean([len(r["result"]["detections"]) for r in recs]) >= 1.5      # two squares per frame
     cap = cv2.VideoCapture(str(out_video))
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 12
+
+
+def test_static_model_is_planned_before_the_first_frame(tmp_path):
+    """start() plans a fixed-shape model, so frame 1 pays for inference only."""
+    out = tmp_path / "digits.eim"
+    edge_infer.convert(digits_model_path(), str(out))
+    rt = edge_infer.Runtime(str(out))
+    assert rt.memory_stats()["plans"] == []
+    gate = threading.Event()
+
+    class GatedSource(SyntheticSource):
+        def read(self):
+            gate.wait(10)
+            return super().read()
+
+    collect = CollectSink()
+    pipe = Pipeline(rt, GatedSource("digits", count=2), preprocess=DIGITS_RECIPE, sinks=[collect]).start()
+    try:
+        assert len(rt.memory_stats()["plans"]) == 1   # planned while no frame has been read
+    finally:
+        gate.set()
+    stats = pipe.wait(30)
+    assert stats["frames_out"] == 2 and len(collect.items) == 2
+    assert len(rt.memory_stats()["plans"]) == 1       # the frames ran on that plan

@@ -332,6 +332,7 @@ class Pipeline:
         if self._threads:
             raise RuntimeError("pipeline already started")
         self.source.open()
+        self._plan_before_first_frame()
         self._t_start = time.perf_counter()
         live = self.live
         specs = [("capture", self._capture, ()),
@@ -345,6 +346,21 @@ class Pipeline:
         for t in self._threads:
             t.start()
         return self
+
+    def _plan_before_first_frame(self) -> None:
+        """Plan a Runtime now for the shape frames will have, so that the first frame's latency
+        (and a live source's first drops) is inference, not planning. Frames go one at a time, so
+        a symbolic batch dim is 1; a model with other symbolic dims is planned on its first frame,
+        whose shape only the preprocessing decides."""
+        from ..runtime import Runtime
+        if not isinstance(self.model, Runtime):
+            return
+        shapes = {}
+        for t in self.model.inputs:
+            if not t.shape or not all(isinstance(v, int) for v in t.shape[1:]):
+                return
+            shapes[t.name] = (t.shape[0] if isinstance(t.shape[0], int) else 1,) + tuple(t.shape[1:])
+        self.model.plan(shapes)
 
     def stop(self) -> None:
         """Stop capturing; frames in flight still go through (graceful)."""
