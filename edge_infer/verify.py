@@ -77,27 +77,31 @@ def promote_float64(graph: Graph) -> Graph:
     return g
 
 
-def _as_runtime(model, precision: str = "native"):
+def _as_runtime(model, precision: str = "native", trusted_keys=None):
     from .artifact import load_artifact
     from .runtime import Runtime
     if hasattr(model, "run") and hasattr(model, "inputs"):
         if precision == "float64":
             return Runtime(promote_float64(model.graph), backend="cpu")
         return model
+    # an artifact path loads through the signature check; a Graph in memory has no file to check
+    keys = trusted_keys if not isinstance(model, Graph) else None
     if precision == "float64":
-        graph = model if isinstance(model, Graph) else load_artifact(str(model))[0]
+        graph = model if isinstance(model, Graph) else load_artifact(str(model), trusted_keys=keys)[0]
         return Runtime(promote_float64(graph), backend="cpu")
-    return Runtime(model, backend="cpu")
+    return Runtime(model, backend="cpu", trusted_keys=keys)
 
 
-def compare(a, b, feeds_list: Iterable[Dict[str, np.ndarray]], precision: str = "native") -> float:
+def compare(a, b, feeds_list: Iterable[Dict[str, np.ndarray]], precision: str = "native",
+            trusted_keys=None) -> float:
     """Largest relative error over outputs and feeds between models ``a`` and ``b``
     (Graphs, artifact paths or Runtimes). ``precision="float64"`` runs both with
-    widened floats (see ``promote_float64``)."""
+    widened floats (see ``promote_float64``). ``trusted_keys``: as for ``Runtime``; artifact
+    paths load only if signed by one of them."""
     if precision == "float32-vs-float64":  # the float32 rounding noise of ``a`` itself
-        ra, rb = _as_runtime(a), _as_runtime(b, "float64")
+        ra, rb = _as_runtime(a, trusted_keys=trusted_keys), _as_runtime(b, "float64", trusted_keys)
     else:
-        ra, rb = _as_runtime(a, precision), _as_runtime(b, precision)
+        ra, rb = _as_runtime(a, precision, trusted_keys), _as_runtime(b, precision, trusted_keys)
     worst = 0.0
     for feeds in feeds_list:
         if precision != "native":
@@ -112,16 +116,18 @@ def compare(a, b, feeds_list: Iterable[Dict[str, np.ndarray]], precision: str = 
 
 
 def verify(a: Union[Graph, str], b: Union[Graph, str], samples: int = 2, seed: int = 0,
-           tolerance: float = 1e-6, feeds: Optional[list] = None, precision: str = "float64") -> float:
+           tolerance: float = 1e-6, feeds: Optional[list] = None, precision: str = "float64",
+           trusted_keys=None) -> float:
     """Check that models ``a`` and ``b`` compute the same outputs on seeded random
     inputs (and on ``feeds`` if given). Returns the largest relative error; raises
     VerificationError if it exceeds ``tolerance``. By default both run in float64
     so that float32 rounding differences do not count (``precision="native"`` to
-    compare them as they run on the device)."""
-    ra = _as_runtime(a)
+    compare them as they run on the device). ``trusted_keys``: as for ``Runtime``: artifact
+    paths load only if signed by one of these Ed25519 public keys."""
+    ra = _as_runtime(a, trusted_keys=trusted_keys)
     ga = ra.graph
     feeds_list = list(feeds or []) + [random_inputs(ga, seed + k) for k in range(samples)]
-    err = compare(ra, b, feeds_list, precision)
+    err = compare(ra, b, feeds_list, precision, trusted_keys)
     if err > tolerance:
         raise VerificationError(f"outputs differ: relative error {err:.3g} > {tolerance:g}")
     return err

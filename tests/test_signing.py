@@ -432,3 +432,22 @@ def test_cli_export_and_verify_take_trust(work, tmp_path, capsys):
     assert main(verify + ["--trust", alice]) == 0
     capsys.readouterr()
     assert main(verify + ["--trust", bob]) == 2 and "not among" in _err_line(capsys)
+
+
+def test_python_verify_and_pipeline_take_trust(work):
+    """verify() and Pipeline(path) load through the same signature check as Runtime."""
+    from edge_infer.pipeline import Pipeline
+    from edge_infer.verify import verify
+    signed, unsigned = str(work / "digits-signed.eim"), str(work / "digits.eim")
+    alice, bob = [work / "alice.pub"], [work / "bob.pub"]
+    assert verify(signed, signed, samples=1, trusted_keys=alice) == 0.0
+    with pytest.raises(ArtifactError, match="not among"):
+        verify(signed, signed, samples=1, trusted_keys=bob)
+    with pytest.raises(ArtifactError, match="not signed"):
+        verify(signed, unsigned, samples=1, trusted_keys=alice)       # every path is checked
+    with pytest.raises(ArtifactError, match="not signed"):
+        verify(signed, unsigned, samples=1, precision="native", trusted_keys=alice)
+    pipe = Pipeline(signed, "synthetic", trusted_keys=alice)
+    assert pipe.model.inputs[0].shape[1:] == (1, 8, 8)
+    with pytest.raises(ArtifactError, match="not among"):
+        Pipeline(signed, "synthetic", trusted_keys=bob)

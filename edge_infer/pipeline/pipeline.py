@@ -80,16 +80,18 @@ class Pipeline:
     ``reconnect_backoff`` is (first delay, max delay) in seconds; ``profile_every=N`` times every
     Nth inference per op (``edge_infer_op_seconds``); a stage that fails on
     ``max_consecutive_errors`` frames in a row stops the pipeline with that error.
+    ``trusted_keys``: as for ``Runtime``, when ``model`` is a path (it loads only if signed by
+    one of these Ed25519 public keys).
     """
 
     def __init__(self, model, source: Union[Source, str, int], preprocess=None, postprocess=None,
                  sinks: Sequence[Union[Sink, str]] = (), *, live: Optional[bool] = None, queue_depth: int = 3,
                  registry: Optional[Registry] = None, max_frames: Optional[int] = None,
                  reconnect_backoff=(0.5, 10.0), profile_every: int = 0, max_consecutive_errors: int = 10,
-                 labels=None, input_name: Optional[str] = None):
+                 labels=None, input_name: Optional[str] = None, trusted_keys=None):
         if isinstance(model, (str, os.PathLike)):
             from ..runtime import Runtime
-            model = Runtime(model)
+            model = Runtime(model, trusted_keys=trusted_keys)
         self.model = model
         self.source = open_source(source)
         self.live = self.source.live if live is None else bool(live)
