@@ -567,7 +567,7 @@ def read_info(path: PathLike, trusted_keys=None) -> ArtifactInfo:
     ``load_artifact``) also the signature, first. ``file_size`` is the container's size: a
     signed file is ``signing.TRAILER_SIZE`` bytes longer.
     """
-    trust = None if trusted_keys is None else signing.trusted_set(trusted_keys)
+    trust = signing.trust_for_load(trusted_keys)
     with _refuse_malformed():
         c = _open(path, trust)
         try:
@@ -584,8 +584,10 @@ def load_artifact(path: PathLike, max_bytes: Optional[int] = None,
     ``trusted_keys`` (Ed25519 public keys: file paths, bytes, or a ``signing.trusted_set``):
     when given, even empty, the file must carry a signature by one of them, verified before
     anything else of the file is parsed; an unsigned file, another signer or a bad signature
-    raises ArtifactError. Without it a signed file loads like an unsigned one, unless its
-    target profile says ``"require_signed": true`` (then ArtifactError: no key to verify).
+    raises ArtifactError. Without it the keys listed in ``$EDGE_INFER_TRUSTED_KEYS`` (a
+    device-wide policy) are required the same way; with neither, a signed file loads like an
+    unsigned one, unless its target profile says ``"require_signed": true`` (then
+    ArtifactError: no key to verify).
 
     Every checksum is verified and the graph is validated before it is
     returned. Constants are read-only numpy views on a read-only memory map of
@@ -597,7 +599,7 @@ def load_artifact(path: PathLike, max_bytes: Optional[int] = None,
     than ``max_bytes`` (default: the target profile's budget, else the memory available; see
     ``ops.validate_graph``).
     """
-    trust = None if trusted_keys is None else signing.trusted_set(trusted_keys)
+    trust = signing.trust_for_load(trusted_keys)
     with _refuse_malformed():
         c = _open(path, trust)
         try:

@@ -90,7 +90,8 @@ class Runtime:
     ``trusted_keys``: Ed25519 public keys (file paths or key bytes, e.g. ``["release.pub"]``).
     Given, the artifact must be signed by one of them; its signature is verified before
     anything else of the file is read, and an unsigned file, another signer or a changed
-    byte raises ArtifactError (docs/format.md, "Security: signatures").
+    byte raises ArtifactError (docs/format.md, "Security: signatures"). Not given, the keys
+    listed in ``$EDGE_INFER_TRUSTED_KEYS`` (a device-wide policy) apply the same way.
     """
 
     def __init__(self, model: Union[str, os.PathLike, Graph], backend: str = "auto",

@@ -304,6 +304,27 @@ def signer_id(private_key) -> str:
     return key_id(_public_raw(private_key))
 
 
+#: a device-wide list of trusted public key files (os.pathsep-separated): loads that pass no
+#: keys of their own check against it
+TRUST_ENV = "EDGE_INFER_TRUSTED_KEYS"
+
+
+def trust_for_load(keys=None) -> Optional[TrustedKeys]:
+    """The keys a load verifies against: ``keys`` when given (even empty); otherwise the key
+    files listed in ``$EDGE_INFER_TRUSTED_KEYS``, so a device configured once refuses unsigned
+    and foreign artifacts even where a script passes no keys (a flag inside the file cannot do
+    that: an attacker strips it); otherwise None, no signature check."""
+    if keys is not None:
+        return trusted_set(keys)
+    paths = [p for p in os.environ.get(TRUST_ENV, "").split(os.pathsep) if p.strip()]
+    if not paths:
+        return None
+    try:
+        return trusted_set(paths)
+    except KeyFileError as e:
+        raise KeyFileError(f"${TRUST_ENV}: {e}") from None
+
+
 def trusted_set(keys: Union[Iterable, TrustedKeys]) -> TrustedKeys:
     """Trusted public keys (paths, bytes or key objects; or a set made by this function)
     by key id. An empty collection trusts nobody: every artifact is then refused."""

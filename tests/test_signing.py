@@ -451,3 +451,27 @@ def test_python_verify_and_pipeline_take_trust(work):
     assert pipe.model.inputs[0].shape[1:] == (1, 8, 8)
     with pytest.raises(ArtifactError, match="not among"):
         Pipeline(signed, "synthetic", trusted_keys=bob)
+
+
+def test_device_wide_trusted_keys_from_the_environment(work, monkeypatch, capsys):
+    """$EDGE_INFER_TRUSTED_KEYS makes every load that passes no keys of its own verify: a device
+    configured once refuses an unsigned or foreign artifact even from a script that forgot
+    its keys; keys passed explicitly still decide on their own."""
+    from edge_infer.artifact import read_meta
+    signed, unsigned = str(work / "digits-signed.eim"), str(work / "digits.eim")
+    monkeypatch.setenv(signing.TRUST_ENV, os.pathsep.join([str(work / "alice.pub"), str(work / "bob.pub")]))
+    assert Runtime(signed).run({"input": np.zeros((1, 1, 8, 8), np.float32)})["logits"].shape == (1, 10)
+    for load in (lambda: Runtime(unsigned), lambda: load_artifact(unsigned), lambda: read_meta(unsigned)):
+        with pytest.raises(ArtifactError, match="not signed"):
+            load()
+    assert main(["run", unsigned]) == 2 and "not signed" in _err_line(capsys)
+    monkeypatch.setenv(signing.TRUST_ENV, str(work / "bob.pub"))
+    with pytest.raises(ArtifactError, match="not among the 1 trusted key"):
+        Runtime(signed)
+    graph, _ = load_artifact(signed, trusted_keys=[work / "alice.pub"])    # explicit keys decide
+    assert graph.inputs == ["input"]
+    monkeypatch.setenv(signing.TRUST_ENV, str(work / "missing.pub"))
+    with pytest.raises(KeyFileError, match=signing.TRUST_ENV):
+        Runtime(signed)
+    monkeypatch.setenv(signing.TRUST_ENV, "")
+    assert Runtime(unsigned).inputs[0].name == "input"   # empty: no device-wide policy
