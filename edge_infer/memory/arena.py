@@ -6,7 +6,10 @@ are assigned greedily, each tensor at the lowest offset that overlaps no tensor 
 at the same time, in several orders (by size, as TFLite's arena planner does; by
 size x lifetime; by lifetime; by first use), keeping the smallest arena.
 Element-wise ops may write their output over an input whose life ends at that
-op (in-place), when the kernel is known to be safe for it.
+op (in-place), when the kernel is known to be safe for it: input 0 of the backend's
+``inplace_ops``, and any input its ``inplace_inputs(node, graph)`` names (a conv whose fused
+epilogue adds a residual reads each residual element before it writes that element, so it
+may write over the residual).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import Graph, Node
 
 ALIGN = 64
 
@@ -83,27 +86,41 @@ def tensor_lifetimes(graph: Graph, names: Sequence[str]) -> Dict[str, Tuple[int,
 
 
 def find_inplace(graph: Graph, planned: Set[str], lifetimes, inplace_ops=INPLACE_OPS,
-                 places: Optional["Places"] = None) -> Dict[str, str]:
-    """output -> input for element-wise nodes that may write over their first input.
-    ``places``: tensors already placed inside others (views); an output is then written
-    over its input only when neither is part of a view, so no view sees the write."""
+                 places: Optional["Places"] = None,
+                 inplace_inputs: Optional[Callable[[Node, Graph], Sequence[int]]] = None) -> Dict[str, str]:
+    """output -> input for nodes that may write their output over an input whose life ends
+    there: input 0 of ``inplace_ops``, else the inputs ``inplace_inputs(node, graph)`` names
+    (in order of preference). ``places``: tensors already placed inside others (views); an
+    output is then written over its input only when neither is part of a view, so no view
+    sees the write."""
     aliases = {}
     protected = set(graph.inputs) | set(graph.outputs)
     for k, node in enumerate(graph.nodes):
-        if node.op not in inplace_ops or not node.inputs or not node.outputs[0]:
+        if not node.inputs or not node.outputs or not node.outputs[0]:
             continue
-        src, dst = node.inputs[0], node.outputs[0]
-        if src not in planned or dst not in planned or src in protected or dst in protected:
-            continue
-        ts, td = graph.tensors[src], graph.tensors[dst]
-        if ts.shape != td.shape or ts.dtype != td.dtype or lifetimes[src][1] != k:
-            continue
-        if node.inputs.count(src) > 1 or src in aliases.values():
-            continue
-        if places is not None and (places.grouped(src) or places.grouped(dst)):
-            continue
-        aliases[dst] = src
+        which = [0] if node.op in inplace_ops else list(inplace_inputs(node, graph) if inplace_inputs else ())
+        dst = node.outputs[0]
+        for i in which:
+            src = node.inputs[i] if i < len(node.inputs) else ""
+            if src and _may_alias(graph, node, k, src, dst, planned, protected, lifetimes, aliases, places):
+                aliases[dst] = src
+                break
     return aliases
+
+
+def _may_alias(graph: Graph, node: Node, k: int, src: str, dst: str, planned, protected, lifetimes, aliases,
+               places) -> bool:
+    """Whether ``dst`` may take ``src``'s bytes at step ``k``: both planned, same shape and
+    dtype, src read by this node once and by no later one, neither a graph input/output, in
+    a view, or already taken over."""
+    if src not in planned or dst not in planned or src in protected or dst in protected:
+        return False
+    ts, td = graph.tensors[src], graph.tensors[dst]
+    if ts.shape != td.shape or ts.dtype != td.dtype or lifetimes[src][1] != k:
+        return False
+    if node.inputs.count(src) > 1 or src in aliases.values():
+        return False
+    return places is None or not (places.grouped(src) or places.grouped(dst))
 
 
 class Places:
@@ -184,11 +201,14 @@ def _place(order: List[str], block_size: Dict[str, int], block_life: Dict[str, T
 
 
 def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True,
-               inplace_ops: Optional[Set[str]] = None, views: Optional[Callable] = None) -> ArenaPlan:
+               inplace_ops: Optional[Set[str]] = None, views: Optional[Callable] = None,
+               inplace_inputs: Optional[Callable[[Node, Graph], Sequence[int]]] = None) -> ArenaPlan:
     """Plan offsets for ``names`` (default: every non-constant tensor) of a graph with
     static shapes, in the graph's node order. ``views(node, graph) -> [(tensor, base, byte
     offset)]``: tensors the backend lets live inside another's bytes (its copy between them
-    then copies nothing; ``memory/views.py``), placed there where it is safe (``Places``)."""
+    then copies nothing; ``memory/views.py``), placed there where it is safe (``Places``).
+    ``inplace_ops`` / ``inplace_inputs``: which node outputs may take over which input's
+    bytes (``find_inplace``)."""
     if names is None:
         names = [n for n in list(graph.inputs) + [o for nd in graph.nodes for o in nd.outputs if o]
                  if not graph.tensors[n].is_const]
@@ -199,7 +219,7 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     for node in graph.nodes if views is not None else ():
         for view in views(node, graph):
             places.place(*view)
-    aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places) if inplace else {}
+    aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places, inplace_inputs) if inplace else {}
     for dst, src in aliases.items():
         places.place(dst, src, 0)
 

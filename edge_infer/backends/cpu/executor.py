@@ -18,6 +18,7 @@ from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_maps, drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
 from .registry import TABLE
+from .kernels.conv_native import residual_in_place
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 from . import native
@@ -177,7 +178,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         if not t.is_static:
             raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
         names.append(name)
-    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views)
+    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views, inplace_inputs=residual_in_place)
     if limit is not None and plan.size > limit:
         raise refusal(plan.size, limit, plan.size, exact=False)  # nothing to tile: the arena alone
     if arena_alloc is None:

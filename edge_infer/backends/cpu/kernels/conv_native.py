@@ -13,7 +13,7 @@ prepare instead, with the same argument struct, scratch role and epilogue.
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from . import conv_winograd
 
 _P, _I = ctypes.c_void_p, ctypes.c_int32
 NR = 16      #: EI_SG_NR of src/sgemm.h: output channels per packed weight panel
+#: KC_MAX of src/conv_f32.c: a conv whose K = Cg*kh*kw is at most this sums in one K block
+#: (tests/test_memory.py checks an aliased residual at K = K_BLOCK and K_BLOCK + 1)
+K_BLOCK = 320
 
 
 class ConvF32Args(ctypes.Structure):
@@ -134,10 +137,14 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     ep = _epilogue(node)
     if ep is None:
         return None
-    z = None
+    z, z_is_y = None, False
     if node.op == "FusedConv" and len(node.inputs) > 3 and node.inputs[3]:
         z = ctx.value(node.inputs[3])
-        if not _f32c(z) or z.shape != y.shape or np.shares_memory(z, y):
+        if not _f32c(z) or z.shape != y.shape:
+            return None
+        # the arena may have planned y over z (residual_in_place); any other overlap: numpy
+        z_is_y = z.ctypes.data == y.ctypes.data
+        if np.shares_memory(z, y) and not z_is_y:
             return None
     bias = _bias(ctx, node.inputs[2] if len(node.inputs) > 2 else "", m)
     if bias is False:
@@ -169,6 +176,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
         if step is None:
             why = (False, "its scratch does not fit the memory budget")
             args.threads = threads_of(ctx)
+    if step is None and z_is_y and cg * kh * kw > K_BLOCK:
+        return None         # its first K blocks would write y over z before z is read: numpy serves
     if step is None:
         # (M, Cg, kh, kw) -> per group (K = (ky, kx, ci), Mg): the im2col order of the kernel
         wk = np.asarray(w, np.float32).reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(group, -1, mg)
@@ -190,6 +199,31 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                    + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
     return step
+
+
+def residual_in_place(node: Node, graph) -> Tuple[int, ...]:
+    """(3,) when the native conv may write ``node``'s output over its residual Z (the arena
+    planner's ``inplace_inputs``), else (). Safe where the kernel reads every Z element
+    before it writes that element of y: each output tile adds Z in its epilogue right before
+    its store, once all its K blocks are summed; with one K block (K = Cg*kh*kw <= K_BLOCK)
+    nothing of the tile is stored before that, and Winograd sums in its own scratch. More K
+    blocks would store partial sums over Z first; the kernel then refuses the alias
+    (``conv_step`` returns None) and fused.py's copy of Z serves."""
+    if node.op != "FusedConv" or len(node.inputs) < 4 or not node.inputs[3] or not _lib_ok():
+        return ()
+    t = graph.tensors
+    w, z, y = t[node.inputs[1]], t[node.inputs[3]], t[node.outputs[0]]
+    if not channels_last(node) or not w.is_const or not isinstance(w.data, np.ndarray) or w.data.ndim not in (3, 4):
+        return ()
+    if y.dtype != "float32" or z.dtype != "float32" or t[node.inputs[0]].dtype != "float32":
+        return ()
+    group = int(node.attrs.get("group", 1))
+    cg, m = int(w.data.shape[1]), int(w.data.shape[0])
+    if group > 1 and cg == 1:
+        return ()                               # depthwise: its own kernels
+    if cg * int(np.prod(w.data.shape[2:])) > K_BLOCK or m % group:
+        return ()
+    return (3,)
 
 
 def _winograd_allowed(ctx) -> set:
