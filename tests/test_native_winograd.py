@@ -244,12 +244,31 @@ def test_weight_growth_allowance_takes_the_largest_outputs_first(monkeypatch):
     from edge_infer.ir import Graph
     monkeypatch.delenv("EDGE_INFER_WINOGRAD", raising=False)
     monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
+    monkeypatch.setattr(cw, "WEIGHT_GROWTH", 1.0)
     g = Graph("t")
     g.add_tensor("w", "float32", (1000, 1000), np.zeros((1000, 1000), np.float32))     # 4 MB of weights
     cm = 16384                                          # each conv adds 27 * 16384 * 4 = 1.77 MB
-    cands = [("small", 400, cm), ("big", 6400, cm), ("mid", 1600, cm), ("huge_weights", 25600, 10 * cm)]
+    cands = [("small", 400, cm, 0), ("big", 6400, cm, 0), ("mid", 1600, cm, 0), ("huge_weights", 25600, 10 * cm, 0)]
     assert cw.allowed(g, cands) == {"big", "mid"}        # 17.7 MB of "huge_weights" never fits
     monkeypatch.setattr(cw, "WEIGHT_GROWTH", 5.0)                        # 20 MB: the largest output first
     assert cw.allowed(g, cands) == {"huge_weights", "big"}
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "1")
     assert cw.allowed(g, cands) == {"small", "big", "mid", "huge_weights"}
+
+
+def test_weight_growth_allowance_counts_scratch_no_arena_hole_takes_once(monkeypatch):
+    """A conv whose scratch no arena hole takes also costs that scratch, but only what it grows
+    the one buffer all convs share by: under 4 MB, "a" (1.77 MB + 3 MB of scratch) does not
+    fit and "c" (no scratch) does; under 8 MB, "a" pays for the scratch and "b" then rides on it."""
+    from edge_infer.backends.cpu.kernels import conv_winograd as cw
+    from edge_infer.ir import Graph
+    monkeypatch.delenv("EDGE_INFER_WINOGRAD", raising=False)
+    monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
+    monkeypatch.setattr(cw, "WEIGHT_GROWTH", 1.0)
+    g = Graph("t")
+    g.add_tensor("w", "float32", (1000, 1000), np.zeros((1000, 1000), np.float32))     # 4 MB of weights
+    cm, mb3 = 16384, 3 << 20
+    cands = [("a", 6400, cm, mb3), ("b", 3200, cm, mb3), ("c", 1600, cm, 0)]
+    assert cw.allowed(g, cands) == {"c"}
+    monkeypatch.setattr(cw, "WEIGHT_GROWTH", 2.0)
+    assert cw.allowed(g, cands) == {"a", "b"}

@@ -159,8 +159,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     wino = conv_winograd.eligible(nsp, kernel, strides, dil, group)
     why = conv_winograd.chosen(n, c, m, oh, ow) if wino else (False, "")
     if why[0] and node.name not in _winograd_allowed(ctx):
-        why = (False, f"its transformed weights are past the plan's allowance ({conv_winograd.WEIGHT_GROWTH:g}x "
-                      "the fp32 weights; larger outputs go first)")
+        why = (False, f"its transformed weights and scratch are past the plan's allowance "
+                      f"({conv_winograd.WEIGHT_GROWTH:g}x the fp32 weights; most multiply-adds per byte first)")
     args = ConvF32Args(x=x.ctypes.data, y=y.ctypes.data, z=None if z is None else z.ctypes.data,
                        bias=None if bias is None else bias.ctypes.data,
                        n=n, c=c, h=h, w=wd, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
@@ -226,23 +226,48 @@ def residual_in_place(node: Node, graph) -> Tuple[int, ...]:
     return (3,)
 
 
+def _winograd_candidates(graph, nodes):
+    """(step, node, input shape, output shape, M, C) of the NHWC convs Winograd may compute."""
+    for step, nd in enumerate(nodes):
+        if nd.op not in ("Conv", "FusedConv") or len(nd.inputs) < 2:
+            continue
+        w, x, y = (graph.tensors[nd.inputs[1]], graph.tensors[nd.inputs[0]], graph.tensors[nd.outputs[0]])
+        if not w.is_const or not isinstance(w.data, np.ndarray) or w.data.ndim != 4 or y.shape is None \
+                or x.shape is None or not channels_last(nd):
+            continue
+        k = nd.attrs.get("kernel_shape") or list(w.data.shape[2:])
+        if conv_winograd.eligible(2, k, nd.attrs.get("strides") or [1, 1], nd.attrs.get("dilations") or [1, 1],
+                                  int(nd.attrs.get("group", 1))):
+            yield step, nd, x.shape, y.shape, int(w.data.shape[0]), int(w.data.shape[1])
+
+
 def _winograd_allowed(ctx) -> set:
     """conv_winograd.allowed over this plan's eligible convs, computed once per plan."""
     if "winograd" not in ctx.plan_facts:
-        cands = []
-        for nd in ctx.graph.nodes:
-            if nd.op not in ("Conv", "FusedConv") or len(nd.inputs) < 2:
-                continue
-            w, y = ctx.graph.tensors[nd.inputs[1]], ctx.graph.tensors[nd.outputs[0]]
-            if not w.is_const or w.data.ndim != 4 or y.shape is None or not channels_last(nd):
-                continue
-            k = nd.attrs.get("kernel_shape") or list(w.data.shape[2:])
-            if not conv_winograd.eligible(2, k, nd.attrs.get("strides") or [1, 1],
-                                          nd.attrs.get("dilations") or [1, 1], int(nd.attrs.get("group", 1))):
-                continue
-            cands.append((nd.name, int(y.shape[1]) * int(y.shape[2]), int(w.data.shape[0]) * int(w.data.shape[1])))
-        ctx.plan_facts["winograd"] = conv_winograd.allowed(ctx.graph, cands)
+        graph = ctx.graph
+        steps = [nd for nd in graph.nodes if not all(graph.tensors[o].is_const for o in nd.outputs if o)]
+        cands = [(nd.name, int(ys[1]) * int(ys[2]), m * c, _winograd_scratch_outside(ctx, step, xs, ys, m, c))
+                 for step, nd, xs, ys, m, c in _winograd_candidates(graph, steps)]
+        ctx.plan_facts["winograd"] = conv_winograd.allowed(graph, cands)
     return ctx.plan_facts["winograd"]
+
+
+def _winograd_scratch(xs, ys, m: int, c: int, threads: int) -> int:
+    """Bytes of scratch src/winograd_f32.c asks for a 3x3 stride-1 NHWC conv (0: unknown)."""
+    fn = _native.function("ei_winograd_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    if fn is None or any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
+        return 0
+    args = ConvF32Args(n=int(ys[0]), c=c, h=int(xs[1]), w=int(xs[2]), m=m, oh=int(ys[1]), ow=int(ys[2]),
+                       kh=3, kw=3, sh=1, sw=1, dh=1, dw=1, pt=1, pl=1, group=1, threads=max(1, int(threads)))
+    return int(fn(ctypes.addressof(args)))
+
+
+def _winograd_scratch_outside(ctx, step: int, xs, ys, m: int, c: int) -> int:
+    """Bytes of a Winograd conv's scratch that no arena hole of its step takes: what it would
+    add to the plan's shared scratch."""
+    nbytes = _winograd_scratch(xs, ys, m, c, threads_of(ctx))
+    holes = ctx.roles.holes
+    return 0 if holes is not None and holes.take(step, nbytes, keep=False) is not None else nbytes
 
 
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:
