@@ -234,6 +234,9 @@ def test_inspect_names_the_winograd_convs(tmp_path, capsys, monkeypatch):
     assert len(mem["winograd"]) == 1 and list(mem["not_winograd"].values()) == ["4 channels < 8"], mem
     assert main(["inspect", str(out)]) == 0
     assert "Winograd F(4x4,3x3): 1 of 2 3x3 stride-1 conv(s)" in capsys.readouterr().out
+    # what inspect reads: the plan's declared choice (Executable.winograd), not its note text
+    ex = Runtime(str(out), backend="cpu").plan({"x": (1, 16, 24, 24)})
+    assert ex.winograd == {**dict.fromkeys(mem["winograd"]), **mem["not_winograd"]}
 
 
 def test_weight_growth_allowance_takes_the_largest_outputs_first(monkeypatch):

@@ -57,6 +57,8 @@ class PrepareContext:
         #: per node index: (node name, how it was tiled) of the kernels that split their work
         #: to fit the workspace budget or a scratch cap (``tiled_to_fit``)
         self._tiled_at: Dict[object, Tuple[str, str]] = {}
+        #: {node name: None or why not} of the convs Winograd could compute (``Executable.winograd``)
+        self.winograd: Dict[str, Optional[str]] = {}
 
     @property
     def workspace_budget(self) -> float:
@@ -352,6 +354,7 @@ class CpuExecutable(Executable):
         self.run_steps = group_native(self.steps)
         self.notes = ctx.notes
         self.tiled = ctx.tiled
+        self.winograd = dict(ctx.winograd)
         self.workspace_bytes = ctx.workspace_bytes
         #: {role: bytes} of the scratch buffers shared by role (in ``workspace_bytes``); the
         #: scratch placed in the arena: ``arena_plan.scratch_offsets``

@@ -195,6 +195,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
         how = (f"SGEMM ({isa_name()}, {'direct on the input' if direct else 'im2col per tile'}, "
                f"{n * oh * ow}x{cg * kh * kw} @ {cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "")
                + ")" + (f"; not Winograd: {why[1]}" if why[1] else ""))
+    if wino:
+        ctx.winograd[node.name] = None if why[0] else why[1]
     ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native {how}"
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                    + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
