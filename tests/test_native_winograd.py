@@ -259,6 +259,36 @@ def test_weight_growth_allowance_takes_the_largest_outputs_first(monkeypatch):
     assert cw.allowed(g, cands) == {"small", "big", "mid", "huge_weights"}
 
 
+def test_scratch_no_hole_takes_is_reserved_in_the_arena_when_the_allowance_pays(tmp_path, monkeypatch):
+    """A lone 3x3 conv: at its step the arena holds only its input and output, so the Winograd
+    scratch (~2.6 MB band + blocks) fits no free bytes. Under an allowance that pays for the
+    arena's growth, the arena reserves it (no scratch buffer of its own) and the conv runs as
+    Winograd; under one that does not, it stays on the SGEMM and nothing is reserved. Both
+    equal onnxruntime's output."""
+    from edge_infer.backends.cpu.kernels import conv_winograd as cw
+    rng = np.random.default_rng(4)
+    nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
+    feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
+    model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    g3, _ = optimize_verified(load_model(path), 3, samples=1)
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    ref = ort_run(model, feeds)["y"]
+    monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
+    sizes = {}
+    for growth, want in ((100.0, True), (0.0, False)):
+        monkeypatch.setattr(cw, "WEIGHT_GROWTH", growth)
+        rt = Runtime(g3, backend="cpu", threads=2)
+        ex = rt.plan({"x": (1, 64, 56, 56)})
+        assert (None in ex.winograd.values()) == want, ex.winograd
+        assert bool(ex.arena_plan.reserved) == want and ex.workspace_bytes < (1 << 20), ex.workspace_bytes
+        sizes[want] = ex.arena_plan.size
+        np.testing.assert_allclose(rt.run(feeds)["y"], ref, rtol=1e-4, atol=2e-5)
+    assert sizes[True] > sizes[False]          # the arena grew for the reserved scratch
+
+
 def test_weight_growth_allowance_counts_scratch_no_arena_hole_takes_once(monkeypatch):
     """A conv whose scratch no arena hole takes also costs that scratch, but only what it grows
     the one buffer all convs share by: under 4 MB, "a" (1.77 MB + 3 MB of scratch) does not

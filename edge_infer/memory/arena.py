@@ -54,6 +54,8 @@ class ArenaPlan:
     #: (byte strides, extent: bytes from its offset past its last element); the others are
     #: C-contiguous, their extent their size
     strided: Dict[str, Tuple[Tuple[int, ...], int]] = field(default_factory=dict)
+    #: {step: bytes} reserved for that step's scratch (``plan_arena(reserve=...)``)
+    reserved: Dict[int, int] = field(default_factory=dict)
 
     def extent(self, name: str) -> int:
         """Bytes from a tensor's offset to the end of its last element."""
@@ -202,13 +204,16 @@ def _place(order: List[str], block_size: Dict[str, int], block_life: Dict[str, T
 
 def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True,
                inplace_ops: Optional[Set[str]] = None, views: Optional[Callable] = None,
-               inplace_inputs: Optional[Callable[[Node, Graph], Sequence[int]]] = None) -> ArenaPlan:
+               inplace_inputs: Optional[Callable[[Node, Graph], Sequence[int]]] = None,
+               reserve: Optional[Dict[int, int]] = None) -> ArenaPlan:
     """Plan offsets for ``names`` (default: every non-constant tensor) of a graph with
     static shapes, in the graph's node order. ``views(node, graph) -> [(tensor, base, byte
     offset)]``: tensors the backend lets live inside another's bytes (its copy between them
     then copies nothing; ``memory/views.py``), placed there where it is safe (``Places``).
     ``inplace_ops`` / ``inplace_inputs``: which node outputs may take over which input's
-    bytes (``find_inplace``)."""
+    bytes (``find_inplace``). ``reserve``: {step: bytes} of scratch that step's kernel will
+    ask for, placed like a tensor live during that step only, so that ``ArenaHoles`` finds that
+    many free bytes there (the arena grows only where the step's tensors leave too few)."""
     if names is None:
         names = [n for n in list(graph.inputs) + [o for nd in graph.nodes for o in nd.outputs if o]
                  if not graph.tensors[n].is_const]
@@ -232,6 +237,10 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     low = {r: min(where[m][1] for m in ms) for r, ms in blocks.items()}
     block_life = {r: (min(life[m][0] for m in ms), max(life[m][1] for m in ms)) for r, ms in blocks.items()}
     block_size = {r: _align(max(where[m][1] - low[r] + nbytes[m] for m in ms)) for r, ms in blocks.items()}
+    reserve = {int(k): int(n) for k, n in (reserve or {}).items() if n > 0}
+    for step, n in reserve.items():
+        r = f"\0scratch@{step}"            # (no tensor is named with a NUL)
+        blocks[r], block_life[r], block_size[r] = [], (step, step), _align(n)
 
     # Greedy placement in several orders, keeping the smallest arena: greedy-by-size
     # (TFLite's) first; the others win on graphs with many long-lived small tensors
@@ -262,7 +271,7 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     return ArenaPlan(size=size, offsets=offsets, nbytes=nbytes, lifetimes=life, aliases=aliases,
                      naive=sum(_align(b) for b in nbytes.values()), lower_bound=lower,
                      views={n: r for n, r in places.placed().items() if n not in aliases},
-                     strided=dict(places.strided))
+                     strided=dict(places.strided), reserved=reserve)
 
 
 class ArenaHoles:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ....ir import Node
 from ....ops.shapes import channels_last
+from ....memory.arena import ArenaHoles
 from ....memory.pages import drop_pages, private_copy
 from .. import native as _native
 from ..native import ops as native_ops
@@ -235,7 +236,7 @@ def _winograd_candidates(graph, nodes):
             continue
         w, x, y = (graph.tensors[nd.inputs[1]], graph.tensors[nd.inputs[0]], graph.tensors[nd.outputs[0]])
         if not w.is_const or not isinstance(w.data, np.ndarray) or w.data.ndim != 4 or y.shape is None \
-                or x.shape is None or not channels_last(nd):
+                or x.shape is None or not channels_last(nd) or {w.dtype, x.dtype, y.dtype} != {"float32"}:
             continue
         k = nd.attrs.get("kernel_shape") or list(w.data.shape[2:])
         if conv_winograd.eligible(2, k, nd.attrs.get("strides") or [1, 1], nd.attrs.get("dilations") or [1, 1],
@@ -243,8 +244,31 @@ def _winograd_candidates(graph, nodes):
             yield step, nd, x.shape, y.shape, int(w.data.shape[0]), int(w.data.shape[1])
 
 
+def winograd_choice(graph, nodes, threads: int, plan, replan) -> Tuple[set, dict]:
+    """(names of the convs that run as Winograd, {step: scratch bytes} the arena should
+    reserve for them), decided once per plan before its arena is allocated. ``plan``: the
+    arena plan without reservations; ``replan(reserve)``: the plan with them. A conv whose
+    scratch (up to a 4 MB band of transformed input) no free bytes of its step hold would need
+    the arena to grow: the convs that would need it share that growth in conv_winograd's
+    allowance; those the allowance takes get their scratch reserved."""
+    holes, cands, need = ArenaHoles(plan), [], {}
+    for step, nd, xs, ys, m, c in _winograd_candidates(graph, nodes):
+        if any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
+            continue
+        nbytes = _winograd_scratch(xs, ys, m, c, threads)
+        if nbytes and conv_winograd.chosen(int(ys[0]), c, m, int(ys[1]), int(ys[2]))[0] \
+                and holes.take(step, nbytes, keep=False) is None:
+            need[step] = nbytes
+        cands.append((step, nd.name, int(ys[1]) * int(ys[2]), m * c))
+    growth = max(0, replan(need).size - plan.size) if need else 0
+    allowed = conv_winograd.allowed(graph, [(name, px, cm, growth if step in need else 0)
+                                            for step, name, px, cm in cands])
+    return allowed, {s: n for s, n in need.items() if nodes[s].name in allowed}
+
+
 def _winograd_allowed(ctx) -> set:
-    """conv_winograd.allowed over this plan's eligible convs, computed once per plan."""
+    """The convs that may run as Winograd: decided with the arena (``winograd_choice``, set by
+    the executor), else conv_winograd.allowed over the plan's eligible convs, once per plan."""
     if "winograd" not in ctx.plan_facts:
         graph = ctx.graph
         steps = [nd for nd in graph.nodes if not all(graph.tensors[o].is_const for o in nd.outputs if o)]
