@@ -224,7 +224,8 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     for node in graph.nodes if views is not None else ():
         for view in views(node, graph):
             places.place(*view)
-    aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places, inplace_inputs) if inplace else {}
+    aliases = (find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places, inplace_inputs)
+               if inplace else {})
     for dst, src in aliases.items():
         places.place(dst, src, 0)
 

@@ -346,7 +346,8 @@ class CpuExecutable(Executable):
         self.graph = graph
         self.nodes = [n for n in graph.nodes if not all(graph.tensors[o].is_const for o in n.outputs if o)]
         run_graph = graph if len(self.nodes) == len(graph.nodes) else _with_nodes(graph, self.nodes)
-        self.buffers, self.arena_plan, facts = allocate_buffers(run_graph, self.nodes, memory_limit, arena_alloc, threads)
+        self.buffers, self.arena_plan, facts = allocate_buffers(run_graph, self.nodes, memory_limit, arena_alloc,
+                                                                threads)
         if self.arena_plan.release is not None:     # a pool's block: back to the pool with this plan
             weakref.finalize(self, self.arena_plan.release)
         budget = None if memory_limit is None else memory_limit - self.arena_plan.size
