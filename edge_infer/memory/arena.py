@@ -270,7 +270,8 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     lower = int(np.cumsum(live).max()) if blocks else 0
     offsets = {n: block_off[where[n][0]] + where[n][1] - low[where[n][0]] for n in names}
     return ArenaPlan(size=size, offsets=offsets, nbytes=nbytes, lifetimes=life, aliases=aliases,
-                     naive=sum(_align(b) for b in nbytes.values()), lower_bound=lower,
+                     naive=sum(_align(b) for b in nbytes.values()) + sum(_align(n) for n in reserve.values()),
+                     lower_bound=lower,
                      views={n: r for n, r in places.placed().items() if n not in aliases},
                      strided=dict(places.strided), reserved=reserve)
 
