@@ -82,3 +82,26 @@ def test_forced_alias_the_kernel_cannot_take_reads_a_copy(tmp_path, monkeypatch,
     got, want, aliased = _run(tmp_path, c, k)
     assert aliased
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_conv_writes_over_its_dying_residual_bit_exact(tmp_path, monkeypatch):
+    """int8: the residual's bytes taken over (the kernels sum in their own accumulators and
+    read each Z element right before storing that element of y): the same int8 output, bit for
+    bit, as the plan that keeps Z apart."""
+    model = _model(16, 3)
+    src, eim = str(tmp_path / "m.onnx"), str(tmp_path / "q.eim")
+    onnx.save(model, src)
+    rng = np.random.default_rng(3)
+    calib = [{"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)} for _ in range(4)]
+    edge_infer.convert(src, eim, quantize="int8", calib=calib, verify_samples=1, allow_drift=True)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    rt = Runtime(eim, backend="cpu")
+    got = rt.run(x)["y"]
+    ex = rt.plan({"x": x.shape})
+    fused = [n for n in ex.nodes if n.op == "FusedConv" and len(n.inputs) > 3 and n.inputs[3]]
+    assert len(fused) == 1 and ex.graph.tensors[fused[0].outputs[0]].dtype == "int8"
+    assert ex.arena_plan.aliases.get(fused[0].outputs[0]) == fused[0].inputs[3]
+    monkeypatch.setattr(cpu_executor, "residual_in_place", lambda n, g: ())
+    apart = Runtime(eim, backend="cpu")
+    assert not apart.plan({"x": x.shape}).arena_plan.aliases.get(fused[0].outputs[0])
+    np.testing.assert_array_equal(got, apart.run(x)["y"])

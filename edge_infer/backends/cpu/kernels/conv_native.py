@@ -205,28 +205,33 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
 
 
 def residual_in_place(node: Node, graph) -> Tuple[int, ...]:
-    """(3,) when the native conv may write ``node``'s output over its residual Z (the arena
-    planner's ``inplace_inputs``), else (). Safe where the kernel reads every Z element
-    before it writes that element of y: each output tile adds Z in its epilogue right before
-    its store, once all its K blocks are summed; with one K block (K = Cg*kh*kw <= K_BLOCK)
-    nothing of the tile is stored before that, and Winograd sums in its own scratch. More K
-    blocks would store partial sums over Z first; the kernel then refuses the alias
-    (``conv_step`` returns None) and fused.py's copy of Z serves."""
-    if node.op != "FusedConv" or len(node.inputs) < 4 or not node.inputs[3] or not _lib_ok():
+    """(3,) when the CPU conv kernel may write ``node``'s output over its residual Z (the arena
+    planner's ``inplace_inputs``), else (): where it reads every Z element before it writes
+    that element of y.
+
+    * fp32, the native conv: each output tile adds Z in its epilogue right before its store,
+      once all its K blocks are summed; with one K block (K = Cg*kh*kw <= K_BLOCK) nothing of
+      the tile is stored before that, and Winograd sums in its own scratch. More K blocks
+      would store partial sums over Z first; the kernel then refuses the alias (``conv_step``
+      returns None) and fused.py's copy of Z serves.
+    * int8 (kernels/int8_conv.py, native/int8_gemm.c): sums in int32/int64 accumulators or
+      registers, never in y; the requantizing store of each element (a band of rows in the
+      numpy kernels) reads Z at that element (band) right before it writes y there."""
+    if node.op != "FusedConv" or len(node.inputs) < 4 or not node.inputs[3]:
         return ()
     t = graph.tensors
-    w, z, y = t[node.inputs[1]], t[node.inputs[3]], t[node.outputs[0]]
-    if not channels_last(node) or not w.is_const or not isinstance(w.data, np.ndarray) or w.data.ndim not in (3, 4):
-        return ()
-    if y.dtype != "float32" or z.dtype != "float32" or t[node.inputs[0]].dtype != "float32":
+    x, w, z, y = t[node.inputs[0]], t[node.inputs[1]], t[node.inputs[3]], t[node.outputs[0]]
+    if not w.is_const or not isinstance(w.data, np.ndarray) or w.data.ndim not in (3, 4):
         return ()
     group = int(node.attrs.get("group", 1))
     cg, m = int(w.data.shape[1]), int(w.data.shape[0])
-    if group > 1 and cg == 1:
+    if (group > 1 and cg == 1) or m % group:
         return ()                               # depthwise: its own kernels
-    if cg * int(np.prod(w.data.shape[2:])) > K_BLOCK or m % group:
+    if {x.dtype, z.dtype, y.dtype, w.dtype} == {"int8"}:
+        return (3,)
+    if not _lib_ok() or not channels_last(node) or {x.dtype, z.dtype, y.dtype} != {"float32"}:
         return ()
-    return (3,)
+    return (3,) if cg * int(np.prod(w.data.shape[2:])) <= K_BLOCK else ()
 
 
 def _winograd_candidates(graph, nodes):
