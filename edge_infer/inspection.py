@@ -94,9 +94,8 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
             **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(ex.scratch_bytes),
             "memory_limit": memory_limit, **steps, "tiled": dict(ex.tiled),
             # 3x3 stride-1 fp32 convs: those on Winograd F(4x4,3x3), and why the others are not
-            "winograd": sorted(n for n, t in ex.notes.items() if "Winograd F(4x4,3x3)" in t),
-            "not_winograd": {n: t.split("not Winograd: ")[1].split(";")[0]
-                             for n, t in ex.notes.items() if "not Winograd: " in t},
+            "winograd": sorted(n for n, why in ex.winograd.items() if why is None),
+            "not_winograd": {n: why for n, why in ex.winograd.items() if why is not None},
             # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
             "data_dependent": data_dependent_tensors(ex.graph)}
 

@@ -234,6 +234,9 @@ def test_inspect_names_the_winograd_convs(tmp_path, capsys, monkeypatch):
     assert len(mem["winograd"]) == 1 and list(mem["not_winograd"].values()) == ["4 channels < 8"], mem
     assert main(["inspect", str(out)]) == 0
     assert "Winograd F(4x4,3x3): 1 of 2 3x3 stride-1 conv(s)" in capsys.readouterr().out
+    # what inspect reads: the plan's declared choice (Executable.winograd), not its note text
+    ex = Runtime(str(out), backend="cpu").plan({"x": (1, 16, 24, 24)})
+    assert ex.winograd == {**dict.fromkeys(mem["winograd"]), **mem["not_winograd"]}
 
 
 def test_weight_growth_allowance_takes_the_largest_outputs_first(monkeypatch):
@@ -244,12 +247,61 @@ def test_weight_growth_allowance_takes_the_largest_outputs_first(monkeypatch):
     from edge_infer.ir import Graph
     monkeypatch.delenv("EDGE_INFER_WINOGRAD", raising=False)
     monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
+    monkeypatch.setattr(cw, "WEIGHT_GROWTH", 1.0)
     g = Graph("t")
     g.add_tensor("w", "float32", (1000, 1000), np.zeros((1000, 1000), np.float32))     # 4 MB of weights
     cm = 16384                                          # each conv adds 27 * 16384 * 4 = 1.77 MB
-    cands = [("small", 400, cm), ("big", 6400, cm), ("mid", 1600, cm), ("huge_weights", 25600, 10 * cm)]
+    cands = [("small", 400, cm, 0), ("big", 6400, cm, 0), ("mid", 1600, cm, 0), ("huge_weights", 25600, 10 * cm, 0)]
     assert cw.allowed(g, cands) == {"big", "mid"}        # 17.7 MB of "huge_weights" never fits
     monkeypatch.setattr(cw, "WEIGHT_GROWTH", 5.0)                        # 20 MB: the largest output first
     assert cw.allowed(g, cands) == {"huge_weights", "big"}
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "1")
     assert cw.allowed(g, cands) == {"small", "big", "mid", "huge_weights"}
+
+
+def test_scratch_no_hole_takes_is_reserved_in_the_arena_when_the_allowance_pays(tmp_path, monkeypatch):
+    """A lone 3x3 conv: at its step the arena holds only its input and output, so the Winograd
+    scratch (~2.6 MB band + blocks) fits no free bytes. Under an allowance that pays for the
+    arena's growth, the arena reserves it (no scratch buffer of its own) and the conv runs as
+    Winograd; under one that does not, it stays on the SGEMM and nothing is reserved. Both
+    equal onnxruntime's output."""
+    from edge_infer.backends.cpu.kernels import conv_winograd as cw
+    rng = np.random.default_rng(4)
+    nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
+    feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
+    model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    g3, _ = optimize_verified(load_model(path), 3, samples=1)
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
+    ref = ort_run(model, feeds)["y"]
+    monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
+    sizes = {}
+    for growth, want in ((100.0, True), (0.0, False)):
+        monkeypatch.setattr(cw, "WEIGHT_GROWTH", growth)
+        rt = Runtime(g3, backend="cpu", threads=2)
+        ex = rt.plan({"x": (1, 64, 56, 56)})
+        assert (None in ex.winograd.values()) == want, ex.winograd
+        assert bool(ex.arena_plan.reserved) == want and ex.workspace_bytes < (1 << 20), ex.workspace_bytes
+        sizes[want] = ex.arena_plan.size
+        np.testing.assert_allclose(rt.run(feeds)["y"], ref, rtol=1e-4, atol=2e-5)
+    assert sizes[True] > sizes[False]          # the arena grew for the reserved scratch
+
+
+def test_weight_growth_allowance_counts_scratch_no_arena_hole_takes_once(monkeypatch):
+    """A conv whose scratch no arena hole takes also costs that scratch, but only what it grows
+    the one buffer all convs share by: under 4 MB, "a" (1.77 MB + 3 MB of scratch) does not
+    fit and "c" (no scratch) does; under 8 MB, "a" pays for the scratch and "b" then rides on it."""
+    from edge_infer.backends.cpu.kernels import conv_winograd as cw
+    from edge_infer.ir import Graph
+    monkeypatch.delenv("EDGE_INFER_WINOGRAD", raising=False)
+    monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
+    monkeypatch.setattr(cw, "WEIGHT_GROWTH", 1.0)
+    g = Graph("t")
+    g.add_tensor("w", "float32", (1000, 1000), np.zeros((1000, 1000), np.float32))     # 4 MB of weights
+    cm, mb3 = 16384, 3 << 20
+    cands = [("a", 6400, cm, mb3), ("b", 3200, cm, mb3), ("c", 1600, cm, 0)]
+    assert cw.allowed(g, cands) == {"c"}
+    monkeypatch.setattr(cw, "WEIGHT_GROWTH", 2.0)
+    assert cw.allowed(g, cands) == {"a", "b"}

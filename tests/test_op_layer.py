@@ -119,11 +119,12 @@ def test_every_backend_dispatches_through_its_kernel_table():
     assert ocl == {"int8": "int8_conv", "any": "conv"}
 
 
-def test_tflite_importer_keeps_int8_only_where_ops_has_an_int8_form():
-    """The TFLite importer's own int8 list (the ops it keeps int8, checked against TFLite's
-    kernels) may only name ops with an int8 form in ops/int8.py; ReduceMax/ReduceMin with equal
-    input and output parameters are order-only, which the generic kernels compute on int8 as is."""
-    from edge_infer.frontends.tflite.tables import INT8_OPS, INT8_SAME_PARAMS
-    from edge_infer.ops.int8 import INT8_OPS as FORMS
-    assert INT8_OPS <= FORMS, sorted(INT8_OPS - FORMS)
-    assert INT8_SAME_PARAMS - {"ReduceMax", "ReduceMin"} <= FORMS, sorted(INT8_SAME_PARAMS - FORMS)
+def test_tflite_importer_keeps_no_int8_list_of_its_own():
+    """What the TFLite importer keeps int8 is ops/int8.py's answer (INT8_OPS, each op's
+    @int8_limit), as for the quantizer and the QDQ importer: it holds no list of its own
+    (tests/test_tflite.py::test_import_int8_asks_the_op_layer_what_stays_int8 shows a limit
+    that refuses sending the conv to float)."""
+    from edge_infer.frontends.tflite import importer, tables
+    from edge_infer.ops import int8
+    assert not [n for n in vars(tables) if "INT8" in n]
+    assert importer.INT8_OPS is int8.INT8_OPS and importer.INT8_LIMITS is int8.INT8_LIMITS

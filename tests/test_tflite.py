@@ -326,6 +326,25 @@ def test_import_int8_matches_litert_reference_kernels(per_channel):
         assert g.tensors[conv.inputs[1]].quant["axis"] == 0
 
 
+def test_import_int8_asks_the_op_layer_what_stays_int8(monkeypatch):
+    """What the importer keeps in int8 is what ``ops/int8.py`` says an int8 kernel covers (the
+    quantizer's and the QDQ importer's answer): an op whose limit refuses runs in float between
+    DequantizeLinear and QuantizeLinear, with the same result up to the requantization."""
+    from edge_infer.ops.int8 import INT8_LIMITS
+    rng = np.random.default_rng(7)
+    data = _int8_model(rng, True)
+    g = load_tflite(data)
+    convs = [n for n in g.nodes if n.op == "FusedConv"]
+    assert all(g.tensors[n.inputs[1]].dtype == "int8" for n in convs)
+    monkeypatch.setitem(INT8_LIMITS, "Conv", lambda node, graph: "refused by the test")
+    g2 = load_tflite(data)
+    convs2 = [n for n in g2.nodes if n.op == "FusedConv"]
+    assert len(convs2) == len(convs) and all(g2.tensors[n.inputs[1]].dtype == "float32" for n in convs2)
+    x = rng.uniform(-2.5, 2.5, (1, 8, 8, 3)).astype(np.float32)
+    a, b = (Runtime(gr, backend="cpu", threads=1).run({gr.inputs[0]: x}) for gr in (g, g2))
+    np.testing.assert_allclose(a[g.outputs[1]], b[g2.outputs[1]], atol=0.1 * 2 + 1e-6)    # two logit steps
+
+
 def _uint8_model(rng, weight_zp: int):
     """An old-style uint8 model: uint8 input, uint8 per-tensor weights with a zero point,
     fused RELU6, pool, reshape, FC, uint8 softmax output."""

@@ -46,6 +46,9 @@ class Executable:
     #: for fewer threads) to fit the memory budget or a scratch cap, as the kernel recorded it
     #: at prepare (``PrepareContext.tiled_to_fit``)
     tiled: Dict[str, str] = {}
+    #: {node name: None (runs as Winograd F(4x4,3x3)) or why not} of the 3x3 stride-1 fp32
+    #: convs Winograd could compute, as the kernel decided at prepare (``PrepareContext.winograd``)
+    winograd: Dict[str, Optional[str]] = {}
 
     def step_summary(self) -> Optional[dict]:
         """``{"steps", "native_steps", "numpy_steps": [op, ...]}`` of a plan whose steps are all

@@ -6,7 +6,10 @@ are assigned greedily, each tensor at the lowest offset that overlaps no tensor 
 at the same time, in several orders (by size, as TFLite's arena planner does; by
 size x lifetime; by lifetime; by first use), keeping the smallest arena.
 Element-wise ops may write their output over an input whose life ends at that
-op (in-place), when the kernel is known to be safe for it.
+op (in-place), when the kernel is known to be safe for it: input 0 of the backend's
+``inplace_ops``, and any input its ``inplace_inputs(node, graph)`` names (a conv whose fused
+epilogue adds a residual reads each residual element before it writes that element, so it
+may write over the residual).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import Graph, Node
 
 ALIGN = 64
 
@@ -51,6 +54,8 @@ class ArenaPlan:
     #: (byte strides, extent: bytes from its offset past its last element); the others are
     #: C-contiguous, their extent their size
     strided: Dict[str, Tuple[Tuple[int, ...], int]] = field(default_factory=dict)
+    #: {step: bytes} reserved for that step's scratch (``plan_arena(reserve=...)``)
+    reserved: Dict[int, int] = field(default_factory=dict)
 
     def extent(self, name: str) -> int:
         """Bytes from a tensor's offset to the end of its last element."""
@@ -83,27 +88,41 @@ def tensor_lifetimes(graph: Graph, names: Sequence[str]) -> Dict[str, Tuple[int,
 
 
 def find_inplace(graph: Graph, planned: Set[str], lifetimes, inplace_ops=INPLACE_OPS,
-                 places: Optional["Places"] = None) -> Dict[str, str]:
-    """output -> input for element-wise nodes that may write over their first input.
-    ``places``: tensors already placed inside others (views); an output is then written
-    over its input only when neither is part of a view, so no view sees the write."""
+                 places: Optional["Places"] = None,
+                 inplace_inputs: Optional[Callable[[Node, Graph], Sequence[int]]] = None) -> Dict[str, str]:
+    """output -> input for nodes that may write their output over an input whose life ends
+    there: input 0 of ``inplace_ops``, else the inputs ``inplace_inputs(node, graph)`` names
+    (in order of preference). ``places``: tensors already placed inside others (views); an
+    output is then written over its input only when neither is part of a view, so no view
+    sees the write."""
     aliases = {}
     protected = set(graph.inputs) | set(graph.outputs)
     for k, node in enumerate(graph.nodes):
-        if node.op not in inplace_ops or not node.inputs or not node.outputs[0]:
+        if not node.inputs or not node.outputs or not node.outputs[0]:
             continue
-        src, dst = node.inputs[0], node.outputs[0]
-        if src not in planned or dst not in planned or src in protected or dst in protected:
-            continue
-        ts, td = graph.tensors[src], graph.tensors[dst]
-        if ts.shape != td.shape or ts.dtype != td.dtype or lifetimes[src][1] != k:
-            continue
-        if node.inputs.count(src) > 1 or src in aliases.values():
-            continue
-        if places is not None and (places.grouped(src) or places.grouped(dst)):
-            continue
-        aliases[dst] = src
+        which = [0] if node.op in inplace_ops else list(inplace_inputs(node, graph) if inplace_inputs else ())
+        dst = node.outputs[0]
+        for i in which:
+            src = node.inputs[i] if i < len(node.inputs) else ""
+            if src and _may_alias(graph, node, k, src, dst, planned, protected, lifetimes, aliases, places):
+                aliases[dst] = src
+                break
     return aliases
+
+
+def _may_alias(graph: Graph, node: Node, k: int, src: str, dst: str, planned, protected, lifetimes, aliases,
+               places) -> bool:
+    """Whether ``dst`` may take ``src``'s bytes at step ``k``: both planned, same shape and
+    dtype, src read by this node once and by no later one, neither a graph input/output, in
+    a view, or already taken over."""
+    if src not in planned or dst not in planned or src in protected or dst in protected:
+        return False
+    ts, td = graph.tensors[src], graph.tensors[dst]
+    if ts.shape != td.shape or ts.dtype != td.dtype or lifetimes[src][1] != k:
+        return False
+    if node.inputs.count(src) > 1 or src in aliases.values():
+        return False
+    return places is None or not (places.grouped(src) or places.grouped(dst))
 
 
 class Places:
@@ -184,11 +203,17 @@ def _place(order: List[str], block_size: Dict[str, int], block_life: Dict[str, T
 
 
 def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: bool = True,
-               inplace_ops: Optional[Set[str]] = None, views: Optional[Callable] = None) -> ArenaPlan:
+               inplace_ops: Optional[Set[str]] = None, views: Optional[Callable] = None,
+               inplace_inputs: Optional[Callable[[Node, Graph], Sequence[int]]] = None,
+               reserve: Optional[Dict[int, int]] = None) -> ArenaPlan:
     """Plan offsets for ``names`` (default: every non-constant tensor) of a graph with
     static shapes, in the graph's node order. ``views(node, graph) -> [(tensor, base, byte
     offset)]``: tensors the backend lets live inside another's bytes (its copy between them
-    then copies nothing; ``memory/views.py``), placed there where it is safe (``Places``)."""
+    then copies nothing; ``memory/views.py``), placed there where it is safe (``Places``).
+    ``inplace_ops`` / ``inplace_inputs``: which node outputs may take over which input's
+    bytes (``find_inplace``). ``reserve``: {step: bytes} of scratch that step's kernel will
+    ask for, placed like a tensor live during that step only, so that ``ArenaHoles`` finds that
+    many free bytes there (the arena grows only where the step's tensors leave too few)."""
     if names is None:
         names = [n for n in list(graph.inputs) + [o for nd in graph.nodes for o in nd.outputs if o]
                  if not graph.tensors[n].is_const]
@@ -199,7 +224,8 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     for node in graph.nodes if views is not None else ():
         for view in views(node, graph):
             places.place(*view)
-    aliases = find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places) if inplace else {}
+    aliases = (find_inplace(graph, set(names), life, inplace_ops or INPLACE_OPS, places, inplace_inputs)
+               if inplace else {})
     for dst, src in aliases.items():
         places.place(dst, src, 0)
 
@@ -212,6 +238,10 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     low = {r: min(where[m][1] for m in ms) for r, ms in blocks.items()}
     block_life = {r: (min(life[m][0] for m in ms), max(life[m][1] for m in ms)) for r, ms in blocks.items()}
     block_size = {r: _align(max(where[m][1] - low[r] + nbytes[m] for m in ms)) for r, ms in blocks.items()}
+    reserve = {int(k): int(n) for k, n in (reserve or {}).items() if n > 0}
+    for step, n in reserve.items():
+        r = f"\0scratch@{step}"            # (no tensor is named with a NUL)
+        blocks[r], block_life[r], block_size[r] = [], (step, step), _align(n)
 
     # Greedy placement in several orders, keeping the smallest arena: greedy-by-size
     # (TFLite's) first; the others win on graphs with many long-lived small tensors
@@ -240,9 +270,10 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     lower = int(np.cumsum(live).max()) if blocks else 0
     offsets = {n: block_off[where[n][0]] + where[n][1] - low[where[n][0]] for n in names}
     return ArenaPlan(size=size, offsets=offsets, nbytes=nbytes, lifetimes=life, aliases=aliases,
-                     naive=sum(_align(b) for b in nbytes.values()), lower_bound=lower,
+                     naive=sum(_align(b) for b in nbytes.values()) + sum(_align(n) for n in reserve.values()),
+                     lower_bound=lower,
                      views={n: r for n, r in places.placed().items() if n not in aliases},
-                     strided=dict(places.strided))
+                     strided=dict(places.strided), reserved=reserve)
 
 
 class ArenaHoles:

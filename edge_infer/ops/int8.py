@@ -38,6 +38,9 @@ OTHER_INT8_OPS = ("PRelu", "Softmax")
 INT8_OPS = frozenset(ANCHOR_OPS + BINARY_OPS + SAME_PARAM_OPS + CLAMP_OPS + CONCAT_OPS + LUT_OPS + OTHER_INT8_OPS)
 #: ops whose int8 output carries its input's parameters (pure data movement / max / mean)
 PASS_THROUGH = frozenset(SAME_PARAM_OPS)
+#: of those, the ops whose int8 kernel also computes other output parameters (requantizing the
+#: mean, as TFLite's MEAN and AVERAGE_POOL_2D do); the others need the same ones in and out
+REQUANTIZING = frozenset(("AveragePool", "GlobalAveragePool"))
 #: pure data movement (no arithmetic at all)
 DATA_MOVEMENT = frozenset(("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"))
 #: epilogue activations an int8 kernel applies as an output clamp

@@ -18,6 +18,7 @@ from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_maps, drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
 from .registry import TABLE
+from .kernels.conv_native import residual_in_place, winograd_choice
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 from . import native
@@ -56,6 +57,8 @@ class PrepareContext:
         #: per node index: (node name, how it was tiled) of the kernels that split their work
         #: to fit the workspace budget or a scratch cap (``tiled_to_fit``)
         self._tiled_at: Dict[object, Tuple[str, str]] = {}
+        #: {node name: None or why not} of the convs Winograd could compute (``Executable.winograd``)
+        self.winograd: Dict[str, Optional[str]] = {}
 
     @property
     def workspace_budget(self) -> float:
@@ -162,13 +165,16 @@ def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
-def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = None, arena_alloc=None
-                     ) -> Tuple[Dict[str, np.ndarray], ArenaPlan]:
+def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = None, arena_alloc=None,
+                     threads: int = 1) -> Tuple[Dict[str, np.ndarray], ArenaPlan, Dict[str, object]]:
     """Views into one planned activation arena for every non-constant tensor.
     ``limit``: refuse (before allocating) an arena larger than this many bytes.
     ``arena_alloc(nbytes) -> (uint8 array, release)``: where the arena comes from (default:
     its own aligned allocation; dynamically shaped models use the process's buddy pool,
-    ``memory.pool``); ``release`` is kept as ``plan.release``."""
+    ``memory.pool``); ``release`` is kept as ``plan.release``. Also returns the plan facts
+    decided with the arena (``PrepareContext.plan_facts``): which convs run as Winograd, their
+    scratch reserved in the arena where no free bytes of their step would hold it
+    (``conv_native.winograd_choice``; not past ``limit``)."""
     names = []
     for name in list(graph.inputs) + [o for n in nodes for o in n.outputs if o]:
         t = graph.tensors[name]
@@ -177,7 +183,16 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         if not t.is_static:
             raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
         names.append(name)
-    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views)
+    plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views, inplace_inputs=residual_in_place)
+
+    def with_reserve(reserve):
+        return plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views, inplace_inputs=residual_in_place,
+                          reserve=reserve)
+    winograd, reserve = winograd_choice(graph, nodes, threads, plan, with_reserve)
+    if reserve:
+        wider = with_reserve(reserve)
+        if limit is None or wider.size <= limit:
+            plan = wider
     if limit is not None and plan.size > limit:
         raise refusal(plan.size, limit, plan.size, exact=False)  # nothing to tile: the arena alone
     if arena_alloc is None:
@@ -185,7 +200,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
     else:
         arena, plan.release = arena_alloc(max(plan.size, 1))
     plan.arena = arena
-    return arena_views(graph, plan, arena), plan
+    return arena_views(graph, plan, arena), plan, {"winograd": winograd}
 
 
 def copy_views(node: Node, graph: Graph):
@@ -298,8 +313,8 @@ def _settle(ctx: PrepareContext, nodes: List[Node], steps: List[Callable[[], Non
 
 
 def prepare_within(graph: Graph, nodes: List[Node], buffers, threads: int, budget: Optional[int],
-                   arena_bytes: int = 0, arena_plan: Optional[ArenaPlan] = None
-                   ) -> Tuple[PrepareContext, List[Callable[[], None]]]:
+                   arena_bytes: int = 0, arena_plan: Optional[ArenaPlan] = None,
+                   facts: Optional[Dict[str, object]] = None) -> Tuple[PrepareContext, List[Callable[[], None]]]:
     """Prepare every node so that all workspaces fit ``budget`` bytes.
 
     First with no cap on tiles; if that goes over, again with the tileable scratch capped
@@ -309,6 +324,7 @@ def prepare_within(graph: Graph, nodes: List[Node], buffers, threads: int, budge
     cap = math.inf
     for attempt in range(3):
         ctx = PrepareContext(graph, buffers, threads, budget, cap, arena_plan)
+        ctx.plan_facts.update(facts or {})
         try:
             steps = [_prepare_at(ctx, nodes, k) for k in range(len(nodes))]
             _settle(ctx, nodes, steps)
@@ -330,13 +346,14 @@ class CpuExecutable(Executable):
         self.graph = graph
         self.nodes = [n for n in graph.nodes if not all(graph.tensors[o].is_const for o in n.outputs if o)]
         run_graph = graph if len(self.nodes) == len(graph.nodes) else _with_nodes(graph, self.nodes)
-        self.buffers, self.arena_plan = allocate_buffers(run_graph, self.nodes, memory_limit, arena_alloc)
+        self.buffers, self.arena_plan, facts = allocate_buffers(run_graph, self.nodes, memory_limit, arena_alloc,
+                                                                threads)
         if self.arena_plan.release is not None:     # a pool's block: back to the pool with this plan
             weakref.finalize(self, self.arena_plan.release)
         budget = None if memory_limit is None else memory_limit - self.arena_plan.size
         try:
             ctx, self.steps = prepare_within(graph, self.nodes, self.buffers, threads, budget,
-                                             self.arena_plan.size, self.arena_plan)
+                                             self.arena_plan.size, self.arena_plan, facts)
         except BaseException:
             if self.arena_plan.release is not None:
                 self.arena_plan.release()
@@ -351,6 +368,7 @@ class CpuExecutable(Executable):
         self.run_steps = group_native(self.steps)
         self.notes = ctx.notes
         self.tiled = ctx.tiled
+        self.winograd = dict(ctx.winograd)
         self.workspace_bytes = ctx.workspace_bytes
         #: {role: bytes} of the scratch buffers shared by role (in ``workspace_bytes``); the
         #: scratch placed in the arena: ``arena_plan.scratch_offsets``

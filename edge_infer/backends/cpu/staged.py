@@ -142,6 +142,13 @@ class StagedExecutable(Executable):
             out.update(p.tiled)
         return out
 
+    @property
+    def winograd(self) -> Dict[str, Optional[str]]:
+        out = dict(self.head.winograd)
+        for p in self._plans.values():
+            out.update(p.winograd)
+        return out
+
     def stats(self) -> dict:
         """Re-plans, re-uses and the cached rest plans (keys: shapes and frozen values)."""
         return {"cut": self.cut_node.name, "kind": self.kind, "value_inputs": list(self.frozen),

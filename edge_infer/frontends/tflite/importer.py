@@ -7,14 +7,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...errors import UnsupportedOpError
-from ...ir import Graph
+from ...ir import Graph, Node
+from ...ops.int8 import ANCHOR_OPS, BINARY_OPS, CONCAT_OPS, INT8_LIMITS, INT8_OPS, PASS_THROUGH, REQUANTIZING
 from ...tflite_format import (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH, DENSE,
                               INDEX_VECTORS, TFL_TYPES, TYPE_NAMES, _schema, builtin_name)
 from .ops_custom import CustomOps
 from .ops_nn import NnOps
 from .ops_tensor import TensorOps
 from .reader import MAX_ELEMENTS, _File, _Malformed, decode_sparse
-from .tables import _BINARY, _REDUCE, _UNARY, IMPORTED_OPS, INT8_OPS, INT8_SAME_PARAMS
+from .tables import _BINARY, _REDUCE, _UNARY, IMPORTED_OPS
 
 
 class _Importer(NnOps, TensorOps, CustomOps):
@@ -28,7 +29,6 @@ class _Importer(NnOps, TensorOps, CustomOps):
         self.const_cache: Dict[Tuple[int, str], str] = {}
         self.dequant_cache: Dict[str, str] = {}
         self.declared: Dict[str, int] = {}         # IR name -> tflite index, for the shape check
-        self._resize_nearest = False
         #: MaxPoolingWithArgmax2D index tensor -> (IR int64 indices, the pool's NCHW input)
         self.argmax_of: Dict[int, Tuple[str, str]] = {}
         #: tflite tensors computed at import (DEQUANTIZE / DENSIFY of constants), TFLite dtype
@@ -388,7 +388,7 @@ class _Importer(NnOps, TensorOps, CustomOps):
         float between DequantizeLinear and QuantizeLinear."""
         y = self.g.tensors[out]
         quantized = y.quant is not None and y.dtype == "int8"
-        if quantized and not self.int8_ok(op, ins, out):
+        if quantized and not self.int8_ok(op, ins, out, attrs):
             fins = [self.float_of(i) if i else "" for i in ins]
             fout = self.temp(out, "_float", "float32", None)
             self._emit_float(op, fins, fout, act, attrs)
@@ -422,26 +422,32 @@ class _Importer(NnOps, TensorOps, CustomOps):
         else:
             raise UnsupportedOpError(f"fused activation {act} (SIGN_BIT) is not supported")
 
-    def int8_ok(self, op: str, ins: List[str], out: str) -> bool:
-        """Whether the IR's int8 kernels compute ``op`` on these int8 tensors as TFLite does."""
+    def int8_ok(self, op: str, ins: List[str], out: str, attrs: Optional[dict] = None) -> bool:
+        """Whether the IR's int8 kernels compute ``op`` on these int8 tensors as TFLite does: an
+        op with an int8 form and within its kernel's limits (``ops/int8.py``, as the quantizer
+        and the QDQ importer ask), on int8 tensors with parameters (weights int8, bias int32);
+        an op whose int8 output carries its input's parameters (``PASS_THROUGH``) and whose
+        kernel does not requantize (``REQUANTIZING``) only where the file gives both the same ones."""
         T = self.g.tensors
 
         def q8(n: str) -> bool:
             return bool(n) and T[n].dtype == "int8" and T[n].quant is not None
-        if not ins or not q8(ins[0]):
+        if op not in INT8_OPS or not ins or not q8(ins[0]):
             return False
-        if op in ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul"):
+        if op in ANCHOR_OPS:
             bias = ins[2] if len(ins) > 2 else ""
-            return q8(ins[1]) and (not bias or T[bias].dtype == "int32")
-        if op in ("Add", "Sub", "Mul", "Concat"):
-            return all(q8(i) for i in ins if i)
-        if op in INT8_OPS:
-            return True
-        if op in INT8_SAME_PARAMS or (op == "Resize" and self._resize_nearest):
+            if not q8(ins[1]) or (bias and T[bias].dtype != "int32"):
+                return False
+        elif op in BINARY_OPS + CONCAT_OPS and not all(q8(i) for i in ins if i):
+            return False
+        limit = INT8_LIMITS.get(op)
+        if limit is not None and limit(Node(op, list(ins), [out], dict(attrs or {}), out), self.g) is not None:
+            return False
+        if op in PASS_THROUGH and op not in REQUANTIZING:
             qa, qb = T[ins[0]].quant, T[out].quant
             return (np.float32(qa["scale"][0]) == np.float32(qb["scale"][0])
                     and qa["zero_point"][0] == qb["zero_point"][0])
-        return False
+        return True
 
     # -- the op table ------------------------------------------------------------------------
     def convert_op(self, name: str, op) -> None:

@@ -338,7 +338,6 @@ class NnOps:
         else:
             ctm = "align_corners" if align else ("tf_half_pixel_for_nn" if half else "asymmetric")
             nearest = "round_prefer_ceil" if align else "floor"
-        self._resize_nearest = not bilinear
         sizes = self.const("sizes", np.array([xs[0], size[0], size[1], xs[3]], np.int64))
         self.emit("Resize", [x, "", "", sizes], self.output(outs[0]), mode="linear" if bilinear else "nearest",
                   coordinate_transformation_mode=ctm, nearest_mode=nearest, cubic_coeff_a=-0.75,

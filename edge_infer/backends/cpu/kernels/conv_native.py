@@ -13,12 +13,13 @@ prepare instead, with the same argument struct, scratch role and epilogue.
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 
 from ....ir import Node
 from ....ops.shapes import channels_last
+from ....memory.arena import ArenaHoles
 from ....memory.pages import drop_pages, private_copy
 from .. import native as _native
 from ..native import ops as native_ops
@@ -27,6 +28,9 @@ from . import conv_winograd
 
 _P, _I = ctypes.c_void_p, ctypes.c_int32
 NR = 16      #: EI_SG_NR of src/sgemm.h: output channels per packed weight panel
+#: KC_MAX of src/conv_f32.c: a conv whose K = Cg*kh*kw is at most this sums in one K block
+#: (tests/test_memory.py checks an aliased residual at K = K_BLOCK and K_BLOCK + 1)
+K_BLOCK = 320
 
 
 class ConvF32Args(ctypes.Structure):
@@ -134,10 +138,14 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     ep = _epilogue(node)
     if ep is None:
         return None
-    z = None
+    z, z_is_y = None, False
     if node.op == "FusedConv" and len(node.inputs) > 3 and node.inputs[3]:
         z = ctx.value(node.inputs[3])
-        if not _f32c(z) or z.shape != y.shape or np.shares_memory(z, y):
+        if not _f32c(z) or z.shape != y.shape:
+            return None
+        # the arena may have planned y over z (residual_in_place); any other overlap: numpy
+        z_is_y = z.ctypes.data == y.ctypes.data
+        if np.shares_memory(z, y) and not z_is_y:
             return None
     bias = _bias(ctx, node.inputs[2] if len(node.inputs) > 2 else "", m)
     if bias is False:
@@ -152,8 +160,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     wino = conv_winograd.eligible(nsp, kernel, strides, dil, group)
     why = conv_winograd.chosen(n, c, m, oh, ow) if wino else (False, "")
     if why[0] and node.name not in _winograd_allowed(ctx):
-        why = (False, f"its transformed weights are past the plan's allowance ({conv_winograd.WEIGHT_GROWTH:g}x "
-                      "the fp32 weights; larger outputs go first)")
+        why = (False, f"its transformed weights and scratch are past the plan's allowance "
+                      f"({conv_winograd.WEIGHT_GROWTH:g}x the fp32 weights; most multiply-adds per byte first)")
     args = ConvF32Args(x=x.ctypes.data, y=y.ctypes.data, z=None if z is None else z.ctypes.data,
                        bias=None if bias is None else bias.ctypes.data,
                        n=n, c=c, h=h, w=wd, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
@@ -169,6 +177,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
         if step is None:
             why = (False, "its scratch does not fit the memory budget")
             args.threads = threads_of(ctx)
+    if step is None and z_is_y and cg * kh * kw > K_BLOCK:
+        return None         # its first K blocks would write y over z before z is read: numpy serves
     if step is None:
         # (M, Cg, kh, kw) -> per group (K = (ky, kx, ci), Mg): the im2col order of the kernel
         wk = np.asarray(w, np.float32).reshape(group, mg, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(group, -1, mg)
@@ -186,29 +196,109 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
         how = (f"SGEMM ({isa_name()}, {'direct on the input' if direct else 'im2col per tile'}, "
                f"{n * oh * ow}x{cg * kh * kw} @ {cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "")
                + ")" + (f"; not Winograd: {why[1]}" if why[1] else ""))
+    if wino:
+        ctx.winograd[node.name] = None if why[0] else why[1]
     ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native {how}"
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                    + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
     return step
 
 
+def residual_in_place(node: Node, graph) -> Tuple[int, ...]:
+    """(3,) when the CPU conv kernel may write ``node``'s output over its residual Z (the arena
+    planner's ``inplace_inputs``), else (): where it reads every Z element before it writes
+    that element of y.
+
+    * fp32, the native conv: each output tile adds Z in its epilogue right before its store,
+      once all its K blocks are summed; with one K block (K = Cg*kh*kw <= K_BLOCK) nothing of
+      the tile is stored before that, and Winograd sums in its own scratch. More K blocks
+      would store partial sums over Z first; the kernel then refuses the alias (``conv_step``
+      returns None) and fused.py's copy of Z serves.
+    * int8 (kernels/int8_conv.py, native/int8_gemm.c): sums in int32/int64 accumulators or
+      registers, never in y; the requantizing store of each element (a band of rows in the
+      numpy kernels) reads Z at that element (band) right before it writes y there."""
+    if node.op != "FusedConv" or len(node.inputs) < 4 or not node.inputs[3]:
+        return ()
+    t = graph.tensors
+    x, w, z, y = t[node.inputs[0]], t[node.inputs[1]], t[node.inputs[3]], t[node.outputs[0]]
+    if not w.is_const or not isinstance(w.data, np.ndarray) or w.data.ndim not in (3, 4):
+        return ()
+    group = int(node.attrs.get("group", 1))
+    cg, m = int(w.data.shape[1]), int(w.data.shape[0])
+    if (group > 1 and cg == 1) or m % group:
+        return ()                               # depthwise: its own kernels
+    if {x.dtype, z.dtype, y.dtype, w.dtype} == {"int8"}:
+        return (3,)
+    if not _lib_ok() or not channels_last(node) or {x.dtype, z.dtype, y.dtype} != {"float32"}:
+        return ()
+    return (3,) if cg * int(np.prod(w.data.shape[2:])) <= K_BLOCK else ()
+
+
+def _winograd_candidates(graph, nodes):
+    """(step, node, input shape, output shape, M, C) of the NHWC convs Winograd may compute."""
+    for step, nd in enumerate(nodes):
+        if nd.op not in ("Conv", "FusedConv") or len(nd.inputs) < 2:
+            continue
+        w, x, y = (graph.tensors[nd.inputs[1]], graph.tensors[nd.inputs[0]], graph.tensors[nd.outputs[0]])
+        if not w.is_const or not isinstance(w.data, np.ndarray) or w.data.ndim != 4 or y.shape is None \
+                or x.shape is None or not channels_last(nd) or {w.dtype, x.dtype, y.dtype} != {"float32"}:
+            continue
+        k = nd.attrs.get("kernel_shape") or list(w.data.shape[2:])
+        if conv_winograd.eligible(2, k, nd.attrs.get("strides") or [1, 1], nd.attrs.get("dilations") or [1, 1],
+                                  int(nd.attrs.get("group", 1))):
+            yield step, nd, x.shape, y.shape, int(w.data.shape[0]), int(w.data.shape[1])
+
+
+def winograd_choice(graph, nodes, threads: int, plan, replan) -> Tuple[set, dict]:
+    """(names of the convs that run as Winograd, {step: scratch bytes} the arena should
+    reserve for them), decided once per plan before its arena is allocated. ``plan``: the
+    arena plan without reservations; ``replan(reserve)``: the plan with them. A conv whose
+    scratch (up to a 4 MB band of transformed input) no free bytes of its step hold would need
+    the arena to grow: the convs that would need it share that growth in conv_winograd's
+    allowance; those the allowance takes get their scratch reserved."""
+    holes, cands, need = ArenaHoles(plan), [], {}
+    for step, nd, xs, ys, m, c in _winograd_candidates(graph, nodes):
+        if any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
+            continue
+        nbytes = _winograd_scratch(xs, ys, m, c, threads)
+        if nbytes and conv_winograd.chosen(int(ys[0]), c, m, int(ys[1]), int(ys[2]))[0] \
+                and holes.take(step, nbytes, keep=False) is None:
+            need[step] = nbytes
+        cands.append((step, nd.name, int(ys[1]) * int(ys[2]), m * c))
+    growth = max(0, replan(need).size - plan.size) if need else 0
+    allowed = conv_winograd.allowed(graph, [(name, px, cm, growth if step in need else 0)
+                                            for step, name, px, cm in cands])
+    return allowed, {s: n for s, n in need.items() if nodes[s].name in allowed}
+
+
 def _winograd_allowed(ctx) -> set:
-    """conv_winograd.allowed over this plan's eligible convs, computed once per plan."""
+    """The convs that may run as Winograd: decided with the arena (``winograd_choice``, set by
+    the executor), else conv_winograd.allowed over the plan's eligible convs, once per plan."""
     if "winograd" not in ctx.plan_facts:
-        cands = []
-        for nd in ctx.graph.nodes:
-            if nd.op not in ("Conv", "FusedConv") or len(nd.inputs) < 2:
-                continue
-            w, y = ctx.graph.tensors[nd.inputs[1]], ctx.graph.tensors[nd.outputs[0]]
-            if not w.is_const or w.data.ndim != 4 or y.shape is None or not channels_last(nd):
-                continue
-            k = nd.attrs.get("kernel_shape") or list(w.data.shape[2:])
-            if not conv_winograd.eligible(2, k, nd.attrs.get("strides") or [1, 1],
-                                          nd.attrs.get("dilations") or [1, 1], int(nd.attrs.get("group", 1))):
-                continue
-            cands.append((nd.name, int(y.shape[1]) * int(y.shape[2]), int(w.data.shape[0]) * int(w.data.shape[1])))
-        ctx.plan_facts["winograd"] = conv_winograd.allowed(ctx.graph, cands)
+        graph = ctx.graph
+        steps = [nd for nd in graph.nodes if not all(graph.tensors[o].is_const for o in nd.outputs if o)]
+        cands = [(nd.name, int(ys[1]) * int(ys[2]), m * c, _winograd_scratch_outside(ctx, step, xs, ys, m, c))
+                 for step, nd, xs, ys, m, c in _winograd_candidates(graph, steps)]
+        ctx.plan_facts["winograd"] = conv_winograd.allowed(graph, cands)
     return ctx.plan_facts["winograd"]
+
+
+def _winograd_scratch(xs, ys, m: int, c: int, threads: int) -> int:
+    """Bytes of scratch src/winograd_f32.c asks for a 3x3 stride-1 NHWC conv (0: unknown)."""
+    fn = _native.function("ei_winograd_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    if fn is None or any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
+        return 0
+    args = ConvF32Args(n=int(ys[0]), c=c, h=int(xs[1]), w=int(xs[2]), m=m, oh=int(ys[1]), ow=int(ys[2]),
+                       kh=3, kw=3, sh=1, sw=1, dh=1, dw=1, pt=1, pl=1, group=1, threads=max(1, int(threads)))
+    return int(fn(ctypes.addressof(args)))
+
+
+def _winograd_scratch_outside(ctx, step: int, xs, ys, m: int, c: int) -> int:
+    """Bytes of a Winograd conv's scratch that no arena hole of its step takes: what it would
+    add to the plan's shared scratch."""
+    nbytes = _winograd_scratch(xs, ys, m, c, threads_of(ctx))
+    holes = ctx.roles.holes
+    return 0 if holes is not None and holes.take(step, nbytes, keep=False) is not None else nbytes
 
 
 def gemm_step(node: Node, ctx) -> Optional[Callable[[], None]]:

@@ -34,13 +34,19 @@ MIN_FILL = 0.6
 #: under this many tiles, at most this many C*M weights: each transformed weight is 4x the
 #: direct conv's bytes and a few tiles do not pay for reading them
 FEW_TILES, FEW_TILES_MAX_CM = 8, 256 * 256
-#: the transformed weights of a plan's Winograd convs may add at most this fraction of the
-#: plan's fp32 weight bytes (each adds 3x its own weights). Measured on YOLOv8n-640: Winograd
-#: on every eligible conv added 21.7 MB resident (the 20x20 layers 12.2 of it, for the least
-#: time saved: the saving per extra byte grows with the output's pixels), taking a runtime-only
-#: process from 0.47x to 0.66x onnxruntime's peak RSS; so the convs with the most output pixels
-#: go first, until the allowance is spent
-WEIGHT_GROWTH = 1.0
+#: what a plan's Winograd convs may add to its memory, as a fraction of the plan's fp32 weight
+#: bytes: their transformed weights (each 3x its own weights more than the SGEMM's packing)
+#: plus what their scratch (a band of transformed input, up to 4 MB, and a transform-domain
+#: block per thread) adds where no free arena bytes of its step hold it: one growth shared by
+#: every conv that needs it (the arena's, where it reserves the scratch; else the one scratch
+#: buffer's). The convs that save the most multiply-adds per extra byte go first, until the
+#: allowance is spent (``allowed``). Measured on YOLOv8n-640 (loaded
+#: 2-core machine): every eligible conv added 21.7 MB of weights; the weights alone under 1.0x
+#: (12.4 MB) plus 5.3 MB of scratch took a runtime-only process from 0.47x to 0.60x
+#: onnxruntime's peak RSS; counting the scratch too (as the arena's growth where it reserves
+#: it, conv_native.winograd_choice): 0.5x: 0.50x RSS, 0.95x / 0.88x onnxruntime's latency at 1 / 2
+#: threads; 0.25x (then the 4 MB floor below): 0.47x, 0.98x / 0.97x, 10 of its 27 eligible convs.
+WEIGHT_GROWTH = 0.25
 #: ... but a plan may always add this many bytes (a small model's weights are no memory concern),
 #: and never more than MAX_GROWTH_BYTES (VGG-19's 3x3 weights alone would add 240 MB)
 MIN_GROWTH_BYTES, MAX_GROWTH_BYTES = 4 << 20, 64 << 20
@@ -81,18 +87,37 @@ def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
 
 
 def allowed(graph, candidates) -> set:
-    """Names of the convs that may run as Winograd within WEIGHT_GROWTH: ``candidates`` are
-    (name, output pixels, C*M) of the plan's eligible convs; the most pixels first."""
+    """Names of the convs that may run as Winograd within the allowance (WEIGHT_GROWTH):
+    ``candidates`` are (name, output pixels, C*M, bytes its scratch would add: 0 where free
+    arena bytes hold it) of the plan's eligible convs. Each costs its weights' growth plus
+    what it grows that one shared scratch growth by, and saves time in proportion to its
+    multiply-adds (pixels x C x M); the convs that save the most per byte go first (one that
+    grows the scratch judged with every conv that would then fit in it), each cost counted
+    against what the convs already taken have grown, until the allowance is spent."""
     if mode() != "auto":
-        return {name for name, _, _ in candidates}
+        return {c[0] for c in candidates}
     weights = sum(t.data.nbytes for t in graph.tensors.values()
                   if t.is_const and getattr(t.data, "dtype", None) == np.float32)
-    left, ok = min(max(WEIGHT_GROWTH * weights, MIN_GROWTH_BYTES), MAX_GROWTH_BYTES), set()
-    for name, _, cm in sorted(candidates, key=lambda r: -r[1]):
-        extra = 27 * cm * 4                      # (36 - 9) transform points x C x M floats
-        if extra <= left:
+    left, ok, shared = min(max(WEIGHT_GROWTH * weights, MIN_GROWTH_BYTES), MAX_GROWTH_BYTES), set(), 0
+    todo = list(candidates)
+    while todo:
+        # (36 - 9) transform points x C x M floats, and the shared scratch's growth
+        cost = [27 * cm * 4 + max(0, outside - shared) for _, _, cm, outside in todo]
+
+        def worth(i):
+            """Multiply-adds saved per byte; a conv that grows the shared scratch is judged with
+            the convs that would ride on that growth (it pays for all of them)."""
+            name, px, cm, outside = todo[i]
+            group = [j for j, c in enumerate(todo) if shared < c[3] <= outside] if outside > shared else [i]
+            saved = sum(todo[j][1] * todo[j][2] for j in group)
+            return saved / (outside - shared + sum(27 * todo[j][2] * 4 for j in group)) if outside > shared \
+                else px * cm / cost[i]
+        best = max(range(len(todo)), key=lambda i: (worth(i), todo[i][1]))
+        name, _, _, outside = todo.pop(best)
+        if cost[best] <= left:
             ok.add(name)
-            left -= extra
+            left -= cost[best]
+            shared = max(shared, outside)
     return ok
 
 

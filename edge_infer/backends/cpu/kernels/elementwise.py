@@ -570,8 +570,10 @@ def where(node, ctx):
 #: ops whose kernel here stays correct when the output buffer is input 0's buffer
 #: (it reads all of x before writing y, or works element by element in one ufunc);
 #: the arena planner may alias those. LeakyRelu, HardSwish, Softsign, Mish, tanh-Gelu,
-#: Shrink and ThresholdedRelu read x after writing y, so they are not in it.
+#: Shrink and ThresholdedRelu read x after writing y, so they are not in it. SiLU (kernels/fused.py)
+#: is: its native kernel works element by element, its numpy one reads all of x into a scratch
+#: sigmoid before one ufunc writes y, and the int8 table lookup gathers into scratch when in place.
 INPLACE_SAFE = frozenset(set(UNARY_UFUNCS) | set(BINARY_UFUNCS) | {
     "Identity", "Relu", "Sigmoid", "HardSigmoid", "PRelu", "Elu", "Selu", "Celu", "Softplus", "Erf",
-    "Clip", "Div", "Mod", "Pow", "BitShift", "Sum", "Max", "Min", "Mean"})
+    "Clip", "Div", "Mod", "Pow", "BitShift", "Sum", "Max", "Min", "Mean", "SiLU"})
 # Gelu is safe only with approximate="none"; the arena decides per op name, so it is left out

@@ -146,11 +146,12 @@ def _base(node: Node, op: str, n_inputs: int) -> Node:
     return Node(op, list(node.inputs[:n_inputs]), [node.outputs[0]], attrs, node.name)
 
 
-def _addend(ctx, node: Node, name: str, y: np.ndarray, what: str) -> Optional[np.ndarray]:
-    """An array added onto y (residual or bias): constants cast to y's dtype once."""
+def _addend(ctx, node: Node, name: str, y: np.ndarray, what: str, given=None) -> Optional[np.ndarray]:
+    """An array added onto y (residual or bias): constants cast to y's dtype once; ``given``:
+    the array to read instead of ``name``'s buffer."""
     if not name:
         return None
-    v = ctx.value(name)
+    v = ctx.value(name) if given is None else given
     if ctx.const(name) is not None and v.dtype != y.dtype:
         v = v.astype(y.dtype)
     if v.ndim > y.ndim or np.broadcast_shapes(y.shape, v.shape) != y.shape:
@@ -158,7 +159,10 @@ def _addend(ctx, node: Node, name: str, y: np.ndarray, what: str) -> Optional[np
     return v
 
 
-def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> Callable[[], None]:
+def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple], given=None) -> Callable[[], None]:
+    """The base op's kernel, then the epilogue on y. ``addends``: (name, what) pairs;
+    ``given``: {name: array} read instead of those names' buffers."""
+    given = given or {}
     y = ctx.value(node.outputs[0])
     base = KERNELS[base_op](_base(node, base_op, n_base), ctx)
     name = str(node.attrs.get("activation", "") or "")
@@ -169,7 +173,7 @@ def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> 
     if y.dtype.kind == "f":
         params = [y.dtype.type(p) for p in params]
     scratch = activation_scratch(ctx, y, name)
-    adds = [a for a in (_addend(ctx, node, nm, y, what) for nm, what in addends) if a is not None]
+    adds = [a for a in (_addend(ctx, node, nm, y, what, given.get(nm)) for nm, what in addends) if a is not None]
     desc = [what for (nm, what) in addends if nm] + ([name] if name else [])
     if desc:
         ctx.notes[node.name] = ctx.notes.get(node.name, base_op) + " + in-place epilogue: " + ", ".join(desc)
@@ -210,14 +214,28 @@ def _fused(node: Node, ctx, base_op: str, n_base: int, addends: List[tuple]) -> 
 
 @kernel("FusedConv")
 def fused_conv(node: Node, ctx) -> Callable[[], None]:
-    """y = act(conv(x, w) + b + z)."""
-    step = native_kernels.fp32_depthwise(node, ctx)     # depthwise with the epilogue fused, or None
+    """y = act(conv(x, w) + b + z). The arena may have planned y over z (the native conv reads
+    each z element before writing it: conv_native.residual_in_place); a kernel that cannot
+    take that works on a copy of z made at the start of each run."""
+    z = node.inputs[3] if len(node.inputs) > 3 else ""
+    y = ctx.value(node.outputs[0])
+    over_z = bool(z) and np.shares_memory(ctx.value(z), y)
+    step = None if over_z else native_kernels.fp32_depthwise(node, ctx)  # depthwise, epilogue fused
     if step is None:
         step = conv_native.conv_step(node, ctx)         # the native SGEMM conv, epilogue fused, or None
     if step is not None:
         return step
-    z = node.inputs[3] if len(node.inputs) > 3 else ""
-    return _fused(node, ctx, "Conv", 3, [(z, "residual")])
+    if not over_z:
+        return _fused(node, ctx, "Conv", 3, [(z, "residual")])
+    zv = ctx.value(z)
+    copy = ctx.scratch("residual_copy", zv.shape, zv.dtype)
+    conv_then_epilogue = _fused(node, ctx, "Conv", 3, [(z, "residual")], {z: copy})
+    copyto = np.copyto
+
+    def run():
+        copyto(copy, zv)
+        conv_then_epilogue()
+    return run
 
 
 @kernel("FusedGemm")
