@@ -9,10 +9,12 @@
  * accumulators in registers over all taps and reuses each tap's weight vector for the four
  * (MobileNet-v2, 1 thread, loaded machine: the 17 depthwise layers went from 2.7 to 1.2 ms). Its results
  * differ from the numpy kernel's by rounding only (FMA, bias added first); the self-test checks
- * every instance against a double-precision reference. Eight interior pixels at a time, and the
- * border pixels four channel vectors at a time, each block over the row's border pixels before
- * the next (MobileNet layers, 1 thread, against four pixels and one vector per border pixel:
- * 0.72x on 7x7x576 5x5, 0.8-0.9x on 14x14 and 28x28 layers, the others unchanged). */
+ * every instance against a double-precision reference. Eight interior pixels at a time, in
+ * segments of the row whose kh input rows fit ~24 KB, every channel vector over a segment before
+ * the next; the border pixels four channel vectors at a time, each block over the row's border
+ * pixels before the next (the 19 MobileNet-v2/V3 depthwise shapes, 1 thread, one-process A/B
+ * against four pixels, whole rows and one vector per border pixel: 0.925x in all, 7x7x576 5x5
+ * 0.77x, 14x14x144-240 5x5 0.8x, 112x112x96 stride 2 0.86x, none slower beyond noise). */
 #include "depthwise.h"
 #include "selftest_rng.h"
 

@@ -154,14 +154,20 @@ DWF_ATTR static void DWF_NAME(rows)(const ei_dw_args *a, int64_t r0, int64_t r1,
     /* the interior in groups of eight and four pixels; the rest (borders, and under four
      * interior pixels left) one pixel at a time across the channels */
     int groups8 = (oxb - oxa) / 8, groups4 = (oxb - oxa) % 8 / 4, oxe = oxa + 8 * groups8 + 4 * groups4;
+    /* the interior in segments of `seg` groups of eight, every channel vector over a segment
+     * before the next segment: the segment's kh input rows (all channels) stay in L1 */
+    int seg = (int)EI_MAX((int64_t)1, (int64_t)(24 << 10) / EI_MAX((int64_t)a->kh * sw * C * 4 * 8, (int64_t)1));
     for (int64_t row = r0; row < r1; row++) {
         int b = (int)(row / a->oh), oy = (int)(row % a->oh), ky0, ky1;
         ei_tap_range(oy, a->sh, a->pt, a->dh, a->kh, a->h, &ky0, &ky1);
         const float *xb = (const float *)a->x + (int64_t)b * a->h * W * C;
         const int64_t obase = ((int64_t)b * a->oh + oy) * a->ow * C;
-        if (oxe > oxa)
+        for (int g0 = 0; oxe > oxa; g0 += seg) {
+            int last = g0 + seg >= groups8, n8 = last ? groups8 - g0 : seg, n4 = last ? groups4 : 0;
             for (int c = c0; c < c1; c += DWF_V)
-                DWF_NAME(interior)(a, xb, oy, ky0, ky1, obase, oxa, groups8, groups4, c);
+                DWF_NAME(interior)(a, xb, oy, ky0, ky1, obase, oxa + 8 * g0, n8, n4, c);
+            if (last) break;
+        }
         /* a block of four channel vectors over every such pixel of the row before the next
          * block: its weights stay in L1 (a 5x5 kernel's over 576 channels are 57 KB) */
         for (int c = c0; c < c1; c += 4 * DWF_V) {
