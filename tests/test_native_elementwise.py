@@ -167,6 +167,28 @@ def test_binary_common_patterns(monkeypatch, isa, shape_b):
     np.testing.assert_array_equal(got["y0"], want["y0"])
 
 
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+@pytest.mark.parametrize("op", ["Mul", "Sub", "Div"])
+@pytest.mark.parametrize("shapes", [((1, 55, 57, 16), (1, 1, 1, 16)),     # a squeeze-excite gate, NHWC
+                                    ((1, 1, 1, 16), (1, 55, 57, 16)),     # the repeated row first
+                                    ((3, 7, 240), (240,)), ((2, 5, 256), (1, 256)),
+                                    ((2, 5, 257), (257,)),                # too long to tile: row by row
+                                    ((1, 9, 9, 16), (1, 9, 1, 16))])      # repeats over columns only
+def test_binary_row_vector_operands(monkeypatch, isa, op, shapes):
+    # one operand a row repeated over every row of the other (tiled once, many rows a call)
+    a, b = data(shapes[0], 11), data(shapes[1], 12)
+    b[b == 0] = 0.5
+    a[a == 0] = 0.25
+    got, want = both(monkeypatch, op, {"a": a}, {"b": b})
+    np.testing.assert_array_equal(got["y0"], want["y0"])
+    ins, out = (a, b), np.empty(np.broadcast_shapes(a.shape, b.shape), np.float32)
+    with np.errstate(all="ignore"):
+        ref = {"Mul": np.multiply, "Sub": np.subtract, "Div": np.divide}[op](*ins)
+    for threads in (1, 2, 3):           # rows split over threads, each part tiled on its own
+        native_ops.binary_step(op, a, b, out, threads, "Relu")()
+        np.testing.assert_array_equal(out, np.maximum(ref, 0))
+
+
 def test_in_place_unary_and_binary():
     # the arena lets element-wise ops write over input 0: out == in must work
     x = data((3, 1001), 5, scale=3.0)

@@ -72,6 +72,10 @@ def test_group_native_keeps_order_and_python_steps():
              native_ops.binary_step("Mul", d, d, c), native_ops.copy_step([(b, c)])]       # b = a*a
     grouped = group_native(steps)
     assert len(grouped) == 3 and grouped[1] is steps[2]
+    # the group before the Python step sends the pool's workers to sleep (numpy/BLAS may need
+    # the cores); the plan's last one leaves them spinning out their idle budget
+    assert not grouped[0].native_lingers and grouped[2].native_lingers
+    assert not group_native(steps[:3])[0].native_lingers
     for s in grouped:
         s()
     np.testing.assert_array_equal(log[0], np.zeros(6))

@@ -64,6 +64,13 @@ def test_held_worker_holds_up_only_its_own_chunk(threads):
     # the held worker waits until every index outside its range has run: the caller (and
     # any other worker) must take every chunk it has not started, and the job still ends
     par = parallel_for()
+    # every thread of the process on all CPUs: a worker whose affinity an earlier test narrowed
+    # to one CPU (threads inherit their creator's; forget=True below makes the pool treat it as
+    # set by somebody else) declines every chunk while the caller runs on that CPU, by design,
+    # so no job would hold it (a likely cause of its failures under pytest -n 2; reproduced by
+    # pinning caller and worker to one CPU before this test)
+    if hasattr(os, "sched_setaffinity"):
+        set_affinity_of_every_thread(set(range(os.cpu_count() or 1)))
     native.pool_stats(reset=True, forget=True)   # not shrunk by an earlier test's runs
     held_jobs = 0
     for _ in range(20):

@@ -268,11 +268,12 @@ def group_native(steps: List[Callable[[], None]]) -> List[Callable[[], None]]:
     out: List[Callable[[], None]] = []
     run: List[Callable[[], None]] = []
 
-    def flush():
+    def flush(last: bool = False):
         # a single step too: ei_run_steps also sends the native pool's spinning workers to
-        # sleep before the numpy/BLAS step that follows needs the cores
+        # sleep before the numpy/BLAS step that follows needs the cores; after the plan's
+        # last steps they spin out their idle budget (a next run finds them awake)
         if run:
-            out.append(native.run_steps_call(run))
+            out.append(native.run_steps_call(run, last=last))
         run.clear()
     for step in steps:
         if getattr(step, "native_step", None) is not None:
@@ -280,7 +281,7 @@ def group_native(steps: List[Callable[[], None]]) -> List[Callable[[], None]]:
         else:
             flush()
             out.append(step)
-    flush()
+    flush(last=True)
     return out
 
 

@@ -74,6 +74,9 @@ def _load() -> Tuple[Optional[ctypes.CDLL], str]:
         so.ei_pool_stats.argtypes = [ctypes.c_void_p, ctypes.c_int]
         so.ei_profile_steps.restype = ctypes.c_int64
         so.ei_profile_steps.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    if hasattr(so, "ei_run_steps_linger"):
+        so.ei_run_steps_linger.restype = None
+        so.ei_run_steps_linger.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     return so, ""
 
 
@@ -133,15 +136,18 @@ def native_step(fn_name: str, args: ctypes.Structure, *keep) -> Callable[[], Non
     return run
 
 
-def run_steps_call(steps) -> Callable[[], None]:
-    """One closure running several ``native_step`` closures in one C call (``ei_run_steps``)."""
+def run_steps_call(steps, last: bool = False) -> Callable[[], None]:
+    """One closure running several ``native_step`` closures in one C call (``ei_run_steps``).
+    ``last``: nothing of the plan follows them (``ei_run_steps_linger``: the pool's workers
+    spin out their idle budget instead of going to sleep, so a next run finds them awake)."""
     arr = (EiStep * len(steps))(*[EiStep(*s.native_step) for s in steps])
     n = len(steps)
-    call = lib.ei_run_steps
+    call = lib.ei_run_steps_linger if last and hasattr(lib, "ei_run_steps_linger") else lib.ei_run_steps
 
     def run() -> None:
         call(arr, n)
     run.native_keep = (arr, tuple(steps))
+    run.native_lingers = call is not lib.ei_run_steps
     return run
 
 

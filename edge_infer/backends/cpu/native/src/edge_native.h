@@ -105,5 +105,8 @@ EI_API void ei_pool_stats(int64_t *out, int reset);
  * the previous call (buf NULL or cap 0: stop) */
 #define EI_PROFILE_FIELDS (2 + EI_POOL_NSTATS)
 EI_API int64_t ei_profile_steps(int64_t *buf, int64_t cap_records);
+/* ei_run_steps for a plan's last run of steps: the workers are left to spin out their idle
+ * budget instead of being sent to sleep, so a run that follows back to back finds them awake */
+EI_API void ei_run_steps_linger(const ei_step *steps, int64_t n);
 
 #endif
