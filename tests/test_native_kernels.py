@@ -155,6 +155,20 @@ def test_int8_conv_1x1_image_and_strided_pointwise():
         assert_native_matches(run_three_ways(g, feeds))
 
 
+@pytest.mark.parametrize("m,c,k,hw,layout,residual", [
+    (8, 8, 1, (13, 17), "NHWC", True), (8, 3, 3, (19, 23), "NHWC", False), (4, 6, 1, (9, 11), "NHWC", True),
+    (4, 24, 1, (7, 9), "NCHW", False), (2, 16, 1, (5, 13), "NHWC", True), (1, 8, 1, (11, 3), "NHWC", False),
+    (8, 64, 1, (6, 7), "NHWC", True), (8, 7, 3, (10, 12), "NHWC", True), (4, 40, 1, (5, 5), "NHWC", False)])
+def test_int8_conv_narrow_outputs(m, c, k, hw, layout, residual):
+    """M = 1, 2, 4, 8 output channels: 16 / M rows share one 16-lane vector (their words
+    permuted out of the u8 rows, padded and compact ones) and one requantization; odd pixel
+    counts end in a part vector; K too long for the permute (M 4, K 40) takes the panels."""
+    rng = np.random.default_rng(m * 100 + c + k)
+    g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], k, 1, k // 2, 1, layout, "Relu", residual)
+    for threads in (1, 2):
+        assert_native_matches(run_three_ways(g, feeds, threads=threads))
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_conv_1d_int8_and_depthwise(layout):
     """1-D convs (run as 2-D ones of height 1): int8 im2col, int8 and fp32 depthwise."""

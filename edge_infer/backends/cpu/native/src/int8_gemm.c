@@ -243,6 +243,60 @@ static void consts_prepare(const ei_int8_conv_args *a, void *out) {
     for (int j = 0; j < npan; j++) vq_prepare(&v[j], a, corr + j * k->nr, j * k->nr, EI_MIN(k->nr, a->m - j * k->nr));
 }
 
+/* Narrow layers (M = 1, 2, 4 or 8 output channels: a detector's first pointwise convs, the
+ * taps of a one-channel ConvTranspose): a 32-channel panel would leave 24..31 of its lanes
+ * and one of its two epilogues idle per row. Instead one 16-lane vector holds R = 16 / M
+ * consecutive rows x M channels, which is 16 contiguous outputs of the NHWC y: a k-group's
+ * lanes are gathered from the R rows' u8 words by one vpermt2d (R * row stride <= 32 words,
+ * checked in make_plan), multiplied by the weights replicated R times, and requantized once
+ * per 16 outputs with the channel constants replicated the same way. */
+typedef struct {
+    ei_vq16 v;
+    ei_vqc c;
+    __m512i w[16];                  /* k-group g: lane l = channel l % M's 4 weights */
+} sm_consts;
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void sm_prepare(const ei_int8_conv_args *a, int kgr, sm_consts *s) {
+    int M = a->m, K = a->kh * a->kw * a->c;
+    const int32_t *pk = (const int32_t *)a->wpack;                   /* [g][32 channels] words */
+    const int32_t *corr = (const int32_t *)((const char *)a->wpack + panel_bytes(a->kind, K));
+    int32_t b[16], c[16], q[16], sh[16], w[16];
+    for (int l = 0; l < 16; l++) {
+        int ch = l % M;
+        b[l] = a->bias[ch]; c[l] = corr[ch]; q[l] = a->mult[ch]; sh[l] = a->shift[ch];
+    }
+    int left = ei_vq16_prepare(&s->v, b, c, q, sh, 16);
+    ei_vqc_prepare(&s->c, a->ztab, a->zp_y, a->lo, a->hi, left);
+    for (int g = 0; g < 16; g++) {
+        for (int l = 0; l < 16; l++) w[l] = g < kgr ? pk[g * 32 + l % M] : 0;
+        s->w[g] = _mm512_loadu_si512(w);
+    }
+}
+
+/* rows r0 .. r0 + nrows - 1 from the u8 rows ub (stride kgs words, kgr k-groups each) */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void sm_rows(const ei_int8_conv_args *a, const sm_consts *s, int R, const uint8_t *ub, int kgs, int kgr,
+                    int64_t r0, int nrows) {
+    const int M = a->m;
+    int32_t ix[16];
+    for (int l = 0; l < 16; l++) ix[l] = (l / M) * kgs;
+    const __m512i idx0 = _mm512_loadu_si512(ix), one = _mm512_set1_epi32(1);
+    for (int i = 0; i < nrows; i += R) {
+        int nr = EI_MIN(R, nrows - i), nd = nr * kgs;
+        const int32_t *blk = (const int32_t *)(ub + (int64_t)i * kgs * 4);
+        __m512i b0 = _mm512_maskz_loadu_epi32(nd >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nd) - 1), blk);
+        __m512i b1 = nd > 16 ? _mm512_maskz_loadu_epi32((__mmask16)((1u << (nd - 16)) - 1), blk + 16)
+                             : _mm512_setzero_si512();
+        __m512i acc = s->v.bias, idx = idx0;
+        for (int g = 0; g < kgr; g++, idx = _mm512_add_epi32(idx, one))
+            acc = _mm512_dpbusd_epi32(acc, _mm512_permutex2var_epi32(b0, idx, b1), s->w[g]);
+        __mmask16 m = nr == R ? (__mmask16)0xFFFF : (__mmask16)((1u << (nr * M)) - 1);
+        int64_t off = (r0 + i) * M;
+        ei_vq_store(&s->c, &s->v, m, acc, a->y + off, a->z ? a->z + off : NULL);
+    }
+}
+
 /* mk_vnni with the fused epilogue: rows 0 .. nrow - 1 of the tile go to y + r * ys (int8,
  * channels-last), residual z at the same offsets */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -377,6 +431,9 @@ typedef struct {
     kind_t k;
     int K, kg, R, P, mb, nrb, npan, ncb, ntasks, direct;
     int direct_nchw;            /* 1x1, stride 1, no padding, NCHW input: rows read along the planes */
+    int sm;                     /* narrow (sm_rows below): rows per 16-lane vector, else 0 */
+    int kgr;                    /* k-groups holding K (kg without the AMX tile padding) */
+    int64_t k4;                 /* bytes between the u8 rows of A (VNNI / AMX) */
     int64_t off_rows, off_apack, off_acc, per_thread;
 } plan_t;
 
@@ -414,14 +471,29 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
         p->off_apack = align64((int64_t)p->mb * p->kg * 4);
         p->off_acc = p->off_apack;
     }
-    p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4);
+    p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4) + 64;   /* + the im2col's 64-byte stores */
+    p->kgr = (p->K + 3) / 4;
+    p->k4 = (int64_t)p->kg * 4;
+    p->sm = 0;
+#if defined(__x86_64__)
+    if (has_consts(a) && (a->m == 1 || a->m == 2 || a->m == 4 || a->m == 8)) {
+        int R = 16 / a->m;
+        if (R * p->kg <= 32) p->sm = R;                                   /* keep the padded rows */
+        else if (R * p->kgr <= 32) { p->sm = R; p->k4 = (int64_t)p->kgr * 4; }
+    }
+#endif
 }
 
 /* bytes of ei_int8_conv_prepare's constants for these args (0: the kernel needs none) */
 EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
     if (!kind_ok(a->kind)) return -1;
 #if defined(__x86_64__)
-    if (has_consts(a)) return (int64_t)((a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr) * (int64_t)sizeof(vq_panel);
+    if (has_consts(a)) {
+        plan_t p;
+        make_plan(a, &p);
+        if (p.sm) return (int64_t)sizeof(sm_consts);
+        return (int64_t)((a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr) * (int64_t)sizeof(vq_panel);
+    }
 #endif
     return 0;
 }
@@ -430,7 +502,12 @@ EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
  * bias, mult, shift, ztab, zp_y, lo, hi and packed weights; set a->consts = out afterwards */
 EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out) {
 #if defined(__x86_64__)
-    if (kind_ok(a->kind) && has_consts(a)) consts_prepare(a, out);
+    if (kind_ok(a->kind) && has_consts(a)) {
+        plan_t p;
+        make_plan(a, &p);
+        if (p.sm) sm_prepare(a, p.kgr, (sm_consts *)out);
+        else consts_prepare(a, out);
+    }
 #else
     (void)a; (void)out;
 #endif
@@ -640,7 +717,7 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int vnni = u8_rows(a->kind);
     if (vnni) {
 #if defined(__x86_64__)
-        int64_t k4 = (int64_t)p->kg * 4;
+        int64_t k4 = p->k4;
         uint8_t *ub = (uint8_t *)rowbuf;
         if (p->direct && k4 == p->K && a->sh == 1 && a->sw == 1 && a->oh == a->h && a->ow == a->w) {
             ei_xor80(ub, a->x + r0 * p->K, (int64_t)nrows * p->K);          /* contiguous rows */
@@ -654,6 +731,10 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
                 ei_xor80(ub + i * k4, a_row(a, p, r0 + i, buf), p->K);
                 if (k4 > p->K) memset(buf + p->K, 0, (size_t)(k4 - p->K));
             }
+        }
+        if (p->sm && a->consts) {
+            sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows);
+            return;
         }
         for (int i = 0; i < nmp * k->mr; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
 #endif
@@ -749,6 +830,7 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     cx.a = a;
     make_plan(a, &cx.p);
     if (cx.p.R <= 0 || a->m <= 0) return;
+    if (cx.p.sm && !a->consts) { cx.p.sm = 0; cx.p.k4 = (int64_t)cx.p.kg * 4; }    /* the panel kernels' rows */
     cx.mk = kernel_of(a->kind);
     cx.simd = ei_rq_simd();
     int t = a->threads < 1 ? 1 : a->threads;
