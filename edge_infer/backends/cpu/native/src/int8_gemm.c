@@ -425,6 +425,34 @@ static mk_fn kernel_of(int kind) {
     }
 }
 
+/* ---- implicit AMX convolution (interior pixels read in place) ----
+ * A stride-1 NHWC conv with C >= 64 input channels (3x3 detector heads: the im2col copied
+ * 9 C bytes a pixel and cost as much as the tiles' multiplies) multiplies its interior
+ * output pixels (every tap inside the image) straight from x: for 32 pixels of one output
+ * row and each tap, the 16-row A tiles are the input pixels themselves, C bytes apart, one
+ * 64-byte chunk of channels a tile (the last chunk moved back to end at C, its weights zero
+ * on the channels an earlier chunk covered), with tdpbssd (s8 x s8: no x + 128, no
+ * correction). The weights are repacked at prepare per (tap, chunk) and panel; the border
+ * pixels go through the im2col path. Bit-exact: the same int32 sums. */
+#if defined(__x86_64__)
+static int has_amx(void);
+static int implicit_ok(const ei_int8_conv_args *a) {
+    if (a->kind != KIND_AMX || a->in_nchw || a->out_nchw || a->sh != 1 || a->sw != 1 || a->dh != 1 || a->dw != 1
+        || a->c < 64 || a->c % 4 || !has_amx())
+        return 0;
+    int ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1), iyb = EI_MIN(a->oh, a->h - a->kh + a->pt + 1);
+    return ixb - a->pl >= 32 && iyb > a->pt;
+}
+
+/* one panel's implicit constants: its vq_panel without the u8 corrections, then the weights
+ * [tap][chunk][16 k-groups][32 channels][4] */
+static int64_t implicit_panel_bytes(const ei_int8_conv_args *a) {
+    return (int64_t)sizeof(vq_panel) + (int64_t)a->kh * a->kw * ((a->c + 63) / 64) * 2048;
+}
+
+static void implicit_prepare(const ei_int8_conv_args *a, char *out);
+#endif
+
 /* ---- plan: blocking and per-thread scratch ---- */
 
 typedef struct {
@@ -432,6 +460,7 @@ typedef struct {
     int K, kg, R, P, mb, nrb, npan, ncb, ntasks, direct;
     int direct_nchw;            /* 1x1, stride 1, no padding, NCHW input: rows read along the planes */
     int sm;                     /* narrow (sm_rows below): rows per 16-lane vector, else 0 */
+    int implicit;               /* AMX straight from the input on interior pixels (implicit_block) */
     int kgr;                    /* k-groups holding K (kg without the AMX tile padding) */
     int64_t k4;                 /* bytes between the u8 rows of A (VNNI / AMX) */
     int64_t off_rows, off_apack, off_acc, per_thread;
@@ -475,12 +504,15 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->kgr = (p->K + 3) / 4;
     p->k4 = (int64_t)p->kg * 4;
     p->sm = 0;
+    p->implicit = 0;
 #if defined(__x86_64__)
+    p->implicit = implicit_ok(a);
     if (has_consts(a) && (a->m == 1 || a->m == 2 || a->m == 4 || a->m == 8)) {
         int R = 16 / a->m;
         if (R * p->kg <= 32) p->sm = R;                                   /* keep the padded rows */
         else if (R * p->kgr <= 32) { p->sm = R; p->k4 = (int64_t)p->kgr * 4; }
     }
+    if (p->sm) p->implicit = 0;
 #endif
 }
 
@@ -492,7 +524,8 @@ EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
         plan_t p;
         make_plan(a, &p);
         if (p.sm) return (int64_t)sizeof(sm_consts);
-        return (int64_t)((a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr) * (int64_t)sizeof(vq_panel);
+        int64_t npan = (a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr;
+        return npan * (int64_t)sizeof(vq_panel) + (p.implicit ? npan * implicit_panel_bytes(a) : 0);
     }
 #endif
     return 0;
@@ -507,6 +540,7 @@ EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out) {
         make_plan(a, &p);
         if (p.sm) sm_prepare(a, p.kgr, (sm_consts *)out);
         else consts_prepare(a, out);
+        if (p.implicit) implicit_prepare(a, (char *)out + (int64_t)p.npan * sizeof(vq_panel));
     }
 #else
     (void)a; (void)out;
@@ -632,6 +666,82 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
 }
 #endif
 
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void implicit_prepare(const ei_int8_conv_args *a, char *out) {
+    const int C = a->c, nq = (C + 63) / 64, taps = a->kh * a->kw, npan = (a->m + 31) / 32;
+    const int K = taps * C;
+    const int64_t pb = panel_bytes(a->kind, K), ipb = implicit_panel_bytes(a);
+    static const int32_t zero[32];
+    for (int j = 0; j < npan; j++) {
+        char *o = out + j * ipb;
+        vq_prepare((vq_panel *)o, a, zero, 32 * j, EI_MIN(32, a->m - 32 * j));
+        const int8_t *pan = (const int8_t *)a->wpack + j * pb;
+        int8_t *bq = (int8_t *)(o + sizeof(vq_panel));
+        for (int t = 0; t < taps; t++)
+            for (int q = 0; q < nq; q++) {
+                int base = (q < nq - 1 || C % 64 == 0) ? 64 * q : C - 64;
+                for (int gg = 0; gg < 16; gg++)
+                    for (int ch = 0; ch < 32; ch++)
+                        for (int kk = 0; kk < 4; kk++) {
+                            int c = base + 4 * gg + kk;
+                            int64_t k = (int64_t)t * C + c;
+                            bq[((((int64_t)t * nq + q) * 16 + gg) * 32 + ch) * 4 + kk] =
+                                c >= 64 * q ? pan[((k / 4) * 32 + ch) * 4 + k % 4] : 0;
+                        }
+            }
+    }
+}
+
+/* output pixels ox0 .. ox0 + n - 1 of output row oy of image b, all interior, on panels
+ * j0 .. j1 - 1; cbuf: 32 x 32 int32 */
+__attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
+static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, int j1, int64_t b, int oy, int ox0,
+                          int n, int32_t *cbuf) {
+    const int C = a->c, nq = (C + 63) / 64, kw = a->kw;
+    const int ixa = a->pl, ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1);
+    const int64_t ipb = implicit_panel_bytes(a);
+    const char *base = (const char *)a->consts + (int64_t)p->npan * sizeof(vq_panel);
+    amx_config();
+    for (int j = j0; j < j1; j++) {
+        const vq_panel *v = (const vq_panel *)(base + j * ipb);
+        const int8_t *bw = (const int8_t *)(base + j * ipb + sizeof(vq_panel));
+        const int ch0 = 32 * j;
+        for (int s = ox0; s < ox0 + n; s += 32) {
+            const int t0 = EI_MAX(ixa, EI_MIN(s, ixb - 32));      /* a whole tile inside the interior */
+            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+            for (int ky = 0; ky < a->kh; ky++) {
+                const int8_t *xr = a->x + ((b * a->h + oy - a->pt + ky) * a->w + (t0 - a->pl)) * (int64_t)C;
+                for (int kx = 0; kx < kw; kx++) {
+                    const int8_t *xp = xr + (int64_t)kx * C;
+                    const int8_t *bq = bw + (int64_t)(ky * kw + kx) * nq * 2048;
+                    for (int q = 0; q < nq; q++, bq += 2048) {
+                        const int off = (q < nq - 1 || C % 64 == 0) ? 64 * q : C - 64;
+                        _tile_loadd(4, xp + off, C);
+                        _tile_loadd(5, xp + 16 * (int64_t)C + off, C);
+                        _tile_loadd(6, bq, 128);
+                        _tile_loadd(7, bq + 64, 128);
+                        _tile_dpbssd(0, 4, 6); _tile_dpbssd(1, 4, 7);
+                        _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
+                    }
+                }
+            }
+            _tile_stored(0, cbuf, 128); _tile_stored(1, cbuf + 16, 128);
+            _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+            const int e = EI_MIN(s + 32, ox0 + n);
+            for (int px = s; px < e; px++) {
+                const int32_t *c = cbuf + (px - t0) * 32;
+                int64_t off = ((b * a->oh + oy) * a->ow + px) * (int64_t)a->m + ch0;
+                ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
+                            a->y + off, a->z ? a->z + off : NULL);
+                if (v->m[1])
+                    ei_vq_store(&v->c, &v->v[1], v->m[1], _mm512_add_epi32(_mm512_loadu_si512(c + 16), v->v[1].bias),
+                                a->y + off + 16, a->z ? a->z + off + 16 : NULL);
+            }
+        }
+    }
+    amx_release();
+}
+
 /* rows r0 .. r0 + nrows - 1 of a 1x1, stride-1, unpadded conv on an NCHW input (ConvTranspose's
  * phases in NCHW graphs) as u8 rows: row r's channel c is x[b][c][pixel], read along the
  * plane, four channels at a time written as one 32-bit word (the per-row gather it replaces
@@ -700,13 +810,11 @@ static void nchw_store(const ei_int8_conv_args *a, const plan_t *p, const int32_
 
 typedef struct { const ei_int8_conv_args *a; plan_t p; mk_fn mk; int simd; int nslots; } conv_ctx;
 
-static void run_task(const conv_ctx *cx, int t, char *scratch) {
+/* rows r0 .. r0 + nrows - 1 (at most one row block) on the panels of channel block cb */
+static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *scratch) {
     const ei_int8_conv_args *a = cx->a;
     const plan_t *p = &cx->p;
     const kind_t *k = &p->k;
-    int rb = t / p->ncb, cb = t % p->ncb;
-    int64_t r0 = (int64_t)rb * p->mb;
-    int nrows = (int)EI_MIN((int64_t)p->mb, p->R - r0);
     int8_t *rowbuf = (int8_t *)(scratch + p->off_rows);
     char *apack = scratch + p->off_apack;
     int32_t *acc = (int32_t *)(scratch + p->off_acc);
@@ -808,6 +916,50 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
 #if defined(__x86_64__)
     if (a->kind == KIND_AMX) amx_release();
 #endif
+}
+
+#if defined(__x86_64__)
+/* a row block of an implicit conv: border pixels (rows and columns some tap falls outside)
+ * by run_block, the interior ones by implicit_rows */
+static void implicit_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *scratch) {
+    const ei_int8_conv_args *a = cx->a;
+    const plan_t *p = &cx->p;
+    const int ixa = a->pl, ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1);
+    const int iya = a->pt, iyb = EI_MIN(a->oh, a->h - a->kh + a->pt + 1);
+    const int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
+    int32_t *cbuf = (int32_t *)(scratch + p->off_acc);
+    for (int64_t r = r0, end = r0 + nrows; r < end;) {
+        int64_t b = r / p->P;
+        int pix = (int)(r - b * p->P), oy = pix / a->ow, ox = pix - oy * a->ow;
+        int len = (int)EI_MIN(end - r, (int64_t)(a->ow - ox));
+        if (oy < iya || oy >= iyb) { run_block(cx, cb, r, len, scratch); r += len; continue; }
+        if (ox < ixa) {
+            int k = EI_MIN(len, ixa - ox);
+            run_block(cx, cb, r, k, scratch);
+            r += k; ox += k; len -= k;
+        }
+        if (len > 0 && ox < ixb) {
+            int k = EI_MIN(len, ixb - ox);
+            implicit_rows(a, p, j0, j1, b, oy, ox, k, cbuf);
+            r += k; len -= k;
+        }
+        if (len > 0) { run_block(cx, cb, r, len, scratch); r += len; }
+    }
+}
+#endif
+
+static void run_task(const conv_ctx *cx, int t, char *scratch) {
+    const plan_t *p = &cx->p;
+    int rb = t / p->ncb, cb = t % p->ncb;
+    int64_t r0 = (int64_t)rb * p->mb;
+    int nrows = (int)EI_MIN((int64_t)p->mb, p->R - r0);
+#if defined(__x86_64__)
+    if (p->implicit && cx->a->consts) {
+        implicit_block(cx, cb, r0, nrows, scratch);
+        return;
+    }
+#endif
+    run_block(cx, cb, r0, nrows, scratch);
 }
 
 /* tasks [t0, t1), handed out by the pool in chunks (a descheduled thread's are taken by the
