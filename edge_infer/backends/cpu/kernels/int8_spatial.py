@@ -260,7 +260,7 @@ def _conv_transpose_fold(ctx, x, y, w, bias, q, sh, zp_x, zp_y):
         lo=-128, hi=127, geometry=(n, cin, h, wd, taps * m, h, wd, 1, 1, 1, 1, 1, 1, 0, 0),
         in_nchw=False, out_nchw=False)
     dst = y.reshape(n, h, kh, wd, kw, m).transpose(0, 1, 3, 2, 4, 5)
-    cp = copy_step([(dst, part.reshape(n, h, wd, kh, kw, m))])
+    cp = copy_step([(dst, part.reshape(n, h, wd, kh, kw, m))], native_kernels.threads_of(ctx))
     if conv is None or cp is None:
         return None
     return sequence_step([conv, cp])
