@@ -426,28 +426,34 @@ static mk_fn kernel_of(int kind) {
 }
 
 /* ---- implicit AMX convolution (interior pixels read in place) ----
- * A stride-1 NHWC conv with C >= 64 input channels (3x3 detector heads: the im2col copied
- * 9 C bytes a pixel and cost as much as the tiles' multiplies) multiplies its interior
- * output pixels (every tap inside the image) straight from x: for 32 pixels of one output
- * row and each tap, the 16-row A tiles are the input pixels themselves, C bytes apart, one
- * 64-byte chunk of channels a tile (the last chunk moved back to end at C, its weights zero
- * on the channels an earlier chunk covered), with tdpbssd (s8 x s8: no x + 128, no
- * correction). The weights are repacked at prepare per (tap, chunk) and panel; the border
- * pixels go through the im2col path. Bit-exact: the same int32 sums. */
+ * A stride-1 NHWC conv whose kernel rows span kw * C >= 64 contiguous input bytes (3x3
+ * detector heads: the im2col copied kh kw C bytes a pixel and cost as much as the tiles'
+ * multiplies) multiplies its interior output pixels (every tap inside the image) straight
+ * from x: for 32 pixels of one output row and each kernel row, the 16-row A tiles are 64-byte
+ * chunks of that row's span, read at the pixels themselves, C bytes apart (the last chunk
+ * moved back to end at the span's end, its weights zero where an earlier chunk covered), with
+ * tdpbssd (s8 x s8: no x + 128, no correction). The weights are repacked at prepare per
+ * (kernel row, chunk) and panel; the border pixels go through the im2col path. Bit-exact:
+ * the same int32 sums. */
 #if defined(__x86_64__)
 static int has_amx(void);
 static int implicit_ok(const ei_int8_conv_args *a) {
     if (a->kind != KIND_AMX || a->in_nchw || a->out_nchw || a->sh != 1 || a->sw != 1 || a->dh != 1 || a->dw != 1
-        || a->c < 64 || a->c % 4 || !has_amx())
+        || a->kw * a->c < 64 || a->c % 4 || !has_amx())
         return 0;
     int ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1), iyb = EI_MIN(a->oh, a->h - a->kh + a->pt + 1);
     return ixb - a->pl >= 32 && iyb > a->pt;
 }
 
 /* one panel's implicit constants: its vq_panel without the u8 corrections, then the weights
- * [tap][chunk][16 k-groups][32 channels][4] */
+ * [kernel row][chunk][16 k-groups][32 channels][4] */
 static int64_t implicit_panel_bytes(const ei_int8_conv_args *a) {
-    return (int64_t)sizeof(vq_panel) + (int64_t)a->kh * a->kw * ((a->c + 63) / 64) * 2048;
+    return (int64_t)sizeof(vq_panel) + (int64_t)a->kh * ((a->kw * a->c + 63) / 64) * 2048;
+}
+
+/* where chunk q of nq starts in a kernel row's span */
+static inline int implicit_chunk(int q, int nq, int span) {
+    return (q < nq - 1 || span % 64 == 0) ? 64 * q : span - 64;
 }
 
 static void implicit_prepare(const ei_int8_conv_args *a, char *out);
@@ -668,8 +674,8 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
 
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void implicit_prepare(const ei_int8_conv_args *a, char *out) {
-    const int C = a->c, nq = (C + 63) / 64, taps = a->kh * a->kw, npan = (a->m + 31) / 32;
-    const int K = taps * C;
+    const int span = a->kw * a->c, nq = (span + 63) / 64, npan = (a->m + 31) / 32;
+    const int K = a->kh * span;
     const int64_t pb = panel_bytes(a->kind, K), ipb = implicit_panel_bytes(a);
     static const int32_t zero[32];
     for (int j = 0; j < npan; j++) {
@@ -677,14 +683,14 @@ static void implicit_prepare(const ei_int8_conv_args *a, char *out) {
         vq_prepare((vq_panel *)o, a, zero, 32 * j, EI_MIN(32, a->m - 32 * j));
         const int8_t *pan = (const int8_t *)a->wpack + j * pb;
         int8_t *bq = (int8_t *)(o + sizeof(vq_panel));
-        for (int t = 0; t < taps; t++)
+        for (int t = 0; t < a->kh; t++)
             for (int q = 0; q < nq; q++) {
-                int base = (q < nq - 1 || C % 64 == 0) ? 64 * q : C - 64;
+                int base = implicit_chunk(q, nq, span);
                 for (int gg = 0; gg < 16; gg++)
                     for (int ch = 0; ch < 32; ch++)
                         for (int kk = 0; kk < 4; kk++) {
-                            int c = base + 4 * gg + kk;
-                            int64_t k = (int64_t)t * C + c;
+                            int c = base + 4 * gg + kk;             /* byte of the span */
+                            int64_t k = (int64_t)t * span + c;
                             bq[((((int64_t)t * nq + q) * 16 + gg) * 32 + ch) * 4 + kk] =
                                 c >= 64 * q ? pan[((k / 4) * 32 + ch) * 4 + k % 4] : 0;
                         }
@@ -697,7 +703,7 @@ static void implicit_prepare(const ei_int8_conv_args *a, char *out) {
 __attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
 static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, int j1, int64_t b, int oy, int ox0,
                           int n, int32_t *cbuf) {
-    const int C = a->c, nq = (C + 63) / 64, kw = a->kw;
+    const int C = a->c, span = a->kw * C, nq = (span + 63) / 64;
     const int ixa = a->pl, ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1);
     const int64_t ipb = implicit_panel_bytes(a);
     const char *base = (const char *)a->consts + (int64_t)p->npan * sizeof(vq_panel);
@@ -710,19 +716,16 @@ static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, i
             const int t0 = EI_MAX(ixa, EI_MIN(s, ixb - 32));      /* a whole tile inside the interior */
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
             for (int ky = 0; ky < a->kh; ky++) {
-                const int8_t *xr = a->x + ((b * a->h + oy - a->pt + ky) * a->w + (t0 - a->pl)) * (int64_t)C;
-                for (int kx = 0; kx < kw; kx++) {
-                    const int8_t *xp = xr + (int64_t)kx * C;
-                    const int8_t *bq = bw + (int64_t)(ky * kw + kx) * nq * 2048;
-                    for (int q = 0; q < nq; q++, bq += 2048) {
-                        const int off = (q < nq - 1 || C % 64 == 0) ? 64 * q : C - 64;
-                        _tile_loadd(4, xp + off, C);
-                        _tile_loadd(5, xp + 16 * (int64_t)C + off, C);
-                        _tile_loadd(6, bq, 128);
-                        _tile_loadd(7, bq + 64, 128);
-                        _tile_dpbssd(0, 4, 6); _tile_dpbssd(1, 4, 7);
-                        _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
-                    }
+                const int8_t *xp = a->x + ((b * a->h + oy - a->pt + ky) * a->w + (t0 - a->pl)) * (int64_t)C;
+                const int8_t *bq = bw + (int64_t)ky * nq * 2048;
+                for (int q = 0; q < nq; q++, bq += 2048) {
+                    const int off = implicit_chunk(q, nq, span);
+                    _tile_loadd(4, xp + off, C);
+                    _tile_loadd(5, xp + 16 * (int64_t)C + off, C);
+                    _tile_loadd(6, bq, 128);
+                    _tile_loadd(7, bq + 64, 128);
+                    _tile_dpbssd(0, 4, 6); _tile_dpbssd(1, 4, 7);
+                    _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
                 }
             }
             _tile_stored(0, cbuf, 128); _tile_stored(1, cbuf + 16, 128);
