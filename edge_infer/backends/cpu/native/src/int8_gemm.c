@@ -672,6 +672,7 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
 }
 #endif
 
+#if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void implicit_prepare(const ei_int8_conv_args *a, char *out) {
     const int span = a->kw * a->c, nq = (span + 63) / 64, npan = (a->m + 31) / 32;
@@ -744,6 +745,7 @@ static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, i
     }
     amx_release();
 }
+#endif
 
 /* rows r0 .. r0 + nrows - 1 of a 1x1, stride-1, unpadded conv on an NCHW input (ConvTranspose's
  * phases in NCHW graphs) as u8 rows: row r's channel c is x[b][c][pixel], read along the
