@@ -170,15 +170,15 @@ def test_int8_conv_narrow_outputs(m, c, k, hw, layout, residual):
 
 
 @pytest.mark.parametrize("n,c,m,hw,k,pad,residual", [
-    (1, 96, 24, (7, 40), 3, 1, True), (2, 64, 40, (5, 35), 3, 1, False), (1, 128, 33, (4, 50), 3, 0, True),
-    (1, 68, 16, (6, 38), 5, 2, False), (1, 64, 70, (3, 34), 3, 1, False), (1, 32, 48, (5, 36), 3, 1, True),
-    (2, 24, 12, (4, 40), 3, 1, False), (1, 16, 32, (3, 33), 5, 2, False)])
+    (1, 96, 24, (7, 70), 3, 1, True), (2, 64, 40, (5, 67), 3, 1, False), (1, 128, 33, (4, 80), 3, 0, True),
+    (1, 68, 16, (6, 70), 5, 2, False), (1, 64, 70, (3, 66), 3, 1, False), (1, 32, 48, (5, 83), 3, 1, True),
+    (2, 24, 12, (4, 97), 3, 1, False), (1, 16, 32, (3, 68), 5, 2, False)])
 def test_int8_conv_implicit_interior(n, c, m, hw, k, pad, residual):
     """Stride-1 NHWC convs whose kernel rows span kw * C >= 64 bytes (AMX: interior pixels
-    multiplied straight from the input, 32 a tile, the last tile of a row moved back; a span
-    not a multiple of 64: its last chunk moved back under zero weights; border rows and
-    columns through the im2col), several output panels, batches, 1 and 2 threads; bit for bit
-    on every ISA path."""
+    multiplied straight from the input where rows have 64 of them, 32 a tile, the last tile of
+    a row moved back, 16 for a short rest; a span not a multiple of 64: its last chunk moved
+    back under zero weights; border rows and columns through the im2col), several output
+    panels, batches, 1 and 2 threads; bit for bit on every ISA path."""
     rng = np.random.default_rng(c + m + k)
     g, feeds = int8_conv_case(rng, n, c, m, hw[0], hw[1], k, 1, pad, 1, "NHWC", "Relu", residual)
     for threads in (1, 2):

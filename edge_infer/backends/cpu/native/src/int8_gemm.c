@@ -428,8 +428,8 @@ static mk_fn kernel_of(int kind) {
 /* ---- implicit AMX convolution (interior pixels read in place) ----
  * A stride-1 NHWC conv whose kernel rows span kw * C >= 64 contiguous input bytes (3x3
  * detector heads: the im2col copied kh kw C bytes a pixel and cost as much as the tiles'
- * multiplies) multiplies its interior output pixels (every tap inside the image) straight
- * from x: for 32 pixels of one output row and each kernel row, the 16-row A tiles are 64-byte
+ * multiplies) multiplies its interior output pixels (every tap inside the image, rows of at
+ * least 64 of them) straight from x: for 32 pixels of one output row and each kernel row, the 16-row A tiles are 64-byte
  * chunks of that row's span, read at the pixels themselves, C bytes apart (the last chunk
  * moved back to end at the span's end, its weights zero where an earlier chunk covered), with
  * tdpbssd (s8 x s8: no x + 128, no correction). The weights are repacked at prepare per
@@ -442,7 +442,7 @@ static int implicit_ok(const ei_int8_conv_args *a) {
         || a->kw * a->c < 64 || a->c % 4 || !has_amx())
         return 0;
     int ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1), iyb = EI_MIN(a->oh, a->h - a->kh + a->pt + 1);
-    return ixb - a->pl >= 32 && iyb > a->pt;
+    return ixb - a->pl >= 64 && iyb > a->pt;      /* 40-pixel rows measured slower than the im2col */
 }
 
 /* one panel's implicit constants: its vq_panel without the u8 corrections, then the weights
@@ -714,23 +714,27 @@ static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, i
         const int8_t *bw = (const int8_t *)(base + j * ipb + sizeof(vq_panel));
         const int ch0 = 32 * j;
         for (int s = ox0; s < ox0 + n; s += 32) {
-            const int t0 = EI_MAX(ixa, EI_MIN(s, ixb - 32));      /* a whole tile inside the interior */
-            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+            const int two = ox0 + n - s > 16;                      /* 32 pixels, else 16 */
+            const int t0 = EI_MAX(ixa, EI_MIN(s, ixb - (two ? 32 : 16)));   /* whole tiles inside the interior */
+            _tile_zero(0); _tile_zero(1);
+            if (two) { _tile_zero(2); _tile_zero(3); }
             for (int ky = 0; ky < a->kh; ky++) {
                 const int8_t *xp = a->x + ((b * a->h + oy - a->pt + ky) * a->w + (t0 - a->pl)) * (int64_t)C;
                 const int8_t *bq = bw + (int64_t)ky * nq * 2048;
                 for (int q = 0; q < nq; q++, bq += 2048) {
                     const int off = implicit_chunk(q, nq, span);
                     _tile_loadd(4, xp + off, C);
-                    _tile_loadd(5, xp + 16 * (int64_t)C + off, C);
                     _tile_loadd(6, bq, 128);
                     _tile_loadd(7, bq + 64, 128);
                     _tile_dpbssd(0, 4, 6); _tile_dpbssd(1, 4, 7);
-                    _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
+                    if (two) {
+                        _tile_loadd(5, xp + 16 * (int64_t)C + off, C);
+                        _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
+                    }
                 }
             }
             _tile_stored(0, cbuf, 128); _tile_stored(1, cbuf + 16, 128);
-            _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+            if (two) { _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128); }
             const int e = EI_MIN(s + 32, ox0 + n);
             for (int px = s; px < e; px++) {
                 const int32_t *c = cbuf + (px - t0) * 32;
@@ -866,7 +870,10 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
     const int32_t *corr = (const int32_t *)((const char *)a->wpack + p->npan * pb);     /* VNNI only */
     (void)corr; (void)vrows;                 /* unused where there is no VNNI (aarch64) */
 #if defined(__x86_64__)
-    if (a->kind == KIND_AMX) amx_config();
+    /* tiles: NCHW output, or a tile of more than 8 rows (amx_panel gives smaller ones to VNNI);
+     * the implicit path's border pixels come one or two at a time */
+    const int tiles = a->kind == KIND_AMX && (a->out_nchw || nrows > 8);
+    if (tiles) amx_config();
 #endif
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
@@ -919,7 +926,7 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
         }
     }
 #if defined(__x86_64__)
-    if (a->kind == KIND_AMX) amx_release();
+    if (tiles) amx_release();
 #endif
 }
 
