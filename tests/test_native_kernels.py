@@ -158,11 +158,14 @@ def test_int8_conv_1x1_image_and_strided_pointwise():
 @pytest.mark.parametrize("m,c,k,hw,layout,residual", [
     (8, 8, 1, (13, 17), "NHWC", True), (8, 3, 3, (19, 23), "NHWC", False), (4, 6, 1, (9, 11), "NHWC", True),
     (4, 24, 1, (7, 9), "NCHW", False), (2, 16, 1, (5, 13), "NHWC", True), (1, 8, 1, (11, 3), "NHWC", False),
-    (8, 64, 1, (6, 7), "NHWC", True), (8, 7, 3, (10, 12), "NHWC", True), (4, 40, 1, (5, 5), "NHWC", False)])
+    (8, 64, 1, (6, 7), "NHWC", True), (8, 7, 3, (10, 12), "NHWC", True), (4, 40, 1, (5, 5), "NHWC", False),
+    (1, 16, 1, (7, 9), "NHWC", True), (2, 60, 1, (5, 7), "NHWC", False), (4, 6, 3, (6, 9), "NHWC", True),
+    (8, 72, 1, (3, 5), "NHWC", False)])
 def test_int8_conv_narrow_outputs(m, c, k, hw, layout, residual):
     """M = 1, 2, 4, 8 output channels: 16 / M rows share one 16-lane vector (their words
-    permuted out of the u8 rows, padded and compact ones) and one requantization; odd pixel
-    counts end in a part vector; K too long for the permute (M 4, K 40) takes the panels."""
+    permuted out of the u8 rows, padded and compact ones, or gathered where 16 / M rows are more
+    than 32 words: M 1 K 16, M 2 K 60, M 4 K 40 / 54) and one requantization; odd pixel counts
+    end in a part vector; K > 64 (M 8, K 72) takes the panels."""
     rng = np.random.default_rng(m * 100 + c + k)
     g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], k, 1, k // 2, 1, layout, "Relu", residual)
     for threads in (1, 2):

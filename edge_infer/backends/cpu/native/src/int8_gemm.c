@@ -274,15 +274,28 @@ static void sm_prepare(const ei_int8_conv_args *a, int kgr, sm_consts *s) {
     }
 }
 
-/* rows r0 .. r0 + nrows - 1 from the u8 rows ub (stride kgs words, kgr k-groups each) */
+/* rows r0 .. r0 + nrows - 1 from the u8 rows ub (stride kgs words, kgr k-groups each);
+ * gather: R * kgs > 32 words (M = 1 over K = 16: a YOLO head's DFL conv), each k-group's
+ * lanes gathered from the rows */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void sm_rows(const ei_int8_conv_args *a, const sm_consts *s, int R, const uint8_t *ub, int kgs, int kgr,
-                    int64_t r0, int nrows) {
+                    int64_t r0, int nrows, int gather) {
     const int M = a->m;
     int32_t ix[16];
     for (int l = 0; l < 16; l++) ix[l] = (l / M) * kgs;
     const __m512i idx0 = _mm512_loadu_si512(ix), one = _mm512_set1_epi32(1);
-    for (int i = 0; i < nrows; i += R) {
+    for (int i = 0; gather && i < nrows; i += R) {
+        int nr = EI_MIN(R, nrows - i);
+        __mmask16 m = nr == R ? (__mmask16)0xFFFF : (__mmask16)((1u << (nr * M)) - 1);
+        const int32_t *blk = (const int32_t *)(ub + (int64_t)i * kgs * 4);
+        __m512i acc = s->v.bias, idx = idx0;
+        for (int g = 0; g < kgr; g++, idx = _mm512_add_epi32(idx, one))
+            acc = _mm512_dpbusd_epi32(acc, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, blk, 4),
+                                      s->w[g]);
+        int64_t off = (r0 + i) * M;
+        ei_vq_store(&s->c, &s->v, m, acc, a->y + off, a->z ? a->z + off : NULL);
+    }
+    for (int i = 0; !gather && i < nrows; i += R) {
         int nr = EI_MIN(R, nrows - i), nd = nr * kgs;
         const int32_t *blk = (const int32_t *)(ub + (int64_t)i * kgs * 4);
         __m512i b0 = _mm512_maskz_loadu_epi32(nd >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nd) - 1), blk);
@@ -466,6 +479,7 @@ typedef struct {
     int K, kg, R, P, mb, nrb, npan, ncb, ntasks, direct;
     int direct_nchw;            /* 1x1, stride 1, no padding, NCHW input: rows read along the planes */
     int sm;                     /* narrow (sm_rows below): rows per 16-lane vector, else 0 */
+    int sm_gather;              /* narrow rows too long for one vpermt2d: gathered */
     int implicit;               /* AMX straight from the input on interior pixels (implicit_block) */
     int kgr;                    /* k-groups holding K (kg without the AMX tile padding) */
     int64_t k4;                 /* bytes between the u8 rows of A (VNNI / AMX) */
@@ -510,6 +524,7 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->kgr = (p->K + 3) / 4;
     p->k4 = (int64_t)p->kg * 4;
     p->sm = 0;
+    p->sm_gather = 0;
     p->implicit = 0;
 #if defined(__x86_64__)
     p->implicit = implicit_ok(a);
@@ -517,6 +532,7 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
         int R = 16 / a->m;
         if (R * p->kg <= 32) p->sm = R;                                   /* keep the padded rows */
         else if (R * p->kgr <= 32) { p->sm = R; p->k4 = (int64_t)p->kgr * 4; }
+        else if (p->kgr <= 16) { p->sm = R; p->sm_gather = 1; }
     }
     if (p->sm) p->implicit = 0;
 #endif
@@ -850,7 +866,7 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
             }
         }
         if (p->sm && a->consts) {
-            sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows);
+            sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows, p->sm_gather);
             return;
         }
         for (int i = 0; i < nmp * k->mr; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
