@@ -998,6 +998,15 @@ static void conv_tasks(void *vctx, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) run_task(cx, (int)t, scratch);
 }
 
+EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
+    if (!kind_ok(a->kind) || !a->consts) return NULL;
+    plan_t p;
+    make_plan(a, &p);
+    if (p.sm) return p.sm_gather ? "narrow: 16 / M rows a vector, gathered" : "narrow: 16 / M rows a vector, vpermt2d";
+    if (p.implicit) return "implicit: interior pixels read in place by tdpbssd";
+    return NULL;
+}
+
 EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     EI_CHECK(a->n >= 0 && a->c >= 1 && a->h >= 0 && a->w >= 0 && a->m >= 1 && a->oh >= 0 && a->ow >= 0);
     EI_CHECK(a->kh >= 1 && a->kw >= 1 && a->sh >= 1 && a->sw >= 1 && a->dh >= 1 && a->dw >= 1);
