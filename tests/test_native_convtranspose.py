@@ -147,6 +147,10 @@ INT8_CASES = [
     ((1, 5, 6, 7), (7, 40, 3, 3), dict(kernel_shape=[3, 3], strides=[3, 3])),
     ((1, 6, 7, 32), (32, 20, 4, 4), dict(kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1])),
     ((1, 5, 5, 9), (9, 6, 3, 3), dict(kernel_shape=[3, 3], strides=[2, 2])),
+    # the taps' depth to space: runs of 4 bytes by permutes over 64-byte chunks (a part one at
+    # the end of each row), runs of 6 bytes copied
+    ((1, 6, 40, 8), (8, 2, 2, 2), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ((2, 4, 5, 6), (6, 3, 2, 2), dict(kernel_shape=[2, 2], strides=[2, 2])),
 ]
 
 

@@ -155,6 +155,39 @@ def test_int8_conv_1x1_image_and_strided_pointwise():
         assert_native_matches(run_three_ways(g, feeds))
 
 
+@pytest.mark.parametrize("m,c,k,hw,layout,residual", [
+    (8, 8, 1, (13, 17), "NHWC", True), (8, 3, 3, (19, 23), "NHWC", False), (4, 6, 1, (9, 11), "NHWC", True),
+    (4, 24, 1, (7, 9), "NCHW", False), (2, 16, 1, (5, 13), "NHWC", True), (1, 8, 1, (11, 3), "NHWC", False),
+    (8, 64, 1, (6, 7), "NHWC", True), (8, 7, 3, (10, 12), "NHWC", True), (4, 40, 1, (5, 5), "NHWC", False),
+    (1, 16, 1, (7, 9), "NHWC", True), (2, 60, 1, (5, 7), "NHWC", False), (4, 6, 3, (6, 9), "NHWC", True),
+    (8, 72, 1, (3, 5), "NHWC", False)])
+def test_int8_conv_narrow_outputs(m, c, k, hw, layout, residual):
+    """M = 1, 2, 4, 8 output channels: 16 / M rows share one 16-lane vector (their words
+    permuted out of the u8 rows, padded and compact ones, or gathered where 16 / M rows are more
+    than 32 words: M 1 K 16, M 2 K 60, M 4 K 40 / 54) and one requantization; odd pixel counts
+    end in a part vector; K > 64 (M 8, K 72) takes the panels."""
+    rng = np.random.default_rng(m * 100 + c + k)
+    g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], k, 1, k // 2, 1, layout, "Relu", residual)
+    for threads in (1, 2):
+        assert_native_matches(run_three_ways(g, feeds, threads=threads))
+
+
+@pytest.mark.parametrize("n,c,m,hw,k,pad,residual", [
+    (1, 96, 24, (7, 70), 3, 1, True), (2, 64, 40, (5, 67), 3, 1, False), (1, 128, 33, (4, 80), 3, 0, True),
+    (1, 68, 16, (6, 70), 5, 2, False), (1, 64, 70, (3, 66), 3, 1, False), (1, 32, 48, (5, 83), 3, 1, True),
+    (2, 24, 12, (4, 97), 3, 1, False), (1, 16, 32, (3, 68), 5, 2, False)])
+def test_int8_conv_implicit_interior(n, c, m, hw, k, pad, residual):
+    """Stride-1 NHWC convs whose kernel rows span kw * C >= 64 bytes (AMX: interior pixels
+    multiplied straight from the input where rows have 64 of them, 32 a tile, the last tile of
+    a row moved back, 16 for a short rest; a span not a multiple of 64: its last chunk moved
+    back under zero weights; border rows and columns through the im2col), several output
+    panels, batches, 1 and 2 threads; bit for bit on every ISA path."""
+    rng = np.random.default_rng(c + m + k)
+    g, feeds = int8_conv_case(rng, n, c, m, hw[0], hw[1], k, 1, pad, 1, "NHWC", "Relu", residual)
+    for threads in (1, 2):
+        assert_native_matches(run_three_ways(g, feeds, threads=threads))
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_conv_1d_int8_and_depthwise(layout):
     """1-D convs (run as 2-D ones of height 1): int8 im2col, int8 and fp32 depthwise."""
@@ -322,11 +355,11 @@ def test_depthwise_fp32_nhwc_selftest(mode):
 @pytest.mark.parametrize("c,hw,k,stride,residual", [
     (8, (24, 96), 3, 1, False), (16, (56, 56), 3, 2, False), (24, (28, 29), 3, 1, True), (72, (14, 14), 5, 2, False),
     (96, (7, 10), 5, 1, True), (40, (9, 6), 5, 1, False), (33, (3, 5), 3, 1, True), (8, (23, 50), 3, 2, True),
-    (16, (9, 31), 5, 2, False)])
+    (16, (9, 31), 5, 2, False), (8, (11, 13), 3, 1, True), (8, (6, 7), 3, 2, False), (8, (5, 3), 3, 1, False)])
 def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
     """int8 depthwise layers of MobileNet-v2/v3 sizes (the VNNI kernel's blocks of four output
     pixels over interior and border columns, channel tails under masks, widths that leave 1-3
-    pixels after the last block) bit for bit against the numpy kernel, on every ISA path."""
+    pixels after the last block; 8 channels: pixel pairs, odd widths end in half a pair) bit for bit against the numpy kernel, on every ISA path."""
     rng = np.random.default_rng(c * 100 + k)
     g, feeds = depthwise_case(rng, "int8", 1, c, hw[0], hw[1], k, stride, k // 2, 1, "NHWC", "Relu", residual)
     res = run_three_ways(g, feeds, threads=2)

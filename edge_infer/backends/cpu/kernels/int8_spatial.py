@@ -248,7 +248,7 @@ def _conv_transpose_fold(ctx, x, y, w, bias, q, sh, zp_x, zp_y):
     """``_folds``: one int8 1x1 conv over the input pixels whose kh * kw * M output channels are
     (tap row, tap column, channel), requantized per channel m (the same integers as the
     reference: each output has exactly one tap), into the "deconv_part" scratch; then one native
-    copy puts its (kw, M) runs in place (the depth-to-space of the taps)."""
+    depth-to-space (``ei_d2s_s8``; else the strided copy) puts its (kw, M) runs in place."""
     cin, m, kh, kw = w.shape
     n, h, wd = x.shape[:3]
     taps = kh * kw
@@ -259,8 +259,10 @@ def _conv_transpose_fold(ctx, x, y, w, bias, q, sh, zp_x, zp_y):
         ctx, x=x, y=part, w_mk=w_mk, bias=fb, q=np.tile(q, taps), shift=np.tile(sh, taps), zp_x=zp_x, zp_y=zp_y,
         lo=-128, hi=127, geometry=(n, cin, h, wd, taps * m, h, wd, 1, 1, 1, 1, 1, 1, 0, 0),
         in_nchw=False, out_nchw=False)
-    dst = y.reshape(n, h, kh, wd, kw, m).transpose(0, 1, 3, 2, 4, 5)
-    cp = copy_step([(dst, part.reshape(n, h, wd, kh, kw, m))])
+    cp = native_int8.d2s_step(part.reshape(n * h, wd, taps * m), y.reshape(n * h, kh, wd * kw * m), kh, kw * m, ctx)
+    if cp is None:
+        dst = y.reshape(n, h, kh, wd, kw, m).transpose(0, 1, 3, 2, 4, 5)
+        cp = copy_step([(dst, part.reshape(n, h, wd, kh, kw, m))], native_kernels.threads_of(ctx))
     if conv is None or cp is None:
         return None
     return sequence_step([conv, cp])

@@ -163,6 +163,22 @@ def runs_step(x2: np.ndarray, y2: np.ndarray, flat: np.ndarray, ctx=None, inner:
     return native_step("ei_runs_s8", args, x2, y2, seg)
 
 
+class D2sArgs(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P), ("rows", _L), ("w", _L), ("kh", _L), ("seg", _L), ("threads", _I), ("pad_", _I)]
+
+
+def d2s_step(x: np.ndarray, y: np.ndarray, kh: int, seg: int, ctx=None) -> Optional[Callable[[], None]]:
+    """Depth to space of a kernel = stride ConvTranspose's taps: x (rows, w, kh * seg) int8 ->
+    y (rows, kh, w * seg): y[r, ky, i * seg + j] = x[r, i, ky * seg + j]; both C-contiguous."""
+    if not _has("ei_d2s_s8") or x.dtype != np.int8 or y.dtype != np.int8 or x.ndim != 3 or x.size == 0:
+        return None
+    if not (x.flags.c_contiguous and y.flags.c_contiguous) or x.shape[2] != kh * seg or \
+            y.shape != (x.shape[0], kh, x.shape[1] * seg):
+        return None
+    args = D2sArgs(x.ctypes.data, y.ctypes.data, x.shape[0], x.shape[1], kh, seg, _threads(ctx), 0)
+    return native_step("ei_d2s_s8", args, x, y)
+
+
 def bilinear_step(x: np.ndarray, y: np.ndarray, ry: np.ndarray, rx: np.ndarray, nhwc: bool, ctx=None
                   ) -> Optional[Callable[[], None]]:
     """TFLite integer bilinear Resize of 4-D int8 x; ry/rx: (out, 3) int32 (lower, upper, d)."""

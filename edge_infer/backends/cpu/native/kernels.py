@@ -151,7 +151,11 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     if consts is not None:
         _fn("ei_int8_conv_prepare", None, _P, _P)(ctypes.addressof(a), consts.ctypes.data)
         a.consts = consts.ctypes.data
-    return _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr, consts)
+    step = _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr, consts)
+    if hasattr(_native.lib, "ei_int8_conv_path"):
+        path = _fn("ei_int8_conv_path", ctypes.c_char_p, _P)(ctypes.addressof(a))
+        step.path = path.decode() if path else ""
+    return step
 
 
 def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geometry: Sequence[int], nchw: bool,

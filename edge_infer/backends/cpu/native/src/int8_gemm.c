@@ -243,6 +243,73 @@ static void consts_prepare(const ei_int8_conv_args *a, void *out) {
     for (int j = 0; j < npan; j++) vq_prepare(&v[j], a, corr + j * k->nr, j * k->nr, EI_MIN(k->nr, a->m - j * k->nr));
 }
 
+/* Narrow layers (M = 1, 2, 4 or 8 output channels: a detector's first pointwise convs, the
+ * taps of a one-channel ConvTranspose): a 32-channel panel would leave 24..31 of its lanes
+ * and one of its two epilogues idle per row. Instead one 16-lane vector holds R = 16 / M
+ * consecutive rows x M channels, which is 16 contiguous outputs of the NHWC y: a k-group's
+ * lanes are gathered from the R rows' u8 words by one vpermt2d (R * row stride <= 32 words,
+ * checked in make_plan), multiplied by the weights replicated R times, and requantized once
+ * per 16 outputs with the channel constants replicated the same way. */
+typedef struct {
+    ei_vq16 v;
+    ei_vqc c;
+    __m512i w[16];                  /* k-group g: lane l = channel l % M's 4 weights */
+} sm_consts;
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void sm_prepare(const ei_int8_conv_args *a, int kgr, sm_consts *s) {
+    int M = a->m, K = a->kh * a->kw * a->c;
+    const int32_t *pk = (const int32_t *)a->wpack;                   /* [g][32 channels] words */
+    const int32_t *corr = (const int32_t *)((const char *)a->wpack + panel_bytes(a->kind, K));
+    int32_t b[16], c[16], q[16], sh[16], w[16];
+    for (int l = 0; l < 16; l++) {
+        int ch = l % M;
+        b[l] = a->bias[ch]; c[l] = corr[ch]; q[l] = a->mult[ch]; sh[l] = a->shift[ch];
+    }
+    int left = ei_vq16_prepare(&s->v, b, c, q, sh, 16);
+    ei_vqc_prepare(&s->c, a->ztab, a->zp_y, a->lo, a->hi, left);
+    for (int g = 0; g < 16; g++) {
+        for (int l = 0; l < 16; l++) w[l] = g < kgr ? pk[g * 32 + l % M] : 0;
+        s->w[g] = _mm512_loadu_si512(w);
+    }
+}
+
+/* rows r0 .. r0 + nrows - 1 from the u8 rows ub (stride kgs words, kgr k-groups each);
+ * gather: R * kgs > 32 words (M = 1 over K = 16: a YOLO head's DFL conv), each k-group's
+ * lanes gathered from the rows */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void sm_rows(const ei_int8_conv_args *a, const sm_consts *s, int R, const uint8_t *ub, int kgs, int kgr,
+                    int64_t r0, int nrows, int gather) {
+    const int M = a->m;
+    int32_t ix[16];
+    for (int l = 0; l < 16; l++) ix[l] = (l / M) * kgs;
+    const __m512i idx0 = _mm512_loadu_si512(ix), one = _mm512_set1_epi32(1);
+    for (int i = 0; gather && i < nrows; i += R) {
+        int nr = EI_MIN(R, nrows - i);
+        __mmask16 m = nr == R ? (__mmask16)0xFFFF : (__mmask16)((1u << (nr * M)) - 1);
+        const int32_t *blk = (const int32_t *)(ub + (int64_t)i * kgs * 4);
+        __m512i acc = s->v.bias, idx = idx0;
+        for (int g = 0; g < kgr; g++, idx = _mm512_add_epi32(idx, one))
+            acc = _mm512_dpbusd_epi32(acc, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, blk, 4),
+                                      s->w[g]);
+        int64_t off = (r0 + i) * M;
+        ei_vq_store(&s->c, &s->v, m, acc, a->y + off, a->z ? a->z + off : NULL);
+    }
+    for (int i = 0; !gather && i < nrows; i += R) {
+        int nr = EI_MIN(R, nrows - i), nd = nr * kgs;
+        const int32_t *blk = (const int32_t *)(ub + (int64_t)i * kgs * 4);
+        __m512i b0 = _mm512_maskz_loadu_epi32(nd >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nd) - 1), blk);
+        __m512i b1 = nd > 16 ? _mm512_maskz_loadu_epi32((__mmask16)((1u << (nd - 16)) - 1), blk + 16)
+                             : _mm512_setzero_si512();
+        __m512i acc = s->v.bias, idx = idx0;
+        for (int g = 0; g < kgr; g++, idx = _mm512_add_epi32(idx, one))
+            acc = _mm512_dpbusd_epi32(acc, _mm512_permutex2var_epi32(b0, idx, b1), s->w[g]);
+        __mmask16 m = nr == R ? (__mmask16)0xFFFF : (__mmask16)((1u << (nr * M)) - 1);
+        int64_t off = (r0 + i) * M;
+        ei_vq_store(&s->c, &s->v, m, acc, a->y + off, a->z ? a->z + off : NULL);
+    }
+}
+
 /* mk_vnni with the fused epilogue: rows 0 .. nrow - 1 of the tile go to y + r * ys (int8,
  * channels-last), residual z at the same offsets */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -371,12 +438,51 @@ static mk_fn kernel_of(int kind) {
     }
 }
 
+/* ---- implicit AMX convolution (interior pixels read in place) ----
+ * A stride-1 NHWC conv whose kernel rows span kw * C >= 64 contiguous input bytes (3x3
+ * detector heads: the im2col copied kh kw C bytes a pixel and cost as much as the tiles'
+ * multiplies) multiplies its interior output pixels (every tap inside the image, rows of at
+ * least 64 of them) straight from x: for 32 pixels of one output row and each kernel row, the 16-row A tiles are 64-byte
+ * chunks of that row's span, read at the pixels themselves, C bytes apart (the last chunk
+ * moved back to end at the span's end, its weights zero where an earlier chunk covered), with
+ * tdpbssd (s8 x s8: no x + 128, no correction). The weights are repacked at prepare per
+ * (kernel row, chunk) and panel; the border pixels go through the im2col path. Bit-exact:
+ * the same int32 sums. */
+#if defined(__x86_64__)
+static int has_amx(void);
+static int implicit_ok(const ei_int8_conv_args *a) {
+    if (a->kind != KIND_AMX || a->in_nchw || a->out_nchw || a->sh != 1 || a->sw != 1 || a->dh != 1 || a->dw != 1
+        || a->kw * a->c < 64 || a->c % 4 || !has_amx())
+        return 0;
+    int ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1), iyb = EI_MIN(a->oh, a->h - a->kh + a->pt + 1);
+    return ixb - a->pl >= 64 && iyb > a->pt;      /* 40-pixel rows measured slower than the im2col */
+}
+
+/* one panel's implicit constants: its vq_panel without the u8 corrections, then the weights
+ * [kernel row][chunk][16 k-groups][32 channels][4] */
+static int64_t implicit_panel_bytes(const ei_int8_conv_args *a) {
+    return (int64_t)sizeof(vq_panel) + (int64_t)a->kh * ((a->kw * a->c + 63) / 64) * 2048;
+}
+
+/* where chunk q of nq starts in a kernel row's span */
+static inline int implicit_chunk(int q, int nq, int span) {
+    return (q < nq - 1 || span % 64 == 0) ? 64 * q : span - 64;
+}
+
+static void implicit_prepare(const ei_int8_conv_args *a, char *out);
+#endif
+
 /* ---- plan: blocking and per-thread scratch ---- */
 
 typedef struct {
     kind_t k;
     int K, kg, R, P, mb, nrb, npan, ncb, ntasks, direct;
     int direct_nchw;            /* 1x1, stride 1, no padding, NCHW input: rows read along the planes */
+    int sm;                     /* narrow (sm_rows below): rows per 16-lane vector, else 0 */
+    int sm_gather;              /* narrow rows too long for one vpermt2d: gathered */
+    int implicit;               /* AMX straight from the input on interior pixels (implicit_block) */
+    int kgr;                    /* k-groups holding K (kg without the AMX tile padding) */
+    int64_t k4;                 /* bytes between the u8 rows of A (VNNI / AMX) */
     int64_t off_rows, off_apack, off_acc, per_thread;
 } plan_t;
 
@@ -414,14 +520,35 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
         p->off_apack = align64((int64_t)p->mb * p->kg * 4);
         p->off_acc = p->off_apack;
     }
-    p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4);
+    p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4) + 64;   /* + the im2col's 64-byte stores */
+    p->kgr = (p->K + 3) / 4;
+    p->k4 = (int64_t)p->kg * 4;
+    p->sm = 0;
+    p->sm_gather = 0;
+    p->implicit = 0;
+#if defined(__x86_64__)
+    p->implicit = implicit_ok(a);
+    if (has_consts(a) && (a->m == 1 || a->m == 2 || a->m == 4 || a->m == 8)) {
+        int R = 16 / a->m;
+        if (R * p->kg <= 32) p->sm = R;                                   /* keep the padded rows */
+        else if (R * p->kgr <= 32) { p->sm = R; p->k4 = (int64_t)p->kgr * 4; }
+        else if (p->kgr <= 16) { p->sm = R; p->sm_gather = 1; }
+    }
+    if (p->sm) p->implicit = 0;
+#endif
 }
 
 /* bytes of ei_int8_conv_prepare's constants for these args (0: the kernel needs none) */
 EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
     if (!kind_ok(a->kind)) return -1;
 #if defined(__x86_64__)
-    if (has_consts(a)) return (int64_t)((a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr) * (int64_t)sizeof(vq_panel);
+    if (has_consts(a)) {
+        plan_t p;
+        make_plan(a, &p);
+        if (p.sm) return (int64_t)sizeof(sm_consts);
+        int64_t npan = (a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr;
+        return npan * (int64_t)sizeof(vq_panel) + (p.implicit ? npan * implicit_panel_bytes(a) : 0);
+    }
 #endif
     return 0;
 }
@@ -430,7 +557,13 @@ EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
  * bias, mult, shift, ztab, zp_y, lo, hi and packed weights; set a->consts = out afterwards */
 EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out) {
 #if defined(__x86_64__)
-    if (kind_ok(a->kind) && has_consts(a)) consts_prepare(a, out);
+    if (kind_ok(a->kind) && has_consts(a)) {
+        plan_t p;
+        make_plan(a, &p);
+        if (p.sm) sm_prepare(a, p.kgr, (sm_consts *)out);
+        else consts_prepare(a, out);
+        if (p.implicit) implicit_prepare(a, (char *)out + (int64_t)p.npan * sizeof(vq_panel));
+    }
 #else
     (void)a; (void)out;
 #endif
@@ -555,6 +688,85 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
 }
 #endif
 
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void implicit_prepare(const ei_int8_conv_args *a, char *out) {
+    const int span = a->kw * a->c, nq = (span + 63) / 64, npan = (a->m + 31) / 32;
+    const int K = a->kh * span;
+    const int64_t pb = panel_bytes(a->kind, K), ipb = implicit_panel_bytes(a);
+    static const int32_t zero[32];
+    for (int j = 0; j < npan; j++) {
+        char *o = out + j * ipb;
+        vq_prepare((vq_panel *)o, a, zero, 32 * j, EI_MIN(32, a->m - 32 * j));
+        const int8_t *pan = (const int8_t *)a->wpack + j * pb;
+        int8_t *bq = (int8_t *)(o + sizeof(vq_panel));
+        for (int t = 0; t < a->kh; t++)
+            for (int q = 0; q < nq; q++) {
+                int base = implicit_chunk(q, nq, span);
+                for (int gg = 0; gg < 16; gg++)
+                    for (int ch = 0; ch < 32; ch++)
+                        for (int kk = 0; kk < 4; kk++) {
+                            int c = base + 4 * gg + kk;             /* byte of the span */
+                            int64_t k = (int64_t)t * span + c;
+                            bq[((((int64_t)t * nq + q) * 16 + gg) * 32 + ch) * 4 + kk] =
+                                c >= 64 * q ? pan[((k / 4) * 32 + ch) * 4 + k % 4] : 0;
+                        }
+            }
+    }
+}
+
+/* output pixels ox0 .. ox0 + n - 1 of output row oy of image b, all interior, on panels
+ * j0 .. j1 - 1; cbuf: 32 x 32 int32 */
+__attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
+static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, int j1, int64_t b, int oy, int ox0,
+                          int n, int32_t *cbuf) {
+    const int C = a->c, span = a->kw * C, nq = (span + 63) / 64;
+    const int ixa = a->pl, ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1);
+    const int64_t ipb = implicit_panel_bytes(a);
+    const char *base = (const char *)a->consts + (int64_t)p->npan * sizeof(vq_panel);
+    amx_config();
+    for (int j = j0; j < j1; j++) {
+        const vq_panel *v = (const vq_panel *)(base + j * ipb);
+        const int8_t *bw = (const int8_t *)(base + j * ipb + sizeof(vq_panel));
+        const int ch0 = 32 * j;
+        for (int s = ox0; s < ox0 + n; s += 32) {
+            const int two = ox0 + n - s > 16;                      /* 32 pixels, else 16 */
+            const int t0 = EI_MAX(ixa, EI_MIN(s, ixb - (two ? 32 : 16)));   /* whole tiles inside the interior */
+            _tile_zero(0); _tile_zero(1);
+            if (two) { _tile_zero(2); _tile_zero(3); }
+            for (int ky = 0; ky < a->kh; ky++) {
+                const int8_t *xp = a->x + ((b * a->h + oy - a->pt + ky) * a->w + (t0 - a->pl)) * (int64_t)C;
+                const int8_t *bq = bw + (int64_t)ky * nq * 2048;
+                for (int q = 0; q < nq; q++, bq += 2048) {
+                    const int off = implicit_chunk(q, nq, span);
+                    _tile_loadd(4, xp + off, C);
+                    _tile_loadd(6, bq, 128);
+                    _tile_loadd(7, bq + 64, 128);
+                    _tile_dpbssd(0, 4, 6); _tile_dpbssd(1, 4, 7);
+                    if (two) {
+                        _tile_loadd(5, xp + 16 * (int64_t)C + off, C);
+                        _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
+                    }
+                }
+            }
+            _tile_stored(0, cbuf, 128); _tile_stored(1, cbuf + 16, 128);
+            if (two) { _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128); }
+            const int e = EI_MIN(s + 32, ox0 + n);
+            for (int px = s; px < e; px++) {
+                const int32_t *c = cbuf + (px - t0) * 32;
+                int64_t off = ((b * a->oh + oy) * a->ow + px) * (int64_t)a->m + ch0;
+                ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
+                            a->y + off, a->z ? a->z + off : NULL);
+                if (v->m[1])
+                    ei_vq_store(&v->c, &v->v[1], v->m[1], _mm512_add_epi32(_mm512_loadu_si512(c + 16), v->v[1].bias),
+                                a->y + off + 16, a->z ? a->z + off + 16 : NULL);
+            }
+        }
+    }
+    amx_release();
+}
+#endif
+
 /* rows r0 .. r0 + nrows - 1 of a 1x1, stride-1, unpadded conv on an NCHW input (ConvTranspose's
  * phases in NCHW graphs) as u8 rows: row r's channel c is x[b][c][pixel], read along the
  * plane, four channels at a time written as one 32-bit word (the per-row gather it replaces
@@ -623,13 +835,11 @@ static void nchw_store(const ei_int8_conv_args *a, const plan_t *p, const int32_
 
 typedef struct { const ei_int8_conv_args *a; plan_t p; mk_fn mk; int simd; int nslots; } conv_ctx;
 
-static void run_task(const conv_ctx *cx, int t, char *scratch) {
+/* rows r0 .. r0 + nrows - 1 (at most one row block) on the panels of channel block cb */
+static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *scratch) {
     const ei_int8_conv_args *a = cx->a;
     const plan_t *p = &cx->p;
     const kind_t *k = &p->k;
-    int rb = t / p->ncb, cb = t % p->ncb;
-    int64_t r0 = (int64_t)rb * p->mb;
-    int nrows = (int)EI_MIN((int64_t)p->mb, p->R - r0);
     int8_t *rowbuf = (int8_t *)(scratch + p->off_rows);
     char *apack = scratch + p->off_apack;
     int32_t *acc = (int32_t *)(scratch + p->off_acc);
@@ -640,7 +850,7 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     int vnni = u8_rows(a->kind);
     if (vnni) {
 #if defined(__x86_64__)
-        int64_t k4 = (int64_t)p->kg * 4;
+        int64_t k4 = p->k4;
         uint8_t *ub = (uint8_t *)rowbuf;
         if (p->direct && k4 == p->K && a->sh == 1 && a->sw == 1 && a->oh == a->h && a->ow == a->w) {
             ei_xor80(ub, a->x + r0 * p->K, (int64_t)nrows * p->K);          /* contiguous rows */
@@ -654,6 +864,10 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
                 ei_xor80(ub + i * k4, a_row(a, p, r0 + i, buf), p->K);
                 if (k4 > p->K) memset(buf + p->K, 0, (size_t)(k4 - p->K));
             }
+        }
+        if (p->sm && a->consts) {
+            sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows, p->sm_gather);
+            return;
         }
         for (int i = 0; i < nmp * k->mr; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
 #endif
@@ -672,7 +886,10 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
     const int32_t *corr = (const int32_t *)((const char *)a->wpack + p->npan * pb);     /* VNNI only */
     (void)corr; (void)vrows;                 /* unused where there is no VNNI (aarch64) */
 #if defined(__x86_64__)
-    if (a->kind == KIND_AMX) amx_config();
+    /* tiles: NCHW output, or a tile of more than 8 rows (amx_panel gives smaller ones to VNNI);
+     * the implicit path's border pixels come one or two at a time */
+    const int tiles = a->kind == KIND_AMX && (a->out_nchw || nrows > 8);
+    if (tiles) amx_config();
 #endif
     for (int j = j0; j < j1; j++) {
         const char *bp = (const char *)a->wpack + j * pb;
@@ -725,8 +942,52 @@ static void run_task(const conv_ctx *cx, int t, char *scratch) {
         }
     }
 #if defined(__x86_64__)
-    if (a->kind == KIND_AMX) amx_release();
+    if (tiles) amx_release();
 #endif
+}
+
+#if defined(__x86_64__)
+/* a row block of an implicit conv: border pixels (rows and columns some tap falls outside)
+ * by run_block, the interior ones by implicit_rows */
+static void implicit_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *scratch) {
+    const ei_int8_conv_args *a = cx->a;
+    const plan_t *p = &cx->p;
+    const int ixa = a->pl, ixb = EI_MIN(a->ow, a->w - a->kw + a->pl + 1);
+    const int iya = a->pt, iyb = EI_MIN(a->oh, a->h - a->kh + a->pt + 1);
+    const int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
+    int32_t *cbuf = (int32_t *)(scratch + p->off_acc);
+    for (int64_t r = r0, end = r0 + nrows; r < end;) {
+        int64_t b = r / p->P;
+        int pix = (int)(r - b * p->P), oy = pix / a->ow, ox = pix - oy * a->ow;
+        int len = (int)EI_MIN(end - r, (int64_t)(a->ow - ox));
+        if (oy < iya || oy >= iyb) { run_block(cx, cb, r, len, scratch); r += len; continue; }
+        if (ox < ixa) {
+            int k = EI_MIN(len, ixa - ox);
+            run_block(cx, cb, r, k, scratch);
+            r += k; ox += k; len -= k;
+        }
+        if (len > 0 && ox < ixb) {
+            int k = EI_MIN(len, ixb - ox);
+            implicit_rows(a, p, j0, j1, b, oy, ox, k, cbuf);
+            r += k; len -= k;
+        }
+        if (len > 0) { run_block(cx, cb, r, len, scratch); r += len; }
+    }
+}
+#endif
+
+static void run_task(const conv_ctx *cx, int t, char *scratch) {
+    const plan_t *p = &cx->p;
+    int rb = t / p->ncb, cb = t % p->ncb;
+    int64_t r0 = (int64_t)rb * p->mb;
+    int nrows = (int)EI_MIN((int64_t)p->mb, p->R - r0);
+#if defined(__x86_64__)
+    if (p->implicit && cx->a->consts) {
+        implicit_block(cx, cb, r0, nrows, scratch);
+        return;
+    }
+#endif
+    run_block(cx, cb, r0, nrows, scratch);
 }
 
 /* tasks [t0, t1), handed out by the pool in chunks (a descheduled thread's are taken by the
@@ -735,6 +996,15 @@ static void conv_tasks(void *vctx, int64_t t0, int64_t t1) {
     const conv_ctx *cx = (const conv_ctx *)vctx;
     char *scratch = (char *)cx->a->scratch + (int64_t)ei_pool_slot() * cx->p.per_thread;
     for (int64_t t = t0; t < t1; t++) run_task(cx, (int)t, scratch);
+}
+
+EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
+    if (!kind_ok(a->kind) || !a->consts) return NULL;
+    plan_t p;
+    make_plan(a, &p);
+    if (p.sm) return p.sm_gather ? "narrow: 16 / M rows a vector, gathered" : "narrow: 16 / M rows a vector, vpermt2d";
+    if (p.implicit) return "implicit: interior pixels read in place by tdpbssd";
+    return NULL;
 }
 
 EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
@@ -749,6 +1019,7 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     cx.a = a;
     make_plan(a, &cx.p);
     if (cx.p.R <= 0 || a->m <= 0) return;
+    if (cx.p.sm && !a->consts) { cx.p.sm = 0; cx.p.k4 = (int64_t)cx.p.kg * 4; }    /* the panel kernels' rows */
     cx.mk = kernel_of(a->kind);
     cx.simd = ei_rq_simd();
     int t = a->threads < 1 ? 1 : a->threads;

@@ -34,6 +34,9 @@ EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a);
 EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out);
 EI_API int64_t ei_int8_conv_scratch(const ei_int8_conv_args *a);
 EI_API void ei_int8_conv(const ei_int8_conv_args *a);
+/* how ei_int8_conv runs these args (with their consts) on this machine, for plan notes: NULL
+ * for the packed panels, else a phrase ("narrow ...", "implicit ...") */
+EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a);
 /* nonzero when this CPU, under the ISA mask, runs micro-kernel kind */
 int ei_int8_kind_runs(int kind);
 

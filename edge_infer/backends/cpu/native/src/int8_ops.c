@@ -9,6 +9,8 @@
  *   ei_bilinear_s8       TFLite's integer bilinear Resize (10-bit weights, rounded / 2^20)
  *   ei_softmax_s8        int8 Softmax: integer exp table by distance to the row max, int64 sums,
  *                        exact rounded quotients (rows of <= 64, YOLO's DFL bins: AVX-512)
+ *   ei_d2s_s8            the taps of a kernel = stride ConvTranspose into place (depth to space):
+ *                        AVX-512 VBMI vpermt2b for runs that tile 64 bytes, else run copies
  *
  * Bit-exact with the numpy kernels (kernels/int8_elementwise.py, int8_spatial.py): tables and
  * multipliers are made there, at prepare; everything here is integer arithmetic.
@@ -60,6 +62,22 @@ static void lut_vbmi(const int8_t *t, const int8_t *x, int8_t *y, int64_t n) {
         __m512i lo = _mm512_permutex2var_epi8(t0, u, t1), hi = _mm512_permutex2var_epi8(t2, u, t3);
         __m512i r = _mm512_mask_blend_epi8(_mm512_movepi8_mask(u), lo, hi);
         _mm512_mask_storeu_epi8(y + i, m, r);
+    }
+}
+
+/* rows of n < 64 bytes (a Concat input of a few channels written into its slice): the tables
+ * loaded once for all rows; row by row through lut_vbmi each short row paid the four table
+ * loads and the call (80x80 rows of 24 channels: as slow at 2 threads as at 1) */
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static void lut_rows_vbmi(const int8_t *t, const int8_t *x, int64_t xs, int8_t *y, int64_t ys, int64_t n,
+                          int64_t rows) {
+    __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
+    __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
+    const __mmask64 m = (1ULL << n) - 1;
+    for (int64_t r = 0; r < rows; r++, x += xs, y += ys) {
+        __m512i u = _mm512_maskz_loadu_epi8(m, x);
+        __m512i lo = _mm512_permutex2var_epi8(t0, u, t1), hi = _mm512_permutex2var_epi8(t2, u, t3);
+        _mm512_mask_storeu_epi8(y, m, _mm512_mask_blend_epi8(_mm512_movepi8_mask(u), lo, hi));
     }
 }
 
@@ -129,6 +147,12 @@ typedef struct { const ei_lut_s8_args *a; lut_fn fn; int64_t nchunk; } lut_ctx;
 static void lut_range(void *vctx, int64_t b, int64_t e) {
     const lut_ctx *c = (const lut_ctx *)vctx;
     const ei_lut_s8_args *a = c->a;
+#if defined(__x86_64__)
+    if (c->fn == lut_vbmi && !a->per_col && a->ntab == 1 && a->inner < 64) {    /* nchunk 1: items are rows */
+        lut_rows_vbmi(a->tab, a->x + b * a->xs, a->xs, a->y + b * a->ys, a->ys, a->inner, e - b);
+        return;
+    }
+#endif
     for (int64_t it = b; it < e; it++) {
         int64_t r = it / c->nchunk, j0 = (it % c->nchunk) * CHUNK, len = EI_MIN((int64_t)CHUNK, a->inner - j0);
         const int8_t *x = a->x + r * a->xs + j0;
@@ -449,6 +473,71 @@ static void softmax_s8_range(void *vctx, int64_t b, int64_t e) {
 EI_API void ei_softmax_s8(const ei_softmax_s8_args *a) {
     int64_t grain = EI_MAX((int64_t)1, 2048 / EI_MAX(a->cols, (int64_t)1));
     ei_parallel_for(a->rows, grain, softmax_s8_range, (void *)a, a->rows * a->cols >= PAR_BYTES ? a->threads : 1);
+}
+
+/* ---- depth to space: a kernel = stride int8 ConvTranspose's taps into place ----
+ * x: rows (image rows of the input) of w pixels, each kh * seg bytes (tap row ky's seg = kw * m
+ * bytes at ky * seg); y: rows * kh rows of w * seg bytes, y row r * kh + ky = the pixels' tap
+ * row ky runs one after another. The generic strided copy spent most of DB's one-channel 2x2
+ * head (runs of 2 bytes) on per-run overhead; here 64 output bytes are one vpermt2b over the
+ * 128 source bytes they come from (kh 2, seg dividing 64), other shapes copy run by run. */
+typedef struct {
+    const int8_t *x; int8_t *y;
+    int64_t rows, w, kh, seg;
+    int32_t threads, pad_;
+} ei_d2s_s8_args;
+
+static void d2s_row_runs(const int8_t *x, int8_t *y, int64_t w, int64_t kh, int64_t seg) {
+    const int64_t xs = kh * seg;
+    if (seg == 2) {
+        for (int64_t i = 0; i < w; i++) memcpy(y + 2 * i, x + i * xs, 2);
+    } else if (seg % 16 == 0) {
+        for (int64_t i = 0; i < w; i++)
+            for (int64_t j = 0; j < seg; j += 16) memcpy(y + i * seg + j, x + i * xs + j, 16);
+    } else {
+        for (int64_t i = 0; i < w; i++) memcpy(y + i * seg, x + i * xs, (size_t)seg);
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static void d2s_row_vbmi(const int8_t *x, int8_t *y, int64_t w, int64_t seg, int64_t ky) {
+    uint8_t ix[64];
+    for (int o = 0; o < 64; o++) ix[o] = (uint8_t)((o / seg) * 2 * seg + ky * seg + o % seg);
+    const __m512i idx = _mm512_loadu_si512(ix);
+    const int64_t n = w * seg;                              /* output bytes; source: 2 n from x */
+    for (int64_t o = 0; o < n; o += 64) {
+        int64_t left = 2 * (n - o);                         /* source bytes from x + 2 o on */
+        __mmask64 m0 = left >= 64 ? ~0ULL : (1ULL << left) - 1;
+        __mmask64 m1 = left >= 128 ? ~0ULL : (left > 64 ? (1ULL << (left - 64)) - 1 : 0);
+        __m512i a = _mm512_maskz_loadu_epi8(m0, x + 2 * o), b = _mm512_maskz_loadu_epi8(m1, x + 2 * o + 64);
+        __mmask64 ms = n - o >= 64 ? ~0ULL : (1ULL << (n - o)) - 1;
+        _mm512_mask_storeu_epi8(y + o, ms, _mm512_permutex2var_epi8(a, idx, b));
+    }
+}
+#endif
+
+static void d2s_range(void *vctx, int64_t b, int64_t e) {
+    const ei_d2s_s8_args *a = (const ei_d2s_s8_args *)vctx;
+    for (int64_t q = b; q < e; q++) {                       /* output row q = r * kh + ky */
+        int64_t r = q / a->kh, ky = q - r * a->kh;
+        const int8_t *x = a->x + r * a->w * a->kh * a->seg + ky * a->seg;
+        int8_t *y = a->y + q * a->w * a->seg;
+#if defined(__x86_64__)
+        if (a->kh == 2 && 64 % a->seg == 0 && has_vbmi()) {
+            d2s_row_vbmi(x - ky * a->seg, y, a->w, a->seg, ky);
+            continue;
+        }
+#endif
+        d2s_row_runs(x, y, a->w, a->kh, a->seg);
+    }
+}
+
+EI_API void ei_d2s_s8(const ei_d2s_s8_args *a) {
+    EI_CHECK(a->rows >= 0 && a->w >= 0 && a->kh >= 1 && a->seg >= 1);
+    int64_t items = a->rows * a->kh, bytes = items * a->w * a->seg;
+    int t = bytes >= 2 * PAR_BYTES ? a->threads : 1;
+    ei_parallel_for(items, EI_MAX(1, items * (PAR_BYTES / 4) / EI_MAX(bytes, 1)), d2s_range, (void *)a, t);
 }
 
 /* ---- self-test: the dispatched paths vs plain loops, seeded random data ---- */
