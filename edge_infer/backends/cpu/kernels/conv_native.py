@@ -34,7 +34,8 @@ class ConvF32Args(ctypes.Structure):
     _fields_ = ([(f, _P) for f in ("x", "y", "z", "wpack", "bias", "scratch")]
                 + [(f, _I) for f in ("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw",
                                      "pt", "pl", "group", "act")]
-                + [("p0", ctypes.c_float), ("p1", ctypes.c_float), ("threads", _I)])
+                + [("p0", ctypes.c_float), ("p1", ctypes.c_float), ("threads", _I)]
+                + [(f, _I) for f in ("split_mr", "split_threads", "split_rows", "split_panels")])
 
 
 def _lib_ok() -> bool:
@@ -110,6 +111,9 @@ def _step(ctx, args: ConvF32Args, keep, entry: str = "ei_conv_f32") -> Optional[
         nbytes = int(fn(ctypes.addressof(args)))
     if not ctx.scratch_fits("im2col", nbytes):
         return None         # its tile does not fit what the memory budget leaves: the numpy conv bands
+    if entry == "ei_conv_f32" and hasattr(_native.lib, "ei_conv_f32_plan"):
+        plan = _native.function("ei_conv_f32_plan", ctypes.c_void_p)
+        plan(ctypes.addressof(args))     # the work split for these threads, once (the C side searches it)
     scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
     args.scratch = None if scratch is None else scratch.ctypes.data
     return _native.native_step(entry, args, scratch, *keep)
