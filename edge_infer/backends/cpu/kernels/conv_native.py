@@ -103,17 +103,21 @@ def _step(ctx, args: ConvF32Args, keep, entry: str = "ei_conv_f32") -> Optional[
     plan can use the same bytes)."""
     from .conv import shared_cols
     fn = _native.function(entry + "_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    # the work split for these threads, searched once here (into args.split_*), before the
+    # scratch that it sizes; a library without it searches at each run
+    plan = _native.function(entry + "_plan", ctypes.c_void_p) if hasattr(_native.lib, entry + "_plan") else None
+    if plan is not None:
+        plan(ctypes.addressof(args))
     nbytes = int(fn(ctypes.addressof(args)))
     if not ctx.scratch_fits("im2col", nbytes) and args.threads > 1:
         # one tile per thread: fewer threads under a tight budget (the same sums per output)
         per = nbytes // args.threads
         args.threads = int(max(1, min(args.threads, (ctx.workspace_budget + ctx.scratch_held("im2col")) // max(per, 1))))
+        if plan is not None:
+            plan(ctypes.addressof(args))
         nbytes = int(fn(ctypes.addressof(args)))
     if not ctx.scratch_fits("im2col", nbytes):
         return None         # its tile does not fit what the memory budget leaves: the numpy conv bands
-    if entry == "ei_conv_f32" and hasattr(_native.lib, "ei_conv_f32_plan"):
-        plan = _native.function("ei_conv_f32_plan", ctypes.c_void_p)
-        plan(ctypes.addressof(args))     # the work split for these threads, once (the C side searches it)
     scratch = shared_cols(ctx, nbytes // 4, np.float32) if nbytes else None
     args.scratch = None if scratch is None else scratch.ctypes.data
     return _native.native_step(entry, args, scratch, *keep)
