@@ -11,7 +11,9 @@
  * the transpose costs more than the six row streams it saves.)
  *
  * Work items are (group, row block, column block); the pool hands them out dynamically, so a
- * descheduled thread's items are taken by the others. Each item runs its K blocks in order
+ * descheduled thread's items are taken by the others; with threads, the blocks are the split
+ * that hand-out finishes first (plan_split, searched once at prepare by ei_conv_f32_plan).
+ * Each item runs its K blocks in order (micro-tiles outer, panels inner)
  * and applies the fused epilogue to its tile when the last one is done: bias (initial value
  * of the first block), residual, and the activation (Relu/Clip in the micro-kernel, the other
  * unary activations of elementwise.c on the tile's rows while they are in cache). */
@@ -49,9 +51,9 @@ static int is_direct(const ei_conv_f32_args *a) {
  * then the untaken ones of slots s + 1, s + 2, ...; threads equally fast. */
 double ei_pool_makespan(const double *cost, int64_t n, int t) {
     int64_t C = EI_MIN(n, (int64_t)EI_POOL_CHUNKS * t);
-    double cc[EI_POOL_CHUNKS * 8], clock[8] = { 0 };
-    int64_t next[8], end[8];
-    if (t > 8 || C <= 0) return 0.0;            /* (callers plan up to 8 threads) */
+    double cc[EI_POOL_CHUNKS * EI_MAX_THREADS], clock[EI_MAX_THREADS] = { 0 };
+    int64_t next[EI_MAX_THREADS], end[EI_MAX_THREADS];
+    if (t > EI_MAX_THREADS || C <= 0) return 0.0;
     for (int64_t c = 0; c < C; c++) {
         cc[c] = 0.0;
         for (int64_t i = n * c / C; i < n * (c + 1) / C; i++) cc[c] += cost[i];
@@ -87,7 +89,7 @@ static void plan_split(const cv_plan *p, int t, int64_t mr, int64_t tiles, int64
     double cost[MAX_ITEMS], best = 0.0;
     int64_t nrb0 = *nrb_io, ncp0 = *ncp_io, want = (int64_t)EI_POOL_CHUNKS * t;
     int best_full = -1;
-    if (t > 8) return;
+    if (t > EI_MAX_THREADS) return;
     for (int64_t ncp = ncp0; ncp >= 1; ncp = ncp > 2 ? (ncp + 1) / 2 : ncp - 1) {
         if (ncp == 1 && ncp0 > 1) break;        /* one panel only where there is one */
         int64_t ncb = (p->panels + ncp - 1) / ncp;

@@ -54,7 +54,8 @@ typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; } ei_sg
 
 /* runtime.c's CHUNKS_PER_THREAD: the pool cuts a job into up to this many chunks per thread */
 #define EI_POOL_CHUNKS 4
-/* the time the pool takes to finish n items of these costs on t <= 8 threads (conv_f32.c) */
+/* the time the pool takes to finish n items of these costs on t <= EI_MAX_THREADS threads
+ * (conv_f32.c) */
 double ei_pool_makespan(const double *cost, int64_t n, int t);
 
 /* the micro-kernel for the current ISA mask */

@@ -12,7 +12,9 @@
  *      block with the fused epilogue (bias, residual, Relu/Clip in registers; the other
  *      activations of elementwise.c on each pixel's channels while they are in cache): the
  *      same epilogue, in the same order, as conv_f32.c's.
- * Both steps are items handed out dynamically by the pool (ei_parallel_for); the transforms
+ * Both steps are items handed out dynamically by the pool (ei_parallel_for: the input transform
+ * per block and 16-channel chunk, the GEMMs per block and column block, the blocks and column
+ * blocks chosen for the threads as conv_f32.c's plan_split does); the transforms
  * are winograd_f32_body.h compiled for AVX-512, AVX2+FMA, NEON and scalar (channel tails),
  * chosen at run time.
  *
@@ -170,7 +172,7 @@ static void wg_split(const wg_plan *p, int t, int64_t *nblk_io, int64_t *ncp_io)
     double cost[MAX_ITEMS], best = 0.0;
     int64_t nblk0 = *nblk_io, ncp0 = *ncp_io, want = (int64_t)EI_POOL_CHUNKS * t, C = EI_MAX(1, p->a->c);
     int best_full = -1;
-    if (t > 8) return;
+    if (t > EI_MAX_THREADS) return;
     for (int64_t ncp = ncp0; ncp >= 1; ncp = ncp > 2 ? (ncp + 1) / 2 : ncp - 1) {
         if (ncp == 1 && ncp0 > 1) break;
         int64_t ncb = (p->panels + ncp - 1) / ncp;
