@@ -235,9 +235,10 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, wg_plan *p) {
     p->band_blk = EI_MIN(bb, p->nblk);
     p->band_floats = p->band_blk * blk_floats;
     /* the input transform: each block's channels in chunks of whole 16-channel vectors, so a
-     * band of few blocks (one at 14x14) still gives every thread a share */
-    int64_t c16 = a->c / 16;
-    p->ccn = EI_MAX((int64_t)1, EI_MIN(c16, (want + p->band_blk - 1) / p->band_blk));
+     * band of few blocks (one at 14x14) still gives every thread a share; not for a band of
+     * under 2048 tile-channels (~5 us: less than the hand-out and join cost) */
+    int64_t c16 = a->c / 16, band_tiles = EI_MIN(p->tiles, p->band_blk * p->tb);
+    p->ccn = band_tiles * a->c < 2048 ? 1 : EI_MAX((int64_t)1, EI_MIN(c16, (want + p->band_blk - 1) / p->band_blk));
 }
 
 static int64_t mb_floats(const wg_plan *p) { return 36 * p->tb * p->ncp * EI_SG_NR; }
