@@ -235,3 +235,35 @@ def test_zoo_model_all_native_matches_onnxruntime(name):
     ref = ort_run(path, feeds)
     for k, v in ref.items():
         assert rel_l2(got[k], v) < 1e-5, (k, rel_l2(got[k], v))
+
+
+@pytest.mark.parametrize("c,m,hw,k,s", [(256, 1024, 14, 1, 1), (1024, 256, 14, 1, 1), (48, 192, 13, 1, 1),
+                                        (64, 40, 9, 3, 2)])
+def test_work_split_any_threads_same_outputs(c, m, hw, k, s, tmp_path):
+    """The work split chosen at prepare for 2 and 3 threads (conv_f32.c plan_split: even row
+    blocks, at least one pool chunk per item) gives the 1-thread outputs bit for bit."""
+    from edge_infer.backends.cpu.kernels.conv_native import ConvF32Args
+    rng = np.random.default_rng(c + m)
+    init = _w(rng, m, c, k, k)
+    init.name = "w"
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4),
+             helper.make_node("Relu", ["c"], ["y"])]
+    x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+    model = make_model(nodes, [vi("x", x.shape)], [vi("y", None)], initializers=[init])
+    ref = ort_run(model, {"x": x})["y"]
+    outs = {}
+    for threads in (1, 2, 3):
+        rt = _runtime(model, tmp_path, threads)
+        outs[threads] = rt.run({"x": x})["y"]
+        steps = [s_.native_step for s_ in rt.plan({"x": x.shape}).steps if getattr(s_, "native_step", None)]
+        args = [ConvF32Args.from_address(a) for _, a in steps if ConvF32Args.from_address(a).m == m]
+        assert len(args) == 1
+        a = args[0]
+        if threads > 1:
+            assert a.split_threads == threads and a.split_mr > 0
+            if m < 128:
+                continue            # (3 panels x 3 row tiles: fewer items than chunks is all there is)
+            items = a.split_rows * -(-(-(-m // 16)) // a.split_panels)
+            assert items >= 4 * threads, (a.split_rows, a.split_panels)
+    np.testing.assert_allclose(outs[1], ref, rtol=1e-4, atol=1e-5)
+    assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])

@@ -305,3 +305,26 @@ def test_weight_growth_allowance_counts_scratch_no_arena_hole_takes_once(monkeyp
     assert cw.allowed(g, cands) == {"c"}
     monkeypatch.setattr(cw, "WEIGHT_GROWTH", 2.0)
     assert cw.allowed(g, cands) == {"a", "b"}
+
+
+@pytest.mark.parametrize("c,m,hw", [(64, 64, 56), (128, 128, 28), (256, 256, 14), (40, 24, 23)])
+def test_work_split_any_threads_same_outputs(c, m, hw, tmp_path, monkeypatch):
+    """The tile blocks, column blocks and input-transform channel chunks chosen at prepare
+    for 2 and 3 threads (winograd_f32.c wg_split) give the 1-thread outputs bit for bit."""
+    from edge_infer.backends.cpu.kernels.conv_native import ConvF32Args
+    rng = np.random.default_rng(c + hw)
+    nodes, inits = _conv_nodes(c, m, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
+    x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+    model = make_model(nodes, [vi("x", x.shape)], [vi("y", None)], initializers=inits)
+    ref = ort_run(model, {"x": x})["y"]
+    monkeypatch.setenv("EDGE_INFER_WINOGRAD", "1")
+    outs = {}
+    for threads in (1, 2, 3):
+        rt = _runtime(model, tmp_path, threads)
+        assert len(_wino_notes(rt, {"x": x})) == 1
+        outs[threads] = rt.run({"x": x})["y"]
+        steps = [s.native_step for s in rt.plan({"x": x.shape}).steps if getattr(s, "native_step", None)]
+        args = [ConvF32Args.from_address(a) for _, a in steps if ConvF32Args.from_address(a).m == m]
+        assert len(args) == 1 and (threads == 1 or args[0].split_threads == threads)
+    np.testing.assert_allclose(outs[1], ref, rtol=1e-4, atol=2e-5)
+    assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])

@@ -38,7 +38,8 @@ class ConvF32Args(ctypes.Structure):
     _fields_ = ([(f, _P) for f in ("x", "y", "z", "wpack", "bias", "scratch")]
                 + [(f, _I) for f in ("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw",
                                      "pt", "pl", "group", "act")]
-                + [("p0", ctypes.c_float), ("p1", ctypes.c_float), ("threads", _I)])
+                + [("p0", ctypes.c_float), ("p1", ctypes.c_float), ("threads", _I)]
+                + [(f, _I) for f in ("split_mr", "split_threads", "split_rows", "split_panels")])
 
 
 def _lib_ok() -> bool:
@@ -106,11 +107,18 @@ def _step(ctx, args: ConvF32Args, keep, entry: str = "ei_conv_f32") -> Optional[
     plan can use the same bytes)."""
     from .conv import shared_cols
     fn = _native.function(entry + "_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    # the work split for these threads, searched once here (into args.split_*), before the
+    # scratch that it sizes; a library without it searches at each run
+    plan = _native.function(entry + "_plan", ctypes.c_void_p) if hasattr(_native.lib, entry + "_plan") else None
+    if plan is not None:
+        plan(ctypes.addressof(args))
     nbytes = int(fn(ctypes.addressof(args)))
     if not ctx.scratch_fits("im2col", nbytes) and args.threads > 1:
         # one tile per thread: fewer threads under a tight budget (the same sums per output)
         per = nbytes // args.threads
         args.threads = int(max(1, min(args.threads, (ctx.workspace_budget + ctx.scratch_held("im2col")) // max(per, 1))))
+        if plan is not None:
+            plan(ctypes.addressof(args))
         nbytes = int(fn(ctypes.addressof(args)))
     if not ctx.scratch_fits("im2col", nbytes):
         return None         # its tile does not fit what the memory budget leaves: the numpy conv bands

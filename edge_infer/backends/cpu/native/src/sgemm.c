@@ -164,23 +164,30 @@ static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const floa
  * stores instead of the staging tile. Each row's sum runs in the same k order as the full
  * tile's, so results do not depend on where a row falls. ---- */
 #define Z_MR 12
+#define SG_PF 8         /* k steps ahead that the B rows are prefetched */
 static inline __attribute__((always_inline, target("avx512f")))
 void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                    int64_t ldc, int nr, const ei_sg_ep *ep) {
     __m512 acc[Z_MR];
-    const float *ar[Z_MR];
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
     __m512 b0 = ep->bias ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         acc[i] = ep->load_c ? _mm512_maskz_loadu_ps(m, c + i * ldc) : b0;
     }
-    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
+    /* rows through four base pointers stepped with k and row offsets of 0, 1 or 2 lda (twelve
+     * row pointers did not fit the registers: two were reloaded from the stack every k), the
+     * B row SG_PF steps ahead prefetched (measured 1 thread, interleaved: 1x1 and 3x3 convs
+     * of ResNet-50 1-7% faster; 4, 8 or 16 steps alike) */
+    const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, q0++, q3++, q6++, q9++) {
         __m512 w = _mm512_loadu_ps(b);
+        _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
 #pragma GCC unroll 16
-        for (int i = 0; i < MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), w, acc[i]);
+        for (int i = 0; i < MR; i++) {
+            const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : q9;
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[(i % 3) * lda]), w, acc[i]);
+        }
     }
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
 #pragma GCC unroll 16
@@ -198,10 +205,8 @@ static inline __attribute__((always_inline, target("avx512f")))
 void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
                     float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) {
     __m512 acc[Z_MR], acc2[Z_MR];
-    const float *ar[Z_MR], *b2 = b + bstride;
+    const float *b2 = b + bstride;
     const __mmask16 m2 = (__mmask16)((1u << nr2) - 1);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
     __m512 b0 = ep->bias ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
     __m512 b1 = ep->bias ? _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR) : _mm512_setzero_ps();
 #pragma GCC unroll 16
@@ -209,11 +214,16 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
         acc[i] = ep->load_c ? _mm512_loadu_ps(c + i * ldc) : b0;
         acc2[i] = ep->load_c ? _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR) : b1;
     }
-    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR) {
+    /* (as core_avx512_n) */
+    const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR, q0++, q3++, q6++, q9++) {
         __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b2);
+        _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b2 + SG_PF * EI_SG_NR), _MM_HINT_T0);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
-            __m512 av = _mm512_set1_ps(ar[i][k]);
+            const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : q9;
+            __m512 av = _mm512_set1_ps(q[(i % 3) * lda]);
             acc[i] = _mm512_fmadd_ps(av, w, acc[i]);
             acc2[i] = _mm512_fmadd_ps(av, w2, acc2[i]);
         }

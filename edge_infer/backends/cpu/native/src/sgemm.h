@@ -52,6 +52,12 @@ typedef void (*ei_sg_ukr2)(int mr, int64_t kc, const float *a, int64_t lda, cons
 
 typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; } ei_sg_kernel;
 
+/* runtime.c's CHUNKS_PER_THREAD: the pool cuts a job into up to this many chunks per thread */
+#define EI_POOL_CHUNKS 4
+/* the time the pool takes to finish n items of these costs on t <= EI_MAX_THREADS threads
+ * (conv_f32.c) */
+double ei_pool_makespan(const double *cost, int64_t n, int t);
+
 /* the micro-kernel for the current ISA mask */
 ei_sg_kernel ei_sg_pick(void);
 /* the scalar one (self-tests) */
@@ -69,6 +75,9 @@ typedef struct {
     int32_t act;            /* EI_U_* (0: none) */
     float p0, p1;
     int32_t threads;
+    /* the work split ei_conv_f32_plan chose at prepare for this micro-kernel's rows and these
+     * threads: row blocks, panels per column block (0: chosen at each run) */
+    int32_t split_mr, split_threads, split_rows, split_panels;
 } ei_conv_f32_args;
 
 #endif

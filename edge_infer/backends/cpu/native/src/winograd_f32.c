@@ -12,7 +12,9 @@
  *      block with the fused epilogue (bias, residual, Relu/Clip in registers; the other
  *      activations of elementwise.c on each pixel's channels while they are in cache): the
  *      same epilogue, in the same order, as conv_f32.c's.
- * Both steps are items handed out dynamically by the pool (ei_parallel_for); the transforms
+ * Both steps are items handed out dynamically by the pool (ei_parallel_for: the input transform
+ * per block and 16-channel chunk, the GEMMs per block and column block, the blocks and column
+ * blocks chosen for the threads as conv_f32.c's plan_split does); the transforms
  * are winograd_f32_body.h compiled for AVX-512, AVX2+FMA, NEON and scalar (channel tails),
  * chosen at run time.
  *
@@ -39,10 +41,13 @@ typedef struct {
     const ei_conv_f32_args *a;
     ei_sg_kernel k;
     int64_t tiles_x, tiles_img, tiles, panels, kc;
-    int64_t tb, ncp, nblk, ncb;     /* tiles per block, panels per column block, counts */
+    int64_t units;                  /* tiles in units of 12 (every micro-kernel's rows divide it) */
+    int64_t tb, ncp, nblk, ncb;     /* most tiles per block (V's row stride), panels per column
+                                     * block, counts; block b: tiles [blk_t0(b), blk_t0(b + 1)) */
     int64_t band_blk, band_floats;  /* blocks per band, floats of the band's V */
+    int64_t ccn;                    /* channel chunks per block of the input transform */
     float *v;                       /* the band's transformed input */
-    int64_t band_t0;                /* first tile of the band */
+    int64_t band_b0;                /* first block of the band */
     int64_t band_nblk;
 } wg_plan;
 
@@ -107,23 +112,28 @@ typedef struct {
 #include "winograd_f32_body.h"
 #endif
 
-/* the widest vectors over as many channels as they cover, then narrower ones */
-static void wg_input(const wg_plan *p, int64_t t0, int64_t nt, float *dst) {
-    int64_t c = 0, C = p->a->c, tb = p->tb;
+/* channels [c0, c1): the widest vectors over as many as they cover, then narrower ones */
+static void wg_input(const wg_plan *p, int64_t t0, int64_t nt, int64_t c0, int64_t c1, float *dst) {
+    int64_t c = c0, tb = p->tb;
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512) && C >= 16) {
-        wgf_input_avx512(p, t0, nt, 0, C / 16 * 16, dst, tb);
-        c = C / 16 * 16;
+    if (ei_has(EI_AVX512) && c1 - c >= 16) {
+        int64_t e = c + (c1 - c) / 16 * 16;
+        wgf_input_avx512(p, t0, nt, c, e, dst, tb);
+        c = e;
     }
-    if (ei_has(EI_AVX2) && C - c >= 8) {
-        int64_t e = c + (C - c) / 8 * 8;
+    if (ei_has(EI_AVX2) && c1 - c >= 8) {
+        int64_t e = c + (c1 - c) / 8 * 8;
         wgf_input_avx2(p, t0, nt, c, e, dst, tb);
         c = e;
     }
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON) && C >= 4) { wgf_input_neon(p, t0, nt, 0, C / 4 * 4, dst, tb); c = C / 4 * 4; }
+    if (ei_has(EI_NEON) && c1 - c >= 4) {
+        int64_t e = c + (c1 - c) / 4 * 4;
+        wgf_input_neon(p, t0, nt, c, e, dst, tb);
+        c = e;
+    }
 #endif
-    if (c < C) wgf_input_scalar(p, t0, nt, c, C, dst, tb);
+    if (c < c1) wgf_input_scalar(p, t0, nt, c, c1, dst, tb);
 }
 
 static void wg_output(const wg_plan *p, const float *mb, int64_t ldm, int64_t t0, int64_t nt, int64_t ncol,
@@ -148,6 +158,48 @@ static void wg_output(const wg_plan *p, const float *mb, int64_t ldm, int64_t t0
     if (j < ncol) wgf_output_scalar(p, mb, ldm, tb, t0, nt, j, ncol, col0);
 }
 
+/* the first tile of block b */
+static int64_t blk_t0(const wg_plan *p, int64_t b) {
+    return EI_MIN(p->tiles, p->units * b / p->nblk * 12);
+}
+
+/* blocks (nblk, from the fewest of TB_MAX tiles up to a few more) and panels per column block
+ * (ncp, from NCP_MAX halving down to one pair) for t threads: the split whose items the pool
+ * finishes first (ei_pool_makespan; an item costed as its multiply-adds plus the V and U it
+ * reads), among those with an item per pool chunk at least; over the first band's blocks */
+static void wg_split(const wg_plan *p, int t, int64_t *nblk_io, int64_t *ncp_io) {
+    enum { MAX_ITEMS = 512 };
+    double cost[MAX_ITEMS], best = 0.0;
+    int64_t nblk0 = *nblk_io, ncp0 = *ncp_io, want = (int64_t)EI_POOL_CHUNKS * t, C = EI_MAX(1, p->a->c);
+    int best_full = -1;
+    if (t > EI_MAX_THREADS) return;
+    for (int64_t ncp = ncp0; ncp >= 1; ncp = ncp > 2 ? (ncp + 1) / 2 : ncp - 1) {
+        if (ncp == 1 && ncp0 > 1) break;
+        int64_t ncb = (p->panels + ncp - 1) / ncp;
+        for (int64_t nblk = nblk0; nblk <= EI_MIN(p->units, nblk0 + 4 * t); nblk++) {
+            int64_t tb = (p->units + nblk - 1) / nblk * 12;
+            int64_t bb = EI_MAX(EI_MAX((int64_t)1, BAND_FLOATS / (36 * tb * C)), (want + ncb - 1) / ncb);
+            int64_t nb = EI_MIN(bb, nblk), n = nb * ncb;
+            if (n > MAX_ITEMS) break;
+            for (int64_t i = 0; i < n; i++) {
+                int64_t cb = i % ncb, b = i / ncb;
+                double rows = (double)(EI_MIN(p->tiles, p->units * (b + 1) / nblk * 12) -
+                                       EI_MIN(p->tiles, p->units * b / nblk * 12));
+                double cols = (double)((EI_MIN(p->panels, (cb + 1) * ncp) - cb * ncp) * EI_SG_NR);
+                cost[i] = rows * cols + 8.0 * (rows + cols);
+            }
+            double span = ei_pool_makespan(cost, n, t);
+            int full = n >= want;
+            if (full > best_full || (full == best_full && span < best * 0.995)) {
+                best = span;
+                best_full = full;
+                *nblk_io = nblk;
+                *ncp_io = ncp;
+            }
+        }
+    }
+}
+
 /* the plan depends on the shapes and the thread count only (not on the ISA: the scratch
  * sized at prepare fits a run under any ISA mask) */
 static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, wg_plan *p) {
@@ -161,26 +213,32 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, wg_plan *p) {
     int64_t nb = EI_MAX((int64_t)1, (a->c + KC_MAX - 1) / KC_MAX);
     p->kc = (a->c + nb - 1) / nb;
     int64_t t = a->threads < 1 ? 1 : a->threads, want = t > 1 ? 4 * t : 1;
-    /* TB: a multiple of every micro-kernel's rows (6, 12); smaller blocks until there are a
-     * few items per thread */
-    int64_t tb = TB_MAX, ncp = EI_MIN(p->panels, (int64_t)NCP_MAX);
-    for (;;) {
-        int64_t items = ((p->tiles + tb - 1) / tb) * ((p->panels + ncp - 1) / ncp);
-        if (items >= want) break;
-        if (ncp > 2) ncp = (ncp + 1) / 2;
-        else if (tb > 12) tb /= 2;
-        else break;
-    }
-    p->tb = tb;
+    /* blocks of whole 12-tile units (a multiple of every micro-kernel's rows), at most TB_MAX
+     * tiles, as even as possible; with threads, the blocks and column blocks that the pool's
+     * hand-out finishes first (as conv_f32.c's plan_split: 96/96/4-row blocks at 56x56 left one
+     * thread most of the work) */
+    p->units = (p->tiles + 11) / 12;
+    int64_t nblk = (p->units + TB_MAX / 12 - 1) / (TB_MAX / 12), ncp = EI_MIN(p->panels, (int64_t)NCP_MAX);
+    if (t > 1 && a->split_mr == 12 && a->split_threads == t && a->split_rows >= nblk &&
+        a->split_rows <= p->units && a->split_panels >= 1 && a->split_panels <= ncp) {
+        nblk = a->split_rows;           /* chosen at prepare (ei_winograd_f32_plan) */
+        ncp = a->split_panels;
+    } else if (t > 1) wg_split(p, (int)t, &nblk, &ncp);
+    p->nblk = nblk;
+    p->tb = (p->units + nblk - 1) / nblk * 12;
     p->ncp = ncp;
-    p->nblk = (p->tiles + tb - 1) / tb;
     p->ncb = (p->panels + ncp - 1) / ncp;
     /* a band: the blocks whose V fits BAND_FLOATS, and enough of them for the threads */
-    int64_t blk_floats = 36 * tb * EI_MAX((int64_t)1, (int64_t)a->c);
+    int64_t blk_floats = 36 * p->tb * EI_MAX((int64_t)1, (int64_t)a->c);
     int64_t bb = EI_MAX((int64_t)1, BAND_FLOATS / blk_floats);
     bb = EI_MAX(bb, (want + p->ncb - 1) / p->ncb);
     p->band_blk = EI_MIN(bb, p->nblk);
     p->band_floats = p->band_blk * blk_floats;
+    /* the input transform: each block's channels in chunks of whole 16-channel vectors, so a
+     * band of few blocks (one at 14x14) still gives every thread a share; not for a band of
+     * under 2048 tile-channels (~5 us: less than the hand-out and join cost) */
+    int64_t c16 = a->c / 16, band_tiles = EI_MIN(p->tiles, p->band_blk * p->tb);
+    p->ccn = band_tiles * a->c < 2048 ? 1 : EI_MAX((int64_t)1, EI_MIN(c16, (want + p->band_blk - 1) / p->band_blk));
 }
 
 static int64_t mb_floats(const wg_plan *p) { return 36 * p->tb * p->ncp * EI_SG_NR; }
@@ -195,9 +253,12 @@ EI_API int64_t ei_winograd_f32_scratch(const ei_conv_f32_args *a) {
 
 static void in_range(void *vp, int64_t i0, int64_t i1) {
     const wg_plan *p = (const wg_plan *)vp;
+    int64_t c16 = p->a->c / 16;
     for (int64_t i = i0; i < i1; i++) {
-        int64_t t0 = p->band_t0 + i * p->tb, nt = EI_MIN(p->tb, p->tiles - t0);
-        wg_input(p, t0, nt, p->v + i * 36 * p->tb * p->a->c);
+        int64_t blk = i / p->ccn, j = i % p->ccn, b = p->band_b0 + blk;
+        int64_t t0 = blk_t0(p, b), nt = blk_t0(p, b + 1) - t0;
+        int64_t c0 = c16 * j / p->ccn * 16, c1 = j + 1 == p->ccn ? p->a->c : c16 * (j + 1) / p->ccn * 16;
+        wg_input(p, t0, nt, c0, c1, p->v + blk * 36 * p->tb * p->a->c);
     }
 }
 
@@ -205,7 +266,7 @@ static void in_range(void *vp, int64_t i0, int64_t i1) {
 static void gemm_item(const wg_plan *p, int64_t item, float *mb) {
     const ei_conv_f32_args *a = p->a;
     int64_t cb = item % p->ncb, blk = item / p->ncb;
-    int64_t t0 = p->band_t0 + blk * p->tb, nt = EI_MIN(p->tb, p->tiles - t0);
+    int64_t t0 = blk_t0(p, p->band_b0 + blk), nt = blk_t0(p, p->band_b0 + blk + 1) - t0;
     int64_t pn0 = cb * p->ncp, pn1 = EI_MIN(p->panels, pn0 + p->ncp), ldm = p->ncp * EI_SG_NR;
     int64_t C = a->c, col0 = pn0 * EI_SG_NR, ncol = EI_MIN((int64_t)a->m, pn1 * EI_SG_NR) - col0;
     const float *vb = p->v + blk * 36 * p->tb * C;
@@ -262,15 +323,26 @@ static void winograd_with(const ei_conv_f32_args *a, ei_sg_kernel k) {
     int64_t macs = p.tiles * 36 * (int64_t)a->c * a->m, t = a->threads < 1 ? 1 : a->threads;
     if (macs < ((int64_t)1 << 18) * t) t = 1;
     for (int64_t b0 = 0; b0 < p.nblk; b0 += p.band_blk) {
-        p.band_t0 = b0 * p.tb;
+        p.band_b0 = b0;
         p.band_nblk = EI_MIN(p.band_blk, p.nblk - b0);
-        ei_parallel_for(p.band_nblk, 1, in_range, &p, (int)t);
+        ei_parallel_for(p.band_nblk * p.ccn, 1, in_range, &p, (int)t);
         ei_parallel_for(p.band_nblk * p.ncb, 1, gemm_range, &p, (int)t);
     }
 }
 
 /* a->kh == a->kw == 3, strides and dilations 1, one group (Python routes only those here) */
 EI_API void ei_winograd_f32(const ei_conv_f32_args *a) { winograd_with(a, ei_sg_pick()); }
+
+/* at prepare: the work split for a->threads into a->split_* (call before sizing the scratch) */
+EI_API void ei_winograd_f32_plan(ei_conv_f32_args *a) {
+    wg_plan p;
+    a->split_mr = 0;
+    make_plan(a, ei_sg_scalar(), &p);
+    a->split_mr = 12;                   /* (the split's tile unit; any micro-kernel) */
+    a->split_threads = a->threads;
+    a->split_rows = (int32_t)p.nblk;
+    a->split_panels = (int32_t)p.ncp;
+}
 
 /* (m, c, 3, 3) ONNX weights -> U = G g G^T per transform point, packed as the SGEMM's
  * panels: out[xi][panel][ci][16] (zero past the last output channel), in double precision */
