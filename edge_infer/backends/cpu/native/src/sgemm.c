@@ -9,7 +9,13 @@
  * tiles, NEON column tails) goes through a staging tile on the stack, reading A rows through
  * clamped row pointers (rows past mr re-read the last valid row: never out of bounds). Every
  * instance sums each output in the same k order, so results do not depend on the tile an
- * output falls in. */
+ * output falls in.
+ *
+ * The accumulators start at zero in every K block; C (a later K block) or the bias (the
+ * first) is added after the block's products: each block's sum is then a short chain of its
+ * own, which rounds about as a pairwise sum of the blocks does (continuing one chain through
+ * C carried K-long rounding: ResNet-50's 1x1 convs had 4x onnxruntime's error against
+ * float64, same cost either way). */
 #include "sgemm.h"
 
 #include <string.h>
@@ -54,8 +60,7 @@ static void core_scalar(int mr, int64_t kc, const float *a, int64_t lda, const f
     const float *ar[S_MR];
     for (int i = 0; i < S_MR; i++) ar[i] = a + (int64_t)(i < mr ? i : mr - 1) * lda;
     for (int i = 0; i < S_MR; i++)
-        for (int j = 0; j < EI_SG_NR; j++)
-            acc[i][j] = ep->load_c ? c[i * ldc + j] : ep->bias ? ep->bias[j] : 0.0f;
+        for (int j = 0; j < EI_SG_NR; j++) acc[i][j] = 0.0f;
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR)
         for (int i = 0; i < S_MR; i++) {
             float av = ar[i][k];
@@ -64,6 +69,8 @@ static void core_scalar(int mr, int64_t kc, const float *a, int64_t lda, const f
     for (int i = 0; i < S_MR; i++)
         for (int j = 0; j < EI_SG_NR; j++) {
             float v = acc[i][j];
+            if (ep->load_c) v += c[i * ldc + j];
+            else if (ep->bias) v += ep->bias[j];
             if (ep->z) v += ep->z[i * ep->ldz + j];
             /* clamp keeps NaN, like the vector max/min below and numpy's clip */
             if (ep->clamp) { v = v < ep->lo ? ep->lo : v; v = v > ep->hi ? ep->hi : v; }
@@ -93,18 +100,8 @@ void core_avx2_n(const int MR, int64_t kc, const float *a, int64_t lda, const fl
     const int full = nr == EI_SG_NR;
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) ar[i] = a + (int64_t)i * lda;
-    if (ep->load_c) {
 #pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            acc[i][0] = full ? _mm256_loadu_ps(c + i * ldc) : _mm256_maskload_ps(c + i * ldc, m0);
-            acc[i][1] = full ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_maskload_ps(c + i * ldc + 8, m1);
-        }
-    } else {
-        __m256 b0 = ep->bias ? _mm256_maskload_ps(ep->bias, m0) : _mm256_setzero_ps();
-        __m256 b1 = ep->bias ? _mm256_maskload_ps(ep->bias + 8, m1) : _mm256_setzero_ps();
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) { acc[i][0] = b0; acc[i][1] = b1; }
-    }
+    for (int i = 0; i < MR; i++) { acc[i][0] = _mm256_setzero_ps(); acc[i][1] = _mm256_setzero_ps(); }
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         __m256 w0 = _mm256_loadu_ps(b), w1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 8
@@ -113,6 +110,18 @@ void core_avx2_n(const int MR, int64_t kc, const float *a, int64_t lda, const fl
             acc[i][0] = _mm256_fmadd_ps(av, w0, acc[i][0]);
             acc[i][1] = _mm256_fmadd_ps(av, w1, acc[i][1]);
         }
+    }
+    if (ep->load_c) {
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            acc[i][0] = _mm256_add_ps(acc[i][0], full ? _mm256_loadu_ps(c + i * ldc) : _mm256_maskload_ps(c + i * ldc, m0));
+            acc[i][1] = _mm256_add_ps(acc[i][1], full ? _mm256_loadu_ps(c + i * ldc + 8)
+                                                      : _mm256_maskload_ps(c + i * ldc + 8, m1));
+        }
+    } else if (ep->bias) {
+        __m256 b0 = _mm256_maskload_ps(ep->bias, m0), b1 = _mm256_maskload_ps(ep->bias + 8, m1);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) { acc[i][0] = _mm256_add_ps(acc[i][0], b0); acc[i][1] = _mm256_add_ps(acc[i][1], b1); }
     }
     if (ep->z) {
 #pragma GCC unroll 8
@@ -170,11 +179,8 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
                    int64_t ldc, int nr, const ei_sg_ep *ep) {
     __m512 acc[Z_MR];
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
-    __m512 b0 = ep->bias ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
-        acc[i] = ep->load_c ? _mm512_maskz_loadu_ps(m, c + i * ldc) : b0;
-    }
+    for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
     /* rows through four base pointers stepped with k and row offsets of 0, 1 or 2 lda (twelve
      * row pointers did not fit the registers: two were reloaded from the stack every k), the
      * B row SG_PF steps ahead prefetched (measured 1 thread, interleaved: 1x1 and 3x3 convs
@@ -192,6 +198,8 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
+        if (ep->load_c) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, c + i * ldc));
+        else if (ep->bias) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, ep->bias));
         if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, ep->z + i * ep->ldz));
         if (ep->clamp) acc[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i]));
         if (nr == EI_SG_NR) _mm512_storeu_ps(c + i * ldc, acc[i]);
@@ -207,12 +215,10 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
     __m512 acc[Z_MR], acc2[Z_MR];
     const float *b2 = b + bstride;
     const __mmask16 m2 = (__mmask16)((1u << nr2) - 1);
-    __m512 b0 = ep->bias ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
-    __m512 b1 = ep->bias ? _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
-        acc[i] = ep->load_c ? _mm512_loadu_ps(c + i * ldc) : b0;
-        acc2[i] = ep->load_c ? _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR) : b1;
+        acc[i] = _mm512_setzero_ps();
+        acc2[i] = _mm512_setzero_ps();
     }
     /* (as core_avx512_n) */
     const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
@@ -231,6 +237,13 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
+        if (ep->load_c) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(c + i * ldc));
+            acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR));
+        } else if (ep->bias) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->bias));
+            acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR));
+        }
         if (ep->z) {
             acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
             acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, ep->z + i * ep->ldz + EI_SG_NR));
@@ -292,8 +305,7 @@ void core_neon_n(const int MR, int mr, int64_t kc, const float *a, int64_t lda, 
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
-            acc[i][v] = ep->load_c ? vld1q_f32(c + i * ldc + 4 * v)
-                                   : ep->bias ? vld1q_f32(ep->bias + 4 * v) : vdupq_n_f32(0.0f);
+            acc[i][v] = vdupq_n_f32(0.0f);
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
         float32x4_t w0 = vld1q_f32(b), w1 = vld1q_f32(b + 4), w2 = vld1q_f32(b + 8), w3 = vld1q_f32(b + 12);
 #pragma GCC unroll 8
@@ -311,6 +323,8 @@ void core_neon_n(const int MR, int mr, int64_t kc, const float *a, int64_t lda, 
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
             float32x4_t r = acc[i][v];
+            if (ep->load_c) r = vaddq_f32(r, vld1q_f32(c + i * ldc + 4 * v));
+            else if (ep->bias) r = vaddq_f32(r, vld1q_f32(ep->bias + 4 * v));
             if (ep->z) r = vaddq_f32(r, vld1q_f32(ep->z + i * ep->ldz + 4 * v));
             if (ep->clamp) {
                 /* bsl keeps a NaN (fmax/fmin would propagate it too, but spell the numpy rule) */
