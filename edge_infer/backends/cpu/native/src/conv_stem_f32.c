@@ -44,7 +44,9 @@ typedef struct {
 #define smin(a, b) ((a) < (b) ? (a) : (b))
 #define SR_MAIN 2
 #define SPV_MAIN 16
+#define STEM_SCALAR
 #include "conv_stem_f32_body.h"
+#undef STEM_SCALAR
 #undef SV
 #undef SL
 #undef SATTR

@@ -27,6 +27,20 @@ static inline SATTR SV SN(stem_act)(SV v, int act, SV c0, SV c1) {
  * pixel to the next; w: the weights of that first tap (16 floats per tap, wrow floats from one
  * kernel row to the next, wpanel from one 16-channel panel to the next); bias: PV * SL values
  * or NULL; z: residual (row stride ldz) or NULL; y: output (row stride ldy) */
+/* the PV weight vectors of tap j: named registers (GCC kept an array of them on the stack and
+ * fed every FMA from there: a load per FMA, 2x the loads of the tile); the scalar build's 16
+ * lanes as an array */
+#define STEM_WOFF(v) (wk + j * 16 + ((v) * SL / 16) * wpanel + ((v) * SL) % 16)
+#ifdef STEM_SCALAR
+#define STEM_WEIGHTS(PV) SV wv[PV]; for (int v = 0; v < PV; v++) wv[v] = sload(STEM_WOFF(v));
+#define STEM_W(v) wv[v]
+#else
+#define STEM_WEIGHTS(PV)                                                                              \
+    SV w0 = sload(STEM_WOFF(0)), w1 = PV > 1 ? sload(STEM_WOFF(1 % PV)) : w0;                          \
+    SV w2 = PV > 2 ? sload(STEM_WOFF(2 % PV)) : w0, w3 = PV > 3 ? sload(STEM_WOFF(3 % PV)) : w0;
+#define STEM_W(v) ((v) == 0 ? w0 : (v) == 1 ? w1 : (v) == 2 ? w2 : w3)
+#endif
+
 #define STEM_TILE(R, PV)                                                                              \
     static SATTR void SN(stem_t##R##_##PV)(const float *x, int64_t xrow, int nky, int64_t run,         \
                                            int64_t px, const float *w, int64_t wrow, int64_t wpanel,  \
@@ -40,12 +54,12 @@ static inline SATTR SV SN(stem_act)(SV v, int act, SV c0, SV c1) {
         for (int ky = 0; ky < nky; ky++) {                                                            \
             const float *xr = x + ky * xrow, *wk = w + ky * wrow;                                     \
             for (int64_t j = 0; j < run; j++) {                                                       \
-                SV wv[PV];                                                                            \
-                for (int v = 0; v < PV; v++)                                                          \
-                    wv[v] = sload(wk + j * 16 + (v * SL / 16) * wpanel + (v * SL) % 16);              \
+                STEM_WEIGHTS(PV)                                                                      \
+                _Pragma("GCC unroll 16")                                                              \
                 for (int r = 0; r < R; r++) {                                                         \
                     SV xv = sset(xr[r * px + j]);                                                     \
-                    for (int v = 0; v < PV; v++) acc[r][v] = sfma(xv, wv[v], acc[r][v]);              \
+                    _Pragma("GCC unroll 16")                                                          \
+                    for (int v = 0; v < PV; v++) acc[r][v] = sfma(xv, STEM_W(v), acc[r][v]);         \
                 }                                                                                     \
             }                                                                                         \
         }                                                                                             \
@@ -149,3 +163,6 @@ static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
 
 #undef STEM_TILE
 #undef STEM_CALL
+#undef STEM_WOFF
+#undef STEM_WEIGHTS
+#undef STEM_W
