@@ -13,7 +13,7 @@
  *
  * Weights: conv_f32.c's packed panels (16 output channels, K = (ky, kx, ci) rows). Rows of the
  * output are handed out by the pool (one item per output row: no scratch, nothing allocated).
- * Micro-tiles per ISA: AVX-512 8 pixels x 32 channels (12 x 16 for a last single panel), AVX2
+ * Micro-tiles per ISA: AVX-512 5 pixels x 64 channels, 8 x 32, 12 x 16 (a last single panel), AVX2
  * 6 x 16, NEON 4 x 16, scalar 2 x 16. Stride any, dilation 1, one group (the caller checks). */
 #include "sgemm.h"
 #include "elementwise.h"
@@ -111,6 +111,7 @@ typedef struct {
 #define SR_MAIN 8
 #define SPV_MAIN 2
 #define SR_ALT 12
+#define SR_WIDE 5
 #include "conv_stem_f32_body.h"
 #undef SV
 #undef SL
@@ -127,6 +128,7 @@ typedef struct {
 #undef SR_MAIN
 #undef SPV_MAIN
 #undef SR_ALT
+#undef SR_WIDE
 #endif
 
 #if defined(__aarch64__)

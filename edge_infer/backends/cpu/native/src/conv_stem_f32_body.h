@@ -2,7 +2,8 @@
  * SV (vector type), SL (lanes), SATTR (target attribute), SN(f) (per-ISA name), sload, sstore,
  * sset (broadcast), sfma(a, b, c) = a*b + c, sadd, smul, smax, smin;
  * SR_MAIN / SPV_MAIN: pixels and vectors of the main tile (SPV_MAIN * SL channels, whole
- * 16-channel panels or a part of one), and where SPV_MAIN * SL = 32, SR_ALT pixels of a
+ * 16-channel panels or a part of one); optional (AVX-512): SR_WIDE pixels of a four-vector
+ * (64-channel) tile, SR_ALT pixels of a
  * one-vector tile for a last single panel.
  *
  * A tile: R output pixels of one output row times PV vectors of output channels, its sums in
@@ -79,8 +80,37 @@ STEM_TILE(SR_ALT, 1)
 STEM_TILE(1, 1)
 #endif
 
-/* the tile functions of a channel tile of pv vectors: R pixels, one pixel */
-#define STEM_CALL(R, PV, ...) SN(stem_t##R##_##PV)(__VA_ARGS__)
+#ifdef SR_WIDE
+STEM_TILE(SR_WIDE, 4)
+STEM_TILE(1, 4)
+#endif
+
+#define STEM_CALL(R, PV) SN(stem_t##R##_##PV)(x, xrow, nky, run, px, w, wrow, wpanel, bias, z, ldz, y, ldy, act, p0, p1)
+
+/* a tile of cw channels at one pixel or, where avail >= the tile's pixel count (interior
+ * pixels, kernel rows whole), at that many; returns the pixels done */
+static inline SATTR int64_t SN(stem_tile)(int64_t cw, int64_t avail, const float *x, int64_t xrow, int nky,
+                                          int64_t run, int64_t px, const float *w, int64_t wrow, int64_t wpanel,
+                                          const float *bias, const float *z, int64_t ldz, float *y, int64_t ldy,
+                                          int act, float p0, float p1) {
+#ifdef SR_WIDE
+    if (cw == 4 * SL) {
+        if (avail >= SR_WIDE) { STEM_CALL(SR_WIDE, 4); return SR_WIDE; }
+        STEM_CALL(1, 4);
+        return 1;
+    }
+#endif
+#ifdef SR_ALT
+    if (cw == SL) {
+        if (avail >= SR_ALT) { STEM_CALL(SR_ALT, 1); return SR_ALT; }
+        STEM_CALL(1, 1);
+        return 1;
+    }
+#endif
+    if (avail >= SR_MAIN) { STEM_CALL(SR_MAIN, SPV_MAIN); return SR_MAIN; }
+    STEM_CALL(1, SPV_MAIN);
+    return 1;
+}
 
 /* one output row (b, oy), every channel tile */
 static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
@@ -94,15 +124,17 @@ static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
     float *yrow = a->y + row * a->ow * m;
     const float *zrow = a->z ? a->z + row * a->ow * m : NULL;
     const int act = p->reg_act;
-    float bbuf[32], ybuf[32], zbuf[32];
+    float bbuf[64], ybuf[64], zbuf[64];
     for (int64_t c0 = 0; c0 < m; ) {
-        const int64_t pn = c0 / 16;
-        const float *wp = a->wpack + pn * K * 16 + (int64_t)kylo * wrow;
-        /* the tile's width: the main one where its channels exist, else one vector (a last
-         * single panel under AVX-512) */
+        const float *wp = a->wpack + (c0 / 16) * K * 16 + (int64_t)kylo * wrow;
+        /* the tile's width: the widest whose channels exist (AVX-512: 64, 32, then 16 for a
+         * last single panel), a partial one through buffers */
         int64_t cw = SPV_MAIN * SL;
+#ifdef SR_WIDE
+        if (m - c0 >= 4 * SL) cw = 4 * SL;
+#endif
 #ifdef SR_ALT
-        if (m - c0 <= 16) cw = 16;
+        if (m - c0 <= SL) cw = SL;
 #endif
         const int partial = m - c0 < cw;
         const int64_t nr = partial ? m - c0 : cw;
@@ -117,22 +149,10 @@ static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
         for (int64_t ox = 0; ox < a->ow; ) {
             const float *zo = zrow ? zrow + ox * m + c0 : NULL;
             float *yo = yrow + ox * m + c0;
-            if (!partial && ox >= p->oxa && ox + (cw == SPV_MAIN * SL ? SR_MAIN : 1) <= p->oxb) {
+            if (!partial && ox >= p->oxa && ox < p->oxb) {
                 const float *xo = xb + (ox * a->sw - a->pl) * c;
-#ifdef SR_ALT
-                if (cw == 16) {
-                    if (ox + SR_ALT <= p->oxb) {
-                        STEM_CALL(SR_ALT, 1, xo, xrow, nky, a->kw * c, px, wp, wrow, K * 16, bias, zo, m, yo, m, act, a->p0, a->p1);
-                        ox += SR_ALT;
-                    } else {
-                        STEM_CALL(1, 1, xo, xrow, nky, a->kw * c, px, wp, wrow, K * 16, bias, zo, m, yo, m, act, a->p0, a->p1);
-                        ox++;
-                    }
-                    continue;
-                }
-#endif
-                STEM_CALL(SR_MAIN, SPV_MAIN, xo, xrow, nky, a->kw * c, px, wp, wrow, K * 16, bias, zo, m, yo, m, act, a->p0, a->p1);
-                ox += SR_MAIN;
+                ox += SN(stem_tile)(cw, p->oxb - ox, xo, xrow, nky, a->kw * c, px, wp, wrow, K * 16, bias, zo, m,
+                                    yo, m, act, a->p0, a->p1);
                 continue;
             }
             /* one pixel: the kernel columns inside the input only; a partial tile through
@@ -141,18 +161,14 @@ static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
             ei_tap_range(ox, a->sw, a->pl, 1, a->kw, a->w, &kxlo, &kxhi);
             const float *xo = xb + (ox * a->sw - a->pl + kxlo) * c;
             const float *wo = wp + (int64_t)kxlo * c * 16;
-            const int64_t run = (int64_t)(kxhi - kxlo) * c;
             float *yt = yo;
             const float *zt = zo;
             if (partial) {
                 if (zo) { memcpy(zbuf, zo, (size_t)nr * sizeof(float)); zt = zbuf; }
                 yt = ybuf;
             }
-#ifdef SR_ALT
-            if (cw == 16) STEM_CALL(1, 1, xo, xrow, nky, run, px, wo, wrow, K * 16, bias, zt, m, yt, m, act, a->p0, a->p1);
-            else
-#endif
-            STEM_CALL(1, SPV_MAIN, xo, xrow, nky, run, px, wo, wrow, K * 16, bias, zt, m, yt, m, act, a->p0, a->p1);
+            SN(stem_tile)(cw, 1, xo, xrow, nky, (int64_t)(kxhi - kxlo) * c, px, wo, wrow, K * 16, bias, zt, m, yt, m,
+                          act, a->p0, a->p1);
             if (partial) memcpy(yo, ybuf, (size_t)nr * sizeof(float));
             ox++;
         }
