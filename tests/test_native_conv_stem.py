@@ -60,7 +60,8 @@ ACTS = [("", False), ("Relu", True), ("Clip", False), ("HardSwish", True), ("SiL
 
 
 def _model(c, m, kernel, strides, pads, act, residual, rng, xshape):
-    w = numpy_helper.from_array((rng.standard_normal((m, c, *kernel)) / np.sqrt(c * np.prod(kernel))).astype(np.float32), "w")
+    scale = 1.0 / np.sqrt(c * np.prod(kernel))
+    w = numpy_helper.from_array((rng.standard_normal((m, c, *kernel)) * scale).astype(np.float32), "w")
     inits = [w, numpy_helper.from_array((rng.standard_normal(m) * 0.1).astype(np.float32), "b")]
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=list(kernel), strides=list(strides),
                               pads=list(pads))]

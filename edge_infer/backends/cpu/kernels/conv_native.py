@@ -8,7 +8,9 @@ plan's shared column scratch, and fills the argument struct; a run is one C call
 allocation, the fused epilogue (bias, residual, activation) applied to each output tile in
 the kernel, in the order of kernels/fused.py. 3x3 stride-1 convs that conv_winograd.py's size
 rule picks run as Winograd F(4x4, 3x3) (native/src/winograd_f32.c) on weights transformed at
-prepare instead, with the same argument struct, scratch role and epilogue.
+prepare instead, with the same argument struct, scratch role and epilogue. Convs on at most
+``STEM_MAX_CHANNELS`` input channels (an image's first conv) run on the direct kernel of
+native/src/conv_stem_f32.c instead (same struct and panels, no scratch, the epilogue in registers).
 """
 from __future__ import annotations
 
