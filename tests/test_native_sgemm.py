@@ -32,7 +32,7 @@ def _runtime(model, tmp_path, threads=2):
 
 def _sgemm_notes(rt, feeds):
     notes = rt.plan({k: v.shape for k, v in feeds.items()}).notes
-    return [v for v in notes.values() if "native SGEMM" in v]
+    return [v for v in notes.values() if "native SGEMM" in v or "native direct few-channel" in v]
 
 
 def _all_native(rt, feeds):

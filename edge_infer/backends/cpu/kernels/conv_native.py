@@ -8,7 +8,9 @@ plan's shared column scratch, and fills the argument struct; a run is one C call
 allocation, the fused epilogue (bias, residual, activation) applied to each output tile in
 the kernel, in the order of kernels/fused.py. 3x3 stride-1 convs that conv_winograd.py's size
 rule picks run as Winograd F(4x4, 3x3) (native/src/winograd_f32.c) on weights transformed at
-prepare instead, with the same argument struct, scratch role and epilogue.
+prepare instead, with the same argument struct, scratch role and epilogue. Convs on at most
+``STEM_MAX_CHANNELS`` input channels (an image's first conv) run on the direct kernel of
+native/src/conv_stem_f32.c instead (same struct and panels, no scratch, the epilogue in registers).
 """
 from __future__ import annotations
 
@@ -127,6 +129,17 @@ def _step(ctx, args: ConvF32Args, keep, entry: str = "ei_conv_f32") -> Optional[
     return _native.native_step(entry, args, scratch, *keep)
 
 
+#: input channels up to which conv_stem_f32.c's direct kernel computes a conv (one group,
+#: dilation 1): with K = kh*kw*C of 27 or 147 the im2col tile + SGEMM spent a quarter of its time
+#: copying patches
+STEM_MAX_CHANNELS = 4
+
+
+def stem_fits(c: int, group: int, dh: int, dw: int) -> bool:
+    """Whether the direct few-channel kernel (native/src/conv_stem_f32.c) computes this conv."""
+    return group == 1 and c <= STEM_MAX_CHANNELS and dh == 1 and dw == 1
+
+
 def _dense_const(ctx, name: str) -> bool:
     """A constant dense weight: a sparse-encoded one goes to the sparse dispatch instead."""
     return isinstance(ctx.const(name), np.ndarray)
@@ -178,6 +191,17 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     extra = ", ".join((["bias"] if bias is not None else []) + (["residual"] if z is not None else [])
                       + ([ep[3]] if ep[3] else []))
     step = None
+    if stem_fits(c, group, dh, dw) and hasattr(_native.lib, "ei_conv_stem_f32"):
+        # few input channels (the image): direct from the input, sums in registers; reads
+        # each residual element before it writes it, so y over z is fine at any K
+        wk = np.asarray(w, np.float32).reshape(m, c, kh, kw).transpose(2, 3, 1, 0).reshape(1, -1, m)
+        wpack = pack_panels(wk)
+        args.wpack = wpack.ctypes.data
+        stem_isa = _native.function("ei_conv_stem_f32_isa", restype=ctypes.c_char_p)().decode()
+        ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native direct few-channel ({stem_isa}, "
+                       f"{c} -> {m} channels, {kh * kw * c} taps in registers)"
+                       + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)")
+        return _native.native_step("ei_conv_stem_f32", args, x, y, z, wpack, bias)
     if why[0]:      # 3x3 stride 1: Winograd F(4x4, 3x3) on the transformed weights
         wpack = conv_winograd.pack(np.asarray(w))
         args.wpack = wpack.ctypes.data

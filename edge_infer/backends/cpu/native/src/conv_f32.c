@@ -294,6 +294,13 @@ static void run_item(const cv_plan *p, int64_t item, float *tile) {
     }
     if (a->act != 0 && !inline_clamp) {
         int64_t c0 = g * p->mg + pn0 * EI_SG_NR, c1 = g * p->mg + EI_MIN(p->mg, pn1 * EI_SG_NR);
+        if (c0 == 0 && c1 == a->m) {    /* every column: the item's rows are one run (a call
+                                         * per 16-channel pixel cost MobileNetV3's HardSwish
+                                         * stem a third of its time) */
+            float *rows = a->y + r0 * a->m;
+            ei_unary_f32_range(a->act, rows, rows, (r1 - r0) * a->m, a->p0, a->p1);
+            return;
+        }
         for (int64_t r = r0; r < r1; r++) {
             float *row = a->y + r * a->m + c0;
             ei_unary_f32_range(a->act, row, row, c1 - c0, a->p0, a->p1);

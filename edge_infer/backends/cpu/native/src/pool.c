@@ -259,6 +259,68 @@ static VATTR void VNAME(pool_nhwc_rows)(const ei_pool2d_f32_args *a, int64_t rb,
 }
 #endif
 
+#if defined(__x86_64__)
+/* ---- NHWC max: AVX-512 and AVX2 (pool_max_body.h) ---- */
+#define MV __m512
+#define ML 16
+#define MATTR __attribute__((target("avx512f")))
+#define MN(f) f##_avx512
+#define mload(p) _mm512_loadu_ps(p)
+#define mstore(p, v) _mm512_storeu_ps((p), (v))
+#define mset(c) _mm512_set1_ps(c)
+#define MNAN_T __mmask16
+#define MNAN_ZERO 0
+#define MACC(x, acc, f) do { MV x_ = (x); acc = _mm512_max_ps(x_, acc); f |= _mm512_cmp_ps_mask(x_, x_, _CMP_UNORD_Q); } while (0)
+#define MFINISH(acc, f) _mm512_mask_mov_ps((acc), (f), _mm512_set1_ps(__builtin_nanf("")))
+#include "pool_max_body.h"
+#undef MV
+#undef ML
+#undef MATTR
+#undef MN
+#undef mload
+#undef mstore
+#undef mset
+#undef MNAN_T
+#undef MNAN_ZERO
+#undef MACC
+#undef MFINISH
+#endif
+
+#ifdef EI_SIMD_READY
+/* AVX2 (NEON): the vector vocabulary of simd_f32.h; x86's maxps keeps its second operand on a
+ * NaN, so a NaN of x is flagged apart (NEON's fmax propagates it: no flags) */
+#define MV VF
+#define ML VW
+#define MATTR VATTR
+#define MN(f) VNAME(f)
+#define mload(p) vload(p)
+#define mstore(p, v) vstore((p), (v))
+#define mset(c) vset(c)
+#if defined(__x86_64__)
+#define MNAN_T __m256
+#define MNAN_ZERO _mm256_setzero_ps()
+#define MACC(x, acc, f) do { MV x_ = (x); acc = _mm256_max_ps(x_, acc); f = _mm256_or_ps(f, _mm256_cmp_ps(x_, x_, _CMP_UNORD_Q)); } while (0)
+#define MFINISH(acc, f) _mm256_blendv_ps((acc), _mm256_set1_ps(__builtin_nanf("")), (f))
+#else
+#define MNAN_T int
+#define MNAN_ZERO 0
+#define MACC(x, acc, f) do { (void)(f); acc = vmaxq_f32((x), acc); } while (0)
+#define MFINISH(acc, f) (acc)
+#endif
+#include "pool_max_body.h"
+#undef MV
+#undef ML
+#undef MATTR
+#undef MN
+#undef mload
+#undef mstore
+#undef mset
+#undef MNAN_T
+#undef MNAN_ZERO
+#undef MACC
+#undef MFINISH
+#endif
+
 static void pool_range(void *ctx, int64_t b, int64_t e) {
     const ei_pool2d_f32_args *a = (const ei_pool2d_f32_args *)ctx;
     if (!a->nhwc) {
@@ -266,7 +328,11 @@ static void pool_range(void *ctx, int64_t b, int64_t e) {
         else pool_nchw_direct(a, b, e);
         return;
     }
+#if defined(__x86_64__)
+    if (a->op == EI_POOL_MAX && ei_has(EI_AVX512)) { max_nhwc_rows_avx512(a, b, e); return; }
+#endif
 #ifdef EI_SIMD_READY
+    if (a->op == EI_POOL_MAX && ei_has(EI_SIMD_ISA)) { VNAME(max_nhwc_rows)(a, b, e); return; }
     if (ei_has(EI_SIMD_ISA)) { VNAME(pool_nhwc_rows)(a, b, e); return; }
 #endif
     pool_nhwc_rows_scalar(a, b, e);
