@@ -191,7 +191,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     extra = ", ".join((["bias"] if bias is not None else []) + (["residual"] if z is not None else [])
                       + ([ep[3]] if ep[3] else []))
     step = None
-    if stem_fits(c, group, dh, dw) and hasattr(_native.lib, "ei_conv_stem_f32"):
+    # (Winograd is never picked under 8 channels unless EDGE_INFER_WINOGRAD=1 forces it)
+    if not why[0] and stem_fits(c, group, dh, dw) and hasattr(_native.lib, "ei_conv_stem_f32"):
         # few input channels (the image): direct from the input, sums in registers; reads
         # each residual element before it writes it, so y over z is fine at any K
         wk = np.asarray(w, np.float32).reshape(m, c, kh, kw).transpose(2, 3, 1, 0).reshape(1, -1, m)
@@ -200,7 +201,8 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
         stem_isa = _native.function("ei_conv_stem_f32_isa", restype=ctypes.c_char_p)().decode()
         ctx.note(node, f"NHWC conv {'x'.join(map(str, kernel))} native direct few-channel ({stem_isa}, "
                        f"{c} -> {m} channels, {kh * kw * c} taps in registers)"
-                       + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)")
+                       + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
+                       + (f"; not Winograd: {why[1]}" if why[1] else ""))
         return _native.native_step("ei_conv_stem_f32", args, x, y, z, wpack, bias)
     if why[0]:      # 3x3 stride 1: Winograd F(4x4, 3x3) on the transformed weights
         wpack = conv_winograd.pack(np.asarray(w))
