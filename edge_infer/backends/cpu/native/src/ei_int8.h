@@ -206,6 +206,22 @@ static inline __m512i ei_vq_pack4(const ei_vqc *c, __m512i r0, __m512i r1, __m51
     __m512i p = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(a, b));
     return _mm512_min_epi8(_mm512_max_epi8(p, c->lo8), c->hi8);
 }
+
+/* four vectors with the same 16 channels' constants (k), no residual: requantized and stored
+ * under mask m at y, y + ys, y + 2 ys, y + 3 ys (four pixels of a depthwise row) */
+__attribute__((target("avx512f,avx512bw")))
+static inline void ei_vq_store4(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, __m512i a0, __m512i a1,
+                                __m512i a2, __m512i a3, int8_t *y, ptrdiff_t ys) {
+    __m512i p = ei_vq_pack4(c, ei_vq_mbqm(a0, k, c->left), ei_vq_mbqm(a1, k, c->left), ei_vq_mbqm(a2, k, c->left),
+                            ei_vq_mbqm(a3, k, c->left));
+    if (ys == 16 && m == 0xFFFF) { _mm512_storeu_si512(y, p); return; }
+    __m128i q[4] = { _mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1), _mm512_extracti32x4_epi32(p, 2),
+                     _mm512_extracti32x4_epi32(p, 3) };
+    for (int i = 0; i < 4; i++) {
+        if (m == 0xFFFF) _mm_storeu_si128((__m128i *)(y + i * ys), q[i]);
+        else _mm512_mask_storeu_epi8(y + i * ys, (__mmask64)m, _mm512_castsi128_si512(q[i]));
+    }
+}
 #endif
 
 #if defined(__aarch64__)
