@@ -1080,6 +1080,24 @@ EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
     return NULL;
 }
 
+/* How many thread slots the layer's work pays for: its estimated time over SLOT_NS, the least
+ * share that beats a worker's hand-out and join (a 6 us pointwise conv ran 6.1 us on one thread,
+ * 7.9 on two: MobileNetV3). The estimate, fitted on MobileNetV3-small's int8 layers at one
+ * thread (1x1 convs, 3x3 im2col, the classifier; within ~30%): the multiply-adds at the kind's
+ * rate, the requantization per output (most of a pointwise layer's time; a residual's table
+ * gather ~8x more), and the weights streamed once (a batch-1 fully-connected layer reads
+ * 0.6-1 MB of them: 23-40 us, bound by memory, which two cores' loads share). */
+#define SLOT_NS 4000
+static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
+    static const double mac_per_ns[N_KINDS] = { 2, 60, 15, 40, 150, 1500 };   /* by kind */
+    double outs = (double)p->R * a->m;
+    double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
+    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 1.6 : 0.2)
+                + (double)a->m * p->K * 0.04;
+    int64_t slots = (int64_t)(ns / SLOT_NS);
+    return slots > 1 ? slots : 1;
+}
+
 EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     EI_CHECK(a->n >= 0 && a->c >= 1 && a->h >= 0 && a->w >= 0 && a->m >= 1 && a->oh >= 0 && a->ow >= 0);
     EI_CHECK(a->kh >= 1 && a->kw >= 1 && a->sh >= 1 && a->sw >= 1 && a->dh >= 1 && a->dw >= 1);
@@ -1096,10 +1114,6 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     cx.mk = kernel_of(a->kind);
     cx.simd = ei_rq_simd();
     int t = a->threads < 1 ? 1 : a->threads;
-    /* a thread slot gets at least ~2^18 multiply-adds (2^19 with VNNI): waking a pool thread
-     * costs more than a small layer's share of the work */
-    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = u8_rows(a->kind) ? (1 << 19) : (1 << 18);
-    int64_t by_work = macs / per > 1 ? macs / per : 1;
-    cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), by_work);
+    cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), conv_slots(a, &cx.p));
     ei_parallel_for(cx.p.ntasks, 1, conv_tasks, &cx, cx.nslots);
 }
