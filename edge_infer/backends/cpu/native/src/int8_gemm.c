@@ -243,17 +243,6 @@ static inline void vq_rows2(__m512i p, const vq_panel *v, int8_t *y, int64_t ys)
     }
 }
 
-/* ei_vq_pack4's 64 bytes as four rows of up to 16 channels (mask m) */
-__attribute__((target("avx512f,avx512bw")))
-static inline void vq_rows4(__m512i p, __mmask16 m, int8_t *y, int64_t ys) {
-    __m128i q[4] = { _mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1), _mm512_extracti32x4_epi32(p, 2),
-                     _mm512_extracti32x4_epi32(p, 3) };
-    for (int i = 0; i < 4; i++) {
-        if (m == 0xFFFF) _mm_storeu_si128((__m128i *)(y + i * ys), q[i]);
-        else _mm512_mask_storeu_epi8(y + i * ys, (__mmask64)m, _mm512_castsi128_si512(q[i]));
-    }
-}
-
 /* every panel's vq_panel, made once at prepare (a conv call would otherwise make each panel's
  * again for every row block) */
 static int has_consts(const ei_int8_conv_args *a) {
@@ -741,12 +730,13 @@ __attribute__((target("avx512f,avx512bw")))
 static int store_pairs(const vq_panel *v, const int32_t *c, int64_t ldc, int nrow, int8_t *y, int64_t ys) {
     const int left = v->c.left;
     int r = 0;
-#define RQ(p, h) ei_vq_mbqm(_mm512_add_epi32(_mm512_loadu_si512(p), v->v[h].bias), &v->v[h], left)
+#define ACC(p, h) _mm512_add_epi32(_mm512_loadu_si512(p), v->v[h].bias)
+#define RQ(p, h) ei_vq_mbqm(ACC(p, h), &v->v[h], left)
     if (!v->m[1]) {
         for (; r + 4 <= nrow; r += 4) {
             const int32_t *c0 = c + r * ldc;
-            __m512i p = ei_vq_pack4(&v->c, RQ(c0, 0), RQ(c0 + ldc, 0), RQ(c0 + 2 * ldc, 0), RQ(c0 + 3 * ldc, 0));
-            vq_rows4(p, v->m[0], y + r * ys, ys);
+            ei_vq_store4(&v->c, &v->v[0], v->m[0], ACC(c0, 0), ACC(c0 + ldc, 0), ACC(c0 + 2 * ldc, 0),
+                         ACC(c0 + 3 * ldc, 0), y + r * ys, ys);
         }
         return r;
     }
@@ -755,6 +745,7 @@ static int store_pairs(const vq_panel *v, const int32_t *c, int64_t ldc, int nro
         vq_rows2(ei_vq_pack4(&v->c, RQ(c0, 0), RQ(c0 + 16, 1), RQ(c1, 0), RQ(c1 + 16, 1)), v, y + r * ys, ys);
     }
 #undef RQ
+#undef ACC
     return r;
 }
 
