@@ -89,6 +89,24 @@ def test_quantize_image_sized_tensor_matches(monkeypatch):
     np.testing.assert_array_equal(got["y"], want["y"])
 
 
+@pytest.mark.parametrize("scale", [0.0187, 1 / 255, 3.0e-3, 7.5, 1.0e-37, 3.0e37])
+def test_quantize_reciprocal_path_exact_near_ties(monkeypatch, isa, scale):
+    """The AVX-512 per-tensor quantize multiplies by 1 / scale and redoes the division where a
+    half-integer is close: values 0..3 ulp from every tie, random ones, inf / NaN / subnormal
+    inputs and scales whose reciprocal is not normal (those keep the division) all match numpy."""
+    rng = np.random.default_rng(int(scale * 1e3) % 997)
+    scale = np.float32(scale)
+    ties = ((np.arange(-300, 300) + 0.5) * scale).astype(np.float32)
+    near = np.concatenate([np.nextafter(ties, np.float32(s * np.inf)) if s else ties for s in (-1, 0, 1)])
+    near = np.concatenate([near, np.nextafter(np.nextafter(near, np.float32(np.inf)), np.float32(np.inf))])
+    rand = (rng.standard_normal(4000) * 200 * scale).astype(np.float32)
+    odd = np.array([np.inf, -np.inf, np.nan, 1e-45, -1e-40, 0.0, -0.0, 3e38], np.float32)
+    x = rng.permutation(np.concatenate([near, rand, odd])).astype(np.float32)
+    x = np.concatenate([x, x[:5]]).reshape(1, -1)               # a tail past the last 16 lanes
+    got, want = both(monkeypatch, qdq_graph(x.shape, scale, 5, np.int8), {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+
+
 def int8_graph(op, shape, attrs, params_out=None):
     def make():
         g = Graph(op)

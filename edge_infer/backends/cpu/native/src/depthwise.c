@@ -315,7 +315,11 @@ void dw8_block_vnni(const ei_dw_args *a, const int8_t *(*pp)[DW8_MAX_TAPS], cons
                                  _mm512_maskz_loadu_epi8((__mmask64)m, pp[j][t] + c))), wv);
             }
         }
-        for (int j = 0; j < P; j++)
+        int j = 0;
+        if (!vc->ztab)
+            for (; j + 4 <= P; j += 4)
+                ei_vq_store4(vc, &vq[g], m, acc[j], acc[j + 1], acc[j + 2], acc[j + 3], y + (int64_t)j * C + c, C);
+        for (; j < P; j++)
             ei_vq_store(vc, &vq[g], m, acc[j], y + (int64_t)j * C + c, z ? z + (int64_t)j * C + c : NULL);
     }
 }
@@ -584,6 +588,10 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
                 }
                 int8_t *y = (int8_t *)a->y + (opix0 + ox) * 8;
                 const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * 8 : NULL;
+                if (nv == 4 && ox + 7 < a->ow && !vc.ztab) {       /* 8 whole columns: one 64-byte store */
+                    ei_vq_store4(&vc, &vq[0], (__mmask16)0xFFFF, acc[0], acc[1], acc[2], acc[3], y, 16);
+                    continue;
+                }
                 for (int j = 0; j < nv; j++)
                     ei_vq_store(&vc, &vq[0], ox + 2 * j + 1 < a->ow ? (__mmask16)0xFFFF : (__mmask16)0xFF, acc[j],
                                 y + 16 * j, z ? z + 16 * j : NULL);
@@ -607,6 +615,10 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
                         if (P > 3) acc3 = _mm512_dpbusd_epi32(acc3, _mm512_load_si512(qp + 3 * qs), wv);
                     }
                 int c = 16 * g;
+                if (P == 4 && !vc.ztab) {
+                    ei_vq_store4(&vc, &vq[g], m, acc0, acc1, acc2, acc3, y + c, C);
+                    continue;
+                }
                 ei_vq_store(&vc, &vq[g], m, acc0, y + c, z ? z + c : NULL);
                 if (P > 1) ei_vq_store(&vc, &vq[g], m, acc1, y + C + c, z ? z + C + c : NULL);
                 if (P > 2) ei_vq_store(&vc, &vq[g], m, acc2, y + 2 * C + c, z ? z + 2 * C + c : NULL);
@@ -717,7 +729,11 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
     int64_t work = (int64_t)a->n * a->c * a->oh * a->ow * a->kh * a->kw;
     c.slots = (int)EI_MIN(EI_MIN((int64_t)t, c.rows), EI_MAX(work >> (a->is_int8 ? 16 : 20), (int64_t)1));
     if (c.slots < 1) return;
-    ei_parallel_for(c.rows, 1, dw_range, &c, c.slots);
+    /* int8: chunks of at least a kernel height of output rows, since each chunk builds its
+     * own input rows (quads, tap pointers): 1-row chunks of a 7- or 14-row layer rebuilt kh rows
+     * per output row and 2 threads barely beat 1 (MobileNetV3, measured) */
+    int64_t grain = a->is_int8 && !a->nchw ? EI_MAX((int64_t)a->kh, c.rows / ((int64_t)c.slots * 4)) : 1;
+    ei_parallel_for(c.rows, grain, dw_range, &c, c.slots);
 }
 
 /* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */

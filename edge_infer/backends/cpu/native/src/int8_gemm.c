@@ -229,6 +229,20 @@ static void vq_prepare(vq_panel *v, const ei_int8_conv_args *a, const int32_t *c
     ei_vqc_prepare(&v->c, a->ztab, a->zp_y, a->lo, a->hi, left);
 }
 
+/* ei_vq_pack4's 64 bytes as two rows of the panel's 32 channels (y, y + ys) */
+__attribute__((target("avx512f,avx512bw")))
+static inline void vq_rows2(__m512i p, const vq_panel *v, int8_t *y, int64_t ys) {
+    const __mmask64 m = (__mmask64)v->m[0] | (__mmask64)v->m[1] << 16;
+    __m256i hi = _mm512_extracti64x4_epi64(p, 1);
+    if (m == 0xFFFFFFFFULL) {
+        _mm256_storeu_si256((__m256i *)y, _mm512_castsi512_si256(p));
+        _mm256_storeu_si256((__m256i *)(y + ys), hi);
+    } else {
+        _mm512_mask_storeu_epi8(y, m, p);
+        _mm512_mask_storeu_epi8(y + ys, m, _mm512_castsi256_si512(hi));
+    }
+}
+
 /* every panel's vq_panel, made once at prepare (a conv call would otherwise make each panel's
  * again for every row block) */
 static int has_consts(const ei_int8_conv_args *a) {
@@ -316,6 +330,20 @@ __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void mk_vnni_rq(const uint8_t *const *rows, const void *bp, int kg, const vq_panel *v, int nrow, int8_t *y,
                        int64_t ys, const int8_t *z) {
     VNNI_TILE(rows, v->v[0].bias, v->v[1].bias, bp, kg)
+    if (!v->c.ztab) {                  /* row pairs through ei_vq_pack4, an odd last row below */
+        const int l = v->c.left;
+#define PR(r, a0, a1, b0, b1) if (r + 1 < nrow) vq_rows2(ei_vq_pack4(&v->c, ei_vq_mbqm(a0, &v->v[0], l), \
+        ei_vq_mbqm(a1, &v->v[1], l), ei_vq_mbqm(b0, &v->v[0], l), ei_vq_mbqm(b1, &v->v[1], l)), v, y + r * ys, ys);
+        PR(0, c00, c01, c10, c11); PR(2, c20, c21, c30, c31); PR(4, c40, c41, c50, c51); PR(6, c60, c61, c70, c71);
+#undef PR
+        if (!(nrow & 1)) return;
+        __m512i l0 = nrow == 1 ? c00 : nrow == 3 ? c20 : nrow == 5 ? c40 : c60;
+        __m512i l1 = nrow == 1 ? c01 : nrow == 3 ? c21 : nrow == 5 ? c41 : c61;
+        int8_t *yl = y + (nrow - 1) * ys;
+        ei_vq_store(&v->c, &v->v[0], v->m[0], l0, yl, NULL);
+        ei_vq_store(&v->c, &v->v[1], v->m[1], l1, yl + 16, NULL);
+        return;
+    }
 #define ST(r, v0, v1) if (r < nrow) { ei_vq_store(&v->c, &v->v[0], v->m[0], v0, y + r * ys, z ? z + r * ys : NULL); \
         ei_vq_store(&v->c, &v->v[1], v->m[1], v1, y + r * ys + 16, z ? z + r * ys + 16 : NULL); }
     ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31);
@@ -652,8 +680,11 @@ static void amx_tile(const uint8_t *at, int64_t lda, const int8_t *b, int kg, in
     if (two_r && two_c) _tile_stored(3, cbuf + 16 * 32 + 16, 128);
 }
 
+static int store_pairs(const vq_panel *v, const int32_t *c, int64_t ldc, int nrow, int8_t *y, int64_t ys);
+
 /* one panel (32 channels from ch0) of rows r0 .. r0 + nrows - 1: u8 rows ub (stride lda,
  * kg * 4 bytes each, allocated for whole 32-row tiles), requantized through cbuf (32 x 32 int32) */
+
 __attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
 static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8_t *ub, int64_t lda, const void *bp,
                       int kg, int64_t r0, int nrows, int ch0, int32_t *cbuf) {
@@ -676,7 +707,9 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
             continue;
         }
         amx_tile(at, lda, b, kg, nrow > 16, v->m[1] != 0, cbuf);
-        for (int r = 0; r < nrow; r++) {
+        int r = 0;
+        if (!v->c.ztab) r = store_pairs(v, cbuf, 32, nrow, y, a->m);
+        for (; r < nrow; r++) {
             const int32_t *c = cbuf + r * 32;
             ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
                         y + r * a->m, z ? z + r * a->m : NULL);
@@ -689,6 +722,33 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
 #endif
 
 #if defined(__x86_64__)
+/* rows 0, 1 .. of a panel's int32 tile (c: 32 channels a row, stride ldc; bias not yet added)
+ * through ei_vq_pack4 (no residual): y + r * ys gets row r's channels under v->m; two rows at
+ * a time, four when the panel has at most 16 channels. Returns the rows done (the last odd
+ * ones are left to ei_vq_store). */
+__attribute__((target("avx512f,avx512bw")))
+static int store_pairs(const vq_panel *v, const int32_t *c, int64_t ldc, int nrow, int8_t *y, int64_t ys) {
+    const int left = v->c.left;
+    int r = 0;
+#define ACC(p, h) _mm512_add_epi32(_mm512_loadu_si512(p), v->v[h].bias)
+#define RQ(p, h) ei_vq_mbqm(ACC(p, h), &v->v[h], left)
+    if (!v->m[1]) {
+        for (; r + 4 <= nrow; r += 4) {
+            const int32_t *c0 = c + r * ldc;
+            ei_vq_store4(&v->c, &v->v[0], v->m[0], ACC(c0, 0), ACC(c0 + ldc, 0), ACC(c0 + 2 * ldc, 0),
+                         ACC(c0 + 3 * ldc, 0), y + r * ys, ys);
+        }
+        return r;
+    }
+    for (; r + 2 <= nrow; r += 2) {
+        const int32_t *c0 = c + r * ldc, *c1 = c0 + ldc;
+        vq_rows2(ei_vq_pack4(&v->c, RQ(c0, 0), RQ(c0 + 16, 1), RQ(c1, 0), RQ(c1 + 16, 1)), v, y + r * ys, ys);
+    }
+#undef RQ
+#undef ACC
+    return r;
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void implicit_prepare(const ei_int8_conv_args *a, char *out) {
     const int span = a->kw * a->c, nq = (span + 63) / 64, npan = (a->m + 31) / 32;
@@ -752,7 +812,11 @@ static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, i
             _tile_stored(0, cbuf, 128); _tile_stored(1, cbuf + 16, 128);
             if (two) { _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128); }
             const int e = EI_MIN(s + 32, ox0 + n);
-            for (int px = s; px < e; px++) {
+            int px = s;
+            if (!v->c.ztab)
+                px += store_pairs(v, cbuf + (s - t0) * 32, 32, e - s,
+                                  a->y + ((b * a->oh + oy) * a->ow + s) * (int64_t)a->m + ch0, a->m);
+            for (; px < e; px++) {
                 const int32_t *c = cbuf + (px - t0) * 32;
                 int64_t off = ((b * a->oh + oy) * a->ow + px) * (int64_t)a->m + ch0;
                 ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
@@ -1007,6 +1071,24 @@ EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
     return NULL;
 }
 
+/* How many thread slots the layer's work pays for: its estimated time over SLOT_NS, the least
+ * share that beats a worker's hand-out and join (a 6 us pointwise conv ran 6.1 us on one thread,
+ * 7.9 on two: MobileNetV3). The estimate, fitted on MobileNetV3-small's int8 layers at one
+ * thread (1x1 convs, 3x3 im2col, the classifier; within ~30%): the multiply-adds at the kind's
+ * rate, the requantization per output (most of a pointwise layer's time; a residual's table
+ * gather ~8x more), and the weights streamed once (a batch-1 fully-connected layer reads
+ * 0.6-1 MB of them: 23-40 us, bound by memory, which two cores' loads share). */
+#define SLOT_NS 4000
+static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
+    static const double mac_per_ns[N_KINDS] = { 2, 60, 15, 40, 150, 1500 };   /* by kind */
+    double outs = (double)p->R * a->m;
+    double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
+    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 1.6 : 0.2)
+                + (double)a->m * p->K * 0.04;
+    int64_t slots = (int64_t)(ns / SLOT_NS);
+    return slots > 1 ? slots : 1;
+}
+
 EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     EI_CHECK(a->n >= 0 && a->c >= 1 && a->h >= 0 && a->w >= 0 && a->m >= 1 && a->oh >= 0 && a->ow >= 0);
     EI_CHECK(a->kh >= 1 && a->kw >= 1 && a->sh >= 1 && a->sw >= 1 && a->dh >= 1 && a->dw >= 1);
@@ -1023,10 +1105,6 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     cx.mk = kernel_of(a->kind);
     cx.simd = ei_rq_simd();
     int t = a->threads < 1 ? 1 : a->threads;
-    /* a thread slot gets at least ~2^18 multiply-adds (2^19 with VNNI): waking a pool thread
-     * costs more than a small layer's share of the work */
-    int64_t macs = cx.p.R * (int64_t)a->m * cx.p.K, per = u8_rows(a->kind) ? (1 << 19) : (1 << 18);
-    int64_t by_work = macs / per > 1 ? macs / per : 1;
-    cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), by_work);
+    cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), conv_slots(a, &cx.p));
     ei_parallel_for(cx.p.ntasks, 1, conv_tasks, &cx, cx.nslots);
 }
