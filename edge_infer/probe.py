@@ -21,20 +21,14 @@ import platform
 import re
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from .meminfo import read_meminfo, read_text as _read
+
 __all__ = ["probe", "match_target", "parse_cpuinfo", "parse_nvidia_smi", "board_kind", "backend_availability",
            "TargetMatch", "format_probe", "SIMD_FLAGS"]
 
 #: SIMD features reported (as /proc/cpuinfo spells them); ``dotprod`` is derived from ``asimddp``
 SIMD_FLAGS = ("neon", "asimd", "asimddp", "asimdhp", "sve", "sve2", "i8mm", "bf16", "sse4_2", "avx", "avx2", "fma",
               "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_tile")
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace").replace("\x00", "").strip()
-    except OSError:
-        return None
 
 
 def parse_cpuinfo(text: str) -> Dict[str, Any]:
@@ -77,20 +71,6 @@ def parse_cpuinfo(text: str) -> Dict[str, Any]:
         model = "Arm " + "+".join(cores)
     return {"model": model or hardware, "logical_cpus": processors or None, "simd": sorted(set(simd)),
             "arm_cores": cores, "implementer": implementer, "hardware": hardware}
-
-
-def read_meminfo(root: str = "/") -> Dict[str, Any]:
-    """Total and available memory from ``root``/proc/meminfo (bytes and MB), or why not."""
-    text = _read(os.path.join(root, "proc/meminfo"))
-    if text is None:
-        return {"unavailable": "unavailable because /proc/meminfo is not readable"}
-    vals = {}
-    for line in text.splitlines():
-        m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
-        if m:
-            vals[m.group(1)] = int(m.group(2)) * 1024
-    return {"total_bytes": vals.get("MemTotal"), "available_bytes": vals.get("MemAvailable"),
-            "total_mb": round(vals.get("MemTotal", 0) / 2**20), "available_mb": round(vals.get("MemAvailable", 0) / 2**20)}
 
 
 def _psutil_memory() -> Dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..ir import Node
+from ..ir.graph import Node
 from .qmath import QMAX, QMIN, per_tensor, quantize_multiplier, requantize, round_half_away
 
 LEFT_SHIFT = 20
