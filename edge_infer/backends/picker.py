@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, List, Optional, Sequence
 
+from ..cache import cache_dir  # noqa: F401  (re-exported: picker.cache_dir)
 from ..errors import BackendError, UnsupportedOpError
 from ..probe_guard import DeviceCrashError
 from ..ir import Graph
@@ -62,15 +63,6 @@ _memory_cache: Dict[str, dict] = {}     # file name -> content, when the cache d
 
 
 # -- cache ---------------------------------------------------------------------------------
-
-def cache_dir() -> str:
-    """Where the picker keeps throughput profiles and measured timings."""
-    d = os.environ.get("EDGE_INFER_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "edge_infer")
-    return d
-
 
 def _load(fname: str) -> dict:
     path = os.path.join(cache_dir(), fname)
