@@ -152,7 +152,7 @@ class DeviceCrashError(BackendError):
 
 
 def _key(kind: str) -> str:
-    from . import __version__
+    from .version import __version__
     try:
         import resource
         limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, resource.RLIMIT_DATA)]

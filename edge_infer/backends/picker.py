@@ -91,7 +91,7 @@ def _save(fname: str, data: dict) -> None:
 @lru_cache(maxsize=1)
 def device_fingerprint() -> str:
     """A short hash naming this device: CPU, board, OpenCL/CUDA devices, edge_infer version."""
-    from .. import __version__
+    from ..version import __version__
     from ..probe import probe
     info = probe(backends=False)
     cpu, board = info.get("cpu", {}), info.get("board", {})
