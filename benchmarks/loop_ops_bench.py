@@ -51,7 +51,7 @@ def upsample_concat_model(hw: int, c: int, levels: int):
 
 
 def plan(model, threads: int, native_on: bool = True, views: bool = True):
-    from edge_infer.backends.cpu import executor, native
+    from edge_infer.backends.cpu import CpuBackend, executor, native
     from edge_infer.frontends.onnx import load_onnx
     from edge_infer.runtime import specialize
     g = load_onnx(model)
@@ -60,7 +60,7 @@ def plan(model, threads: int, native_on: bool = True, views: bool = True):
     native.lib = lib if native_on else None
     executor.copy_views = copy_views if views else (lambda node, graph: [])
     try:
-        return executor.CpuBackend().prepare(g, threads=threads)
+        return CpuBackend().prepare(g, threads=threads)
     finally:
         native.lib, executor.copy_views = lib, copy_views
 

@@ -26,9 +26,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-# artifact.py imports this module inside its functions only, so importing it here is no cycle
-from .artifact import FLAG_COMPACT_GRAPH, KIND_GRAPH, _dim_to_json, _open, _refuse_malformed
-from .artifact_graph import (ALIGN, _check_attrs, _check_json_value, _checked_array, _expect_keys, _new_graph,
+from .artifact_container import ALIGN, FLAG_COMPACT_GRAPH, KIND_GRAPH, _open, _refuse_malformed
+from .artifact_graph import (_check_attrs, _check_json_value, _checked_array, _dim_to_json, _expect_keys, _new_graph,
                              _parse_json, _raw_view, _shape, decode_entry)
 from .errors import ArtifactError, GraphError
 from .ir.graph import Graph, Node, Tensor

@@ -1,8 +1,8 @@
 """Reading the graph section of an ``.eim`` artifact (the 1.0/1.1 JSON form; the compact 1.2
 form, ``artifact_compact.py``, shares these checks): every tensor, node and weight view decoded
 and checked before a ``Graph`` is built, and the JSON value checks the metadata reader uses too.
-Split from ``artifact.py`` (the container: header, section table, checksums, the writer), which
-calls ``build_graph``; ``docs/format.md`` specifies both."""
+Split from ``artifact.py`` (the writer and ``load_artifact``, which calls ``build_graph``) and
+``artifact_container.py`` (header, section table, checksums); ``docs/format.md`` specifies both."""
 from __future__ import annotations
 
 import json
@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Callable, Dict, List
 
 import numpy as np
 
+from .artifact_container import ALIGN
 from .errors import ArtifactError, GraphError
 from .ir.graph import DTYPES, Graph, Node, Tensor
 from .sparse.encodings import BLOCKS, INDEX_DTYPES, SparseArray, validate as _validate_sparse
 
 if TYPE_CHECKING:
-    from .artifact import _Container
+    from .artifact_container import _Container
 
-ALIGN = 64              # weight blobs start on 64-byte boundaries
 MAX_RANK = 64           # numpy's own limit (NPY_MAXDIMS in numpy 2)
 MAX_JSON_DEPTH = 64     # for free-form values: attrs, quant, metadata
 MAX_DIM = 2 ** 62
@@ -37,6 +37,15 @@ def _parse_json(raw: bytes, what: str):
         raise ArtifactError(f"{what} section JSON is nested too deeply") from e
     except ValueError as e:  # JSONDecodeError and over-long integer literals
         raise ArtifactError(f"{what} section is not valid JSON: {e}") from e
+
+
+def _dim_to_json(d, name: str):
+    if isinstance(d, str) and d:
+        return d
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= d < MAX_DIM:
+        return int(d)
+    raise GraphError(f"tensor {name!r}: dimension {d!r} cannot be stored "
+                     f"(a non-empty symbol or an int in [0, 2**62))")
 
 
 def _check_json_value(value, where: str, depth: int = 0) -> None:

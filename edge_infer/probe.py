@@ -21,20 +21,16 @@ import platform
 import re
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from .accelerators import parse_nvidia_smi
+from .meminfo import read_meminfo, read_text as _read
+from .probe_guard import guarded_probe
+
 __all__ = ["probe", "match_target", "parse_cpuinfo", "parse_nvidia_smi", "board_kind", "backend_availability",
            "TargetMatch", "format_probe", "SIMD_FLAGS"]
 
 #: SIMD features reported (as /proc/cpuinfo spells them); ``dotprod`` is derived from ``asimddp``
 SIMD_FLAGS = ("neon", "asimd", "asimddp", "asimdhp", "sve", "sve2", "i8mm", "bf16", "sse4_2", "avx", "avx2", "fma",
               "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_tile")
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace").replace("\x00", "").strip()
-    except OSError:
-        return None
 
 
 def parse_cpuinfo(text: str) -> Dict[str, Any]:
@@ -79,20 +75,6 @@ def parse_cpuinfo(text: str) -> Dict[str, Any]:
             "arm_cores": cores, "implementer": implementer, "hardware": hardware}
 
 
-def read_meminfo(root: str = "/") -> Dict[str, Any]:
-    """Total and available memory from ``root``/proc/meminfo (bytes and MB), or why not."""
-    text = _read(os.path.join(root, "proc/meminfo"))
-    if text is None:
-        return {"unavailable": "unavailable because /proc/meminfo is not readable"}
-    vals = {}
-    for line in text.splitlines():
-        m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
-        if m:
-            vals[m.group(1)] = int(m.group(2)) * 1024
-    return {"total_bytes": vals.get("MemTotal"), "available_bytes": vals.get("MemAvailable"),
-            "total_mb": round(vals.get("MemTotal", 0) / 2**20), "available_mb": round(vals.get("MemAvailable", 0) / 2**20)}
-
-
 def _psutil_memory() -> Dict[str, Any]:
     try:
         import psutil
@@ -135,100 +117,12 @@ def _thermal(root: str) -> List[Dict[str, Any]]:
 
 def _opencl() -> Dict[str, Any]:
     """OpenCL platforms and devices, probed in a child process (``probe_guard``)."""
-    from .probe_guard import guarded_probe
     return guarded_probe("opencl")
 
 
 def _cuda() -> Dict[str, Any]:
     """CUDA devices, probed in a child process (``probe_guard``)."""
-    from .probe_guard import guarded_probe
     return guarded_probe("cuda")
-
-
-def _opencl_direct() -> Dict[str, Any]:
-    try:
-        import pyopencl as cl  # noqa: F401
-    except ImportError:
-        return {"available": False, "reason": "unavailable because pyopencl is not installed "
-                                              "(pip install \"edge-infer[opencl]\")"}
-    try:
-        plats = cl.get_platforms()
-    except Exception as e:  # noqa: BLE001  (no ICD loader, no platform)
-        return {"available": False, "reason": f"unavailable because pyopencl found no platform ({e})"}
-    out = []
-    for p in plats:
-        try:
-            devs = [{"name": d.name.strip(), "type": cl.device_type.to_string(d.type),
-                     "vendor": d.vendor.strip(), "version": d.version.strip(),
-                     "compute_units": d.max_compute_units, "max_clock_mhz": d.max_clock_frequency,
-                     "global_mem_mb": d.global_mem_size // 2**20,
-                     "host_unified_memory": bool(getattr(d, "host_unified_memory", False))}
-                    for d in p.get_devices()]
-        except Exception as e:  # noqa: BLE001
-            devs = [{"error": str(e)}]
-        out.append({"platform": p.name.strip(), "version": p.version.strip(), "devices": devs})
-    if not out:
-        return {"available": False, "reason": "unavailable because no OpenCL platform is installed"}
-    return {"available": True, "platforms": out}
-
-
-def _nvidia_smi() -> Dict[str, Any]:
-    """GPUs nvidia-smi lists (used when CuPy is missing, to say whether installing it would help)."""
-    import shutil
-    import subprocess
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return {"found": False, "reason": "there is no nvidia-smi (no NVIDIA driver)"}
-    try:
-        out = subprocess.run([exe, "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as e:
-        return {"found": False, "reason": f"nvidia-smi failed ({e})"}
-    if out.returncode != 0:
-        return {"found": False, "reason": f"nvidia-smi failed ({(out.stderr or out.stdout).strip()[:120]})"}
-    return {"found": True, "devices": parse_nvidia_smi(out.stdout)}
-
-
-def parse_nvidia_smi(text: str) -> List[Dict[str, Any]]:
-    """Rows of ``nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits``."""
-    devs = []
-    for i, line in enumerate(x for x in text.splitlines() if x.strip()):
-        cols = [c.strip() for c in line.split(",")]
-        mem = cols[1] if len(cols) > 1 else ""
-        devs.append({"index": i, "name": cols[0], "memory_mb": int(mem) if mem.isdigit() else None,
-                     "compute_capability": cols[2] if len(cols) > 2 else None})
-    return devs
-
-
-def _cuda_direct() -> Dict[str, Any]:
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        smi = _nvidia_smi()
-        if smi["found"] and smi["devices"]:
-            names = ", ".join(d["name"] for d in smi["devices"])
-            return {"available": False, "devices": smi["devices"],
-                    "reason": f"unavailable because CuPy is not installed, though nvidia-smi lists {names} "
-                              "(pip install \"edge-infer[cuda]\")"}
-        return {"available": False, "reason": "unavailable because CuPy is not installed and "
-                                              f"{smi['reason']}"}
-    except Exception as e:  # noqa: BLE001  (CuPy installed but broken: missing CUDA libs)
-        return {"available": False, "reason": f"unavailable because CuPy failed to import ({e})"}
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # noqa: BLE001  (no driver, no device)
-        return {"available": False, "reason": f"unavailable because CUDA reports no device ({e})"}
-    devs = []
-    for i in range(n):
-        p = cupy.cuda.runtime.getDeviceProperties(i)
-        name = p.get("name", b"")
-        devs.append({"index": i, "name": name.decode() if isinstance(name, bytes) else str(name),
-                     "compute_capability": f"{p.get('major')}.{p.get('minor')}",
-                     "memory_mb": int(p.get("totalGlobalMem", 0)) // 2**20,
-                     "integrated": bool(p.get("integrated", 0))})
-    if not devs:
-        return {"available": False, "reason": "unavailable because CUDA reports 0 devices"}
-    return {"available": True, "devices": devs}
 
 
 def _arch_from_cpuinfo(text: str) -> str:

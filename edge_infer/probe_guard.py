@@ -2,7 +2,7 @@
 
 Asking a GPU driver what it has runs the driver's code in our process: PoCL aborted the
 process under a tight address-space limit, and a broken CUDA install can do the same. So the
-first look at OpenCL or CUDA (``probe._opencl_direct`` / ``probe._cuda_direct``) runs in a
+first look at OpenCL or CUDA (``accelerators.opencl_direct`` / ``accelerators.cuda_direct``) runs in a
 child process of the same interpreter, limits and environment; a child that dies by a
 signal, exits non-zero or hangs (``TIMEOUT_S``) marks that accelerator unavailable, saying
 why, and the driver is then never loaded here. Only a clean answer lets the backend touch the
@@ -24,6 +24,8 @@ import sys
 import threading
 from typing import Any, Dict
 
+from .accelerators import cuda_direct, opencl_direct
+from .cache import cache_dir
 from .errors import BackendError
 
 #: seconds a child probe may take before the accelerator counts as hung
@@ -34,18 +36,17 @@ _ENV = ("OCL_ICD_VENDORS", "OCL_ICD_FILENAMES", "OPENCL_VENDOR_PATH", "POCL_DEVI
 _MARK = "EDGE_INFER_PROBE_RESULT "
 #: the child's program (a test replaces it with one that crashes)
 CHILD_CODE = ("import json, sys\n"
-              "from edge_infer import probe\n"
-              "res = getattr(probe, '_' + sys.argv[1] + '_direct')()\n"
+              "from edge_infer import accelerators\n"
+              "res = getattr(accelerators, sys.argv[1] + '_direct')()\n"
               "sys.stdout.write('\\n" + _MARK + "' + json.dumps(res, default=str) + '\\n')\n")
 _memo: Dict[str, Dict[str, Any]] = {}
 _lock = threading.Lock()
 
 
 def guarded_probe(kind: str) -> Dict[str, Any]:
-    """``probe._opencl_direct()`` or ``probe._cuda_direct()`` (``kind`` "opencl" / "cuda"), as
-    a child process found it (see the module doc): {"available": bool, "reason"?: str, ...}."""
-    from . import probe
-    direct = getattr(probe, f"_{kind}_direct")
+    """``accelerators.opencl_direct()`` or ``accelerators.cuda_direct()`` (``kind`` "opencl" /
+    "cuda"), as a child process found it (see the module doc): {"available": bool, "reason"?: str, ...}."""
+    direct = {"opencl": opencl_direct, "cuda": cuda_direct}[kind]
     if os.environ.get("EDGE_INFER_PROBE_IN_PROCESS") == "1":
         return direct()
     try:
@@ -151,7 +152,7 @@ class DeviceCrashError(BackendError):
 
 
 def _key(kind: str) -> str:
-    from . import __version__
+    from .version import __version__
     try:
         import resource
         limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, resource.RLIMIT_DATA)]
@@ -176,7 +177,6 @@ def _key(kind: str) -> str:
 
 
 def _cache_path() -> str:
-    from .backends.picker import cache_dir
     return os.path.join(cache_dir(), "devices.json")
 
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from .errors import ConversionError, EdgeInferError
 from .ir import Graph
+from .ir.graph import VERIFY_SHAPES_SEARCHED
 from .ir.shape_inference import infer_shapes
 
 #: metadata keys that exporters use for the input image size ([H, W], one int, or a full shape)
@@ -42,7 +43,7 @@ SMALL_SIZES = range(1, 256)
 #: folded during the search: shape arithmetic is tiny; bigger constant subgraphs need no value
 FOLD_MAX_ELEMENTS = 4096
 #: the source of shapes found by the search (not a size the model or the user gave)
-SEARCHED = "smallest size shape inference accepts"
+SEARCHED = VERIFY_SHAPES_SEARCHED
 
 Shapes = Dict[str, Tuple[int, ...]]
 

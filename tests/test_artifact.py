@@ -397,8 +397,8 @@ def test_bit_flips_are_refused(small):
 
 def test_threaded_weights_check(small, monkeypatch):
     # big WGHT sections are checksummed in a thread while the graph is parsed
-    import edge_infer.artifact as artifact
-    monkeypatch.setattr(artifact, "_THREADED_CRC_MIN", 0)
+    import edge_infer.artifact_container as container
+    monkeypatch.setattr(container, "_THREADED_CRC_MIN", 0)
     g, _ = load_artifact(small)
     np.testing.assert_array_equal(g.tensors["w"].data, make_graph().tensors["w"].data)
     raw = bytearray(small.read_bytes())

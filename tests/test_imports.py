@@ -1,5 +1,7 @@
-"""The package's import structure: no module-level import cycle, and every module imports on
-its own (first, in an interpreter where no other edge_infer module is loaded yet)."""
+"""The package's import structure: no import cycle, neither among module-level imports nor
+counting every import statement (those inside functions too: a cycle hidden in a function is
+still one layer reaching up into another), and every module imports on its own (first, in an
+interpreter where no other edge_infer module is loaded yet)."""
 import ast
 import os
 import subprocess
@@ -39,30 +41,40 @@ def _module_level_imports(body):
                 yield from _module_level_imports(part)
 
 
-def import_graph():
-    """module -> the edge_infer modules it imports at module level (``from pkg import sub``
-    names the submodule; ``from pkg import name`` names the package)."""
+def _all_imports(tree):
+    """Every import statement of a module, wherever it is (functions, methods, branches)."""
+    return [st for st in ast.walk(tree) if isinstance(st, (ast.Import, ast.ImportFrom))]
+
+
+def import_graph(everywhere: bool = False, sites: dict = None):
+    """module -> the edge_infer modules it imports (``from pkg import sub`` names the submodule;
+    ``from pkg import name`` names the package): at module level, or with ``everywhere`` every
+    import statement. ``sites``, if given, gets (module, imported module) -> "path:line" of
+    the first statement making that edge."""
     mods = package_modules()
     graph = {}
     for name, (path, is_pkg) in mods.items():
         base = name if is_pkg else name.rsplit(".", 1)[0]
-        deps = set()
+        deps = {}
         with open(path) as f:
             tree = ast.parse(f.read())
-        for st in _module_level_imports(tree.body):
+        for st in (_all_imports(tree) if everywhere else _module_level_imports(tree.body)):
             if isinstance(st, ast.Import):
-                deps.update(a.name for a in st.names if a.name.split(".")[0] == "edge_infer")
-                continue
-            if st.level:
-                parts = base.split(".")
-                target = ".".join(parts[:len(parts) - st.level + 1] + ([st.module] if st.module else []))
+                targets = [a.name for a in st.names if a.name.split(".")[0] == "edge_infer"]
             else:
-                target = st.module or ""
-            if target.split(".")[0] != "edge_infer":
-                continue
-            for a in st.names:
-                deps.add(f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target)
+                if st.level:
+                    parts = base.split(".")
+                    target = ".".join(parts[:len(parts) - st.level + 1] + ([st.module] if st.module else []))
+                else:
+                    target = st.module or ""
+                if target.split(".")[0] != "edge_infer":
+                    continue
+                targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in st.names]
+            for d in targets:
+                deps.setdefault(d, f"{os.path.relpath(path, ROOT)}:{st.lineno}")
         graph[name] = {d for d in deps if d in mods and d != name}
+        if sites is not None:
+            sites.update({(name, d): deps[d] for d in graph[name]})
     return graph
 
 
@@ -106,6 +118,27 @@ def test_the_import_graph_walk_finds_a_cycle():
 def test_no_import_cycle_in_the_package():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_graph_of_every_import_counts_imports_in_functions():
+    """``everywhere`` sees an import inside a function (the picker asks the probe only when it
+    profiles a device); the module-level graph does not."""
+    sites = {}
+    everywhere, top = import_graph(everywhere=True, sites=sites), import_graph()
+    assert "edge_infer.probe" in everywhere["edge_infer.backends.picker"]
+    assert "edge_infer.probe" not in top["edge_infer.backends.picker"]
+    assert sites[("edge_infer.backends.picker", "edge_infer.probe")].startswith(
+        os.path.join("edge_infer", "backends", "picker.py") + ":")
+    assert all(top[m] <= deps for m, deps in everywhere.items())
+
+
+def test_no_import_cycle_counting_imports_in_functions():
+    """No module imports, even inside a function, a module that imports it back (directly or
+    through others): layers import downward only (docs/architecture.md, "Import layering")."""
+    sites = {}
+    cycle = find_cycle(import_graph(everywhere=True, sites=sites))
+    assert cycle is None, "import cycle (imports inside functions counted): " + " -> ".join(cycle) + "\n" + \
+        "\n".join(f"  {a} -> {b}  ({sites[(a, b)]})" for a, b in zip(cycle, cycle[1:]))
 
 
 CHILD = r"""

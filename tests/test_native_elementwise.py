@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from edge_infer.backends.cpu import native
-from edge_infer.backends.cpu.executor import CpuBackend
+from edge_infer.backends.cpu import CpuBackend
 from edge_infer.backends.cpu.native import ops as native_ops
 from edge_infer.ir import Graph
 from edge_infer.runtime import specialize

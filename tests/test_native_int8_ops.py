@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import int8_reference as ref
 from edge_infer.backends.cpu import native
-from edge_infer.backends.cpu.executor import CpuBackend
+from edge_infer.backends.cpu import CpuBackend
 from edge_infer.backends.cpu.kernels.int8_spatial import bilinear_axis, softmax_exp_table
 from edge_infer.ir import Graph
 from edge_infer.runtime import specialize

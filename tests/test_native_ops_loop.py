@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 import edge_infer
 from edge_infer import Runtime
 from edge_infer.backends.cpu import native
-from edge_infer.backends.cpu.executor import CpuBackend
+from edge_infer.backends.cpu import CpuBackend
 from edge_infer.ir import Graph
 from edge_infer.runtime import specialize
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from edge_infer.backends.cpu import native
-from edge_infer.backends.cpu.executor import CpuBackend
+from edge_infer.backends.cpu import CpuBackend
 from edge_infer.ir import Graph
 from edge_infer.runtime import specialize
 

@@ -101,3 +101,9 @@ class Backend:
     def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> Executable:
         """Bind a graph with concrete shapes to buffers and kernels."""
         raise NotImplementedError
+
+
+def running_nodes(graph: Graph) -> List[Node]:
+    """Nodes that run (not folded into constants at plan time), in graph order."""
+    return [n for n in graph.nodes
+            if not all(graph.tensors[o].is_const for o in n.outputs if o in graph.tensors and o)]

@@ -72,24 +72,15 @@ class KernelTable:
     ``backend``: the name errors use ("CPU", "OpenCL", "CUDA"). ``plain_integers_generic``:
     int8 tensors without any quantization parameters are ONNX's plain integer arithmetic,
     which the generic ("any") entry computes (the CPU backend; the others leave such nodes
-    to it). ``load``: imports the modules that register into the table, run before the
-    table is first read, so a reader never sees it half filled."""
+    to it)."""
 
-    def __init__(self, backend: str, plain_integers_generic: bool = False,
-                 load: Optional[Callable[[], None]] = None):
+    def __init__(self, backend: str, plain_integers_generic: bool = False):
         self.backend = backend
         self.plain_integers_generic = plain_integers_generic
         #: op -> its entries, most specific first
         self.by_op: Dict[str, List[KernelEntry]] = {}
-        self._load = load
         #: called with the op after each registration (the CPU registry keeps KERNELS with it)
         self.on_register: Optional[Callable[[str], None]] = None
-
-    def _loaded(self) -> "KernelTable":
-        if self._load is not None:
-            load, self._load = self._load, None
-            load()
-        return self
 
     def register(self, op: str, prepare: Callable, dtype: str = "any", sparse: bool = False,
                  layout: str = "any") -> None:
@@ -113,14 +104,14 @@ class KernelTable:
 
     def entries(self, op: str) -> List[KernelEntry]:
         """The kernels registered for ``op``, most specific first."""
-        return list(self._loaded().by_op.get(op, ()))
+        return list(self.by_op.get(op, ()))
 
     def ops(self) -> List[str]:
         """Every op with at least one entry (what the backend's ``supported_ops`` says)."""
-        return sorted(self._loaded().by_op)
+        return sorted(self.by_op)
 
     def __contains__(self, op: str) -> bool:
-        return op in self._loaded().by_op
+        return op in self.by_op
 
     def _plain_integers(self, node, ctx) -> bool:
         return (self.plain_integers_generic
@@ -130,7 +121,7 @@ class KernelTable:
     def lookup(self, node, ctx, dense: bool = False) -> KernelEntry:
         """The most specific entry of ``node.op`` that matches the node (``dense``: skipping
         sparse entries, for a weight that was densified); UnsupportedOpError when none does."""
-        found = self._loaded().by_op.get(node.op, ())
+        found = self.by_op.get(node.op, ())
         # int8 tensors with no quantization parameters at all are ONNX's plain integer arithmetic
         # (test_add_int8, test_clip_default_int8_*): the generic kernel computes them
         plain = self._plain_integers(node, ctx)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, List, Optional, Sequence
 
+from ..cache import cache_dir  # noqa: F401  (re-exported: picker.cache_dir)
 from ..errors import BackendError, UnsupportedOpError
 from ..probe_guard import DeviceCrashError
 from ..ir import Graph
@@ -63,15 +64,6 @@ _memory_cache: Dict[str, dict] = {}     # file name -> content, when the cache d
 
 # -- cache ---------------------------------------------------------------------------------
 
-def cache_dir() -> str:
-    """Where the picker keeps throughput profiles and measured timings."""
-    d = os.environ.get("EDGE_INFER_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "edge_infer")
-    return d
-
-
 def _load(fname: str) -> dict:
     path = os.path.join(cache_dir(), fname)
     try:
@@ -99,7 +91,7 @@ def _save(fname: str, data: dict) -> None:
 @lru_cache(maxsize=1)
 def device_fingerprint() -> str:
     """A short hash naming this device: CPU, board, OpenCL/CUDA devices, edge_infer version."""
-    from .. import __version__
+    from ..version import __version__
     from ..probe import probe
     info = probe(backends=False)
     cpu, board = info.get("cpu", {}), info.get("board", {})

@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import EdgeInferError
 from ..ir import Graph, Node
 from ..ops.cost import node_flops, tensor_nbytes
-from .base import Backend
+from .base import Backend, running_nodes  # noqa: F401  (re-exported: picker, partition)
 from .specialize import specialize
 
 #: bump when the microbenchmark changes, so cached profiles are re-measured
@@ -52,12 +52,6 @@ MICROBENCH_VERSION = 6
 
 DENSE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"})
 INT8 = ("int8", "uint8")
-
-
-def running_nodes(graph: Graph) -> List[Node]:
-    """Nodes that run (not folded into constants at plan time), in graph order."""
-    return [n for n in graph.nodes
-            if not all(graph.tensors[o].is_const for o in n.outputs if o in graph.tensors and o)]
 
 
 def node_class(node: Node, graph: Graph) -> str:

@@ -1,11 +1,14 @@
 """What the ONNX converter (``onnx.py``) and its per-op normalizers (``onnx_normalizers.py``)
-share: the IR's opset, ONNX element types, op schemas by opset. Kept apart so that the
-normalizers need not import the converter that calls them."""
+share: the IR's opset, ONNX element types, op schemas by opset, and ``Converter``, what a
+normalizer may use of the converter. Kept apart so that the normalizers need not import the
+converter that calls them."""
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Any, Dict, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
+
+from ..ir.graph import Graph, Node
 
 #: the opset whose op names and attributes the IR uses
 IR_OPSET = 21
@@ -32,3 +35,33 @@ def schema(onnx, op: str, opset: int):
         except Exception:  # noqa: BLE001  (SchemaError)
             _SCHEMAS[key] = None
     return _SCHEMAS[key]
+
+
+class Converter(Protocol):
+    """The converter as its normalizers see it (``onnx._Converter`` implements it)."""
+    onnx: Any
+    model: Any
+    graph: Graph
+    opset: int
+    label: str
+    node_name: str
+    types: Dict[str, Tuple[int, Optional[tuple]]]
+
+    def rank(self, name: str) -> Optional[int]: ...
+
+    def static_shape(self, name: str) -> Optional[Tuple[int, ...]]: ...
+
+    def elem_dtype(self, name: str, default: str = "float32") -> str: ...
+
+    def const(self, name: str) -> Optional[np.ndarray]: ...
+
+    def new_name(self, base: str) -> str: ...
+
+    def add_const(self, base: str, value, dtype: Optional[str] = None) -> str: ...
+
+    def emit(self, op: str, inputs: Sequence[str], outputs: Sequence[str],
+             attrs: Dict[str, object], src_schema=None, final: bool = False) -> Node: ...
+
+    def _tensor_array(self, t, what: str) -> np.ndarray: ...
+
+    def _sparse_array(self, sp, what: str) -> np.ndarray: ...

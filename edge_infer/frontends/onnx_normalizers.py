@@ -3,16 +3,13 @@ inputs become the IR's (latest-opset) form. ``NORMALIZERS`` maps an ONNX op to i
 ``frontends/onnx.py`` (the converter) calls them."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
 from ..errors import ConversionError
 from ..ir.graph import DTYPES
-from .onnx_common import IR_OPSET, ONNX_TO_DTYPE, contiguous as _contiguous, schema as _schema
-
-if TYPE_CHECKING:
-    from .onnx import _Converter
+from .onnx_common import IR_OPSET, ONNX_TO_DTYPE, Converter as _Converter, contiguous as _contiguous, schema as _schema
 
 
 # -- per-op normalizers --------------------------------------------------------

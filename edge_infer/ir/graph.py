@@ -258,6 +258,9 @@ class Graph:
 #: graph.metadata key: {input name: shape} the converter verified the graph at (verify_shapes.py);
 #: seeded inputs, cost reports and calibration on random data use it for symbolic dims
 VERIFY_SHAPES_KEY = "verify_shapes"
+#: graph.metadata["verify_shapes_source"] when verify_shapes.py searched the size itself (no size
+#: the model or the user gave): calibration then does not take it for the input's real size
+VERIFY_SHAPES_SEARCHED = "smallest size shape inference accepts"
 
 
 def concrete_input_shapes(graph: Graph, shapes: Optional[Dict[str, Sequence[int]]] = None

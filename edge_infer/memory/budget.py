@@ -15,6 +15,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 
 from ..errors import EdgeInferError, InputError
+from ..meminfo import read_meminfo
 
 
 class MemoryBudgetError(EdgeInferError, MemoryError):
@@ -61,8 +62,7 @@ def default_memory_limit(meta: dict) -> Tuple[Optional[int], str]:
     target = meta.get("target") or {}
     if target.get("memory_budget_mb"):
         return int(float(target["memory_budget_mb"]) * 2**20), f"target {target.get('name', '?')}"
-    from ..probe import read_meminfo     # Linux: /proc directly (psutil costs ~1 MB of RSS)
-    avail = read_meminfo().get("available_bytes")
+    avail = read_meminfo().get("available_bytes")    # Linux: /proc directly (psutil costs ~1 MB of RSS)
     if avail is not None:
         return avail, "available memory (/proc/meminfo, as psutil reports it)"
     try:

@@ -9,7 +9,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..ir import Node
+from ..ir.graph import Node
 from .qmath import QMAX, QMIN, per_tensor, quantize_multiplier, requantize, round_half_away
 
 LEFT_SHIFT = 20
@@ -108,6 +108,18 @@ def add_params(s1: float, s2: float, s_y: float, sub: bool = False):
 
 #: TFLite's int8 SOFTMAX output parameters
 SOFTMAX_OUTPUT = (1.0 / 256.0, -128)
+
+
+def add_tables(inputs) -> list:
+    """TFLite ADD's per-operand terms MBQM((v - zp) << 20, q, shift) for v = -128..127, as int64
+    (256,) tables indexed by v's uint8 bit pattern."""
+    idx = _VALUES.astype(np.int8).view(np.uint8)
+    out = []
+    for zp, q, sh in inputs:
+        t = np.empty(256, np.int64)
+        t[idx] = requantize((_VALUES - zp) << LEFT_SHIFT, q, sh)
+        out.append(t)
+    return out
 
 
 def softmax_exp_table(s_x: float, beta: float = 1.0) -> np.ndarray:

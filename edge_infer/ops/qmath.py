@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..ir import Node
+from ..ir.graph import Node
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 QMIN, QMAX = -128, 127

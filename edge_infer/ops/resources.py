@@ -5,7 +5,7 @@ shape (each must fit on its own: the arena holds it), and the outputs of the ops
 set by a value rather than by their inputs (ConstantOfShape, Expand, Tile, Range), from their
 constant inputs. The limit is ``max_bytes`` (``convert(max_bytes=...)``, ``--max-bytes``,
 ``Runtime(max_bytes=...)``) or else the target profile's memory budget, else the memory
-available now (``probe.read_meminfo``). Constant folding checks the same limit per node
+available now (``meminfo.read_meminfo``). Constant folding checks the same limit per node
 (``check_fold``), so a hostile shape is refused before numpy is asked for the memory.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from ..ir.graph import Graph, Node
+from ..meminfo import read_meminfo
 from .schema import ValidationError, const, int_values, known
 
 MAX_ELEMENTS = 1 << 40           # no tensor of more elements, whatever the memory
@@ -34,7 +35,6 @@ def available_bytes() -> Optional[int]:
     """Memory available now (re-read at most once a second: folding asks per node)."""
     now = time.monotonic()
     if _state["avail"] is None or now - _state["at"] > 1.0:
-        from ..probe import read_meminfo
         _state["avail"], _state["at"] = read_meminfo().get("available_bytes"), now
     return _state["avail"]
 

@@ -25,7 +25,8 @@ from typing import Optional, Sequence, Tuple, Union
 from ..ir import Graph
 from .calibration import CalibrationError, list_recipes, load_calibration, load_recipe
 from .observers import CALIB_METHODS
-from .quantizer import QuantizationError, quantize_graph
+from .pipeline import quantize_graph
+from .quantizer import QuantizationError
 from .report import format_summary
 
 __all__ = ["quantize_model", "quantize_graph", "load_calibration", "load_recipe", "list_recipes",

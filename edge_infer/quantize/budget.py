@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..ir import Graph, Node
+from .quantizer import Plan, _Builder
 from .report import dequantize, sqnr_cosine_of_sums
 
 #: kept lists up to this long are pruned one layer at a time after the bisection
@@ -29,7 +30,6 @@ PRUNE_MAX = 12
 def _probe_graph(g: Graph, plan, cands: Sequence[str]):
     """The float graph plus an int8 copy of each candidate node (see the module docstring);
     returns (graph, [(node, float tensor, probe int8 tensor)])."""
-    from .quantizer import Plan, _Builder
     gp = g.copy()
     params = dict(plan.params)
     clones, pairs = [], []

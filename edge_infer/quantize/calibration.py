@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import EdgeInferError
 from ..ir import Graph
+from ..ir.graph import VERIFY_SHAPES_SEARCHED
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm")
 VIDEO_EXTS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv")
@@ -94,7 +95,6 @@ def _preprocessor(graph: Graph, recipe: Optional[dict]):
     The size: the recipe's, else the input's; a dynamic input takes the size the converter
     verified it at when that came from the model or the user (verify_shapes.py)."""
     from ..pipeline.preprocess import RecipeError, preprocess, recipe_for_input, validate_recipe
-    from ..verify_shapes import SEARCHED
     r = validate_recipe(dict(recipe or {}))
     name = r.get("input") or graph.inputs[0]
     if name not in graph.inputs:
@@ -102,7 +102,7 @@ def _preprocessor(graph: Graph, recipe: Optional[dict]):
     t = graph.tensors[name]
     shape = tuple(t.shape or ())
     if r.get("size") is None and name in (graph.metadata.get("verify_shapes") or {}) and \
-            graph.metadata.get("verify_shapes_source") not in (None, SEARCHED):
+            graph.metadata.get("verify_shapes_source") not in (None, VERIFY_SHAPES_SEARCHED):
         # a dynamic input: the size recorded in the model (or given), not one found by search
         shape = tuple(graph.metadata["verify_shapes"][name])
     try:

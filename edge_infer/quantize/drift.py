@@ -27,6 +27,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..ops.int8 import SAME_PARAM_OPS
+
 #: task accuracy drop at or above which the int8 model no longer does the model's job
 COLLAPSE_DROP = 0.5
 #: with --max-accuracy-drop X not met: a drop above X + this is far over the budget
@@ -106,7 +108,6 @@ def blame(rep: dict, findings: List[dict], n: int = BLAME_LAYERS) -> List[dict]:
     """The layers to blame ({"node", "op", "sqnr_db", "kind"}): heterogeneous concats left
     int8, the int8 node that writes a collapsed output (its requantization lost a slice), then
     the int8 layers that compute with the lowest SQNR (data movement repeats its input's)."""
-    from .quantizer import SAME_PARAM_OPS
     layers = rep.get("layers", [])
     out = [{"node": h["node"], "op": "Concat", "sqnr_db": None,
             "kind": f"heterogeneous concat (an input gets {h['min_levels']:.1f} of 256 levels)"}

@@ -21,6 +21,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ..ir import Graph
+from .drift import collapsed_slices
+from .quantizer import _batch_size, batches, float_tensors
 
 SQNR_CAP = 200.0
 
@@ -81,7 +83,6 @@ def output_metrics(ref: np.ndarray, test: np.ndarray, step: Optional[float] = No
         m["top1_agreement"] = float(np.mean(top1(ref) == top1(test)))
     if step:
         m["max_error_steps"] = float(d.max() / step) if d.size else 0.0
-    from .drift import collapsed_slices
     collapsed = collapsed_slices(ref, test)
     if collapsed:
         m["collapsed"] = collapsed
@@ -94,7 +95,6 @@ class FloatReference:
 
     def __init__(self, g: Graph, feeds: List[dict], cache_bytes: int = 256 << 20):
         from ..runtime import Runtime
-        from .quantizer import _batch_size, batches, float_tensors
         self.g = g
         self.names = float_tensors(g)
         gg = g.copy()

@@ -11,7 +11,7 @@ import numpy as np
 from ...errors import GraphError
 from ...ir import Graph, Node, Tensor
 from ...ops.dynamic import DATA_DEPENDENT_OPS
-from ..base import Backend, Executable
+from ..base import Executable
 from ...memory.arena import ArenaHoles, ArenaPlan, arena_views, plan_arena
 from ...memory.views import concat_slices, contiguous_views
 from ...memory.budget import placeholder, refusal
@@ -416,20 +416,3 @@ class CpuExecutable(Executable):
             step()
             times.append((node.name, node.op, clock() - t0))
         return {name: np.array(buf) for name, buf in self._out}, times
-
-
-class CpuBackend(Backend):
-    """numpy/BLAS kernels for every supported op."""
-
-    name = "cpu"
-    plans_memory = True
-
-    def kernel_table(self):
-        return TABLE
-
-    def prepare(self, graph: Graph, threads: Optional[int] = None, **options) -> Executable:
-        """``memory_limit``: bytes for arena plus workspaces (kernels tile to fit; a plan that
-        cannot fit raises MemoryBudgetError); ``arena_alloc``: see ``allocate_buffers``. A graph
-        whose shapes depend on run-time values gets a staged plan (``staged.py``)."""
-        from .staged import prepare_plan
-        return prepare_plan(graph, threads or 1, options.get("memory_limit"), options.get("arena_alloc"))

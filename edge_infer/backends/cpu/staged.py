@@ -37,8 +37,8 @@ from ...ir import Graph, Node, Tensor
 from ...ir.shape_inference import infer_shapes
 from ...memory.pool import DYNAMIC_POOL
 from ...ops.dynamic import DATA_DEPENDENT_OPS, data_dependent_tensors, value_inputs  # noqa: F401
-from ..base import Executable
-from ..throughput import running_nodes
+from ..base import Executable, running_nodes
+from .executor import CpuExecutable, PrepareContext, fold_node, prepare_node
 
 #: rest plans one staged plan keeps (per cut), least recently used dropped first
 MAX_PLANS = 16
@@ -66,7 +66,6 @@ def prepare_plan(graph: Graph, threads: int = 1, memory_limit: Optional[int] = N
                  max_plans: Optional[int] = None) -> Executable:
     """A ``CpuExecutable`` for a graph whose shapes are all planned ahead, else a
     ``StagedExecutable`` (see the module doc)."""
-    from .executor import CpuExecutable
     nodes = running_nodes(graph)
     cut = find_cut(graph, nodes)
     if cut is None:
@@ -86,7 +85,6 @@ class StagedExecutable(Executable):
 
     def __init__(self, graph: Graph, nodes: List[Node], cut: Tuple[int, str, Tuple[str, ...]],
                  threads: int, memory_limit: Optional[int], arena_alloc, max_plans: int = MAX_PLANS):
-        from .executor import CpuExecutable, PrepareContext, prepare_node
         k, self.kind, self.frozen = cut
         self.graph, self.nodes, self.threads = graph, nodes, threads
         self.memory_limit, self.max_plans = memory_limit, max(1, max_plans)
@@ -199,7 +197,6 @@ class StagedExecutable(Executable):
                                      for p in self._plans.values())
 
     def _rest_graph(self, vals: Dict[str, np.ndarray]) -> Graph:
-        from .executor import fold_node
         src = self.graph
         names = set(self.rest_inputs) | set(src.outputs)
         for n in self.rest_nodes:

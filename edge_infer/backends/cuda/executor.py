@@ -29,6 +29,7 @@ from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node
 from ...memory.arena import plan_arena
 from ..base import Executable
+from . import ops_int8, ops_nn  # noqa: F401  (register their launchers)
 from .ops import UNARY_OPS, fake
 from .registry import TABLE
 from .signatures import check_args

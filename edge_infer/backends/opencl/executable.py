@@ -32,7 +32,8 @@ from ...errors import GraphError, UnsupportedOpError
 from ...ir import Graph, Node
 from ...memory.arena import plan_arena
 from ..base import Executable
-from . import build
+from . import build, ops_int8, ops_tensor  # noqa: F401  (register their kernels)
+from .ops import find_fusions
 
 #: ops whose output is a view of input 0 (same bytes, another shape)
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
@@ -143,10 +144,6 @@ class PrepareContext:
         self.notes[node.name] = text
 
 
-def round_up(n: int, m: int) -> int:
-    return (int(n) + m - 1) // m * m
-
-
 def _arg(a, scratch_bufs, dummy):
     if isinstance(a, bool):
         return np.int32(a)
@@ -211,7 +208,6 @@ class OpenCLExecutable(Executable):
             t = graph.tensors[name]
             if not t.is_const and not t.is_static:
                 raise GraphError(f"tensor {name!r} has no concrete shape ({t.shape}); pin input shapes")
-        from .ops import find_fusions
         fused = find_fusions(graph, self.nodes)
         alias, planned = plan_names(graph, self.nodes, fused)
         pg = Graph(graph.name)

@@ -20,7 +20,6 @@ from ...ops.elementwise import broadcast_plan
 from ...ops.conv import conv_geometry as checked_conv_geometry
 from ...ops.conv import window_geometry
 from ...ops.shapes import channels_last, split_layout
-from .executable import round_up
 from .registry import kernel_for
 
 #: activation name -> code (the one table, ops/activations.py) of the activations kernels/common.cl runs
@@ -96,6 +95,10 @@ def unary_params(node: Node, pc) -> Tuple[int, float, float]:
     if o in ACT:
         return ACT[o], 0.0, 0.0
     raise UnsupportedOpError(f"{o}: not a unary activation")
+
+
+def round_up(n: int, m: int) -> int:
+    return (int(n) + m - 1) // m * m
 
 
 def find_fusions(graph, nodes) -> dict:

@@ -18,9 +18,8 @@ from ...ops.qmath import (INT32_MIN, QMAX, QMIN, b_scales, clamp_range, clip_bou
                           int8_bias, per_tensor, qparams, quantize_multiplier, quantize_multipliers,
                           requantize, round_half_away)
 from ...ops.shapes import channels_last, split_layout
-from .executable import round_up
 from .ops import (UNARY, _opt, broadcast_meta, conv_algorithm, conv_geometry, gemm_operands, gemm_variant,
-                  geo_list, launch1d, matmul_batches, pack_conv_weights, pool_geometry, strides_of)
+                  geo_list, launch1d, matmul_batches, pack_conv_weights, pool_geometry, round_up, strides_of)
 from .registry import kernel_for
 
 

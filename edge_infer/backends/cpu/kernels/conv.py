@@ -42,10 +42,10 @@ from numpy.lib.stride_tricks import as_strided
 from ....errors import ShapeError, UnsupportedOpError
 from ....ir import Node
 from ....ops.shapes import channels_last
-from ....ops.conv import conv_geometry
 from ..native import kernels as native_kernels
 from ..registry import kernel
 from . import conv_native
+from .conv_operands import _conv_geometry, held_cols, shared_cols
 
 
 def view_as(a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
@@ -134,17 +134,6 @@ def tap_views(xp: np.ndarray, kernel: Sequence[int], dilations: Sequence[int],
     return views
 
 
-def _weights(ctx, name: str, dtype) -> np.ndarray:
-    """The weight array: a contiguous copy in the compute dtype when constant
-    (packed once), else the live buffer (read afresh every run through views)."""
-    w = ctx.value(name)
-    if ctx.const(name) is not None:
-        return np.ascontiguousarray(w, dtype=dtype)
-    if w.dtype != dtype:
-        raise UnsupportedOpError(f"non-constant weight {name!r} has dtype {w.dtype}, input has {dtype}")
-    return w
-
-
 def tile_factor(rows: int, m: int, target: int = 2048) -> int:
     """The largest k <= target / m dividing ``rows``: how many rows of m channels to
     treat as one line when broadcasting a per-channel vector (tiled k times)."""
@@ -189,23 +178,6 @@ def conv_algorithm(group: int, c: int, cg: int, ksize: int, strides: Sequence[in
     if group == c and cg == 1 and group > 1:
         return "depthwise"
     return "im2col"
-
-
-def shared_cols(ctx, nelems: int, dtype) -> np.ndarray:
-    """A 1-D scratch of ``nelems`` for im2col columns: the plan's "im2col" scratch role.
-
-    A conv's column matrix is dead once its matmul returns and the executor runs
-    steps one at a time, so one buffer sized for the largest conv serves them
-    all (ResNet-50: ~8 MB instead of ~60 MB). Were steps ever run concurrently, this
-    must become per-thread. Under a memory budget the convs size their requests from
-    ``ctx.workspace_budget`` and run in bands of output rows (see ``band_rows``).
-    """
-    return ctx.scratch("im2col", (nelems,), dtype, tileable=True)
-
-
-def held_cols(ctx, dtype=None) -> int:
-    """Bytes of the plan's im2col column scratch so far (0 before the first im2col)."""
-    return ctx.scratch_held("im2col")
 
 
 #: most bytes of the fp32 im2col column scratch when no budget asks for less: convs whose
@@ -259,17 +231,6 @@ def _chain(steps: List[Callable[[], None]]) -> Callable[[], None]:
         for s in steps:
             s()
     return run
-
-
-def _conv_geometry(node: Node, ctx, last: bool):
-    """Operands and window geometry of a Conv in either layout, checked against
-    the planned output shape (the prepare-time part both layouts share)."""
-    x = ctx.value(node.inputs[0])
-    y = ctx.value(node.outputs[0])
-    w = _weights(ctx, node.inputs[1], y.dtype)
-    g = conv_geometry(node, x.shape, w.shape, y.shape, last)
-    return (x, y, w, g.n, g.c, g.m, g.cg, g.nsp, g.group, list(g.kernel), list(g.strides), list(g.dilations),
-            list(g.pads), list(g.out_sp))
 
 
 @kernel("Conv")

@@ -27,6 +27,7 @@ from .. import native as _native
 from ..native import ops as native_ops
 from ..native.kernels import threads_of
 from . import conv_winograd
+from .conv_operands import _conv_geometry, shared_cols
 
 _P, _I = ctypes.c_void_p, ctypes.c_int32
 NR = 16      #: EI_SG_NR of src/sgemm.h: output channels per packed weight panel
@@ -107,7 +108,6 @@ def _step(ctx, args: ConvF32Args, keep, entry: str = "ei_conv_f32") -> Optional[
     """The native step ``entry`` (ei_conv_f32 or ei_winograd_f32), its per-thread tile scratch
     taken from the plan's shared column scratch (steps run one at a time, so every conv of a
     plan can use the same bytes)."""
-    from .conv import shared_cols
     fn = _native.function(entry + "_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
     # the work split for these threads, searched once here (into args.split_*), before the
     # scratch that it sizes; a library without it searches at each run
@@ -150,7 +150,6 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     dilation and padding) as the native kernel, or None."""
     if not _lib_ok() or not channels_last(node) or not _dense_const(ctx, node.inputs[1]):
         return None
-    from .conv import _conv_geometry
     x, y, w, n, c, m, cg, nsp, group, kernel, strides, dil, pads, osp = _conv_geometry(node, ctx, True)
     if nsp not in (1, 2) or not (_f32c(x) and _f32c(y)) or y.size == 0:
         return None

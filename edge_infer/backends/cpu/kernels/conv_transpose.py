@@ -19,7 +19,8 @@ from ....ops.conv import conv_transpose_geometry
 from ....ops.shapes import channels_last, join_layout, split_layout
 from ..registry import kernel
 from . import convt_native
-from .conv import _bias_step, _chain, _weights, view_as
+from .conv import _bias_step, _chain, view_as
+from .conv_operands import _weights
 
 
 @kernel("ConvTranspose")

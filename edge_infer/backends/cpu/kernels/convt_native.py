@@ -19,6 +19,7 @@ from ....ops.conv import conv_transpose_geometry
 from .. import native as _native
 from ..native.kernels import threads_of
 from .conv_native import _f32c, isa_name
+from .conv_operands import shared_cols
 
 _P, _I = ctypes.c_void_p, ctypes.c_int32
 
@@ -106,7 +107,6 @@ def convt_f32_step(node: Node, ctx) -> Tuple[Optional[Callable[[], None]], str]:
         return None, "its row tiles do not fit the memory budget"
     scratch = None
     if nbytes:
-        from .conv import shared_cols
         scratch = shared_cols(ctx, nbytes // 4, np.float32)
         args.scratch = scratch.ctypes.data
     n, c, h, wd, m, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, group = geo

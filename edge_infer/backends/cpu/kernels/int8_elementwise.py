@@ -28,7 +28,7 @@ from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
 from ....ops.qmath import clip_bounds as _clip_bounds
-from ....ops.int8_tables import (LEFT_SHIFT, LUT_OPS, _VALUES, activation_fn, add_params,  # noqa: F401
+from ....ops.int8_tables import (LEFT_SHIFT, LUT_OPS, _VALUES, activation_fn, add_params, add_tables,  # noqa: F401
                                   lut_table, requant_table)
 from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
                           requantize, round_half_away, scratch)
@@ -120,18 +120,6 @@ def _binary_inputs(node: Node, ctx):
     if np.broadcast_shapes(a.shape, b.shape) != y.shape:
         raise ShapeError(f"{node.op} {node.name!r}: {a.shape} and {b.shape} do not broadcast to {y.shape}")
     return a, b, y
-
-
-def add_tables(inputs) -> list:
-    """TFLite ADD's per-operand terms MBQM((v - zp) << 20, q, shift) for v = -128..127, as int64
-    (256,) tables indexed by v's uint8 bit pattern."""
-    idx = _VALUES.astype(np.int8).view(np.uint8)
-    out = []
-    for zp, q, sh in inputs:
-        t = np.empty(256, np.int64)
-        t[idx] = requantize((_VALUES - zp) << LEFT_SHIFT, q, sh)
-        out.append(t)
-    return out
 
 
 @int8_kernel("Add", "Sub")

@@ -18,7 +18,9 @@ import numpy as np
 
 from ....memory.pages import private_copy
 from ....ops.activations import codes_for
+from ....ops.int8_tables import add_tables
 from .. import native as _native
+from ..kernels.conv_operands import _conv_geometry
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int32
@@ -235,7 +237,6 @@ def fp32_depthwise(node, ctx) -> Optional[Callable[[], None]]:
     FusedConv's residual and activation run inside the kernel, in the order of kernels/fused.py."""
     if _native.lib is None:
         return None
-    from ..kernels.conv import _conv_geometry          # (kernels.conv imports this module)
     from ....ops.shapes import channels_last
     if ctx.const(node.inputs[1]) is None or ctx.value(node.inputs[0]).dtype != np.float32:
         return None
@@ -284,7 +285,6 @@ def int8_add_step(ctx, a: np.ndarray, b: np.ndarray, y: np.ndarray, inputs, qy: 
     ``inputs``: [(zp_i, q_i, shift_i)] per operand. Each operand's term
     MBQM((x - zp) << 20, q_i, shift_i) depends on its int8 value alone: a 256-entry table made
     here with the numpy kernels' own integer requantization."""
-    from ..kernels.int8_elementwise import add_tables
     if _native.lib is None or not (a.shape == b.shape == y.shape):
         return None
     for arr in (a, b, y):
