@@ -11,7 +11,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from edge_infer.backends.cpu import native
-from edge_infer.backends.cpu.executor import CpuBackend
+from edge_infer.backends.cpu import CpuBackend
 from edge_infer.convert import optimize_verified
 from edge_infer.frontends import load_model
 from edge_infer.ir import Graph
