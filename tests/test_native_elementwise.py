@@ -18,7 +18,9 @@ from edge_infer.runtime import specialize
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
 
-ISAS = [pytest.param(-1, id="simd"), pytest.param(0, id="scalar")]
+# -1: every ISA (AVX-512 for the exp-based activations and HardSwish on CPUs that have it),
+# 1: AVX2 / NEON only (the vocabulary of simd_f32.h), 0: scalar
+ISAS = [pytest.param(-1, id="simd"), pytest.param(native.AVX2, id="avx2"), pytest.param(0, id="scalar")]
 EXACT = {"Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Neg", "Abs", "Sqrt", "Reciprocal",
          "Floor", "Ceil", "Round", "Identity"}
 TRANSCENDENTAL = {"Exp", "Sigmoid", "Tanh", "SiLU", "Gelu"}
@@ -116,6 +118,24 @@ def test_transcendentals_edges(monkeypatch, isa):
     for op in sorted(TRANSCENDENTAL) + ["HardSwish", "Relu"]:
         got, want = both(monkeypatch, op, {"x": x})
         check(op, got, want, x)
+
+
+def test_avx512_activations_equal_avx2_bit_for_bit(monkeypatch):
+    """The AVX-512 SiLU / Sigmoid / HardSwish run the AVX2 path's operations in its order:
+    the same bits, edge values and tails (sizes not a multiple of 16) included."""
+    if not native.features().get("avx512"):
+        pytest.skip("no AVX-512 here")
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.array([0, -0.0, 88.7, 88.8, -87.3, -104, 200, -200, np.inf, -np.inf, np.nan],
+                                 np.float32), (rng.standard_normal(1000) * 30).astype(np.float32)])
+    for op in ("SiLU", "Sigmoid", "HardSwish"):
+        for n in (len(x), 37, 16, 5):
+            old = native.set_isa_mask(-1)
+            (wide,) = both(monkeypatch, op, {"x": x[:n]})[0].values()
+            native.set_isa_mask(native.AVX2)
+            (narrow,) = both(monkeypatch, op, {"x": x[:n]})[0].values()
+            native.set_isa_mask(old)
+            assert np.array_equal(wide, narrow, equal_nan=True), (op, n)
 
 
 @pytest.mark.parametrize("isa", ISAS, indirect=True)

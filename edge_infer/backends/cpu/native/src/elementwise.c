@@ -328,9 +328,69 @@ static VATTR void VNAME(binary_row_simd)(int op, const float *a, int64_t sa, con
 }
 #endif   /* EI_SIMD_READY */
 
+/* ---- AVX-512: the exp-based activations of the detectors (SiLU, Sigmoid) and HardSwish
+ * over 16 lanes. Same operations, constants and order as the AVX2 vexp / vsigmoid above, so
+ * the results match them; YOLOv8n-640 runs 28 separate SiLU steps over 11.7M values (8.8 ms
+ * at 1 thread on AVX2, ~2 cycles a value: the exp polynomial and the division, not memory). */
+#if defined(__x86_64__)
+#define Z512 __attribute__((target("avx512f")))
+static inline Z512 __m512 z_exp(__m512 x) {
+    __m512 xc = _mm512_min_ps(_mm512_set1_ps(EXP_HI), _mm512_max_ps(_mm512_set1_ps(EXP_LO), x));
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(LOG2E), _mm512_set1_ps(RND_MAGIC)),
+                             _mm512_set1_ps(RND_MAGIC));
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(LN2_HI)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(LN2_LO)));
+    __m512 p = _mm512_set1_ps(EXP_C5);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C0));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512i ni = _mm512_cvtps_epi32(n), n1 = _mm512_srai_epi32(ni, 1);
+    __m512i e1 = _mm512_slli_epi32(_mm512_add_epi32(n1, _mm512_set1_epi32(127)), 23);
+    __m512i e2 = _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, n1), _mm512_set1_epi32(127)), 23);
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e1)), _mm512_castsi512_ps(e2));
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_HI), _CMP_GT_OQ),
+                           _mm512_set1_ps(__builtin_inff()));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+static inline Z512 __m512 z_sigmoid(__m512 x) {
+    __m512 nx = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(z_exp(nx), _mm512_set1_ps(1.0f)));
+}
+
+static inline Z512 __m512 z_unary(int op, __m512 v, __m512 c0, __m512 c1) {
+    switch (op) {
+    case EI_U_SIGMOID: return z_sigmoid(v);
+    case EI_U_SILU: return _mm512_mul_ps(v, z_sigmoid(v));
+    default:        /* EI_U_HSWISH */
+        return _mm512_mul_ps(_mm512_min_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(_mm512_setzero_ps(),
+                             _mm512_add_ps(_mm512_mul_ps(v, c0), c1))), v);
+    }
+}
+
+/* 1 when op is one of them (done), else 0 */
+static Z512 int unary_avx512(int op, const float *x, float *y, int64_t n, float p0, float p1) {
+    if (op != EI_U_SIGMOID && op != EI_U_SILU && op != EI_U_HSWISH) return 0;
+    __m512 c0 = _mm512_set1_ps(p0), c1 = _mm512_set1_ps(p1);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, z_unary(op, _mm512_loadu_ps(x + i), c0, c1));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, z_unary(op, _mm512_maskz_loadu_ps(m, x + i), c0, c1));
+    }
+    return 1;
+}
+#endif
+
 /* ---- dispatch ------------------------------------------------------------------------ */
 
 void ei_unary_f32_range(int op, const float *x, float *y, int64_t n, float p0, float p1) {
+#if defined(__x86_64__)
+    if (ei_has(EI_AVX512) && unary_avx512(op, x, y, n, p0, p1)) return;
+#endif
 #ifdef EI_SIMD_READY
     if (ei_has(EI_SIMD_ISA)) { VNAME(unary_simd)(op, x, y, n, p0, p1); return; }
 #endif
