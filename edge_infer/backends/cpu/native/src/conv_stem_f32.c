@@ -47,20 +47,6 @@ typedef struct {
 #define STEM_SCALAR
 #include "conv_stem_f32_body.h"
 #undef STEM_SCALAR
-#undef SV
-#undef SL
-#undef SATTR
-#undef SN
-#undef sload
-#undef sstore
-#undef sset
-#undef sfma
-#undef sadd
-#undef smul
-#undef smax
-#undef smin
-#undef SR_MAIN
-#undef SPV_MAIN
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -80,20 +66,6 @@ typedef struct {
 #define SR_MAIN 6
 #define SPV_MAIN 2
 #include "conv_stem_f32_body.h"
-#undef SV
-#undef SL
-#undef SATTR
-#undef SN
-#undef sload
-#undef sstore
-#undef sset
-#undef sfma
-#undef sadd
-#undef smul
-#undef smax
-#undef smin
-#undef SR_MAIN
-#undef SPV_MAIN
 
 /* ---- AVX-512 ---- */
 #define SV __m512
@@ -113,22 +85,6 @@ typedef struct {
 #define SR_ALT 12
 #define SR_WIDE 5
 #include "conv_stem_f32_body.h"
-#undef SV
-#undef SL
-#undef SATTR
-#undef SN
-#undef sload
-#undef sstore
-#undef sset
-#undef sfma
-#undef sadd
-#undef smul
-#undef smax
-#undef smin
-#undef SR_MAIN
-#undef SPV_MAIN
-#undef SR_ALT
-#undef SR_WIDE
 #endif
 
 #if defined(__aarch64__)
@@ -149,20 +105,6 @@ typedef struct {
 #define SR_MAIN 4
 #define SPV_MAIN 4
 #include "conv_stem_f32_body.h"
-#undef SV
-#undef SL
-#undef SATTR
-#undef SN
-#undef sload
-#undef sstore
-#undef sset
-#undef sfma
-#undef sadd
-#undef smul
-#undef smax
-#undef smin
-#undef SR_MAIN
-#undef SPV_MAIN
 #endif
 
 typedef void (*stem_row_fn)(const stem_plan *p, int64_t row);

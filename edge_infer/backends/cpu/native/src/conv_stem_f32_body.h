@@ -182,3 +182,24 @@ static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
 #undef STEM_WOFF
 #undef STEM_WEIGHTS
 #undef STEM_W
+/* the instantiation's vocabulary, so the next ISA can define its own */
+#undef SV
+#undef SL
+#undef SATTR
+#undef SN
+#undef sload
+#undef sstore
+#undef sset
+#undef sfma
+#undef sadd
+#undef smul
+#undef smax
+#undef smin
+#undef SR_MAIN
+#undef SPV_MAIN
+#ifdef SR_ALT
+#undef SR_ALT
+#endif
+#ifdef SR_WIDE
+#undef SR_WIDE
+#endif
