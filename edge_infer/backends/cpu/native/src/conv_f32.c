@@ -19,6 +19,7 @@
  * unary activations of elementwise.c on the tile's rows while they are in cache). */
 #include "sgemm.h"
 #include "elementwise.h"
+#include "selftest_conv.h"
 #include "selftest_rng.h"
 
 #include <math.h>
@@ -417,22 +418,8 @@ EI_API int ei_selftest_conv_f32(void) {
         a.y = y1;
         conv_with(&a, ei_sg_pick());
         for (int64_t q = 0; q < ny && fails < 1000; q++) {
-            int64_t j = q % a.m, pix = q / a.m, b = pix / (a.oh * a.ow), oy = pix / a.ow % a.oh, ox = pix % a.ow;
-            int64_t g = j / mg;
-            double s = a.bias ? bias[j] : 0.0, mag = fabs(s);
-            for (int ci = 0; ci < cg; ci++)
-                for (int ky = 0; ky < a.kh; ky++)
-                    for (int kx = 0; kx < a.kw; kx++) {
-                        int64_t iy = oy * a.sh - a.pt + ky * a.dh, ix = ox * a.sw - a.pl + kx * a.dw;
-                        if (iy < 0 || iy >= a.h || ix < 0 || ix >= a.w) continue;
-                        double t = (double)x[((b * a.h + iy) * a.w + ix) * a.c + g * cg + ci] *
-                                   w[((j * cg + ci) * a.kh + ky) * a.kw + kx];
-                        s += t;
-                        mag += fabs(t);
-                    }
-            if (a.z) { s += z[q]; mag += fabs(z[q]); }
-            float ref = (float)s;
-            ei_unary_f32_range(a.act, &ref, &ref, 1, a.p0, a.p1);
+            double mag;
+            float ref = st_conv_ref(&a, w, q, &mag);
             double tol = 1e-5 * (mag + 1.0);
             if (fabs(y0[q] - ref) > tol || fabs(y1[q] - ref) > tol || fabs(y0[q] - y1[q]) > tol) fails++;
         }

@@ -17,6 +17,7 @@
  * 6 x 16, NEON 4 x 16, scalar 2 x 16. Stride any, dilation 1, one group (the caller checks). */
 #include "sgemm.h"
 #include "elementwise.h"
+#include "selftest_conv.h"
 #include "selftest_rng.h"
 
 #include <math.h>
@@ -215,20 +216,8 @@ EI_API int ei_selftest_conv_stem_f32(void) {
         a.y = y1;
         stem_with(&a, pick_row(NULL));
         for (int64_t q = 0; q < ny && fails < 1000; q++) {
-            int64_t j = q % a.m, pix = q / a.m, b = pix / (a.oh * a.ow), oy = pix / a.ow % a.oh, ox = pix % a.ow;
-            double s = a.bias ? bias[j] : 0.0, mag = fabs(s);
-            for (int ci = 0; ci < a.c; ci++)
-                for (int ky = 0; ky < a.kh; ky++)
-                    for (int kx = 0; kx < a.kw; kx++) {
-                        int64_t iy = oy * a.sh - a.pt + ky, ix = ox * a.sw - a.pl + kx;
-                        if (iy < 0 || iy >= a.h || ix < 0 || ix >= a.w) continue;
-                        double t = (double)x[((b * a.h + iy) * a.w + ix) * a.c + ci] * w[((j * a.c + ci) * a.kh + ky) * a.kw + kx];
-                        s += t;
-                        mag += fabs(t);
-                    }
-            if (a.z) { s += z[q]; mag += fabs(z[q]); }
-            float ref = (float)s;
-            ei_unary_f32_range(a.act, &ref, &ref, 1, a.p0, a.p1);
+            double mag;
+            float ref = st_conv_ref(&a, w, q, &mag);
             double tol = 1e-5 * (mag + 1.0);
             if (!(fabs(y0[q] - ref) <= tol) || !(fabs(y1[q] - ref) <= tol)) fails++;
         }

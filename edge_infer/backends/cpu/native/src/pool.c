@@ -273,17 +273,6 @@ static VATTR void VNAME(pool_nhwc_rows)(const ei_pool2d_f32_args *a, int64_t rb,
 #define MACC(x, acc, f) do { MV x_ = (x); acc = _mm512_max_ps(x_, acc); f |= _mm512_cmp_ps_mask(x_, x_, _CMP_UNORD_Q); } while (0)
 #define MFINISH(acc, f) _mm512_mask_mov_ps((acc), (f), _mm512_set1_ps(__builtin_nanf("")))
 #include "pool_max_body.h"
-#undef MV
-#undef ML
-#undef MATTR
-#undef MN
-#undef mload
-#undef mstore
-#undef mset
-#undef MNAN_T
-#undef MNAN_ZERO
-#undef MACC
-#undef MFINISH
 #endif
 
 #ifdef EI_SIMD_READY
@@ -308,17 +297,6 @@ static VATTR void VNAME(pool_nhwc_rows)(const ei_pool2d_f32_args *a, int64_t rb,
 #define MFINISH(acc, f) (acc)
 #endif
 #include "pool_max_body.h"
-#undef MV
-#undef ML
-#undef MATTR
-#undef MN
-#undef mload
-#undef mstore
-#undef mset
-#undef MNAN_T
-#undef MNAN_ZERO
-#undef MACC
-#undef MFINISH
 #endif
 
 static void pool_range(void *ctx, int64_t b, int64_t e) {

@@ -67,3 +67,16 @@ static MATTR void MN(max_nhwc_rows)(const ei_pool2d_f32_args *a, int64_t rb, int
         }
     }
 }
+
+/* the instantiation's vocabulary, so the next ISA can define its own */
+#undef MV
+#undef ML
+#undef MATTR
+#undef MN
+#undef mload
+#undef mstore
+#undef mset
+#undef MNAN_T
+#undef MNAN_ZERO
+#undef MACC
+#undef MFINISH

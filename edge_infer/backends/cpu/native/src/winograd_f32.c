@@ -23,6 +23,7 @@
  * a double-precision direct conv. */
 #include "sgemm.h"
 #include "elementwise.h"
+#include "selftest_conv.h"
 #include "selftest_rng.h"
 
 #include <math.h>
@@ -413,20 +414,8 @@ EI_API int ei_selftest_winograd_f32(void) {
         a.y = y1;
         winograd_with(&a, ei_sg_pick());
         for (int64_t q = 0; q < ny && fails < 1000; q++) {
-            int64_t j = q % a.m, pix = q / a.m, b = pix / (a.oh * a.ow), oy = pix / a.ow % a.oh, ox = pix % a.ow;
-            double s = a.bias ? bias[j] : 0.0, mag = fabs(s);
-            for (int ci = 0; ci < a.c; ci++)
-                for (int ky = 0; ky < 3; ky++)
-                    for (int kx = 0; kx < 3; kx++) {
-                        int64_t iy = oy - a.pt + ky, ix = ox - a.pl + kx;
-                        if (iy < 0 || iy >= a.h || ix < 0 || ix >= a.w) continue;
-                        double t = (double)x[((b * a.h + iy) * a.w + ix) * a.c + ci] * w[((j * a.c + ci) * 3 + ky) * 3 + kx];
-                        s += t;
-                        mag += fabs(t);
-                    }
-            if (a.z) { s += z[q]; mag += fabs(z[q]); }
-            float ref = (float)s;
-            ei_unary_f32_range(a.act, &ref, &ref, 1, a.p0, a.p1);
+            double mag;
+            float ref = st_conv_ref(&a, w, q, &mag);
             /* Winograd's error grows with the sum of |products| (the transforms' large coefficients) */
             double tol = 2e-5 * (mag + 1.0);
             if (fabs(y0[q] - ref) > tol || fabs(y1[q] - ref) > tol || fabs(y0[q] - y1[q]) > tol) fails++;
