@@ -11,23 +11,13 @@ import pytest
 from onnx import helper, numpy_helper
 
 from edge_infer.backends.cpu import native
-from edge_infer.convert import optimize_verified
-from edge_infer.frontends import load_model
-from edge_infer.runtime import Runtime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from onnx_models import make_model, ort_run, vi  # noqa: E402
+from test_native_sgemm import _runtime  # noqa: E402
 
 pytestmark = pytest.mark.skipif(native.lib is None or not hasattr(native.lib, "ei_conv_stem_f32"),
                                 reason=f"native kernels: {native.why_not}")
-
-
-def _runtime(model, tmp_path, threads):
-    path = str(tmp_path / "m.onnx")
-    with open(path, "wb") as f:
-        f.write(model.SerializeToString())
-    g3, _ = optimize_verified(load_model(path), 3, samples=1)
-    return Runtime(g3, backend="cpu", threads=threads)
 
 
 def _stem_notes(rt, feeds):

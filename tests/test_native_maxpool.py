@@ -12,13 +12,12 @@ from onnx import helper, numpy_helper
 
 from edge_infer.backends.cpu import native
 from edge_infer.backends.cpu import CpuBackend
-from edge_infer.convert import optimize_verified
-from edge_infer.frontends import load_model
 from edge_infer.ir import Graph
-from edge_infer.runtime import Runtime, specialize
+from edge_infer.runtime import specialize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from onnx_models import make_model, ort_run, vi  # noqa: E402
+from test_native_sgemm import _runtime  # noqa: E402
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
 
@@ -74,9 +73,6 @@ def test_conv_relu_maxpool_stem_matches_onnxruntime(threads, tmp_path):
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)]
     model = make_model(nodes, [vi("x", (1, 3, 96, 96))], [vi("y", None)], initializers=[w, b])
-    path = str(tmp_path / "m.onnx")
-    with open(path, "wb") as f:
-        f.write(model.SerializeToString())
     x = {"x": rng.standard_normal((1, 3, 96, 96)).astype(np.float32)}
-    rt = Runtime(optimize_verified(load_model(path), 3, samples=1)[0], backend="cpu", threads=threads)
+    rt = _runtime(model, tmp_path, threads)
     np.testing.assert_allclose(rt.run(x)["y"], ort_run(model, x)["y"], rtol=1e-4, atol=1e-5)

@@ -22,12 +22,16 @@ from onnx_models import make_model, ort_run, randomized_light_model_path, rel_l2
 pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
 
 
-def _runtime(model, tmp_path, threads=2):
+def _optimized(model, tmp_path):
+    """``model`` (an onnx ModelProto) saved, loaded and optimized at level 3, verified."""
     path = str(tmp_path / "m.onnx")
     with open(path, "wb") as f:
         f.write(model.SerializeToString())
-    g3, _ = optimize_verified(load_model(path), 3, samples=1)
-    return Runtime(g3, backend="cpu", threads=threads)
+    return optimize_verified(load_model(path), 3, samples=1)[0]
+
+
+def _runtime(model, tmp_path, threads=2):
+    return Runtime(_optimized(model, tmp_path), backend="cpu", threads=threads)
 
 
 def _sgemm_notes(rt, feeds):

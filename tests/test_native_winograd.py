@@ -19,7 +19,7 @@ from edge_infer.runtime import Runtime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from onnx_models import make_model, ort_run, randomized_light_model_path, rel_l2, vi  # noqa: E402
-from test_native_sgemm import _conv_nodes, _runtime  # noqa: E402
+from test_native_sgemm import _conv_nodes, _optimized, _runtime  # noqa: E402
 
 pytestmark = pytest.mark.skipif(native.lib is None or not hasattr(native.lib, "ei_winograd_f32"),
                                 reason=f"native kernels: {native.why_not}")
@@ -196,10 +196,7 @@ def test_memory_budget_keeps_the_sgemm(tmp_path, monkeypatch):
     nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
     feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
     model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
-    path = str(tmp_path / "m.onnx")
-    with open(path, "wb") as f:
-        f.write(model.SerializeToString())
-    g3, _ = optimize_verified(load_model(path), 3, samples=1)
+    g3 = _optimized(model, tmp_path)
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
     ref = ort_run(model, feeds)["y"]
     for limit, want in ((None, True), (4 << 20, False)):
@@ -270,10 +267,7 @@ def test_scratch_no_hole_takes_is_reserved_in_the_arena_when_the_allowance_pays(
     nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
     feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
     model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
-    path = str(tmp_path / "m.onnx")
-    with open(path, "wb") as f:
-        f.write(model.SerializeToString())
-    g3, _ = optimize_verified(load_model(path), 3, samples=1)
+    g3 = _optimized(model, tmp_path)
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
     ref = ort_run(model, feeds)["y"]
     monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
