@@ -185,9 +185,16 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
         names.append(name)
     plan = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views, inplace_inputs=residual_in_place)
 
+    reserved_plans: Dict[tuple, ArenaPlan] = {}
+
     def with_reserve(reserve):
-        return plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views, inplace_inputs=residual_in_place,
-                          reserve=reserve)
+        # winograd_choice sizes the growth with every conv's reservation, and the plan kept
+        # reserves those the allowance took: most often the same set, planned once
+        key = tuple(sorted(reserve.items()))
+        if key not in reserved_plans:
+            reserved_plans[key] = plan_arena(graph, names, inplace_ops=INPLACE_SAFE, views=copy_views,
+                                             inplace_inputs=residual_in_place, reserve=reserve)
+        return reserved_plans[key]
     winograd, reserve = winograd_choice(graph, nodes, threads, plan, with_reserve)
     if reserve:
         wider = with_reserve(reserve)
