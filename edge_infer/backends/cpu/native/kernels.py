@@ -31,7 +31,8 @@ class Int8ConvArgs(ctypes.Structure):
     _fields_ = ([(f, _P) for f in ("x", "y", "z", "wpack", "bias", "mult", "shift", "ztab", "scratch", "consts")]
                 + [(f, _I) for f in ("zp_x", "zp_y", "lo", "hi", "kind", "in_nchw", "out_nchw", "n", "c",
                                      "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt",
-                                     "pl", "threads")])
+                                     "pl", "threads")]
+                + [("lut", _P)])
 
 
 class Int8AddArgs(ctypes.Structure):
@@ -45,7 +46,7 @@ class DepthwiseArgs(ctypes.Structure):
     _fields_ = ([(f, _P) for f in ("x", "y", "z", "wt", "bias", "mult", "shift", "ztab", "pad", "scratch")]
                 + [(f, _I) for f in ("is_int8", "nchw", "n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                                      "dh", "dw", "pt", "pl", "zp_x", "zp_y", "lo", "hi", "act", "threads")]
-                + [(f, ctypes.c_float) for f in ("a0", "a1")] + [("consts", _P)])
+                + [(f, ctypes.c_float) for f in ("a0", "a1")] + [("consts", _P), ("lut", _P)])
 
 
 #: fused fp32 activations the native depthwise kernel applies (src/depthwise.c ACT_*)
