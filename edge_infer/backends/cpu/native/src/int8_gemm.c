@@ -542,7 +542,7 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     if (p->nrb < t) p->ncb = EI_MIN(p->npan, (t + p->nrb - 1) / p->nrb);
     p->ntasks = p->nrb * p->ncb;
     p->off_rows = 0;
-    p->off_apack = align64(p->direct ? 0 : (int64_t)p->mb * p->K);
+    p->off_apack = align64(p->direct ? 0 : (int64_t)k->mr * p->K);   /* one micro-panel's rows, packed at once */
     p->off_acc = p->off_apack + align64((int64_t)p->mb * arow);
     if (u8_rows(a->kind)) {         /* u8 rows, stride 4 kg; no packed A */
         p->off_apack = align64((int64_t)p->mb * p->kg * 4);
@@ -948,7 +948,7 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
         for (int mp = 0; mp < nmp; mp++) {
             for (int r = 0; r < k->mr; r++) {
                 int i = mp * k->mr + r;
-                rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)i * p->K) : NULL;
+                rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)r * p->K) : NULL;   /* packed next */
             }
             pack_a(k, rows, p->K, apack + mp * mp_bytes);
         }
