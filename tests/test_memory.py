@@ -503,3 +503,33 @@ def test_int8_plan_takes_no_more_memory_than_fp32(tmp_path, family):
         assert stats["workspace_bytes"] == ex.workspace_bytes and stats["scratch_bytes"] == ex.scratch_bytes
         assert stats["scratch_in_arena"] == len(ex.arena_plan.scratch_offsets)
     assert plans["q"] <= plans["f"], plans
+
+
+@pytest.mark.skipif(native.lib is None, reason="the native int8 conv's tiles")
+@pytest.mark.parametrize("mask", [-1, -1 & ~native.AMX, native.AVX2 | native.NEON, 0],
+                         ids=["best", "no_amx", "avx2_neon", "scalar"])
+def test_native_int8_conv_scratch_is_what_its_run_uses(mask):
+    """The native int8 conv's tiles are sized for the thread slots its run uses and the rows
+    and sums its path stores: a conv too small to split (16 pixels, 8 -> 8 channels: under
+    the 4 us a thread slot must pay for, even on the scalar kernel) runs on one thread, so
+    two threads take no more scratch than one; a large one takes a tile per thread. Outputs at 1 and 2 threads bit-exact with the numpy int8 kernel."""
+    old = native.set_isa_mask(mask)
+    try:
+        for geo, split in (((8, 8, 4, 4, 1, 1, 1, 0), False), ((64, 64, 56, 56, 3, 1, 1, 1), True)):
+            c, m, h, w, k, stride, dil, pad = geo
+            g, x = _conv_graph("NHWC", 1, c, m, h, w, k, stride, dil, pad, int8=True)
+            lib = native.lib
+            native.lib = None
+            try:
+                ref = CpuExecutable(g).run({"x": x})["y"]
+            finally:
+                native.lib = lib
+            tiles = {}
+            for threads in (1, 2):
+                ex = CpuExecutable(g, threads)
+                assert "native" in ex.notes["Conv_0"], ex.notes
+                np.testing.assert_array_equal(ex.run({"x": x})["y"], ref)
+                tiles[threads] = ex.scratch_bytes.get("im2col", 0)
+            assert tiles[2] == (2 * tiles[1] if split else tiles[1]), (geo, tiles)
+    finally:
+        native.set_isa_mask(old)
