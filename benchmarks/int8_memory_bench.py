@@ -120,8 +120,9 @@ def bytes_table(models) -> list:
     return rows
 
 
-def mb(n) -> str:
-    return "-" if n is None else f"{n / 2**20:.1f}"
+def size(n) -> str:
+    """Bytes as MB, or KB under 1 MB (the toy families' plans are a few KB)."""
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.1f} KB"
 
 
 def main(argv=None) -> int:
@@ -134,12 +135,12 @@ def main(argv=None) -> int:
     skip = set(args.skip.split(","))
     if "bytes" not in skip:
         rows = bytes_table([m for m in args.models.split(",") if m])
-        print("| model | fp32 arena MB | fp32 workspace MB | int8 arena MB | int8 workspace MB | int8 / fp32 |")
+        print("| model | fp32 arena | fp32 workspace | int8 arena | int8 workspace | int8 / fp32 |")
         print("|---|---:|---:|---:|---:|---:|")
         for r in rows:
             f, q = r["fp32"], r["int8"]
-            print(f"| {r['model']} | {mb(f['arena'])} | {mb(f['workspace'])} | {mb(q['arena'])} | "
-                  f"{mb(q['workspace'])} | {r['ratio']:.2f}x |")
+            print(f"| {r['model']} | {size(f['arena'])} | {size(f['workspace'])} | {size(q['arena'])} | "
+                  f"{size(q['workspace'])} | {r['ratio']:.2f}x |")
         print(f"worst int8 / fp32 (arena + workspace): {max(r['ratio'] for r in rows):.2f}x (target <= 1)")
     if "rss" not in skip:
         from memory_bench import family_rss_table, print_family_rss

@@ -470,20 +470,15 @@ def test_slot_gives_one_arena_per_build_in_its_block_and_others_their_own():
 
 
 @pytest.mark.skipif(native.lib is None, reason="the target is the native int8 kernels' (numpy's keep int64 accumulators)")
-@pytest.mark.parametrize("family", [
-    # The 16x16 toy's fp32 plan shrank to 12 KB when its 3-channel first conv moved to the
-    # direct stem kernel: its remaining column scratch (4 KB) fits an arena hole. The int8
-    # convs' per-thread row tiles (the first conv's 12 KB, the 1x1 convs' 9 KB, two threads)
-    # fit no hole of its 4 KB arena, so int8 takes 28 KB. Strict: it fails the day int8 tiles
-    # shrink to fit, and this mark must go. Every benchmark model holds (int8_memory_bench.py:
-    # at most 1.00x).
-    pytest.param("mnv3", marks=pytest.mark.xfail(strict=True, reason="int8 row tiles vs fp32's scratch-free stem kernel on a 4 KB arena")),
-    "db", "yolo", "digits"])
+@pytest.mark.parametrize("family", ["mnv3", "db", "yolo", "digits"])
 def test_int8_plan_takes_no_more_memory_than_fp32(tmp_path, family):
     """The int8 plan of a model needs no more arena + workspace bytes than its fp32 plan: the
     int8 kernels' scratch (int64 accumulators, float32 products, columns) is asked for by
     role, sized by its largest request, and placed first in arena bytes no tensor uses during
-    the step (before the scratch facility: db 1.06x, yolo 1.55x of the fp32 plan)."""
+    the step (before the scratch facility: db 1.06x, yolo 1.55x of the fp32 plan). The native
+    int8 conv's tiles are sized for the slots it runs on and the sums its path stores: the
+    16x16 MobileNetV3 toy's int8 plan took 28.5 KB against fp32's 12 KB (a 12 KB tile per thread
+    with a row block of int32 sums the AMX / VNNI epilogues never store), now 11.8 KB."""
     import onnx
     import edge_infer
     from edge_infer.data import digits_model_path
@@ -508,3 +503,33 @@ def test_int8_plan_takes_no_more_memory_than_fp32(tmp_path, family):
         assert stats["workspace_bytes"] == ex.workspace_bytes and stats["scratch_bytes"] == ex.scratch_bytes
         assert stats["scratch_in_arena"] == len(ex.arena_plan.scratch_offsets)
     assert plans["q"] <= plans["f"], plans
+
+
+@pytest.mark.skipif(native.lib is None, reason="the native int8 conv's tiles")
+@pytest.mark.parametrize("mask", [-1, -1 & ~native.AMX, native.AVX2 | native.NEON, 0],
+                         ids=["best", "no_amx", "avx2_neon", "scalar"])
+def test_native_int8_conv_scratch_is_what_its_run_uses(mask):
+    """The native int8 conv's tiles are sized for the thread slots its run uses and the rows
+    and sums its path stores: a conv too small to split (16 pixels, 8 -> 8 channels: under
+    the 4 us a thread slot must pay for, even on the scalar kernel) runs on one thread, so
+    two threads take no more scratch than one; a large one takes a tile per thread. Outputs at 1 and 2 threads bit-exact with the numpy int8 kernel."""
+    old = native.set_isa_mask(mask)
+    try:
+        for geo, split in (((8, 8, 4, 4, 1, 1, 1, 0), False), ((64, 64, 56, 56, 3, 1, 1, 1), True)):
+            c, m, h, w, k, stride, dil, pad = geo
+            g, x = _conv_graph("NHWC", 1, c, m, h, w, k, stride, dil, pad, int8=True)
+            lib = native.lib
+            native.lib = None
+            try:
+                ref = CpuExecutable(g).run({"x": x})["y"]
+            finally:
+                native.lib = lib
+            tiles = {}
+            for threads in (1, 2):
+                ex = CpuExecutable(g, threads)
+                assert "native" in ex.notes["Conv_0"], ex.notes
+                np.testing.assert_array_equal(ex.run({"x": x})["y"], ref)
+                tiles[threads] = ex.scratch_bytes.get("im2col", 0)
+            assert tiles[2] == (2 * tiles[1] if split else tiles[1]), (geo, tiles)
+    finally:
+        native.set_isa_mask(old)

@@ -246,12 +246,21 @@ def plan_arena(graph: Graph, names: Optional[Sequence[str]] = None, inplace: boo
     # Greedy placement in several orders, keeping the smallest arena: greedy-by-size
     # (TFLite's) first; the others win on graphs with many long-lived small tensors
     # (DenseNet's concatenations), where size order leaves holes a lifetime order fills.
+    # Equal sizes latest first: where a network repeats one shape, the blocks of its later
+    # layers then sit under those of the earlier ones (DB-640 fp32: 16.4 -> 15.6 MB, its
+    # lower bound; the first-use tie-break left a 0.7 MB gap at its busiest step). Last, so
+    # that it is kept only where it is smaller; and not with reservations: there a smaller
+    # layout lowers the arena growth winograd_choice prices the reserved scratch at, and the
+    # allowance spends what it saves on another conv's transformed weights (YOLOv8n-640 fp32:
+    # an 11th Winograd conv, +0.55 MB peak RSS, where the RSS target has no room).
     def dur(r):
         return block_life[r][1] - block_life[r][0]
     orders = [lambda r: (-block_size[r], block_life[r][0]),
               lambda r: (-block_size[r] * (dur(r) + 1), -block_size[r]),
               lambda r: (-dur(r), -block_size[r]),
               lambda r: (block_life[r][0], -block_size[r])]
+    if not reserve:
+        orders.append(lambda r: (-block_size[r], -block_life[r][0]))
     best = None
     for order in orders:
         offs = _place(sorted(blocks, key=order), block_size, block_life)

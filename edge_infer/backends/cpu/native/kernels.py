@@ -143,10 +143,11 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     for name, v in zip(("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"),
                        geometry):
         setattr(a, name, int(v))
+    # every thread slot's tiles, for the slots the conv runs on (a small one runs on one)
     need = _fn("ei_int8_conv_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
     if need < 0:
         return None
-    scr = _thread_scratch(ctx, threads, int(need))
+    scr = _thread_scratch(ctx, 1, int(need))
     a.scratch = scr.ctypes.data
     # the per-channel requantization constants in the SIMD layout, made once here
     csize = _fn("ei_int8_conv_consts_size", ctypes.c_int64, _P)(ctypes.addressof(a))

@@ -542,13 +542,18 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     if (p->nrb < t) p->ncb = EI_MIN(p->npan, (t + p->nrb - 1) / p->nrb);
     p->ntasks = p->nrb * p->ncb;
     p->off_rows = 0;
-    p->off_apack = align64(p->direct ? 0 : (int64_t)p->mb * p->K);
+    p->off_apack = align64(p->direct ? 0 : (int64_t)k->mr * p->K);   /* one micro-panel's rows, packed at once */
     p->off_acc = p->off_apack + align64((int64_t)p->mb * arow);
     if (u8_rows(a->kind)) {         /* u8 rows, stride 4 kg; no packed A */
         p->off_apack = align64((int64_t)p->mb * p->kg * 4);
         p->off_acc = p->off_apack;
     }
-    p->per_thread = p->off_acc + align64((int64_t)p->mb * k->nr * 4) + 64;   /* + the im2col's 64-byte stores */
+    /* the int32 sums: a row block's (mb x nr) where the panels store them before the epilogue
+     * (the scalar / AVX2 / NEON kernels, NCHW output); VNNI into NHWC requantizes in registers
+     * and needs none, AMX one 32 x 32 tile store */
+    int64_t acc = (int64_t)p->mb * k->nr * 4;
+    if (u8_rows(a->kind) && !a->out_nchw) acc = a->kind == KIND_AMX ? 32 * 32 * 4 : 0;
+    p->per_thread = p->off_acc + align64(acc) + 64;     /* + the im2col's 64-byte stores */
     p->kgr = (p->K + 3) / 4;
     p->k4 = (int64_t)p->kg * 4;
     p->sm = 0;
@@ -597,11 +602,15 @@ EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out) {
 #endif
 }
 
+static int conv_nslots(const ei_int8_conv_args *a, const plan_t *p);
+
+/* the scratch of every thread slot the conv runs on (conv_nslots: a conv too small to split
+ * runs on one), each slot's per_thread bytes */
 EI_API int64_t ei_int8_conv_scratch(const ei_int8_conv_args *a) {
     if (!kind_ok(a->kind)) return -1;
     plan_t p;
     make_plan(a, &p);
-    return p.per_thread;
+    return (int64_t)conv_nslots(a, &p) * p.per_thread;
 }
 
 /* row r of A as a pointer into x (direct) or im2col'ed into buf */
@@ -939,7 +948,7 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
         for (int mp = 0; mp < nmp; mp++) {
             for (int r = 0; r < k->mr; r++) {
                 int i = mp * k->mr + r;
-                rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)i * p->K) : NULL;
+                rows[r] = i < nrows ? a_row(a, p, r0 + i, rowbuf + (int64_t)r * p->K) : NULL;   /* packed next */
             }
             pack_a(k, rows, p->K, apack + mp * mp_bytes);
         }
@@ -1089,6 +1098,13 @@ static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
     return slots > 1 ? slots : 1;
 }
 
+/* the thread slots a run uses (the pool hands chunks to slots 0 .. nslots - 1 at most) */
+static int conv_nslots(const ei_int8_conv_args *a, const plan_t *p) {
+    int t = a->threads < 1 ? 1 : a->threads;
+    if (p->R <= 0) return 1;
+    return (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)p->ntasks), conv_slots(a, p));
+}
+
 EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     EI_CHECK(a->n >= 0 && a->c >= 1 && a->h >= 0 && a->w >= 0 && a->m >= 1 && a->oh >= 0 && a->ow >= 0);
     EI_CHECK(a->kh >= 1 && a->kw >= 1 && a->sh >= 1 && a->sw >= 1 && a->dh >= 1 && a->dw >= 1);
@@ -1104,7 +1120,6 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     if (cx.p.sm && !a->consts) { cx.p.sm = 0; cx.p.k4 = (int64_t)cx.p.kg * 4; }    /* the panel kernels' rows */
     cx.mk = kernel_of(a->kind);
     cx.simd = ei_rq_simd();
-    int t = a->threads < 1 ? 1 : a->threads;
-    cx.nslots = (int)EI_MIN(EI_MIN((int64_t)t, (int64_t)cx.p.ntasks), conv_slots(a, &cx.p));
+    cx.nslots = conv_nslots(a, &cx.p);
     ei_parallel_for(cx.p.ntasks, 1, conv_tasks, &cx, cx.nslots);
 }

@@ -16,7 +16,7 @@ typedef struct {
     const int32_t *bias;        /* folded bias per output channel */
     const int32_t *mult, *shift;
     const int32_t *ztab;        /* residual table or NULL */
-    void *scratch;              /* threads * ei_int8_conv_scratch() bytes */
+    void *scratch;              /* ei_int8_conv_scratch() bytes (every slot's) */
     const void *consts;         /* ei_int8_conv_prepare's per-panel requantization constants, or NULL */
     int32_t zp_x, zp_y, lo, hi;
     int32_t kind;

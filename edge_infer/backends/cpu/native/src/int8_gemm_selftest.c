@@ -78,7 +78,7 @@ EI_API int ei_selftest_int8_gemm(void) {
             if (!ei_int8_kind_runs(kind)) continue;
             a.kind = kind;
             int64_t ps = ei_int8_pack_size(kind, a.m, K), ss = ei_int8_conv_scratch(&a);
-            void *pk = malloc((size_t)ps), *scr = malloc((size_t)(ss * a.threads));
+            void *pk = malloc((size_t)ps), *scr = malloc((size_t)ss);
             ei_int8_pack_weights(kind, wt, a.m, K, pk);
             a.wpack = pk; a.scratch = scr; a.y = y1;
             memset(y1, 0, (size_t)ysz);
