@@ -97,6 +97,16 @@ def residual_table(table: Optional[np.ndarray]) -> Optional[np.ndarray]:
     return np.ascontiguousarray(table, np.int32)
 
 
+def _lut_table(lut: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """A fused activation's table as the kernels read it: 256 int8, index q + 128 (or None)."""
+    if lut is None:
+        return None
+    lut = np.ascontiguousarray(lut, np.int8).reshape(-1)
+    if lut.size != 256:
+        raise ValueError(f"an int8 activation table has 256 entries, got {lut.size}")
+    return lut
+
+
 def threads_of(ctx) -> int:
     return max(1, int(getattr(ctx, "threads", 1) or 1))
 
@@ -104,13 +114,14 @@ def threads_of(ctx) -> int:
 def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias: np.ndarray,
                    q: np.ndarray, shift: np.ndarray, zp_x: int, zp_y: int, lo: int, hi: int,
                    geometry: Sequence[int], in_nchw: bool, out_nchw: bool,
-                   z: Optional[np.ndarray] = None, ztab: Optional[np.ndarray] = None
-                   ) -> Optional[Callable[[], None]]:
+                   z: Optional[np.ndarray] = None, ztab: Optional[np.ndarray] = None,
+                   lut: Optional[np.ndarray] = None) -> Optional[Callable[[], None]]:
     """The native int8 GEMM/conv step, or None when the node does not qualify.
 
     ``w_mk``: (M, K) int8 weights with K ordered (kernel row, kernel column, input channel);
     ``bias``: folded int64 bias per channel (M); ``geometry``: n, c, h, w, m, oh, ow, kh, kw,
-    sh, sw, dh, dw, pt, pl (channels-last input rows are (h, w, c); NCHW input (c, h, w))."""
+    sh, sw, dh, dw, pt, pl (channels-last input rows are (h, w, c); NCHW input (c, h, w));
+    ``lut``: a fused activation's 256-entry int8 table (index: the clamped output + 128)."""
     if _native.lib is None:
         return None
     m, k = w_mk.shape
@@ -140,6 +151,8 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
                      bias=bias32.ctypes.data, mult=mult.ctypes.data, shift=sh.ctypes.data,
                      ztab=_ptr(ztab) if z is not None else None, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,
                      kind=kind, in_nchw=int(in_nchw), out_nchw=int(out_nchw), threads=threads)
+    lut = _lut_table(lut)
+    a.lut = _ptr(lut)
     for name, v in zip(("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"),
                        geometry):
         setattr(a, name, int(v))
@@ -154,7 +167,7 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     if consts is not None:
         _fn("ei_int8_conv_prepare", None, _P, _P)(ctypes.addressof(a), consts.ctypes.data)
         a.consts = consts.ctypes.data
-    step = _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr, consts)
+    step = _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr, consts, lut)
     if hasattr(_native.lib, "ei_int8_conv_path"):
         path = _fn("ei_int8_conv_path", ctypes.c_char_p, _P)(ctypes.addressof(a))
         step.path = path.decode() if path else ""
@@ -164,14 +177,15 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
 def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geometry: Sequence[int], nchw: bool,
                    bias: Optional[np.ndarray] = None, z: Optional[np.ndarray] = None, act: str = "",
                    params: Sequence[float] = (), q=None, shift=None, zp_x: int = 0, zp_y: int = 0,
-                   lo: int = -128, hi: int = 127, ztab: Optional[np.ndarray] = None
-                   ) -> Optional[Callable[[], None]]:
+                   lo: int = -128, hi: int = 127, ztab: Optional[np.ndarray] = None,
+                   lut: Optional[np.ndarray] = None) -> Optional[Callable[[], None]]:
     """The native depthwise step (multiplier 1), or None when the node does not qualify.
 
     ``w_ct``: (C, taps) weights, int8 or float32, taps in (kernel row, kernel column) order;
     ``geometry``: n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl. int8: ``bias`` is the
     folded int64 bias, ``q``/``shift``/``zp_*``/``lo``/``hi`` the epilogue, ``ztab`` the
-    residual table; fp32: ``bias`` float32 or None, ``act``/``params`` the fused activation."""
+    residual table, ``lut`` a fused activation's table (as ``int8_conv_step``); fp32: ``bias``
+    float32 or None, ``act``/``params`` the fused activation."""
     if _native.lib is None:
         return None
     is_int8 = w_ct.dtype == np.int8
@@ -203,7 +217,9 @@ def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geome
         a.mult, a.shift, a.zp_x, a.zp_y, a.lo, a.hi = mult.ctypes.data, sh.ctypes.data, zp_x, zp_y, lo, hi
         if z is not None:
             a.ztab = ztab.ctypes.data
-        keep += [mult, sh, ztab]
+        lut = _lut_table(lut)
+        a.lut = _ptr(lut)
+        keep += [mult, sh, ztab, lut]
     else:
         if act not in DW_ACTIVATIONS:
             return None

@@ -17,6 +17,7 @@
 #include "ei_int8.h"
 #include "ei_activations.h"
 #include "depthwise.h"
+#include "ei_lut.h"
 #include "selftest_rng.h"
 
 #include <stdlib.h>
@@ -681,7 +682,12 @@ typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64
 /* rows [r0, r1), handed out by the pool in chunks; scratch: the running thread slot's */
 static void dw_range(void *vctx, int64_t r0, int64_t r1) {
     const dw_ctx *c = (const dw_ctx *)vctx;
-    c->fn(c->a, r0, r1, (char *)c->a->scratch + (int64_t)ei_pool_slot() * c->per);
+    const ei_dw_args *a = c->a;
+    c->fn(a, r0, r1, (char *)a->scratch + (int64_t)ei_pool_slot() * c->per);
+    if (a->is_int8 && a->lut) {     /* the fused activation over the rows just stored (contiguous) */
+        int64_t row = (int64_t)a->ow * (a->nchw ? 1 : a->c);
+        ei_lut_inplace(a->lut, (int8_t *)a->y + r0 * row, (r1 - r0) * row, 1, 0);
+    }
 }
 
 static rows_fn pick(const ei_dw_args *a) {

@@ -21,6 +21,7 @@
  * tasks on the thread pool; each thread slot has its own scratch.
  */
 #include "int8_gemm.h"
+#include "ei_lut.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -1040,18 +1041,36 @@ static void implicit_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, ch
 }
 #endif
 
+/* the fused activation table (a->lut) over the outputs one task stored (rows r0 .. r0 + nrows - 1,
+ * the channels of block cb), while they are in cache: after every epilogue kind (VNNI, AMX,
+ * implicit, narrow, AVX2, NEON, scalar) and after the residual, so y = lut[clamped q + 128] */
+static void lut_task(const ei_int8_conv_args *a, const plan_t *p, int cb, int64_t r0, int nrows) {
+    int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
+    int c0 = p->ncb == 1 ? 0 : j0 * p->k.nr, c1 = p->ncb == 1 ? a->m : EI_MIN(a->m, j1 * p->k.nr);
+    if (c1 <= c0) return;
+    if (!a->out_nchw) {
+        if (c0 == 0 && c1 == a->m) ei_lut_inplace(a->lut, a->y + r0 * a->m, (int64_t)nrows * a->m, 1, 0);
+        else ei_lut_inplace(a->lut, a->y + r0 * a->m + c0, c1 - c0, nrows, a->m);
+        return;
+    }
+    for (int64_t r = r0, end = r0 + nrows; r < end;) {      /* NCHW: per image, the channels' plane runs */
+        int64_t b = r / p->P, pix = r - b * p->P, len = EI_MIN(end - r, p->P - pix);
+        ei_lut_inplace(a->lut, a->y + (b * a->m + c0) * p->P + pix, len, c1 - c0, p->P);
+        r += len;
+    }
+}
+
 static void run_task(const conv_ctx *cx, int t, char *scratch) {
     const plan_t *p = &cx->p;
     int rb = t / p->ncb, cb = t % p->ncb;
     int64_t r0 = (int64_t)rb * p->mb;
     int nrows = (int)EI_MIN((int64_t)p->mb, p->R - r0);
 #if defined(__x86_64__)
-    if (p->implicit && cx->a->consts) {
-        implicit_block(cx, cb, r0, nrows, scratch);
-        return;
-    }
+    if (p->implicit && cx->a->consts) implicit_block(cx, cb, r0, nrows, scratch);
+    else
 #endif
     run_block(cx, cb, r0, nrows, scratch);
+    if (cx->a->lut) lut_task(cx->a, p, cb, r0, nrows);
 }
 
 /* tasks [t0, t1), handed out by the pool in chunks (a descheduled thread's are taken by the
