@@ -157,6 +157,10 @@ def format_inspect(rep: dict, n_keys: int = 0) -> str:
               + (f" (numpy: {', '.join(m['numpy_steps'])})" if m["numpy_steps"] else ""))
         for name, why in list(m.get("numpy_notes", {}).items())[:20]:
             out(f"    not native: {name} ({why})")
+        fused = m.get("fused_activations") or {}
+        if fused:
+            out(f"    int8 activations fused into their conv's epilogue (a 256-entry table): {len(fused)}: "
+                + _some([f"{c} + {a}" for a, c in fused.items()]))
         roles = ", ".join(f"{k} {v:,} B" for k, v in m.get("scratch_bytes", {}).items() if v)
         out(f"    scratch: {len(m.get('scratch_in_arena', {}))} kernel(s) in arena bytes free during their step"
               + (f"; shared by role: {roles}" if roles else ""))

@@ -18,6 +18,7 @@ from ...memory.budget import placeholder, refusal
 from ...memory.pages import drop_maps, drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
 from .registry import TABLE
+from .fuse_int8_activation import fuse_int8_activations
 from .kernels.conv_native import residual_in_place, winograd_choice
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
@@ -352,7 +353,10 @@ def prepare_within(graph: Graph, nodes: List[Node], buffers, threads: int, budge
 class CpuExecutable(Executable):
     def __init__(self, graph: Graph, threads: int = 1, memory_limit: Optional[int] = None, arena_alloc=None):
         self.graph = graph
-        self.nodes = [n for n in graph.nodes if not all(graph.tensors[o].is_const for o in n.outputs if o)]
+        running = [n for n in graph.nodes if not all(graph.tensors[o].is_const for o in n.outputs if o)]
+        #: the plan's nodes: the running ones, int8 table activations fused into their convs;
+        #: ``fused``: {activation node: conv node} of those (fuse_int8_activation.py)
+        self.nodes, self.fused = fuse_int8_activations(graph, running)
         run_graph = graph if len(self.nodes) == len(graph.nodes) else _with_nodes(graph, self.nodes)
         self.buffers, self.arena_plan, facts = allocate_buffers(run_graph, self.nodes, memory_limit, arena_alloc,
                                                                 threads)
@@ -392,6 +396,8 @@ class CpuExecutable(Executable):
         slow = [n for n, st in zip(self.nodes, self.steps) if getattr(st, "native_step", None) is None]
         return {"steps": len(self.steps), "native_steps": len(self.steps) - len(slow),
                 "numpy_steps": sorted({n.op for n in slow}),
+                # int8 table activations run inside their conv's step: {activation: conv}
+                "fused_activations": dict(self.fused),
                 # each step outside the compiled loop and its kernel's note (why, where it says)
                 "numpy_notes": {n.name: f"{n.op}: {self.notes.get(n.name, 'numpy kernel')}" for n in slow}}
 

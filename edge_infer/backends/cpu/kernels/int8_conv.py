@@ -3,7 +3,10 @@
 Tensors: x int8 per-tensor (s_x, zp_x); W int8 constant, symmetric per output channel
 (s_w[m], zero point 0, axis 0); bias int32 (scale s_x * s_w[m], zero point 0) or none;
 y int8 per-tensor (s_y, zp_y). FusedConv adds a residual Z (int8 per-tensor (s_z, zp_z))
-and a clamp (Relu / Clip; other activations are separate lookup-table ops in an int8 graph).
+and a clamp (Relu / Clip; other activations are separate lookup-table ops in an int8 graph,
+which the CPU plan may fuse into the conv: ``fuse_int8_activation.py``; the conv then
+requantizes to the activation's input parameters and maps each clamped output q through the
+activation's table, y = lut[q + 128], after the residual).
 
 Math, per output channel m::
 
@@ -37,6 +40,7 @@ from ....ops.conv import conv_geometry
 from ....ops.qmath import conv_requant_params
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
                           qparams, quantize_multiplier, requantize, scratch)
+from ..fuse_int8_activation import activation_table, fused_activation
 
 
 def folded_bias(ctx, node: Node, w_int: np.ndarray, zp_x: int, m: int) -> np.ndarray:
@@ -100,7 +104,10 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 conv wants int8 x, W, y; got "
                                  f"{x.dtype}, {w.dtype}, {y.dtype}")
     s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
-    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    fused = fused_activation(node)          # a table activation after the conv, in this plan
+    lut = activation_table(node, ctx)
+    # the conv's own requantization: to its output, or to the fused activation's input
+    s_y, zp_y = per_tensor(ctx, fused.via if fused else node.outputs[0], "output")
     wq = qparams(ctx, wname, "weights")
     if np.any(wq.zero_point != 0):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 weights must be symmetric (zero point 0)")
@@ -123,7 +130,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     bias = folded_bias(ctx, node, w, zp_x, m)
     step = _native_conv(ctx, node, x=x, y=y, w=w, bias=bias, q=q, shift=sh, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,
                         act=act, s_y=s_y, last=last, group=group,
-                        window=(kernel, strides, dil, pads, insp, osp))
+                        window=(kernel, strides, dil, pads, insp, osp), lut=lut)
     if step is not None:
         return step
     # accumulator layout: NCHW (N, M, P), per-channel params (M, 1); NHWC (N, P, M), params (M,)
@@ -131,7 +138,8 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     cshape = (m,) if last else (m, 1)
     bias_b = bias.reshape(cshape)
     z_name = node.inputs[3] if node.op == "FusedConv" and len(node.inputs) > 3 else ""
-    add, clip = np.add, np.clip
+    add = np.add
+    store = clamp_store(lo, hi, lut)
     algo = _algorithm(group, c, cg, ksize, strides, pads)
     if algo != "im2col":                    # im2col requantizes band by band (_im2col_bands)
         acc = scratch(ctx, "acc_i64", acc_shape, np.int64)
@@ -143,10 +151,10 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
             rq(acc)                         # + zp_y
             if residual is not None:
                 residual(acc)
-            clip(acc, lo, hi, out=y_acc, casting="unsafe")
+            store(acc, y_acc)
     kdesc = "x".join(map(str, kernel))
     tag = ("NHWC " if last else "") + "int8 "
-    epi = f"; requantize per channel (MBQM){', + residual' if z_name else ''}{', clamp ' + act if act else ''}"
+    epi = f"; {epilogue_note(z_name, act, fused)}"
     wf = w.astype(np.float32)
 
     if algo == "pointwise":
@@ -255,7 +263,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
             if zb is not None:
                 take(table, zb, out=zt, mode="clip")
                 add(a, zt, out=a)
-            clip(a, lo, hi, out=yb, casting="unsafe")
+            store(a, yb)
         return a, stage
 
     jobs = []            # (window band, its column view, GEMM into the band accumulator, output stage)
@@ -319,8 +327,32 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     return im2col
 
 
+def clamp_store(lo: int, hi: int, lut) -> Callable:
+    """store(acc, y): the int64 accumulator (requantized, + zp_y) clamped to [lo, hi] into int8
+    ``y``; with a fused activation's table ``lut`` (index q + 128), y = lut[q + 128] (acc is
+    clamped in place first)."""
+    clip = np.clip
+    if lut is None:
+        return lambda acc, y: clip(acc, lo, hi, out=y, casting="unsafe")
+    # indexed by q mod 256 (the uint8 bit pattern of q), so take's "wrap" maps q = -128..127
+    bits = np.empty(256, np.int8)
+    bits[np.arange(-128, 128) % 256] = np.asarray(lut, np.int8)
+    take = np.take
+
+    def store(acc, y):
+        clip(acc, lo, hi, out=acc)
+        take(bits, acc, out=y, mode="wrap")
+    return store
+
+
+def epilogue_note(z_name: str, act: str, fused) -> str:
+    """The plan note's epilogue: requantization, residual, clamp, a fused activation's table."""
+    return (f"requantize per channel (MBQM){', + residual' if z_name else ''}{', clamp ' + act if act else ''}"
+            + (f", + {fused.op} ({fused.node!r}) as a 256-entry table" if fused else ""))
+
+
 def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: int, lo: int, hi: int, act: str,
-                 s_y: float, last: bool, group: int, window):
+                 s_y: float, last: bool, group: int, window, lut=None):
     """The native kernel for a group-1 conv (src/int8_gemm.c: packed weights, int32 accumulation,
     fused epilogue) or a depthwise one (src/depthwise.c), 1-D or 2-D; None when the library is
     missing or the node does not fit (the numpy algorithms serve)."""
@@ -338,14 +370,13 @@ def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: i
     z = ztab = None
     if z_name:
         z, ztab = residual_table(ctx, node, z_name, s_y)
-    epi = (f"requantize per channel (MBQM){', + residual' if z_name else ''}{', clamp ' + act if act else ''}; "
-           f"{native_kernels.threads_of(ctx)} thread(s)")
+    epi = f"{epilogue_note(z_name, act, fused_activation(node))}; {native_kernels.threads_of(ctx)} thread(s)"
     geometry = (n, c, insp[0], insp[1], m, osp[0], osp[1], kernel[0], kernel[1], strides[0], strides[1],
                 dil[0], dil[1], pads[0], pads[1])
     if depthwise:
         step = native_kernels.depthwise_step(ctx, x=x, y=y, w_ct=w.reshape(c, -1), geometry=geometry[:4] + geometry[5:],
                                              nchw=not last, bias=bias, z=z, q=q, shift=shift, zp_x=zp_x,
-                                             zp_y=zp_y, lo=lo, hi=hi, ztab=ztab)
+                                             zp_y=zp_y, lo=lo, hi=hi, ztab=ztab, lut=lut)
         if step is not None:
             ctx.note(node, f"{'NHWC ' if last else ''}int8 native depthwise {kdesc} ({getattr(step, 'kernel_name', native_kernels.dw_int8_isa_name(last))}, "
                            f"int32 accumulation); {epi}")
@@ -353,12 +384,12 @@ def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: i
     w_mk = w.reshape(m, cg, -1).transpose(0, 2, 1).reshape(m, -1)          # K: (tap, channel)
     step = native_kernels.int8_conv_step(ctx, x=x, y=y, w_mk=w_mk, bias=bias, q=q, shift=shift, zp_x=zp_x,
                                          zp_y=zp_y, lo=lo, hi=hi, geometry=geometry, in_nchw=not last,
-                                         out_nchw=not last, z=z, ztab=ztab)
+                                         out_nchw=not last, z=z, ztab=ztab, lut=lut)
     if step is not None:
         algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" \
             else f"im2col {kdesc}"
         path = getattr(step, "path", "")
-        ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({native_kernels.kind_name(w_mk.shape[1])}, packed "
+        ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({step.kind_name}, packed "
                        f"weights, int32 accumulation{'; ' + path if path else ''}); {epi}")
     return step
 

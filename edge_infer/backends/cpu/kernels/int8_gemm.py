@@ -138,7 +138,7 @@ def _native_matmul(ctx, node: Node, a: np.ndarray, b_kn: np.ndarray, y: np.ndarr
                                          in_nchw=trans, out_nchw=False)
     if step is not None:
         ctx.note(node, f"int8 native GEMM ({rows}x{k} @ {k}x{n}{', A transposed' if trans else ''}; "
-                       f"{native_kernels.kind_name(k)}, packed B, int32 accumulation); requantize per column "
+                       f"{step.kind_name}, packed B, int32 accumulation); requantize per column "
                        f"(MBQM){', clamp ' + act if act else ''}")
     return step
 

@@ -97,6 +97,16 @@ def residual_table(table: Optional[np.ndarray]) -> Optional[np.ndarray]:
     return np.ascontiguousarray(table, np.int32)
 
 
+def _lut_table(lut: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """A fused activation's table as the kernels read it: 256 int8, index q + 128 (or None)."""
+    if lut is None:
+        return None
+    lut = np.ascontiguousarray(lut, np.int8).reshape(-1)
+    if lut.size != 256:
+        raise ValueError(f"an int8 activation table has 256 entries, got {lut.size}")
+    return lut
+
+
 def threads_of(ctx) -> int:
     return max(1, int(getattr(ctx, "threads", 1) or 1))
 
@@ -104,13 +114,14 @@ def threads_of(ctx) -> int:
 def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias: np.ndarray,
                    q: np.ndarray, shift: np.ndarray, zp_x: int, zp_y: int, lo: int, hi: int,
                    geometry: Sequence[int], in_nchw: bool, out_nchw: bool,
-                   z: Optional[np.ndarray] = None, ztab: Optional[np.ndarray] = None
-                   ) -> Optional[Callable[[], None]]:
+                   z: Optional[np.ndarray] = None, ztab: Optional[np.ndarray] = None,
+                   lut: Optional[np.ndarray] = None) -> Optional[Callable[[], None]]:
     """The native int8 GEMM/conv step, or None when the node does not qualify.
 
     ``w_mk``: (M, K) int8 weights with K ordered (kernel row, kernel column, input channel);
     ``bias``: folded int64 bias per channel (M); ``geometry``: n, c, h, w, m, oh, ow, kh, kw,
-    sh, sw, dh, dw, pt, pl (channels-last input rows are (h, w, c); NCHW input (c, h, w))."""
+    sh, sw, dh, dw, pt, pl (channels-last input rows are (h, w, c); NCHW input (c, h, w));
+    ``lut``: a fused activation's 256-entry int8 table (index: the clamped output + 128)."""
     if _native.lib is None:
         return None
     m, k = w_mk.shape
@@ -126,7 +137,9 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
         ztab = residual_table(ztab)
         if ztab is None or z.dtype != np.int8 or z.shape != y.shape:
             return None
-    kind = gemm_kind(k)
+    n_, _, _, _, _, oh, ow, kh, kw, sh_, sw_, _, _, pt, pl = geometry
+    kind = gemm_kind(k, rows=int(n_) * int(oh) * int(ow), m=m,
+                     pointwise=(kh, kw, sh_, sw_, pt, pl) == (1, 1, 1, 1, 0, 0))
     psize = _fn("ei_int8_pack_size", ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int)(kind, m, k)
     wpack = aligned(int(psize))
     w_mk = np.ascontiguousarray(w_mk, np.int8)
@@ -140,6 +153,8 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
                      bias=bias32.ctypes.data, mult=mult.ctypes.data, shift=sh.ctypes.data,
                      ztab=_ptr(ztab) if z is not None else None, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,
                      kind=kind, in_nchw=int(in_nchw), out_nchw=int(out_nchw), threads=threads)
+    lut = _lut_table(lut)
+    a.lut = _ptr(lut)
     for name, v in zip(("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"),
                        geometry):
         setattr(a, name, int(v))
@@ -155,7 +170,8 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     if consts is not None:
         _fn("ei_int8_conv_prepare", None, _P, _P)(ctypes.addressof(a), consts.ctypes.data)
         a.consts = consts.ctypes.data
-    step = _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr, consts)
+    step = _native.native_step("ei_int8_conv", a, x, y, z, wpack, bias32, mult, sh, ztab, scr, consts, lut)
+    step.kind_name = KIND_NAMES.get(kind, str(kind))
     if hasattr(_native.lib, "ei_int8_conv_path"):
         path = _fn("ei_int8_conv_path", ctypes.c_char_p, _P)(ctypes.addressof(a))
         step.path = path.decode() if path else ""
@@ -165,14 +181,15 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
 def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geometry: Sequence[int], nchw: bool,
                    bias: Optional[np.ndarray] = None, z: Optional[np.ndarray] = None, act: str = "",
                    params: Sequence[float] = (), q=None, shift=None, zp_x: int = 0, zp_y: int = 0,
-                   lo: int = -128, hi: int = 127, ztab: Optional[np.ndarray] = None
-                   ) -> Optional[Callable[[], None]]:
+                   lo: int = -128, hi: int = 127, ztab: Optional[np.ndarray] = None,
+                   lut: Optional[np.ndarray] = None) -> Optional[Callable[[], None]]:
     """The native depthwise step (multiplier 1), or None when the node does not qualify.
 
     ``w_ct``: (C, taps) weights, int8 or float32, taps in (kernel row, kernel column) order;
     ``geometry``: n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl. int8: ``bias`` is the
     folded int64 bias, ``q``/``shift``/``zp_*``/``lo``/``hi`` the epilogue, ``ztab`` the
-    residual table; fp32: ``bias`` float32 or None, ``act``/``params`` the fused activation."""
+    residual table, ``lut`` a fused activation's table (as ``int8_conv_step``); fp32: ``bias``
+    float32 or None, ``act``/``params`` the fused activation."""
     if _native.lib is None:
         return None
     is_int8 = w_ct.dtype == np.int8
@@ -204,7 +221,9 @@ def depthwise_step(ctx, *, x: np.ndarray, y: np.ndarray, w_ct: np.ndarray, geome
         a.mult, a.shift, a.zp_x, a.zp_y, a.lo, a.hi = mult.ctypes.data, sh.ctypes.data, zp_x, zp_y, lo, hi
         if z is not None:
             a.ztab = ztab.ctypes.data
-        keep += [mult, sh, ztab]
+        lut = _lut_table(lut)
+        a.lut = _ptr(lut)
+        keep += [mult, sh, ztab, lut]
     else:
         if act not in DW_ACTIVATIONS:
             return None
@@ -331,16 +350,36 @@ def dw_int8_isa_name(channels_last: bool) -> str:
 AMX_MIN_K = 17
 
 
-def gemm_kind(k: Optional[int] = None) -> int:
-    """The int8 GEMM micro-kernel (ei_int8_gemm_kind) for a GEMM of depth ``k`` on this machine,
-    with the current ISA mask: the machine's best, but VNNI instead of AMX below AMX_MIN_K."""
+#: GEMMs of fewer output rows (pixels) stay on VNNI where AMX is there: AMX hands tiles of at
+#: most 8 rows to the VNNI kernels anyway, but on weights padded to whole 64-byte K tiles.
+#: MobileNetV3's squeeze-excite convs and 1x1x576 -> 1024 head (one row): 0.2-2.1 us less each,
+#: about 10 us of the plan's 1.02 ms (1 thread, loaded machine, per-step minimums)
+AMX_MIN_ROWS = 9
+#: pointwise convs of fewer output channels (one 32-channel panel, K past AMX_MIN_K) stay on
+#: VNNI: a half-used 32 x 32 tile and its tile store cost more than the VNNI tile requantized in
+#: registers (MobileNetV3's 28x28 72/88 -> 24 projections: 14.0 -> 11.8 and, with the residual,
+#: 33.7 -> 26.8 us); the 3x3 stride-2 stem (16 channels, im2col rows by vpermb) stays on AMX
+AMX_MIN_M = 33
+KIND_NAMES = {0: "scalar", 1: "AVX2 madd_epi16", 2: "NEON smlal", 3: "NEON sdot", 4: "AVX-512 VNNI vpdpbusd",
+              5: "AMX tdpbusd"}
+
+
+def gemm_kind(k: Optional[int] = None, rows: Optional[int] = None, m: Optional[int] = None,
+              pointwise: bool = False) -> int:
+    """The int8 GEMM micro-kernel (ei_int8_gemm_kind) for a GEMM of depth ``k``, ``rows`` output
+    rows and ``m`` output channels (a ``pointwise`` conv: 1x1, stride 1, no pads) on this machine,
+    with the current ISA mask: the machine's best, but VNNI instead of AMX below AMX_MIN_K,
+    AMX_MIN_ROWS, or (pointwise) AMX_MIN_M."""
     kind = _fn("ei_int8_gemm_kind", ctypes.c_int)()
-    return 4 if kind == 5 and k is not None and k < AMX_MIN_K else kind
+    if kind != 5:
+        return kind
+    small = ((k is not None and k < AMX_MIN_K) or (rows is not None and rows < AMX_MIN_ROWS)
+             or (pointwise and m is not None and m < AMX_MIN_M))
+    return 4 if small else kind
 
 
 def kind_name(k: Optional[int] = None) -> str:
     """The int8 GEMM micro-kernel prepare picks on this machine (with the current ISA mask) for
     a GEMM of depth ``k`` (None: the deepest)."""
     k = gemm_kind(k)
-    return {0: "scalar", 1: "AVX2 madd_epi16", 2: "NEON smlal", 3: "NEON sdot",
-            4: "AVX-512 VNNI vpdpbusd", 5: "AMX tdpbusd"}.get(k, str(k))
+    return KIND_NAMES.get(k, str(k))

@@ -17,6 +17,7 @@
 #include "ei_int8.h"
 #include "ei_activations.h"
 #include "depthwise.h"
+#include "ei_lut.h"
 #include "selftest_rng.h"
 
 #include <stdlib.h>
@@ -681,7 +682,12 @@ typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64
 /* rows [r0, r1), handed out by the pool in chunks; scratch: the running thread slot's */
 static void dw_range(void *vctx, int64_t r0, int64_t r1) {
     const dw_ctx *c = (const dw_ctx *)vctx;
-    c->fn(c->a, r0, r1, (char *)c->a->scratch + (int64_t)ei_pool_slot() * c->per);
+    const ei_dw_args *a = c->a;
+    c->fn(a, r0, r1, (char *)a->scratch + (int64_t)ei_pool_slot() * c->per);
+    if (a->is_int8 && a->lut) {     /* the fused activation over the rows just stored (contiguous) */
+        int64_t row = (int64_t)a->ow * (a->nchw ? 1 : a->c);
+        ei_lut_inplace(a->lut, (int8_t *)a->y + r0 * row, (r1 - r0) * row, 1, 0);
+    }
 }
 
 static rows_fn pick(const ei_dw_args *a) {
@@ -795,6 +801,14 @@ EI_API int ei_selftest_depthwise(void) {
         a.y = y0;
         dw_ctx c = { &a, dw_rows_scalar, (int64_t)a.n * (a.nchw ? a.c : 1) * a.oh, 1, ei_dw_scratch(&a) };
         dw_range(&c, 0, c.rows);
+        /* a fused activation table (int8, every other trial of four): the reference applies it
+         * in a plain loop, the kernels through ei_lut_inplace (VBMI / NEON / scalar) */
+        int8_t lut[256];
+        for (int i = 0; i < 256; i++) lut[i] = (int8_t)((i * 73 + 41 + trial) & 0xFF);
+        if (a.is_int8 && (trial / 4) % 2 == 1) {
+            for (int64_t i = 0; i < ys; i++) ((int8_t *)y0)[i] = lut[((int8_t *)y0)[i] + 128];
+            a.lut = lut;
+        }
         a.y = y1;
         ei_depthwise(&a);
         if (memcmp(y0, y1, ys * es) != 0) fails++;

@@ -21,6 +21,7 @@
  * tasks on the thread pool; each thread slot has its own scratch.
  */
 #include "int8_gemm.h"
+#include "ei_lut.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -214,8 +215,36 @@ static void mk_vnni(const uint8_t *const *rows, const int32_t *corr, const void 
 typedef struct {
     ei_vq16 v[2];
     ei_vqc c;
+    __m512i zlo[4], zhi[4];         /* zfast: the residual table's int16 terms as two byte planes */
     __mmask16 m[2];                 /* channels of the panel that exist */
+    int zfast;                      /* the residual's rows in pairs through vq_res_rows2 (VBMI) */
 } vq_panel;
+
+static int has_vbmi(void) {
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi"); }
+    return v && has_vnni();
+}
+
+/* the residual's terms MBQM(z - zp_z, s_z / s_y) as int16 byte planes (index: z's bit pattern),
+ * when every one is within +-2^14: then ei_vq_pack4's int16 saturating arithmetic adds them
+ * exactly (vq_res_rows2) */
+__attribute__((target("avx512f,avx512bw")))
+static void zfast_prepare(vq_panel *v, const int32_t *ztab) {
+    v->zfast = 0;
+    if (!ztab || !has_vbmi()) return;
+    uint8_t lo[256], hi[256];
+    for (int i = 0; i < 256; i++) {
+        if (ztab[i] < -(1 << 14) || ztab[i] > (1 << 14)) return;
+        lo[i] = (uint8_t)(ztab[i] & 0xFF);
+        hi[i] = (uint8_t)((ztab[i] >> 8) & 0xFF);
+    }
+    for (int q = 0; q < 4; q++) {
+        v->zlo[q] = _mm512_loadu_si512(lo + 64 * q);
+        v->zhi[q] = _mm512_loadu_si512(hi + 64 * q);
+    }
+    v->zfast = 1;
+}
 
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void vq_prepare(vq_panel *v, const ei_int8_conv_args *a, const int32_t *corr, int ch0, int nch) {
@@ -227,6 +256,7 @@ static void vq_prepare(vq_panel *v, const ei_int8_conv_args *a, const int32_t *c
         v->m[h] = (__mmask16)((1u << n) - 1);
     }
     ei_vqc_prepare(&v->c, a->ztab, a->zp_y, a->lo, a->hi, left);
+    zfast_prepare(v, a->ztab);
 }
 
 /* ei_vq_pack4's 64 bytes as two rows of the panel's 32 channels (y, y + ys) */
@@ -241,6 +271,56 @@ static inline void vq_rows2(__m512i p, const vq_panel *v, int8_t *y, int64_t ys)
         _mm512_mask_storeu_epi8(y, m, p);
         _mm512_mask_storeu_epi8(y + ys, m, _mm512_castsi256_si512(hi));
     }
+}
+
+/* Two rows of a panel with a residual (zfast): r0, r1 row 0's channels 0..15, 16..31 and r2, r3
+ * row 1's (ei_vq_mbqm's, before zp_y); z, z + zs the rows' residual values. The residual's terms
+ * come from the byte planes by vpermi2b (the per-lane table gather cost ~1 ns an output: the
+ * projection convs' epilogue), in the word order of ei_vq_pack4's int16 packs, and join there:
+ * packs(r) +sat term +sat zp_y, packs to int8, clamp. Exact: with |term| <= 2^14 a saturated
+ * pack stays beyond [-255, 255] after both adds, on the side of the int32 sum (which clamps
+ * there too), and an unsaturated one is the int32 sum itself. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"), noinline))
+static void vq_res_rows2(const vq_panel *v, __m512i r0, __m512i r1, __m512i r2, __m512i r3, const int8_t *z,
+                         int64_t zs, int8_t *y, int64_t ys) {
+    /* packs_epi32 lane j holds words of channels 4j .. 4j + 3 then 16 + 4j .. 16 + 4j + 3; the
+     * residual bytes are put in that order (row 0 in bytes 0..7 of each lane, row 1 in 8..15),
+     * so unpacklo / unpackhi of the two planes give the terms of packs(r0, r1) / packs(r2, r3) */
+    static const uint8_t ord[64] = { 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51,
+                                     4, 5, 6, 7, 20, 21, 22, 23, 36, 37, 38, 39, 52, 53, 54, 55,
+                                     8, 9, 10, 11, 24, 25, 26, 27, 40, 41, 42, 43, 56, 57, 58, 59,
+                                     12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63 };
+    const __mmask32 m = (__mmask32)v->m[0] | (__mmask32)v->m[1] << 16;
+    __m512i zb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(m, z)),
+                                    _mm256_maskz_loadu_epi8(m, z + zs), 1);
+    zb = _mm512_permutexvar_epi8(_mm512_loadu_si512(ord), zb);
+    const __mmask64 top = _mm512_movepi8_mask(zb);
+    __m512i lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(v->zlo[0], zb, v->zlo[1]),
+                                        _mm512_permutex2var_epi8(v->zlo[2], zb, v->zlo[3]));
+    __m512i hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(v->zhi[0], zb, v->zhi[1]),
+                                        _mm512_permutex2var_epi8(v->zhi[2], zb, v->zhi[3]));
+    const ei_vqc *c = &v->c;
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    __m512i a = _mm512_adds_epi16(_mm512_adds_epi16(_mm512_packs_epi32(r0, r1), _mm512_unpacklo_epi8(lo, hi)), c->zp16);
+    __m512i b = _mm512_adds_epi16(_mm512_adds_epi16(_mm512_packs_epi32(r2, r3), _mm512_unpackhi_epi8(lo, hi)), c->zp16);
+    __m512i p = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(a, b));
+    vq_rows2(_mm512_min_epi8(_mm512_max_epi8(p, c->lo8), c->hi8), v, y, ys);
+}
+
+/* rows 0, 1 .. of a panel's int32 tile (as store_pairs) with the residual z (zfast), in pairs;
+ * returns the rows done (an odd last one is left to ei_vq_store) */
+__attribute__((target("avx512f,avx512bw")))
+static int store_pairs_res(const vq_panel *v, const int32_t *c, int64_t ldc, int nrow, int8_t *y, int64_t ys,
+                           const int8_t *z) {
+    const int left = v->c.left;
+    int r = 0;
+#define RQ(p, h) ei_vq_mbqm(_mm512_add_epi32(_mm512_loadu_si512(p), v->v[h].bias), &v->v[h], left)
+    for (; r + 2 <= nrow; r += 2) {
+        const int32_t *c0 = c + r * ldc, *c1 = c0 + ldc;
+        vq_res_rows2(v, RQ(c0, 0), RQ(c0 + 16, 1), RQ(c1, 0), RQ(c1 + 16, 1), z + r * ys, ys, y + r * ys, ys);
+    }
+#undef RQ
+    return r;
 }
 
 /* every panel's vq_panel, made once at prepare (a conv call would otherwise make each panel's
@@ -344,7 +424,17 @@ static void mk_vnni_rq(const uint8_t *const *rows, const void *bp, int kg, const
         ei_vq_store(&v->c, &v->v[1], v->m[1], l1, yl + 16, NULL);
         return;
     }
-#define ST(r, v0, v1) if (r < nrow) { ei_vq_store(&v->c, &v->v[0], v->m[0], v0, y + r * ys, z ? z + r * ys : NULL); \
+    int done = 0;                      /* rows stored in pairs (zfast) */
+    if (v->zfast && z) {
+        const int l = v->c.left;
+#define PR(r, a0, a1, b0, b1) if (r + 1 < nrow) { vq_res_rows2(v, ei_vq_mbqm(a0, &v->v[0], l), \
+        ei_vq_mbqm(a1, &v->v[1], l), ei_vq_mbqm(b0, &v->v[0], l), ei_vq_mbqm(b1, &v->v[1], l), z + r * ys, ys, \
+        y + r * ys, ys); done = r + 2; }
+        PR(0, c00, c01, c10, c11); PR(2, c20, c21, c30, c31); PR(4, c40, c41, c50, c51); PR(6, c60, c61, c70, c71);
+#undef PR
+    }
+#define ST(r, v0, v1) if (r >= done && r < nrow) { \
+        ei_vq_store(&v->c, &v->v[0], v->m[0], v0, y + r * ys, z ? z + r * ys : NULL); \
         ei_vq_store(&v->c, &v->v[1], v->m[1], v1, y + r * ys + 16, z ? z + r * ys + 16 : NULL); }
     ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31);
     ST(4, c40, c41); ST(5, c50, c51); ST(6, c60, c61); ST(7, c70, c71);
@@ -718,6 +808,7 @@ static void amx_panel(const ei_int8_conv_args *a, const vq_panel *v, const uint8
         amx_tile(at, lda, b, kg, nrow > 16, v->m[1] != 0, cbuf);
         int r = 0;
         if (!v->c.ztab) r = store_pairs(v, cbuf, 32, nrow, y, a->m);
+        else if (v->zfast && z) r = store_pairs_res(v, cbuf, 32, nrow, y, a->m, z);
         for (; r < nrow; r++) {
             const int32_t *c = cbuf + r * 32;
             ei_vq_store(&v->c, &v->v[0], v->m[0], _mm512_add_epi32(_mm512_loadu_si512(c), v->v[0].bias),
@@ -822,9 +913,11 @@ static void implicit_rows(const ei_int8_conv_args *a, const plan_t *p, int j0, i
             if (two) { _tile_stored(2, cbuf + 16 * 32, 128); _tile_stored(3, cbuf + 16 * 32 + 16, 128); }
             const int e = EI_MIN(s + 32, ox0 + n);
             int px = s;
+            const int64_t o0 = ((b * a->oh + oy) * a->ow + s) * (int64_t)a->m + ch0;
             if (!v->c.ztab)
-                px += store_pairs(v, cbuf + (s - t0) * 32, 32, e - s,
-                                  a->y + ((b * a->oh + oy) * a->ow + s) * (int64_t)a->m + ch0, a->m);
+                px += store_pairs(v, cbuf + (s - t0) * 32, 32, e - s, a->y + o0, a->m);
+            else if (v->zfast && a->z)
+                px += store_pairs_res(v, cbuf + (s - t0) * 32, 32, e - s, a->y + o0, a->m, a->z + o0);
             for (; px < e; px++) {
                 const int32_t *c = cbuf + (px - t0) * 32;
                 int64_t off = ((b * a->oh + oy) * a->ow + px) * (int64_t)a->m + ch0;
@@ -1049,18 +1142,36 @@ static void implicit_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, ch
 }
 #endif
 
+/* the fused activation table (a->lut) over the outputs one task stored (rows r0 .. r0 + nrows - 1,
+ * the channels of block cb), while they are in cache: after every epilogue kind (VNNI, AMX,
+ * implicit, narrow, AVX2, NEON, scalar) and after the residual, so y = lut[clamped q + 128] */
+static void lut_task(const ei_int8_conv_args *a, const plan_t *p, int cb, int64_t r0, int nrows) {
+    int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
+    int c0 = p->ncb == 1 ? 0 : j0 * p->k.nr, c1 = p->ncb == 1 ? a->m : EI_MIN(a->m, j1 * p->k.nr);
+    if (c1 <= c0) return;
+    if (!a->out_nchw) {
+        if (c0 == 0 && c1 == a->m) ei_lut_inplace(a->lut, a->y + r0 * a->m, (int64_t)nrows * a->m, 1, 0);
+        else ei_lut_inplace(a->lut, a->y + r0 * a->m + c0, c1 - c0, nrows, a->m);
+        return;
+    }
+    for (int64_t r = r0, end = r0 + nrows; r < end;) {      /* NCHW: per image, the channels' plane runs */
+        int64_t b = r / p->P, pix = r - b * p->P, len = EI_MIN(end - r, p->P - pix);
+        ei_lut_inplace(a->lut, a->y + (b * a->m + c0) * p->P + pix, len, c1 - c0, p->P);
+        r += len;
+    }
+}
+
 static void run_task(const conv_ctx *cx, int t, char *scratch) {
     const plan_t *p = &cx->p;
     int rb = t / p->ncb, cb = t % p->ncb;
     int64_t r0 = (int64_t)rb * p->mb;
     int nrows = (int)EI_MIN((int64_t)p->mb, p->R - r0);
 #if defined(__x86_64__)
-    if (p->implicit && cx->a->consts) {
-        implicit_block(cx, cb, r0, nrows, scratch);
-        return;
-    }
+    if (p->implicit && cx->a->consts) implicit_block(cx, cb, r0, nrows, scratch);
+    else
 #endif
     run_block(cx, cb, r0, nrows, scratch);
+    if (cx->a->lut) lut_task(cx->a, p, cb, r0, nrows);
 }
 
 /* tasks [t0, t1), handed out by the pool in chunks (a descheduled thread's are taken by the

@@ -1,0 +1,130 @@
+"""Prepare-time fusion of int8 lookup-table activations into the int8 conv that feeds them.
+
+In an int8 graph an element-wise activation (HardSwish, HardSigmoid, Sigmoid, SiLU, Tanh,
+LeakyRelu, ...: ``ops/int8_tables.LUT_OPS``) is a 256-entry table step of its own, as in
+TFLite. Where its input is the only output of an int8 Conv / FusedConv and nothing else reads
+that tensor, the CPU plan runs the two as one step, as it already does for fp32: the conv keeps
+its requantization to the activation's *input* parameters (its own Relu / Clip clamp and
+residual included) and its kernel then maps each stored output through the activation's table
+(``lut`` of ``ei_int8_conv_args`` / ``ei_dw_args``; the numpy kernels likewise), writing the
+activation's output tensor; the intermediate tensor takes no arena bytes. The table is the one
+the separate step would build (``lut_table``, at prepare), so both plans give the same bytes.
+
+The decision belongs to the CPU backend and is made when a plan is prepared: the saved graph,
+its ONNX / TFLite exports and the other backends keep the two nodes. ``ENABLED = False``
+prepares plans unfused (the tests compare the two plans bit for bit).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ...ir import Graph, Node
+from ...ops.int8_tables import LUT_OPS, activation_fn, lut_table
+from ...ops.qmath import per_tensor
+from .registry import TABLE
+
+#: fuse when plans are prepared (False: every activation stays its own step)
+ENABLED = True
+#: the attribute of a fused conv node (in the plan's node list only): its ``FusedActivation``
+ATTR = "_int8_activation"
+#: the ops whose int8 kernel applies a fused table (kernels/int8_conv.py)
+CONV_OPS = ("Conv", "FusedConv")
+
+
+@dataclass(frozen=True)
+class FusedActivation:
+    """The activation a conv node of the plan applies: ``op`` and ``attrs`` (the activation
+    node ``node``'s), ``via`` the tensor between them (the conv requantizes to its parameters)."""
+    op: str
+    attrs: dict
+    node: str
+    via: str
+
+
+class _Consts:
+    """What the kernel table's ``lookup`` reads of a prepare context: tensors and constants."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+    def tensor(self, name: str):
+        return self.graph.tensors[name]
+
+    def const(self, name: str):
+        t = self.graph.tensors.get(name) if name else None
+        return t.data if t is not None and t.is_const else None
+
+
+def fused_activation(node: Node) -> Optional[FusedActivation]:
+    """The activation fused into conv ``node`` of a plan, or None."""
+    return node.attrs.get(ATTR)
+
+
+def activation_table(node: Node, ctx) -> Optional[np.ndarray]:
+    """The 256-entry int8 table (index: the conv's clamped output + 128) of the activation fused
+    into ``node``, from the intermediate tensor's and the output's parameters; None if none."""
+    fused = fused_activation(node)
+    if fused is None:
+        return None
+    s_x, zp_x = per_tensor(ctx, fused.via, "activation input")
+    s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
+    return lut_table(activation_fn(fused.op, fused.attrs), s_x, zp_x, s_y, zp_y)
+
+
+def _per_tensor_int8(graph: Graph, name: str) -> bool:
+    t = graph.tensors.get(name)
+    if t is None or t.is_const or t.dtype != "int8" or not t.quant:
+        return False
+    return np.asarray(t.quant.get("scale", [])).size == 1 and np.asarray(t.quant.get("zero_point", [0])).size == 1
+
+
+def _fusable(conv: Node, act: Node, graph: Graph, readers: Dict[str, int], consts: _Consts) -> bool:
+    from .kernels.int8_conv import int8_conv
+    mid = act.inputs[0]
+    if (conv.op not in CONV_OPS or ATTR in conv.attrs or [o for o in conv.outputs if o] != [mid]
+            or readers.get(mid, 0) != 1 or mid in graph.outputs or act.outputs[0] in graph.inputs):
+        return False
+    if not (_per_tensor_int8(graph, mid) and _per_tensor_int8(graph, act.outputs[0])
+            and graph.tensors[mid].shape == graph.tensors[act.outputs[0]].shape):
+        return False
+    try:
+        entry = TABLE.lookup(conv, consts)
+    except Exception:       # no kernel: the plan's own prepare reports it
+        return False
+    return entry.prepare is int8_conv         # the int8 conv kernel (not a sparse or float one)
+
+
+def fuse_int8_activations(graph: Graph, nodes: List[Node]) -> Tuple[List[Node], Dict[str, str]]:
+    """``nodes`` (a plan's, in order) with every fusable int8 conv -> table activation pair as
+    one conv node (a copy writing the activation's output, ``ATTR`` set), and {activation node
+    name: conv node name} of the pairs fused. ``graph`` and its nodes are left as they are."""
+    if not ENABLED:
+        return list(nodes), {}
+    producer = {o: k for k, n in enumerate(nodes) for o in n.outputs if o}
+    readers: Dict[str, int] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                readers[i] = readers.get(i, 0) + 1
+    consts = _Consts(graph)
+    out: List[Optional[Node]] = list(nodes)
+    fused: Dict[str, str] = {}
+    for k, act in enumerate(nodes):
+        if act.op not in LUT_OPS or len(act.inputs) < 1 or not act.inputs[0] or len(act.outputs) != 1:
+            continue
+        j = producer.get(act.inputs[0])
+        if j is None or out[j] is None or not _fusable(out[j], act, graph, readers, consts):
+            continue
+        conv = out[j]
+        attrs = dict(conv.attrs)
+        attrs[ATTR] = FusedActivation(act.op, dict(act.attrs), act.name, act.inputs[0])
+        # the conv's step takes the activation's place: everything between them ran on other
+        # tensors (the intermediate one had no other reader), and the activation's own inputs
+        # were all ready at the conv's position
+        out[j] = None
+        out[k] = Node(conv.op, list(conv.inputs), [act.outputs[0]], attrs, conv.name)
+        fused[act.name] = conv.name
+    return [n for n in out if n is not None], fused

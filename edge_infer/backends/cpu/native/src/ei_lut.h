@@ -1,0 +1,14 @@
+/* The fused int8 activation of the conv / depthwise epilogues (int8_misc.c): a 256-entry table
+ * applied in place to outputs already requantized and clamped, y = lut[y + 128] (the `lut`
+ * field of ei_int8_conv_args and ei_dw_args). The kernels call it on each block of output they
+ * have just stored, while it is in cache; the tables are built at prepare (ops/int8_tables.py,
+ * TFLite's PopulateLookupTable), so fused and separate table steps give the same bytes. */
+#ifndef EI_LUT_H
+#define EI_LUT_H
+
+#include <stdint.h>
+
+/* rows of n contiguous bytes, ys apart, starting at y */
+void ei_lut_inplace(const int8_t *lut, int8_t *y, int64_t n, int64_t rows, int64_t ys);
+
+#endif
