@@ -143,6 +143,10 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     for name, v in zip(("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"),
                        geometry):
         setattr(a, name, int(v))
+    from . import int8_ops               # first convs (c <= 4): the direct stem kernel, no im2col
+    stem = int8_ops.int8_stem_step(ctx, a, w_mk, (x, y, bias32, mult, sh))
+    if stem is not None:
+        return stem
     need = _fn("ei_int8_conv_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
     if need < 0:
         return None

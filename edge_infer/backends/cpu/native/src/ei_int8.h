@@ -266,4 +266,9 @@ void ei_rq_run(int simd, const ei_rq *rq, const int32_t *acc, int ch0, int n, in
 /* the SIMD flag kernels pass to ei_rq_run, from the current ISA mask */
 int ei_rq_simd(void);
 
+/* y[i] = tab[(uint8_t)x[i]] for i < n (one 256-entry table; y may be x): the fastest form on
+ * this CPU under the ISA mask (int8_ops.c), for kernels applying a fused activation table */
+typedef void (*lut_row_fn)(const int8_t *tab, const int8_t *x, int8_t *y, int64_t n);
+lut_row_fn ei_lut_row_kernel(void);
+
 #endif

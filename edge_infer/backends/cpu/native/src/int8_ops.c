@@ -118,7 +118,7 @@ static void lut_neon(const int8_t *t, const int8_t *x, int8_t *y, int64_t n) {
 }
 #endif
 
-typedef void (*lut_fn)(const int8_t *, const int8_t *, int8_t *, int64_t);
+typedef lut_row_fn lut_fn;
 
 static lut_fn lut_kernel(void) {
 #if defined(__x86_64__)
@@ -129,6 +129,8 @@ static lut_fn lut_kernel(void) {
 #endif
     return lut_scalar;
 }
+
+lut_row_fn ei_lut_row_kernel(void) { return lut_kernel(); }
 
 /* the SIMD the LUT kernel uses under the current ISA mask (for the plan notes) */
 EI_API int ei_lut_isa(void) {
