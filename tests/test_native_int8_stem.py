@@ -14,6 +14,10 @@ from test_native_kernels import MASKS, assert_native_matches, int8_conv_case, ru
 pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
 
 
+def _has_amx() -> bool:
+    return bool(native.lib.ei_cpu_features() & native.AMX) and kernels.gemm_kind(64) == 5
+
+
 def _gemm_only(monkeypatch):
     monkeypatch.setattr(int8_ops, "int8_stem_step", lambda *a, **k: None)
 
@@ -34,7 +38,9 @@ def test_stem_matches_numpy_and_gemm(monkeypatch, n, c, m, hw, k, stride, pad, a
     res = run_three_ways(g, feeds)
     assert_native_matches(res)
     for mode in MASKS:
-        assert "native stem conv" in res[mode][1], (mode, res[mode][1])
+        # with AMX the GEMM keeps the first convs of more than 16 channels (its tiles were faster)
+        gemm_wins = mode == "native" and m > 16 and c * k * k >= kernels.AMX_MIN_K and _has_amx()
+        assert ("native stem conv" in res[mode][1]) != gemm_wins, (mode, res[mode][1])
     _gemm_only(monkeypatch)
     gemm = run_three_ways(g, feeds)
     for mode in MASKS:
@@ -68,7 +74,7 @@ def _conv_step(x, w, bias, xq, yq, ws, stride, pad):
 
 
 @pytest.mark.parametrize("mode", list(MASKS))
-@pytest.mark.parametrize("m,hw", [(16, (40, 56)), (24, (9, 13))])
+@pytest.mark.parametrize("m,hw", [(16, (40, 56)), (13, (9, 13))])
 def test_stem_applies_the_activation_table(monkeypatch, mode, m, hw):
     """A table in the args' lut (y = lut[q + 128] after the clamp, as a fused HardSwish sets it):
     the stem's output is the table of the GEMM's unfused output, value for value."""

@@ -66,15 +66,26 @@ static int stem_kind_runs(int kind) {
     return kind == KIND_SCALAR;
 }
 
-/* the kind this machine runs the stem with now (ISA mask included), or -1 when the stem kernel
- * does not take these args (the GEMM serves) */
-EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
+/* whether the stem kernel computes these args at all */
+static int stem_fits(const ei_int8_conv_args *a) {
     if (a->in_nchw || a->out_nchw || a->z || a->c < 1 || a->c > STEM_MAX_C || a->m < 1 || a->m > STEM_MAX_M)
-        return -1;
+        return 0;
     if (a->kh < 1 || a->kh > 64 || a->kw < 1 || a->kw > STEM_MAX_KW || a->sh < 1 || a->sw < 1 || a->dh < 1 || a->dw != 1
         || a->pt < 0 || a->pl < 0 || a->n < 1 || a->oh < 1 || a->ow < 1)
-        return -1;
+        return 0;
+    return 1;
+}
+
+/* the kind this machine runs the stem with now (ISA mask included), or -1 when the stem kernel
+ * does not take these args or the GEMM is faster here (the GEMM serves) */
+EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
+    if (!stem_fits(a)) return -1;
 #if defined(__x86_64__)
+    /* where the GEMM runs on AMX (K >= 17, kernels.AMX_MIN_K) its tiles take the multiplies off
+     * the vector ports: from 32 channels on it beat these rows (1 thread, loaded machine,
+     * 3 -> 32 3x3/2 at 320: 251 against 328 us; 3 -> 16 at 224: 90 against 81 us; without AMX
+     * the VNNI GEMM took 420 and 230 us, AVX2 1895 and 779 against the stem's 885 and 235) */
+    if (a->m > 16 && a->kh * a->kw * a->c >= 17 && ei_int8_kind_runs(KIND_AMX)) return -1;
     if (stem_kind_runs(KIND_VNNI)) return KIND_VNNI;
     if (stem_kind_runs(KIND_AVX2)) return KIND_AVX2;
 #elif defined(__aarch64__)
@@ -390,7 +401,7 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
 
 /* wpack: ei_int8_stem_pack's output for a->kind; scratch: threads * ei_int8_stem_scratch bytes */
 EI_API void ei_int8_stem(const ei_int8_conv_args *a) {
-    EI_CHECK(ei_int8_stem_kind(a) >= 0 && a->kh <= 64);
+    EI_CHECK(stem_fits(a));
     stem_ctx s;
     s.a = a;
     s.g = stem_geometry(a);
@@ -461,7 +472,7 @@ EI_API int ei_selftest_int8_stem(void) {
                         y0[((b * a.oh + oy) * a.ow + ox) * a.m + mm] = a.lut ? lut[q + 128] : q;
                     }
         size_t ny = (size_t)a.n * a.oh * a.ow * a.m;
-        if (ei_int8_stem_kind(&a) < 0 || ei_int8_stem_pack_size(&a) > (int64_t)sizeof pack
+        if (!stem_fits(&a) || ei_int8_stem_pack_size(&a) > (int64_t)sizeof pack
             || ei_int8_stem_scratch(&a) * a.threads > (int64_t)sizeof scratch) { fails++; continue; }
         /* each kind under an ISA mask that runs it (where this CPU has it; else the scalar rows
          * read its layout) */
