@@ -73,7 +73,7 @@ static int stem_fits(const ei_int8_conv_args *a) {
     if (a->kh < 1 || a->kh > 64 || a->kw < 1 || a->kw > STEM_MAX_KW || a->sh < 1 || a->sw < 1 || a->dh < 1 || a->dw != 1
         || a->pt < 0 || a->pl < 0 || a->n < 1 || a->oh < 1 || a->ow < 1)
         return 0;
-    return 1;
+    return (int64_t)(a->kh - 1) * a->dh + 1 + a->sh <= 64;     /* line_slots */
 }
 
 /* the kind this machine runs the stem with now (ISA mask included), or -1 when the stem kernel
@@ -135,9 +135,14 @@ EI_API void ei_int8_stem_pack(const ei_int8_conv_args *a, const int8_t *w_mk, vo
     }
 }
 
+/* line slots a thread keeps: an output row's kh lines span (kh - 1) dh + 1 input rows and the
+ * next row's start sh further, so lines built for one row are still there for the next
+ * (a 3x3 stride-2 stem builds 1.5 lines a row instead of 3) */
+static int64_t line_slots(const ei_int8_conv_args *a) { return (int64_t)(a->kh - 1) * a->dh + 1 + a->sh; }
+
 EI_API int64_t ei_int8_stem_scratch(const ei_int8_conv_args *a) {
     stem_geo g = stem_geometry(a);
-    return (int64_t)a->kh * g.lb;
+    return line_slots(a) * g.lb;
 }
 
 /* ---- line buffers ---- */
@@ -145,6 +150,18 @@ EI_API int64_t ei_int8_stem_scratch(const ei_int8_conv_args *a) {
 enum { LINE_I16 = 0, LINE_U8 = 1, LINE_S8 = 2 };
 
 static int line_type(int kind) { return kind == KIND_VNNI ? LINE_U8 : kind == KIND_DOT ? LINE_S8 : LINE_I16; }
+
+#if defined(__x86_64__)
+/* d[0 .. n) = s ^ 0x80, 64 bytes a step */
+__attribute__((target("avx512f,avx512bw")))
+static void xor80_avx512(uint8_t *d, const int8_t *s, int64_t n) {
+    const __m512i f = _mm512_set1_epi8((char)0x80);
+    for (int64_t i = 0; i < n; i += 64) {
+        __mmask64 m = n - i >= 64 ? ~0ULL : (1ULL << (n - i)) - 1;
+        _mm512_mask_storeu_epi8(d + i, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, s + i), f));
+    }
+}
+#endif
 
 /* line position p holds input column p - pl of row iy (zp_x outside the image) */
 static void build_line(const ei_int8_conv_args *a, const stem_geo *g, int64_t b, int64_t iy, int type, void *dst) {
@@ -165,6 +182,13 @@ static void build_line(const ei_int8_conv_args *a, const stem_geo *g, int64_t b,
         uint8_t flip = type == LINE_U8 ? 0x80 : 0, fill = (uint8_t)((uint8_t)a->zp_x ^ flip);
         uint8_t *d = (uint8_t *)dst;
         memset(d, fill, (size_t)x0);
+#if defined(__x86_64__)
+        if (flip && ei_has(EI_AVX512)) {        /* the VNNI rows' lines: x86 with AVX-512 */
+            xor80_avx512(d + x0, src, x1 - x0);
+            memset(d + x1, fill, (size_t)(total - x1));
+            return;
+        }
+#endif
         memcpy(d + x0, src, (size_t)(x1 - x0));
         if (flip) {                 /* 8 bytes a word (the byte loop was a third of the conv) */
             int64_t i = x0;
@@ -379,8 +403,11 @@ static row_fn row_kernel(int kind) {
 static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     const stem_ctx *s = (const stem_ctx *)vctx;
     const ei_int8_conv_args *a = s->a;
-    char *scr = (char *)a->scratch + (int64_t)ei_pool_slot() * a->kh * s->g.lb;
+    const int64_t slots = line_slots(a);
+    char *scr = (char *)a->scratch + (int64_t)ei_pool_slot() * slots * s->g.lb;
     const void *lines[64];
+    int64_t held[64];                           /* per slot: the line's (b, iy + pt), or -1 */
+    for (int64_t i = 0; i < slots; i++) held[i] = -1;
     int type = line_type(s->kind);
     row_fn fn = row_kernel(s->kind);
     lut_row_fn lut = a->lut ? ei_lut_row_kernel() : NULL;
@@ -389,8 +416,13 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         int64_t b = r / a->oh, oy = r % a->oh;
         for (int ky = 0; ky < a->kh; ky++) {
-            void *l = scr + (int64_t)ky * s->g.lb;
-            build_line(a, &s->g, b, oy * a->sh - a->pt + (int64_t)ky * a->dh, type, l);
+            int64_t iy = oy * a->sh - a->pt + (int64_t)ky * a->dh;
+            int64_t tag = (b << 32) | (iy + a->pt), slot = (iy + a->pt) % slots;     /* iy >= -pt */
+            void *l = scr + slot * s->g.lb;
+            if (held[slot] != tag) {
+                build_line(a, &s->g, b, iy, type, l);
+                held[slot] = tag;
+            }
             lines[ky] = l;
         }
         int8_t *out = a->y + r * a->ow * a->m;
