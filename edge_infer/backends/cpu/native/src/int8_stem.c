@@ -328,6 +328,16 @@ static void row_avx2(const stem_ctx *s, const void *const *lines, int8_t *out) {
 #endif
 
 #if defined(__aarch64__)
+/* the requantized 16 channels of one pixel (two pairs of int32x4) into out, nch of them */
+static inline void neon_store(const ei_rq *rq, const int32x4_t *acc, int ch, int nch, int8_t *out) {
+    int8_t tmp[16];
+    vst1_s8(tmp, ei_rq8_neon(rq, acc[0], acc[1], ch, NULL, 0));
+    vst1_s8(tmp + 8, ei_rq8_neon(rq, acc[2], acc[3], ch + 8, NULL, 0));
+    memcpy(out, tmp, (size_t)nch);
+}
+
+/* two pixels a step (eight accumulator chains: one pixel's four waited on the multiply-add
+ * latency); a last odd pixel computes its neighbour again and stores itself alone */
 static void row_neon(const stem_ctx *s, const void *const *lines, int8_t *out) {
     const ei_int8_conv_args *a = s->a;
     const stem_geo *g = &s->g;
@@ -336,24 +346,27 @@ static void row_neon(const stem_ctx *s, const void *const *lines, int8_t *out) {
     for (int b = 0; b < g->mb; b++) {
         const int16_t *w = (const int16_t *)s->wp + (int64_t)b * g->kp * 16;
         int nch = (int)EI_MIN((int64_t)16, m - 16 * b);
-        for (int64_t ox = 0; ox < a->ow; ox++) {
-            int32x4_t acc[4];
-            for (int q = 0; q < 4; q++) acc[q] = vld1q_s32(s->bias + 16 * b + 4 * q);
+        for (int64_t ox = 0; ox < a->ow; ox += 2) {
+            int64_t o1 = EI_MIN(ox + 1, (int64_t)a->ow - 1);
+            int32x4_t acc[2][4];
+            for (int q = 0; q < 4; q++) acc[0][q] = acc[1][q] = vld1q_s32(s->bias + 16 * b + 4 * q);
             for (int ky = 0; ky < a->kh; ky++) {
-                const int16_t *l = (const int16_t *)lines[ky] + ox * step;
+                const int16_t *l0 = (const int16_t *)lines[ky] + ox * step, *l1 = (const int16_t *)lines[ky] + o1 * step;
                 const int16_t *wk = w + (int64_t)ky * g->kwc4 * 16;
                 for (int v = 0; v < g->kwc; v++) {
                     int16x8_t w0 = vld1q_s16(wk + 16 * v), w1 = vld1q_s16(wk + 16 * v + 8);
-                    acc[0] = vmlal_n_s16(acc[0], vget_low_s16(w0), l[v]);
-                    acc[1] = vmlal_high_n_s16(acc[1], w0, l[v]);
-                    acc[2] = vmlal_n_s16(acc[2], vget_low_s16(w1), l[v]);
-                    acc[3] = vmlal_high_n_s16(acc[3], w1, l[v]);
+                    acc[0][0] = vmlal_n_s16(acc[0][0], vget_low_s16(w0), l0[v]);
+                    acc[0][1] = vmlal_high_n_s16(acc[0][1], w0, l0[v]);
+                    acc[0][2] = vmlal_n_s16(acc[0][2], vget_low_s16(w1), l0[v]);
+                    acc[0][3] = vmlal_high_n_s16(acc[0][3], w1, l0[v]);
+                    acc[1][0] = vmlal_n_s16(acc[1][0], vget_low_s16(w0), l1[v]);
+                    acc[1][1] = vmlal_high_n_s16(acc[1][1], w0, l1[v]);
+                    acc[1][2] = vmlal_n_s16(acc[1][2], vget_low_s16(w1), l1[v]);
+                    acc[1][3] = vmlal_high_n_s16(acc[1][3], w1, l1[v]);
                 }
             }
-            int8_t tmp[16];
-            vst1_s8(tmp, ei_rq8_neon(&rq, acc[0], acc[1], 16 * b, NULL, 0));
-            vst1_s8(tmp + 8, ei_rq8_neon(&rq, acc[2], acc[3], 16 * b + 8, NULL, 0));
-            memcpy(out + ox * m + 16 * b, tmp, (size_t)nch);
+            neon_store(&rq, acc[0], 16 * b, nch, out + ox * m + 16 * b);
+            if (o1 > ox) neon_store(&rq, acc[1], 16 * b, nch, out + o1 * m + 16 * b);
         }
     }
 }
@@ -367,21 +380,25 @@ static void row_dot(const stem_ctx *s, const void *const *lines, int8_t *out) {
     for (int b = 0; b < g->mb; b++) {
         const int8_t *w = (const int8_t *)s->wp + (int64_t)b * g->groups * 64;
         int nch = (int)EI_MIN((int64_t)16, m - 16 * b);
-        for (int64_t ox = 0; ox < a->ow; ox++) {
-            int32x4_t acc[4];
-            for (int q = 0; q < 4; q++) acc[q] = vld1q_s32(s->bias + 16 * b + 4 * q);
+        for (int64_t ox = 0; ox < a->ow; ox += 2) {
+            int64_t o1 = EI_MIN(ox + 1, (int64_t)a->ow - 1);
+            int32x4_t acc[2][4];
+            for (int q = 0; q < 4; q++) acc[0][q] = acc[1][q] = vld1q_s32(s->bias + 16 * b + 4 * q);
             for (int ky = 0; ky < a->kh; ky++) {
-                const int8_t *l = (const int8_t *)lines[ky] + ox * step;
+                const int8_t *l0 = (const int8_t *)lines[ky] + ox * step, *l1 = (const int8_t *)lines[ky] + o1 * step;
                 for (int gi = 0; gi < g->grow; gi++) {
-                    int8x16_t xv = vreinterpretq_s8_s32(vdupq_n_s32(load32(l + 4 * gi)));
+                    int8x16_t x0 = vreinterpretq_s8_s32(vdupq_n_s32(load32(l0 + 4 * gi)));
+                    int8x16_t x1 = vreinterpretq_s8_s32(vdupq_n_s32(load32(l1 + 4 * gi)));
                     const int8_t *wg = w + (int64_t)(ky * g->grow + gi) * 64;
-                    for (int q = 0; q < 4; q++) acc[q] = vdotq_s32(acc[q], vld1q_s8(wg + 16 * q), xv);
+                    for (int q = 0; q < 4; q++) {
+                        int8x16_t wq = vld1q_s8(wg + 16 * q);
+                        acc[0][q] = vdotq_s32(acc[0][q], wq, x0);
+                        acc[1][q] = vdotq_s32(acc[1][q], wq, x1);
+                    }
                 }
             }
-            int8_t tmp[16];
-            vst1_s8(tmp, ei_rq8_neon(&rq, acc[0], acc[1], 16 * b, NULL, 0));
-            vst1_s8(tmp + 8, ei_rq8_neon(&rq, acc[2], acc[3], 16 * b + 8, NULL, 0));
-            memcpy(out + ox * m + 16 * b, tmp, (size_t)nch);
+            neon_store(&rq, acc[0], 16 * b, nch, out + ox * m + 16 * b);
+            if (o1 > ox) neon_store(&rq, acc[1], 16 * b, nch, out + o1 * m + 16 * b);
         }
     }
 }
