@@ -98,13 +98,14 @@ def residual_table(table: Optional[np.ndarray]) -> Optional[np.ndarray]:
 
 
 def _lut_table(lut: Optional[np.ndarray]) -> Optional[np.ndarray]:
-    """A fused activation's table as the kernels read it: 256 int8, index q + 128 (or None)."""
+    """A fused activation's table (256 int8, index q + 128, as ops/int8_tables.py builds it) in
+    the order the C kernels read it: by q's bit pattern, as the table step's tables (ei_lut.h)."""
     if lut is None:
         return None
-    lut = np.ascontiguousarray(lut, np.int8).reshape(-1)
+    lut = np.asarray(lut, np.int8).reshape(-1)
     if lut.size != 256:
         raise ValueError(f"an int8 activation table has 256 entries, got {lut.size}")
-    return lut
+    return np.ascontiguousarray(np.roll(lut, -128))
 
 
 def threads_of(ctx) -> int:
@@ -158,6 +159,10 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     for name, v in zip(("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"),
                        geometry):
         setattr(a, name, int(v))
+    from . import int8_ops               # first convs (c <= 4): the direct stem kernel, no im2col
+    stem = int8_ops.int8_stem_step(ctx, a, w_mk, (x, y, bias32, mult, sh, lut))
+    if stem is not None:
+        return stem
     # every thread slot's tiles, for the slots the conv runs on (a small one runs on one)
     need = _fn("ei_int8_conv_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
     if need < 0:

@@ -16,7 +16,7 @@ int ei_cpu_features(void);
 int ei_set_isa_mask(int mask);
 
 #define GROUP(name) extern int ei_selftest_##name(void) __attribute__((weak));
-#define GROUPS(X) X(pool) X(epilogue) X(int8_gemm) X(depthwise) X(sparse) X(elementwise) X(layout) X(qdq) X(int8_ops) X(conv_f32) X(depthwise_f32) X(resize) X(convt_f32) X(winograd_f32) X(conv_stem_f32)
+#define GROUPS(X) X(pool) X(epilogue) X(int8_gemm) X(depthwise) X(sparse) X(elementwise) X(layout) X(qdq) X(int8_ops) X(conv_f32) X(depthwise_f32) X(resize) X(convt_f32) X(winograd_f32) X(conv_stem_f32) X(int8_stem)
 GROUPS(GROUP)
 #undef GROUP
 

@@ -806,7 +806,7 @@ EI_API int ei_selftest_depthwise(void) {
         int8_t lut[256];
         for (int i = 0; i < 256; i++) lut[i] = (int8_t)((i * 73 + 41 + trial) & 0xFF);
         if (a.is_int8 && (trial / 4) % 2 == 1) {
-            for (int64_t i = 0; i < ys; i++) ((int8_t *)y0)[i] = lut[((int8_t *)y0)[i] + 128];
+            for (int64_t i = 0; i < ys; i++) ((int8_t *)y0)[i] = lut[(uint8_t)((int8_t *)y0)[i]];
             a.lut = lut;
         }
         a.y = y1;

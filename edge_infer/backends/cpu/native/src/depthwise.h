@@ -24,8 +24,8 @@ typedef struct {
     int32_t zp_x, zp_y, lo, hi, act, threads;
     float a0, a1;               /* Clip min/max, HardSigmoid alpha/beta, LeakyRelu alpha */
     const void *consts;         /* int8 NHWC: ei_dw_prepare's constants, or NULL (made per call) */
-    const int8_t *lut;          /* int8: 256-entry activation table applied to each requantized
-                                 * output (y = lut[q + 128]), or NULL */
+    const int8_t *lut;          /* 256-entry activation table applied to each requantized output,
+                                 * clamped to [lo, hi] first: y = lut[(uint8_t)q] (ei_lut.h), or NULL */
 } ei_dw_args;
 
 #endif

@@ -266,4 +266,5 @@ void ei_rq_run(int simd, const ei_rq *rq, const int32_t *acc, int ch0, int n, in
 /* the SIMD flag kernels pass to ei_rq_run, from the current ISA mask */
 int ei_rq_simd(void);
 
+
 #endif

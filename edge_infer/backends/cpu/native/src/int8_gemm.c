@@ -1144,7 +1144,7 @@ static void implicit_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, ch
 
 /* the fused activation table (a->lut) over the outputs one task stored (rows r0 .. r0 + nrows - 1,
  * the channels of block cb), while they are in cache: after every epilogue kind (VNNI, AMX,
- * implicit, narrow, AVX2, NEON, scalar) and after the residual, so y = lut[clamped q + 128] */
+ * implicit, narrow, AVX2, NEON, scalar) and after the residual, so y = lut[(uint8_t)clamped q] */
 static void lut_task(const ei_int8_conv_args *a, const plan_t *p, int cb, int64_t r0, int nrows) {
     int j0 = (int)((int64_t)p->npan * cb / p->ncb), j1 = (int)((int64_t)p->npan * (cb + 1) / p->ncb);
     int c0 = p->ncb == 1 ? 0 : j0 * p->k.nr, c1 = p->ncb == 1 ? a->m : EI_MIN(a->m, j1 * p->k.nr);

@@ -25,8 +25,8 @@ typedef struct {
     int32_t m, oh, ow;          /* output */
     int32_t kh, kw, sh, sw, dh, dw, pt, pl;
     int32_t threads;
-    const int8_t *lut;          /* 256-entry activation table applied to each requantized output
-                                 * (y = lut[q + 128]; q clamped to [lo, hi] first), or NULL */
+    const int8_t *lut;          /* 256-entry activation table applied to each requantized output,
+                                 * clamped to [lo, hi] first: y = lut[(uint8_t)q] (ei_lut.h), or NULL */
 } ei_int8_conv_args;
 
 EI_API int ei_int8_gemm_kind(void);

@@ -9,7 +9,6 @@
 #pragma GCC optimize("fp-contract=off", "no-math-errno")
 #include "edge_native.h"
 #include "ei_int8.h"
-#include "ei_lut.h"
 
 #include <string.h>
 
@@ -20,70 +19,6 @@
 #endif
 
 #define PAR_ELEMS 65536       /* below this an op runs on the calling thread */
-
-/* ---- the fused activation table of the conv epilogues (ei_lut.h) ---- */
-
-static void lut_rows_scalar(const int8_t *lut, int8_t *y, int64_t n, int64_t rows, int64_t ys) {
-    const int8_t *t = lut + 128;
-    for (int64_t r = 0; r < rows; r++, y += ys)
-        for (int64_t i = 0; i < n; i++) y[i] = t[y[i]];
-}
-
-#if defined(__x86_64__)
-static int has_vbmi(void) {
-    static int v = -1;
-    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw"); }
-    return v && ei_has(EI_AVX512);
-}
-
-/* vpermi2b over the table's two 128-byte halves, picked by the index's top bit: the index is
- * y + 128, y's bit pattern with the sign bit flipped */
-__attribute__((target("avx512f,avx512bw,avx512vbmi")))
-static void lut_rows_vbmi(const int8_t *lut, int8_t *y, int64_t n, int64_t rows, int64_t ys) {
-    const __m512i t0 = _mm512_loadu_si512(lut), t1 = _mm512_loadu_si512(lut + 64);
-    const __m512i t2 = _mm512_loadu_si512(lut + 128), t3 = _mm512_loadu_si512(lut + 192);
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    for (int64_t r = 0; r < rows; r++, y += ys) {
-        for (int64_t i = 0; i < n; i += 64) {
-            __mmask64 m = n - i >= 64 ? ~0ULL : ((1ULL << (n - i)) - 1);
-            __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, y + i), flip);
-            __m512i lo = _mm512_permutex2var_epi8(t0, u, t1), hi = _mm512_permutex2var_epi8(t2, u, t3);
-            _mm512_mask_storeu_epi8(y + i, m, _mm512_mask_blend_epi8(_mm512_movepi8_mask(u), lo, hi));
-        }
-    }
-}
-#endif
-
-#if defined(__aarch64__)
-/* tbl / tbx over four 64-byte quarters of the table, indexed by y + 128 */
-static void lut_rows_neon(const int8_t *lut, int8_t *y, int64_t n, int64_t rows, int64_t ys) {
-    uint8x16x4_t q[4];
-    for (int k = 0; k < 4; k++) q[k] = vld1q_u8_x4((const uint8_t *)lut + 64 * k);
-    const uint8x16_t flip = vdupq_n_u8(0x80);
-    for (int64_t r = 0; r < rows; r++, y += ys) {
-        int64_t i = 0;
-        for (; i + 16 <= n; i += 16) {
-            uint8x16_t u = veorq_u8(vld1q_u8((const uint8_t *)y + i), flip);
-            uint8x16_t v = vqtbl4q_u8(q[0], u);
-            v = vqtbx4q_u8(v, q[1], vsubq_u8(u, vdupq_n_u8(64)));
-            v = vqtbx4q_u8(v, q[2], vsubq_u8(u, vdupq_n_u8(128)));
-            v = vqtbx4q_u8(v, q[3], vsubq_u8(u, vdupq_n_u8(192)));
-            vst1q_u8((uint8_t *)y + i, v);
-        }
-        lut_rows_scalar(lut, y + i, n - i, 1, ys);
-    }
-}
-#endif
-
-void ei_lut_inplace(const int8_t *lut, int8_t *y, int64_t n, int64_t rows, int64_t ys) {
-    if (n <= 0 || rows <= 0) return;
-#if defined(__x86_64__)
-    if (has_vbmi()) { lut_rows_vbmi(lut, y, n, rows, ys); return; }
-#elif defined(__aarch64__)
-    if (ei_has(EI_NEON)) { lut_rows_neon(lut, y, n, rows, ys); return; }
-#endif
-    lut_rows_scalar(lut, y, n, rows, ys);
-}
 
 /* ---- int8 pools ---- */
 

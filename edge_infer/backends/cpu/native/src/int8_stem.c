@@ -1,0 +1,542 @@
+/* int8 "stem" convolution: a network's first conv, few input channels (c <= 4), NHWC in and
+ * out, any kernel and stride (dilation 1 along the width), up to 64 output channels. Bit-exact
+ * with the int8 GEMM (int8_gemm.c) and the numpy kernel (kernels/int8_conv.py): the same int32
+ * sums, the same epilogue (ei_int8.h), then the optional 256-entry activation table (lut).
+ *
+ * Why a kernel of its own: with K = kh * kw * c = 27 the GEMM's im2col rows cost as much as
+ * their multiply-adds, and the rows are built again for every 32-channel panel. Here each
+ * output row reads kh "line buffers": the input rows its taps touch, padded with zp_x on both
+ * sides (and whole zp_x rows above / below the image), converted once per output row to the
+ * operand type of the kind. A pixel's kernel row ky is then kw * c contiguous values of line ky
+ * at ox * sw * c; it is rounded up to kwc4 (a multiple of 4) values whose extra weights are 0,
+ * so every 4-value group is one unaligned 32-bit load and broadcast: no im2col at all.
+ *
+ * Kinds (chosen at prepare, recorded in the args' kind with the packed weights' layout):
+ *   AVX-512 VNNI  u8 lines (x ^ 0x80), vpdpbusd against [block][group][16 ch][4] int8 weights,
+ *                 8 pixels x 16 channels in registers, requantized in registers (ei_vq_*);
+ *                 the extra 128 * sum_k w[m, k] is taken off the bias at prepare
+ *   AVX2          int16 lines, vpmaddwd of value pairs against [block][pair][16 ch][2] int16
+ *   NEON sdot     int8 lines, vdotq_s32 against the VNNI layout (no offset)
+ *   NEON / scalar int16 lines, [block][k][16 ch] int16 weights, vmlal_n_s16 / plain loops
+ * Rows of output are split over the thread pool; each thread slot has its own line buffers.
+ */
+#include "int8_gemm.h"
+#include "ei_lut.h"
+#include "selftest_rng.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+#define STEM_MAX_C 4
+#define STEM_MAX_M 64          /* four 16-channel blocks: the epilogue constants stay on the stack */
+#define STEM_MAX_KW 16
+#define PAR_OUT 32768          /* output bytes from which rows are split over threads */
+
+typedef struct {
+    int kwc, kwc4, grow;       /* a kernel row's values, rounded up to 4, its 4-value groups */
+    int groups, kp, mb;        /* groups of the whole kernel, padded K (kh * kwc4), 16-channel blocks */
+    int64_t wn, lb;            /* line positions ((ow - 1) * sw + kw), one line's bytes (64-aligned) */
+} stem_geo;
+
+static stem_geo stem_geometry(const ei_int8_conv_args *a) {
+    stem_geo g;
+    g.kwc = a->kw * a->c;
+    g.kwc4 = (g.kwc + 3) & ~3;
+    g.grow = g.kwc4 / 4;
+    g.groups = a->kh * g.grow;
+    g.kp = a->kh * g.kwc4;
+    g.mb = (a->m + 15) / 16;
+    g.wn = (int64_t)(a->ow > 0 ? a->ow - 1 : 0) * a->sw + a->kw;
+    /* int16 values; the last pixel's rounded-up row and a 16-byte over-read stay inside */
+    g.lb = ((g.wn * a->c + g.kwc4 + 16) * 2 + 63) / 64 * 64;
+    return g;
+}
+
+static int stem_kind_runs(int kind) {
+#if defined(__x86_64__)
+    if (kind == KIND_AVX2 || kind == KIND_VNNI) return ei_int8_kind_runs(kind);
+#elif defined(__aarch64__)
+    if (kind == KIND_NEON) return ei_has(EI_NEON);
+    if (kind == KIND_DOT) return ei_int8_kind_runs(KIND_DOT);
+#endif
+    return kind == KIND_SCALAR;
+}
+
+/* whether the stem kernel computes these args at all */
+static int stem_fits(const ei_int8_conv_args *a) {
+    if (a->in_nchw || a->out_nchw || a->z || a->c < 1 || a->c > STEM_MAX_C || a->m < 1 || a->m > STEM_MAX_M)
+        return 0;
+    if (a->kh < 1 || a->kh > 64 || a->kw < 1 || a->kw > STEM_MAX_KW || a->sh < 1 || a->sw < 1 || a->dh < 1 || a->dw != 1
+        || a->pt < 0 || a->pl < 0 || a->n < 1 || a->oh < 1 || a->ow < 1)
+        return 0;
+    return (int64_t)(a->kh - 1) * a->dh + 1 + a->sh <= 64;     /* line_slots */
+}
+
+/* the kind this machine runs the stem with now (ISA mask included), or -1 when the stem kernel
+ * does not take these args or the GEMM is faster here (the GEMM serves) */
+EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
+    if (!stem_fits(a)) return -1;
+#if defined(__x86_64__)
+    /* where the GEMM runs on AMX (K >= 17, kernels.AMX_MIN_K) its tiles take the multiplies off
+     * the vector ports: from 32 channels on it beat these rows (1 thread, loaded machine,
+     * 3 -> 32 3x3/2 at 320: 251 against 328 us; 3 -> 16 at 224: 90 against 81 us; without AMX
+     * the VNNI GEMM took 420 and 230 us, AVX2 1895 and 779 against the stem's 885 and 235) */
+    if (a->m > 16 && a->kh * a->kw * a->c >= 17 && ei_int8_kind_runs(KIND_AMX)) return -1;
+    if (stem_kind_runs(KIND_VNNI)) return KIND_VNNI;
+    if (stem_kind_runs(KIND_AVX2)) return KIND_AVX2;
+#elif defined(__aarch64__)
+    if (stem_kind_runs(KIND_DOT)) return KIND_DOT;
+    if (stem_kind_runs(KIND_NEON)) return KIND_NEON;
+#endif
+    return KIND_SCALAR;
+}
+
+/* packed weights: int32 bias correction per channel (mb * 16), then the kind's layout */
+static int64_t corr_bytes(const stem_geo *g) { return (int64_t)g->mb * 16 * 4; }
+
+static int w8_layout(int kind) { return kind == KIND_VNNI || kind == KIND_DOT; }
+
+EI_API int64_t ei_int8_stem_pack_size(const ei_int8_conv_args *a) {
+    stem_geo g = stem_geometry(a);
+    return corr_bytes(&g) + (int64_t)g.mb * g.kp * 16 * (w8_layout(a->kind) ? 1 : 2);
+}
+
+/* weight of channel j of block b at padded tap kk (ky * kwc4 + value), from any kind's layout */
+static int32_t w_at(int kind, const stem_geo *g, const void *wp, int b, int kk, int j) {
+    if (w8_layout(kind)) return ((const int8_t *)wp)[(((int64_t)b * g->groups + kk / 4) * 16 + j) * 4 + kk % 4];
+    const int16_t *w = (const int16_t *)wp;
+    if (kind == KIND_AVX2) return w[(((int64_t)b * g->kp / 2 + kk / 2) * 16 + j) * 2 + kk % 2];
+    return w[((int64_t)b * g->kp + kk) * 16 + j];
+}
+
+/* w_mk: (m, kh * kw * c) int8, K ordered (kernel row, kernel column, input channel) */
+EI_API void ei_int8_stem_pack(const ei_int8_conv_args *a, const int8_t *w_mk, void *out) {
+    stem_geo g = stem_geometry(a);
+    int32_t *corr = (int32_t *)out;
+    char *wp = (char *)out + corr_bytes(&g);
+    memset(out, 0, (size_t)ei_int8_stem_pack_size(a));
+    int K = a->kh * g.kwc;
+    for (int mm = 0; mm < g.mb * 16; mm++) {
+        int b = mm / 16, j = mm % 16;
+        int64_t sum = 0;
+        for (int kk = 0; kk < g.kp; kk++) {
+            int ky = kk / g.kwc4, v = kk % g.kwc4;
+            int8_t w = mm < a->m && v < g.kwc ? w_mk[(int64_t)mm * K + ky * g.kwc + v] : 0;
+            sum += w;
+            if (w8_layout(a->kind)) wp[(((int64_t)b * g.groups + kk / 4) * 16 + j) * 4 + kk % 4] = w;
+            else if (a->kind == KIND_AVX2) ((int16_t *)wp)[(((int64_t)b * g.kp / 2 + kk / 2) * 16 + j) * 2 + kk % 2] = w;
+            else ((int16_t *)wp)[((int64_t)b * g.kp + kk) * 16 + j] = w;
+        }
+        corr[mm] = a->kind == KIND_VNNI ? (int32_t)(-128 * sum) : 0;     /* u8 = x + 128 */
+    }
+}
+
+/* line slots a thread keeps: an output row's kh lines span (kh - 1) dh + 1 input rows and the
+ * next row's start sh further, so lines built for one row are still there for the next
+ * (a 3x3 stride-2 stem builds 1.5 lines a row instead of 3) */
+static int64_t line_slots(const ei_int8_conv_args *a) { return (int64_t)(a->kh - 1) * a->dh + 1 + a->sh; }
+
+EI_API int64_t ei_int8_stem_scratch(const ei_int8_conv_args *a) {
+    stem_geo g = stem_geometry(a);
+    return line_slots(a) * g.lb;
+}
+
+/* ---- line buffers ---- */
+
+enum { LINE_I16 = 0, LINE_U8 = 1, LINE_S8 = 2 };
+
+static int line_type(int kind) { return kind == KIND_VNNI ? LINE_U8 : kind == KIND_DOT ? LINE_S8 : LINE_I16; }
+
+#if defined(__x86_64__)
+/* d[0 .. n) = s ^ 0x80, 64 bytes a step */
+__attribute__((target("avx512f,avx512bw")))
+static void xor80_avx512(uint8_t *d, const int8_t *s, int64_t n) {
+    const __m512i f = _mm512_set1_epi8((char)0x80);
+    for (int64_t i = 0; i < n; i += 64) {
+        __mmask64 m = n - i >= 64 ? ~0ULL : (1ULL << (n - i)) - 1;
+        _mm512_mask_storeu_epi8(d + i, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, s + i), f));
+    }
+}
+#endif
+
+/* line position p holds input column p - pl of row iy (zp_x outside the image) */
+static void build_line(const ei_int8_conv_args *a, const stem_geo *g, int64_t b, int64_t iy, int type, void *dst) {
+    const int c = a->c;
+    const int64_t n = g->wn * c, total = n + g->kwc4 + 16;
+    int64_t x0 = 0, x1 = 0;                  /* [x0, x1): line values taken from the image */
+    const int8_t *src = NULL;       /* the image row, from column 0 */
+    if (iy >= 0 && iy < a->h) {
+        int64_t p0 = a->pl, p1 = EI_MIN(g->wn, (int64_t)a->pl + a->w);
+        if (p1 > p0) { x0 = p0 * c; x1 = p1 * c; src = a->x + ((b * a->h + iy) * a->w) * c; }
+    }
+    if (type == LINE_I16) {
+        int16_t *d = (int16_t *)dst;
+        for (int64_t i = 0; i < x0; i++) d[i] = (int16_t)a->zp_x;
+        for (int64_t i = x0; i < x1; i++) d[i] = src[i - x0];
+        for (int64_t i = x1; i < total; i++) d[i] = (int16_t)a->zp_x;
+    } else {
+        uint8_t flip = type == LINE_U8 ? 0x80 : 0, fill = (uint8_t)((uint8_t)a->zp_x ^ flip);
+        uint8_t *d = (uint8_t *)dst;
+        memset(d, fill, (size_t)x0);
+#if defined(__x86_64__)
+        if (flip && ei_has(EI_AVX512)) {        /* the VNNI rows' lines: x86 with AVX-512 */
+            xor80_avx512(d + x0, src, x1 - x0);
+            memset(d + x1, fill, (size_t)(total - x1));
+            return;
+        }
+#endif
+        memcpy(d + x0, src, (size_t)(x1 - x0));
+        if (flip) {                 /* 8 bytes a word (the byte loop was a third of the conv) */
+            int64_t i = x0;
+            for (; i + 8 <= x1; i += 8) {
+                uint64_t v;
+                memcpy(&v, d + i, 8);
+                v ^= 0x8080808080808080ULL;
+                memcpy(d + i, &v, 8);
+            }
+            for (; i < x1; i++) d[i] ^= 0x80;
+        }
+        memset(d + x1, fill, (size_t)(total - x1));
+    }
+}
+
+/* ---- per-kind rows: out = the output row (ow * m int8), lines = kh line buffers ---- */
+
+typedef struct {
+    const ei_int8_conv_args *a;
+    stem_geo g;
+    int kind, layout;          /* the rows run; the packed weights' kind */
+    const int32_t *corr;
+    const void *wp;
+    int32_t bias[STEM_MAX_M], mult[STEM_MAX_M], shift[STEM_MAX_M];   /* padded to whole blocks */
+} stem_ctx;
+
+static void row_scalar(const stem_ctx *s, const void *const *lines, int8_t *out) {
+    const ei_int8_conv_args *a = s->a;
+    const stem_geo *g = &s->g;
+    for (int64_t ox = 0; ox < a->ow; ox++) {
+        for (int b = 0; b < g->mb; b++) {
+            int32_t acc[16];
+            for (int j = 0; j < 16; j++) acc[j] = s->bias[16 * b + j];
+            for (int kk = 0; kk < g->kp; kk++) {
+                int32_t v = ((const int16_t *)lines[kk / g->kwc4])[ox * a->sw * a->c + kk % g->kwc4];
+                for (int j = 0; j < 16; j++) acc[j] += v * w_at(s->layout, g, s->wp, b, kk, j);
+            }
+            for (int j = 0; j < 16 && 16 * b + j < a->m; j++) {
+                int ch = 16 * b + j;
+                out[ox * a->m + ch] = ei_rq_one(acc[j], s->mult[ch], s->shift[ch], a->zp_y, 0, a->lo, a->hi);
+            }
+        }
+    }
+}
+
+static inline int32_t load32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+#if defined(__x86_64__)
+#define NPX 8                  /* pixels in registers a step */
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void row_vnni(const stem_ctx *s, const void *const *lines, int8_t *out) {
+    const ei_int8_conv_args *a = s->a;
+    const stem_geo *g = &s->g;
+    const int64_t step = (int64_t)a->sw * a->c, m = a->m;
+    for (int b = 0; b < g->mb; b++) {
+        ei_vq16 k;
+        int left = ei_vq16_prepare(&k, s->bias + 16 * b, s->corr + 16 * b, s->mult + 16 * b, s->shift + 16 * b, 16);
+        ei_vqc vc;
+        ei_vqc_prepare(&vc, NULL, a->zp_y, a->lo, a->hi, left);
+        const __m512i *w = (const __m512i *)s->wp + (int64_t)b * g->groups;
+        int nch = (int)EI_MIN((int64_t)16, m - 16 * b);
+        for (int64_t ox0 = 0; ox0 < a->ow; ox0 += NPX) {
+            int np = (int)EI_MIN((int64_t)NPX, a->ow - ox0);
+            int64_t off[NPX];
+            for (int i = 0; i < NPX; i++) off[i] = EI_MIN(ox0 + i, (int64_t)a->ow - 1) * step;
+            __m512i acc[NPX];
+            for (int i = 0; i < NPX; i++) acc[i] = k.bias;
+            for (int ky = 0; ky < a->kh; ky++) {
+                const uint8_t *l = (const uint8_t *)lines[ky];
+                for (int gi = 0; gi < g->grow; gi++) {
+                    __m512i wv = _mm512_load_si512(w + ky * g->grow + gi);
+                    for (int i = 0; i < NPX; i++)
+                        acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi32(load32(l + off[i] + 4 * gi)), wv);
+                }
+            }
+            __m512i p[NPX / 4];
+            for (int h = 0; h < NPX / 4; h++)
+                p[h] = ei_vq_pack4(&vc, ei_vq_mbqm(acc[4 * h], &k, left), ei_vq_mbqm(acc[4 * h + 1], &k, left),
+                                   ei_vq_mbqm(acc[4 * h + 2], &k, left), ei_vq_mbqm(acc[4 * h + 3], &k, left));
+            if (m == 16) {              /* 4 pixels = 64 contiguous output bytes */
+                for (int h = 0; h < NPX / 4 && 4 * h < np; h++) {
+                    int n4 = EI_MIN(4, np - 4 * h);
+                    __mmask64 mk = n4 == 4 ? ~0ULL : (1ULL << (16 * n4)) - 1;
+                    _mm512_mask_storeu_epi8(out + (ox0 + 4 * h) * 16, mk, p[h]);
+                }
+                continue;
+            }
+            __mmask64 cm = (1ULL << nch) - 1;
+            int8_t tmp[NPX * 16];
+            for (int h = 0; h < NPX / 4; h++) _mm512_storeu_si512(tmp + 64 * h, p[h]);
+            for (int i = 0; i < np; i++)
+                _mm512_mask_storeu_epi8(out + (ox0 + i) * m + 16 * b, cm,
+                                        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(tmp + 16 * i))));
+        }
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void row_avx2(const stem_ctx *s, const void *const *lines, int8_t *out) {
+    const ei_int8_conv_args *a = s->a;
+    const stem_geo *g = &s->g;
+    const int64_t step = (int64_t)a->sw * a->c, m = a->m;
+    const int prow = g->kwc4 / 2;
+    ei_rq rq = { NULL, s->mult, s->shift, NULL, a->zp_y, a->lo, a->hi };
+    for (int b = 0; b < g->mb; b++) {
+        const __m256i *w = (const __m256i *)s->wp + (int64_t)b * (g->kp / 2) * 2;
+        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(s->bias + 16 * b));
+        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(s->bias + 16 * b + 8));
+        int nch = (int)EI_MIN((int64_t)16, m - 16 * b);
+        for (int64_t ox0 = 0; ox0 < a->ow; ox0 += 4) {
+            int np = (int)EI_MIN((int64_t)4, a->ow - ox0);
+            int64_t off[4];
+            for (int i = 0; i < 4; i++) off[i] = EI_MIN(ox0 + i, (int64_t)a->ow - 1) * step;
+            __m256i acc[4][2];
+            for (int i = 0; i < 4; i++) { acc[i][0] = b0; acc[i][1] = b1; }
+            for (int ky = 0; ky < a->kh; ky++) {
+                const int16_t *l = (const int16_t *)lines[ky];
+                for (int pi = 0; pi < prow; pi++) {
+                    __m256i w0 = _mm256_load_si256(w + 2 * (ky * prow + pi)), w1 = _mm256_load_si256(w + 2 * (ky * prow + pi) + 1);
+                    for (int i = 0; i < 4; i++) {
+                        __m256i xv = _mm256_set1_epi32(load32(l + off[i] + 2 * pi));
+                        acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(xv, w0));
+                        acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(xv, w1));
+                    }
+                }
+            }
+            for (int i = 0; i < np; i++) {
+                int8_t tmp[16];
+                _mm_storel_epi64((__m128i *)tmp, ei_rq8_avx2(&rq, acc[i][0], 16 * b, NULL, 0));
+                _mm_storel_epi64((__m128i *)(tmp + 8), ei_rq8_avx2(&rq, acc[i][1], 16 * b + 8, NULL, 0));
+                memcpy(out + (ox0 + i) * m + 16 * b, tmp, (size_t)nch);
+            }
+        }
+    }
+}
+#endif
+
+#if defined(__aarch64__)
+/* the requantized 16 channels of one pixel (two pairs of int32x4) into out, nch of them */
+static inline void neon_store(const ei_rq *rq, const int32x4_t *acc, int ch, int nch, int8_t *out) {
+    int8_t tmp[16];
+    vst1_s8(tmp, ei_rq8_neon(rq, acc[0], acc[1], ch, NULL, 0));
+    vst1_s8(tmp + 8, ei_rq8_neon(rq, acc[2], acc[3], ch + 8, NULL, 0));
+    memcpy(out, tmp, (size_t)nch);
+}
+
+/* two pixels a step (eight accumulator chains: one pixel's four waited on the multiply-add
+ * latency); a last odd pixel computes its neighbour again and stores itself alone */
+static void row_neon(const stem_ctx *s, const void *const *lines, int8_t *out) {
+    const ei_int8_conv_args *a = s->a;
+    const stem_geo *g = &s->g;
+    const int64_t step = (int64_t)a->sw * a->c, m = a->m;
+    ei_rq rq = { NULL, s->mult, s->shift, NULL, a->zp_y, a->lo, a->hi };
+    for (int b = 0; b < g->mb; b++) {
+        const int16_t *w = (const int16_t *)s->wp + (int64_t)b * g->kp * 16;
+        int nch = (int)EI_MIN((int64_t)16, m - 16 * b);
+        for (int64_t ox = 0; ox < a->ow; ox += 2) {
+            int64_t o1 = EI_MIN(ox + 1, (int64_t)a->ow - 1);
+            int32x4_t acc[2][4];
+            for (int q = 0; q < 4; q++) acc[0][q] = acc[1][q] = vld1q_s32(s->bias + 16 * b + 4 * q);
+            for (int ky = 0; ky < a->kh; ky++) {
+                const int16_t *l0 = (const int16_t *)lines[ky] + ox * step, *l1 = (const int16_t *)lines[ky] + o1 * step;
+                const int16_t *wk = w + (int64_t)ky * g->kwc4 * 16;
+                for (int v = 0; v < g->kwc; v++) {
+                    int16x8_t w0 = vld1q_s16(wk + 16 * v), w1 = vld1q_s16(wk + 16 * v + 8);
+                    acc[0][0] = vmlal_n_s16(acc[0][0], vget_low_s16(w0), l0[v]);
+                    acc[0][1] = vmlal_high_n_s16(acc[0][1], w0, l0[v]);
+                    acc[0][2] = vmlal_n_s16(acc[0][2], vget_low_s16(w1), l0[v]);
+                    acc[0][3] = vmlal_high_n_s16(acc[0][3], w1, l0[v]);
+                    acc[1][0] = vmlal_n_s16(acc[1][0], vget_low_s16(w0), l1[v]);
+                    acc[1][1] = vmlal_high_n_s16(acc[1][1], w0, l1[v]);
+                    acc[1][2] = vmlal_n_s16(acc[1][2], vget_low_s16(w1), l1[v]);
+                    acc[1][3] = vmlal_high_n_s16(acc[1][3], w1, l1[v]);
+                }
+            }
+            neon_store(&rq, acc[0], 16 * b, nch, out + ox * m + 16 * b);
+            if (o1 > ox) neon_store(&rq, acc[1], 16 * b, nch, out + o1 * m + 16 * b);
+        }
+    }
+}
+
+__attribute__((target("arch=armv8.2-a+dotprod")))
+static void row_dot(const stem_ctx *s, const void *const *lines, int8_t *out) {
+    const ei_int8_conv_args *a = s->a;
+    const stem_geo *g = &s->g;
+    const int64_t step = (int64_t)a->sw * a->c, m = a->m;
+    ei_rq rq = { NULL, s->mult, s->shift, NULL, a->zp_y, a->lo, a->hi };
+    for (int b = 0; b < g->mb; b++) {
+        const int8_t *w = (const int8_t *)s->wp + (int64_t)b * g->groups * 64;
+        int nch = (int)EI_MIN((int64_t)16, m - 16 * b);
+        for (int64_t ox = 0; ox < a->ow; ox += 2) {
+            int64_t o1 = EI_MIN(ox + 1, (int64_t)a->ow - 1);
+            int32x4_t acc[2][4];
+            for (int q = 0; q < 4; q++) acc[0][q] = acc[1][q] = vld1q_s32(s->bias + 16 * b + 4 * q);
+            for (int ky = 0; ky < a->kh; ky++) {
+                const int8_t *l0 = (const int8_t *)lines[ky] + ox * step, *l1 = (const int8_t *)lines[ky] + o1 * step;
+                for (int gi = 0; gi < g->grow; gi++) {
+                    int8x16_t x0 = vreinterpretq_s8_s32(vdupq_n_s32(load32(l0 + 4 * gi)));
+                    int8x16_t x1 = vreinterpretq_s8_s32(vdupq_n_s32(load32(l1 + 4 * gi)));
+                    const int8_t *wg = w + (int64_t)(ky * g->grow + gi) * 64;
+                    for (int q = 0; q < 4; q++) {
+                        int8x16_t wq = vld1q_s8(wg + 16 * q);
+                        acc[0][q] = vdotq_s32(acc[0][q], wq, x0);
+                        acc[1][q] = vdotq_s32(acc[1][q], wq, x1);
+                    }
+                }
+            }
+            neon_store(&rq, acc[0], 16 * b, nch, out + ox * m + 16 * b);
+            if (o1 > ox) neon_store(&rq, acc[1], 16 * b, nch, out + o1 * m + 16 * b);
+        }
+    }
+}
+#endif
+
+typedef void (*row_fn)(const stem_ctx *, const void *const *, int8_t *);
+
+static row_fn row_kernel(int kind) {
+#if defined(__x86_64__)
+    if (kind == KIND_VNNI) return row_vnni;
+    if (kind == KIND_AVX2) return row_avx2;
+#elif defined(__aarch64__)
+    if (kind == KIND_DOT) return row_dot;
+    if (kind == KIND_NEON) return row_neon;
+#endif
+    return row_scalar;
+}
+
+static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
+    const stem_ctx *s = (const stem_ctx *)vctx;
+    const ei_int8_conv_args *a = s->a;
+    const int64_t slots = line_slots(a);
+    char *scr = (char *)a->scratch + (int64_t)ei_pool_slot() * slots * s->g.lb;
+    const void *lines[64];
+    int64_t held[64];                           /* per slot: the line's (b, iy + pt), or -1 */
+    for (int64_t i = 0; i < slots; i++) held[i] = -1;
+    int type = line_type(s->kind);
+    row_fn fn = row_kernel(s->kind);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = r / a->oh, oy = r % a->oh;
+        for (int ky = 0; ky < a->kh; ky++) {
+            int64_t iy = oy * a->sh - a->pt + (int64_t)ky * a->dh;
+            int64_t tag = (b << 32) | (iy + a->pt), slot = (iy + a->pt) % slots;     /* iy >= -pt */
+            void *l = scr + slot * s->g.lb;
+            if (held[slot] != tag) {
+                build_line(a, &s->g, b, iy, type, l);
+                held[slot] = tag;
+            }
+            lines[ky] = l;
+        }
+        int8_t *out = a->y + r * a->ow * a->m;
+        fn(s, lines, out);
+        if (a->lut) ei_lut_inplace(a->lut, out, a->ow * a->m, 1, 0);
+    }
+}
+
+/* wpack: ei_int8_stem_pack's output for a->kind; scratch: threads * ei_int8_stem_scratch bytes */
+EI_API void ei_int8_stem(const ei_int8_conv_args *a) {
+    EI_CHECK(stem_fits(a));
+    stem_ctx s;
+    s.a = a;
+    s.g = stem_geometry(a);
+    /* weights packed for a kind this CPU (under the ISA mask) cannot run: the scalar rows read
+     * any layout (the u8 bias correction is the VNNI rows' alone) */
+    s.kind = stem_kind_runs(a->kind) ? a->kind : KIND_SCALAR;
+    s.layout = a->kind;
+    s.corr = (const int32_t *)a->wpack;
+    s.wp = (const char *)a->wpack + corr_bytes(&s.g);
+    for (int i = 0; i < s.g.mb * 16; i++) {
+        int ok = i < a->m;
+        s.bias[i] = ok ? a->bias[i] : 0; s.mult[i] = ok ? a->mult[i] : 0; s.shift[i] = ok ? a->shift[i] : 0;
+    }
+    int64_t rows = (int64_t)a->n * a->oh, bytes = rows * a->ow * a->m;
+    int64_t grain = EI_MAX((int64_t)1, 4096 / EI_MAX((int64_t)a->ow * a->m, (int64_t)1));
+    ei_parallel_for(rows, grain, stem_rows, &s, bytes >= PAR_OUT ? a->threads : 1);
+}
+
+/* ---- self-test: the dispatched kind (and every layout read by the scalar rows) against a
+ * plain direct convolution + ei_rq_one + table, seeded random cases ---- */
+
+EI_API int ei_selftest_int8_stem(void) {
+    int fails = 0;
+    st_state = 1717;
+    enum { XN = 2 * 4 * 19 * 23, YN = 2 * 12 * 23 * 40, WN = 40 * 5 * 5 * 4 };
+    static int8_t x[XN], y0[YN], y1[YN], w[WN], lut[256];
+    static int32_t bias[40], mult[40], shift[40];
+    static char pack[1 << 16] __attribute__((aligned(64))), scratch[1 << 16] __attribute__((aligned(64)));
+    for (int i = 0; i < 256; i++) lut[i] = (int8_t)st_rand();
+    for (int trial = 0; trial < 24; trial++) {
+        ei_int8_conv_args a;
+        memset(&a, 0, sizeof a);
+        a.n = 1 + trial % 2; a.c = 1 + trial % 4; a.h = st_int(1, 19); a.w = st_int(1, 23);
+        a.m = (int[]){ 16, 5, 24, 40, 16, 33 }[trial % 6];
+        a.kh = st_int(1, 5); a.kw = st_int(1, 5); a.sh = st_int(1, 3); a.sw = st_int(1, 3); a.dh = st_int(1, 2); a.dw = 1;
+        a.pt = st_int(0, 2); a.pl = st_int(0, 2);
+        int pb = st_int(0, 2), pr = st_int(0, 2);
+        int64_t eh = (int64_t)a.h + a.pt + pb - (int64_t)a.dh * (a.kh - 1) - 1, ew = (int64_t)a.w + a.pl + pr - a.kw;
+        if (eh < 0 || ew < 0) continue;
+        a.oh = (int32_t)(eh / a.sh + 1); a.ow = (int32_t)(ew / a.sw + 1);
+        a.zp_x = st_int(-128, 127); a.zp_y = st_int(-128, 127);
+        a.lo = trial % 3 == 0 ? a.zp_y : -128; a.hi = 127;
+        a.threads = 1 + trial % 2;
+        a.lut = trial % 2 ? lut : NULL;
+        int K = a.kh * a.kw * a.c;
+        for (int i = 0; i < a.n * a.h * a.w * a.c; i++) x[i] = (int8_t)st_rand();
+        for (int i = 0; i < a.m * K; i++) w[i] = (int8_t)(st_int(-127, 127));
+        for (int i = 0; i < a.m; i++) {
+            bias[i] = st_int(-100000, 100000);
+            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
+            shift[i] = st_int(-12, 1);
+        }
+        a.x = x; a.bias = bias; a.mult = mult; a.shift = shift;
+        for (int64_t b = 0; b < a.n; b++)
+            for (int64_t oy = 0; oy < a.oh; oy++)
+                for (int64_t ox = 0; ox < a.ow; ox++)
+                    for (int mm = 0; mm < a.m; mm++) {
+                        int32_t acc = bias[mm];
+                        for (int ky = 0; ky < a.kh; ky++)
+                            for (int kx = 0; kx < a.kw; kx++)
+                                for (int ci = 0; ci < a.c; ci++) {
+                                    int64_t iy = oy * a.sh - a.pt + ky * a.dh, ix = ox * a.sw - a.pl + kx;
+                                    int32_t v = iy >= 0 && iy < a.h && ix >= 0 && ix < a.w
+                                        ? x[((b * a.h + iy) * a.w + ix) * a.c + ci] : a.zp_x;
+                                    acc += v * w[mm * K + (ky * a.kw + kx) * a.c + ci];
+                                }
+                        int8_t q = ei_rq_one(acc, mult[mm], shift[mm], a.zp_y, 0, a.lo, a.hi);
+                        y0[((b * a.oh + oy) * a.ow + ox) * a.m + mm] = a.lut ? lut[(uint8_t)q] : q;
+                    }
+        size_t ny = (size_t)a.n * a.oh * a.ow * a.m;
+        if (!stem_fits(&a) || ei_int8_stem_pack_size(&a) > (int64_t)sizeof pack
+            || ei_int8_stem_scratch(&a) * a.threads > (int64_t)sizeof scratch) { fails++; continue; }
+        /* each kind under an ISA mask that runs it (where this CPU has it; else the scalar rows
+         * read its layout) */
+        static const int modes[5][2] = { { KIND_VNNI, -1 }, { KIND_AVX2, EI_AVX2 }, { KIND_DOT, EI_NEON | EI_DOTPROD },
+                                         { KIND_NEON, EI_NEON }, { KIND_SCALAR, 0 } };
+        int cur = ei_set_isa_mask(-1);
+        ei_set_isa_mask(cur);
+        for (int j = 0; j < 5; j++) {
+            ei_set_isa_mask(cur & modes[j][1]);
+            a.kind = modes[j][0];
+            ei_int8_stem_pack(&a, w, pack);
+            a.wpack = pack; a.scratch = scratch; a.y = y1;
+            memset(y1, 0, ny);
+            ei_int8_stem(&a);
+            ei_set_isa_mask(cur);
+            fails += memcmp(y0, y1, ny) != 0;
+        }
+    }
+    return fails;
+}
