@@ -173,14 +173,23 @@ static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const floa
  * stores instead of the staging tile. Each row's sum runs in the same k order as the full
  * tile's, so results do not depend on where a row falls. ---- */
 #define Z_MR 12
-#define SG_PF 8         /* k steps ahead that the B rows are prefetched */
+#define SG_PF 8         /* k steps ahead that the B rows are prefetched into L1 */
+#define SG_PF2 64       /* and into L2: weights come from memory on a layer's first micro-tile
+                         * (each layer's are read once a run); 64 steps (4 KB of a panel, ~800
+                         * cycles) ahead, 32 or 128 measured slower */
 static inline __attribute__((always_inline, target("avx512f")))
 void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                    int64_t ldc, int nr, const ei_sg_ep *ep) {
     __m512 acc[Z_MR];
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < MR; i++) {
+        acc[i] = _mm512_setzero_ps();
+        /* the tile's C row (written at the end: fetched for ownership now) and residual row,
+         * so that their misses overlap the K loop instead of stalling the epilogue */
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_ET0);
+        if (ep->z) _mm_prefetch((const char *)(ep->z + i * ep->ldz), _MM_HINT_T0);
+    }
     /* rows through four base pointers stepped with k and row offsets of 0, 1 or 2 lda (twelve
      * row pointers did not fit the registers: two were reloaded from the stack every k), the
      * B row SG_PF steps ahead prefetched (measured 1 thread, interleaved: 1x1 and 3x3 convs
@@ -189,6 +198,7 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, q0++, q3++, q6++, q9++) {
         __m512 w = _mm512_loadu_ps(b);
         _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + SG_PF2 * EI_SG_NR), _MM_HINT_T1);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
             const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : q9;
@@ -220,12 +230,24 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
         acc[i] = _mm512_setzero_ps();
         acc2[i] = _mm512_setzero_ps();
     }
+    /* (as core_avx512_n: the C and residual rows of the tile fetched ahead) */
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_ET0);
+        _mm_prefetch((const char *)(c + i * ldc + EI_SG_NR), _MM_HINT_ET0);
+        if (ep->z) {
+            _mm_prefetch((const char *)(ep->z + i * ep->ldz), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ep->z + i * ep->ldz + EI_SG_NR), _MM_HINT_T0);
+        }
+    }
     /* (as core_avx512_n) */
     const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
     for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR, q0++, q3++, q6++, q9++) {
         __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b2);
         _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
         _mm_prefetch((const char *)(b2 + SG_PF * EI_SG_NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + SG_PF2 * EI_SG_NR), _MM_HINT_T1);
+        _mm_prefetch((const char *)(b2 + SG_PF2 * EI_SG_NR), _MM_HINT_T1);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
             const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : q9;
