@@ -183,13 +183,7 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     __m512 acc[Z_MR];
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
-        acc[i] = _mm512_setzero_ps();
-        /* the tile's C row (written at the end: fetched for ownership now) and residual row,
-         * so that their misses overlap the K loop instead of stalling the epilogue */
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_ET0);
-        if (ep->z) _mm_prefetch((const char *)(ep->z + i * ep->ldz), _MM_HINT_T0);
-    }
+    for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
     /* rows through four base pointers stepped with k and row offsets of 0, 1 or 2 lda (twelve
      * row pointers did not fit the registers: two were reloaded from the stack every k), the
      * B row SG_PF steps ahead prefetched (measured 1 thread, interleaved: 1x1 and 3x3 convs
@@ -229,16 +223,6 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
     for (int i = 0; i < MR; i++) {
         acc[i] = _mm512_setzero_ps();
         acc2[i] = _mm512_setzero_ps();
-    }
-    /* (as core_avx512_n: the C and residual rows of the tile fetched ahead) */
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_ET0);
-        _mm_prefetch((const char *)(c + i * ldc + EI_SG_NR), _MM_HINT_ET0);
-        if (ep->z) {
-            _mm_prefetch((const char *)(ep->z + i * ep->ldz), _MM_HINT_T0);
-            _mm_prefetch((const char *)(ep->z + i * ep->ldz + EI_SG_NR), _MM_HINT_T0);
-        }
     }
     /* (as core_avx512_n) */
     const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
