@@ -226,12 +226,13 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
     }
     /* (as core_avx512_n) */
     const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
-    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR, q0++, q3++, q6++, q9++) {
+    const float *pf = ep->pf ? ep->pf : b + SG_PF2 * EI_SG_NR;
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR, q0++, q3++, q6++, q9++, pf += EI_SG_NR) {
         __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b2);
         _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
         _mm_prefetch((const char *)(b2 + SG_PF * EI_SG_NR), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + SG_PF2 * EI_SG_NR), _MM_HINT_T1);
-        _mm_prefetch((const char *)(b2 + SG_PF2 * EI_SG_NR), _MM_HINT_T1);
+        _mm_prefetch((const char *)pf, _MM_HINT_T1);
+        _mm_prefetch((const char *)(pf + bstride), _MM_HINT_T1);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
             const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : q9;

@@ -38,6 +38,10 @@ typedef struct {
     int64_t ldz;
     float lo, hi;               /* clamp when clamp != 0 */
     int32_t load_c, clamp;
+    /* the weights the caller computes with next (panel rows, stride EI_SG_NR; the two-panel
+     * kernel also pf + bstride), prefetched into L2 a row per k step; NULL: the kernel's own
+     * rows SG_PF2 steps ahead. Only the AVX-512 two-panel kernel reads it (a hint) */
+    const float *pf;
 } ei_sg_ep;
 
 /* c[i][0..nr) (= or +=) sum_k a[i*lda + k] * b[k*16 + j] for i < mr (mr <= the kernel's MR,
