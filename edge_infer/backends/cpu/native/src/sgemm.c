@@ -1,5 +1,5 @@
 /* fp32 SGEMM micro-kernels on packed 16-column weight panels (see sgemm.h): scalar 6x16,
- * AVX2+FMA 6x16, AVX-512 14x16 and 14x32 (two panels), NEON 6x16, chosen at run time.
+ * AVX2+FMA 6x16, AVX-512 up to 14x16 and 14x32 (two panels), NEON 6x16, chosen at run time.
  *
  * Each ISA has a "core" that computes an MR x 16 tile with the accumulators in registers (the
  * loops over rows and vectors have constant bounds and are unrolled, so the arrays below live
@@ -167,10 +167,9 @@ static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const floa
 }
 
 /* ---- AVX-512: up to 14 rows x 1 vector (compiled here, selected only where the CPU has it).
- * 14 rows, not 12: every spatial size of ResNet-50 (56, 28, 14, 7) is a multiple of 7, so its
- * layers split into whole tiles (196 rows: 14 tiles, not 16 + 4 rows), and each B row feeds 14
- * rows (A/B interleaved on ResNet-50's conv shapes, 1 thread: 2% faster overall, 4-6% on the
- * 14x14 and 7x7 layers). One core per row count (1..14, the count a constant in each), so a partial tile computes
+ * Tiles of 12 rows by default, 14 where conv_f32.c asks (mr_max: layers of few rows on one
+ * thread, where each B row then feeds more rows). One core per row count (1..14, the count a
+ * constant in each), so a partial tile computes
  * its own rows only: the last rows of a 49-pixel layer or a 1-row GEMM (a GEMV) cost what
  * they compute, not a full tile; fewer than 16 columns go through masked loads and
  * stores instead of the staging tile. Each row's sum runs in the same k order as the full
@@ -370,16 +369,16 @@ static void ukr_neon(int mr, int64_t kc, const float *a, int64_t lda, const floa
 #endif
 
 ei_sg_kernel ei_sg_scalar(void) {
-    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL };
+    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL, S_MR };
     return k;
 }
 
 ei_sg_kernel ei_sg_pick(void) {
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, Z_MR, "AVX-512", ukr2_avx512 }; return k; }
-    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL }; return k; }
+    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, 12, "AVX-512", ukr2_avx512, Z_MR }; return k; }
+    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL, X_MR }; return k; }
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL }; return k; }
+    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL, N_MR }; return k; }
 #endif
     return ei_sg_scalar();
 }

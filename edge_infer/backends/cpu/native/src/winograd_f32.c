@@ -271,9 +271,7 @@ static void gemm_item(const wg_plan *p, int64_t item, float *mb) {
     int64_t pn0 = cb * p->ncp, pn1 = EI_MIN(p->panels, pn0 + p->ncp), ldm = p->ncp * EI_SG_NR;
     int64_t C = a->c, col0 = pn0 * EI_SG_NR, ncol = EI_MIN((int64_t)a->m, pn1 * EI_SG_NR) - col0;
     const float *vb = p->v + blk * 36 * p->tb * C;
-    /* micro-tiles that divide the blocks' 12-tile units: the kernel's rows where they do
-     * (AVX2, NEON, scalar: 6), else 12 (AVX-512's 14-row kernel takes any count up to 14) */
-    const int mr = 12 % p->k.mr == 0 ? p->k.mr : 12;
+    const int mr = p->k.mr;
     for (int64_t xi = 0; xi < 36; xi++) {
         const float *vx = vb + xi * p->tb * C;
         const float *ux = a->wpack + xi * p->panels * C * EI_SG_NR;
