@@ -1,5 +1,5 @@
 /* fp32 SGEMM micro-kernels on packed 16-column weight panels (see sgemm.h): scalar 6x16,
- * AVX2+FMA 6x16, AVX-512 12x16 and 12x32 (two panels), NEON 6x16, chosen at run time.
+ * AVX2+FMA 6x16, AVX-512 up to 14x16 and 14x32 (two panels), NEON 6x16, chosen at run time.
  *
  * Each ISA has a "core" that computes an MR x 16 tile with the accumulators in registers (the
  * loops over rows and vectors have constant bounds and are unrolled, so the arrays below live
@@ -166,14 +166,20 @@ static void ukr_avx2(int mr, int64_t kc, const float *a, int64_t lda, const floa
     cores[mr - 1](kc, a, lda, b, c, ldc, nr, ep);
 }
 
-/* ---- AVX-512: up to 12 rows x 1 vector (compiled here, selected only where the CPU has it).
- * One core per row count (1..12, the count a constant in each), so a partial tile computes
+/* ---- AVX-512: up to 14 rows x 1 vector (compiled here, selected only where the CPU has it).
+ * Tiles of 12 rows by default, 14 where conv_f32.c asks (mr_max: layers of few rows on one
+ * thread, where each B row then feeds more rows). One core per row count (1..14, the count a
+ * constant in each), so a partial tile computes
  * its own rows only: the last rows of a 49-pixel layer or a 1-row GEMM (a GEMV) cost what
- * they compute, not a full 12-row tile; fewer than 16 columns go through masked loads and
+ * they compute, not a full tile; fewer than 16 columns go through masked loads and
  * stores instead of the staging tile. Each row's sum runs in the same k order as the full
  * tile's, so results do not depend on where a row falls. ---- */
-#define Z_MR 12
-#define SG_PF 8         /* k steps ahead that the B rows are prefetched */
+#define Z_MR 14
+#define SG_PF 8         /* k steps ahead that the B rows are prefetched into L1 */
+#define SG_PF2 64       /* and into L2 (where the caller gives no ep->pf): weights come from
+                         * memory on a layer's first micro-tile (each layer's are read once a
+                         * run); 64 steps (4 KB of a panel) ahead: cold-cache bench of
+                         * ResNet-50's conv shapes 3% faster, 32 or 128 steps less */
 static inline __attribute__((always_inline, target("avx512f")))
 void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                    int64_t ldc, int nr, const ei_sg_ep *ep) {
@@ -181,17 +187,18 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
-    /* rows through four base pointers stepped with k and row offsets of 0, 1 or 2 lda (twelve
+    /* rows through five base pointers stepped with k and row offsets of 0, 1 or 2 lda (twelve
      * row pointers did not fit the registers: two were reloaded from the stack every k), the
      * B row SG_PF steps ahead prefetched (measured 1 thread, interleaved: 1x1 and 3x3 convs
      * of ResNet-50 1-7% faster; 4, 8 or 16 steps alike) */
-    const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
-    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, q0++, q3++, q6++, q9++) {
+    const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda, *q12 = a + 12 * lda;
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, q0++, q3++, q6++, q9++, q12++) {
         __m512 w = _mm512_loadu_ps(b);
         _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + SG_PF2 * EI_SG_NR), _MM_HINT_T1);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
-            const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : q9;
+            const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : i < 12 ? q9 : q12;
             acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[(i % 3) * lda]), w, acc[i]);
         }
     }
@@ -207,7 +214,7 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     }
 }
 
-/* two panels at once: 2 x MR accumulators (24 of the 32 registers at 12 rows), so each
+/* two panels at once: 2 x MR accumulators (28 of the 32 registers at 14 rows), so each
  * broadcast A element feeds two FMAs (half the A loads per multiply-add of one panel) */
 static inline __attribute__((always_inline, target("avx512f")))
 void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
@@ -221,14 +228,17 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
         acc2[i] = _mm512_setzero_ps();
     }
     /* (as core_avx512_n) */
-    const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda;
-    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR, q0++, q3++, q6++, q9++) {
+    const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda, *q12 = a + 12 * lda;
+    const float *pf = ep->pf ? ep->pf : b + SG_PF2 * EI_SG_NR;
+    for (int64_t k = 0; k < kc; k++, b += EI_SG_NR, b2 += EI_SG_NR, q0++, q3++, q6++, q9++, q12++, pf += EI_SG_NR) {
         __m512 w = _mm512_loadu_ps(b), w2 = _mm512_loadu_ps(b2);
         _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
         _mm_prefetch((const char *)(b2 + SG_PF * EI_SG_NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)pf, _MM_HINT_T1);
+        _mm_prefetch((const char *)(pf + bstride), _MM_HINT_T1);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
-            const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : q9;
+            const float *q = i < 3 ? q0 : i < 6 ? q3 : i < 9 ? q6 : i < 12 ? q9 : q12;
             __m512 av = _mm512_set1_ps(q[(i % 3) * lda]);
             acc[i] = _mm512_fmadd_ps(av, w, acc[i]);
             acc2[i] = _mm512_fmadd_ps(av, w2, acc2[i]);
@@ -265,7 +275,7 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
         const float *b, int64_t bs, float *c, int64_t ldc, int nr2, const ei_sg_ep *ep) { \
         core2_avx512_n(R, kc, a, lda, b, bs, c, ldc, nr2, ep); }
 Z_CORE(1) Z_CORE(2) Z_CORE(3) Z_CORE(4) Z_CORE(5) Z_CORE(6) Z_CORE(7) Z_CORE(8) Z_CORE(9) Z_CORE(10)
-Z_CORE(11) Z_CORE(12)
+Z_CORE(11) Z_CORE(12) Z_CORE(13) Z_CORE(14)
 #undef Z_CORE
 
 __attribute__((target("avx512f")))
@@ -274,7 +284,8 @@ static void ukr_avx512(int mr, int64_t kc, const float *a, int64_t lda, const fl
     typedef void (*zcore)(int64_t, const float *, int64_t, const float *, float *, int64_t, int, const ei_sg_ep *);
     static const zcore cores[Z_MR] = { core_avx512_1, core_avx512_2, core_avx512_3, core_avx512_4,
                                        core_avx512_5, core_avx512_6, core_avx512_7, core_avx512_8,
-                                       core_avx512_9, core_avx512_10, core_avx512_11, core_avx512_12 };
+                                       core_avx512_9, core_avx512_10, core_avx512_11, core_avx512_12,
+                                       core_avx512_13, core_avx512_14 };
     cores[mr - 1](kc, a, lda, b, c, ldc, nr, ep);
 }
 
@@ -285,7 +296,8 @@ static void ukr2_avx512(int mr, int64_t kc, const float *a, int64_t lda, const f
                            const ei_sg_ep *);
     static const zcore2 cores[Z_MR] = { core2_avx512_1, core2_avx512_2, core2_avx512_3, core2_avx512_4,
                                         core2_avx512_5, core2_avx512_6, core2_avx512_7, core2_avx512_8,
-                                        core2_avx512_9, core2_avx512_10, core2_avx512_11, core2_avx512_12 };
+                                        core2_avx512_9, core2_avx512_10, core2_avx512_11, core2_avx512_12,
+                                        core2_avx512_13, core2_avx512_14 };
     cores[mr - 1](kc, a, lda, b, bstride, c, ldc, nr2, ep);
 }
 #endif
@@ -357,16 +369,16 @@ static void ukr_neon(int mr, int64_t kc, const float *a, int64_t lda, const floa
 #endif
 
 ei_sg_kernel ei_sg_scalar(void) {
-    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL };
+    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL, S_MR };
     return k;
 }
 
 ei_sg_kernel ei_sg_pick(void) {
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, Z_MR, "AVX-512", ukr2_avx512 }; return k; }
-    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL }; return k; }
+    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, 12, "AVX-512", ukr2_avx512, Z_MR }; return k; }
+    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL, X_MR }; return k; }
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL }; return k; }
+    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL, N_MR }; return k; }
 #endif
     return ei_sg_scalar();
 }

@@ -5,7 +5,7 @@
  * panel j holds rows k = 0..K-1 of 16 consecutive columns, contiguous (K x 16 floats), zero
  * padded past the last column. The panel width is the same for every ISA, so a plan packed
  * under one ISA runs under any other (the tests flip the ISA mask after prepare); only the
- * number of rows a micro-kernel computes at once (mr) differs: AVX2 6, AVX-512 12, NEON 6,
+ * number of rows a micro-kernel computes at once (mr) differs: AVX2 6, AVX-512 12 (14 for small layers on one thread), NEON 6,
  * scalar 6. A (activation rows) is read row-major with a row stride: straight from the input
  * for 1x1 stride-1 convs and GEMMs, from a per-thread im2col tile otherwise. */
 #ifndef EI_SGEMM_H
@@ -38,6 +38,10 @@ typedef struct {
     int64_t ldz;
     float lo, hi;               /* clamp when clamp != 0 */
     int32_t load_c, clamp;
+    /* the weights the caller computes with next (panel rows, stride EI_SG_NR; the two-panel
+     * kernel also pf + bstride), prefetched into L2 a row per k step; NULL: the kernel's own
+     * rows SG_PF2 steps ahead. Only the AVX-512 two-panel kernel reads it (a hint) */
+    const float *pf;
 } ei_sg_ep;
 
 /* c[i][0..nr) (= or +=) sum_k a[i*lda + k] * b[k*16 + j] for i < mr (mr <= the kernel's MR,
@@ -50,7 +54,9 @@ typedef void (*ei_sg_ukr)(int mr, int64_t kc, const float *a, int64_t lda, const
 typedef void (*ei_sg_ukr2)(int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
                            float *c, int64_t ldc, int nr2, const ei_sg_ep *ep);
 
-typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; } ei_sg_kernel;
+/* mr: the rows of a micro-tile by default; mr_max: the most rows fn and fn2 take (AVX-512: 12
+ * and 14; conv_f32.c's make_plan picks per layer) */
+typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; int mr_max; } ei_sg_kernel;
 
 /* runtime.c's CHUNKS_PER_THREAD: the pool cuts a job into up to this many chunks per thread */
 #define EI_POOL_CHUNKS 4
