@@ -112,6 +112,11 @@ static inline SATTR int64_t SN(stem_tile)(int64_t cw, int64_t avail, const float
     return 1;
 }
 
+/* the most pixels a tile takes (AVX-512's 12 x 16), for a partial tile's buffers */
+#ifndef STEM_BUF_PIXELS
+#define STEM_BUF_PIXELS 12
+#endif
+
 /* one output row (b, oy), every channel tile */
 static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
     const ei_conv_f32_args *a = p->a;
@@ -124,11 +129,11 @@ static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
     float *yrow = a->y + row * a->ow * m;
     const float *zrow = a->z ? a->z + row * a->ow * m : NULL;
     const int act = p->reg_act;
-    float bbuf[64], ybuf[64], zbuf[64];
+    float bbuf[64], ybuf[STEM_BUF_PIXELS * 64], zbuf[STEM_BUF_PIXELS * 64];
     for (int64_t c0 = 0; c0 < m; ) {
         const float *wp = a->wpack + (c0 / 16) * K * 16 + (int64_t)kylo * wrow;
         /* the tile's width: the widest whose channels exist (AVX-512: 64, 32, then 16 for a
-         * last single panel), a partial one through buffers */
+         * last single panel) */
         int64_t cw = SPV_MAIN * SL;
 #ifdef SR_WIDE
         if (m - c0 >= 4 * SL) cw = 4 * SL;
@@ -149,28 +154,39 @@ static SATTR void SN(stem_row)(const stem_plan *p, int64_t row) {
         for (int64_t ox = 0; ox < a->ow; ) {
             const float *zo = zrow ? zrow + ox * m + c0 : NULL;
             float *yo = yrow + ox * m + c0;
-            if (!partial && ox >= p->oxa && ox < p->oxb) {
-                const float *xo = xb + (ox * a->sw - a->pl) * c;
-                ox += SN(stem_tile)(cw, p->oxb - ox, xo, xrow, nky, a->kw * c, px, wp, wrow, K * 16, bias, zo, m,
-                                    yo, m, act, a->p0, a->p1);
-                continue;
-            }
-            /* one pixel: the kernel columns inside the input only; a partial tile through
-             * buffers of the full width */
-            int kxlo, kxhi;
-            ei_tap_range(ox, a->sw, a->pl, 1, a->kw, a->w, &kxlo, &kxhi);
-            const float *xo = xb + (ox * a->sw - a->pl + kxlo) * c;
-            const float *wo = wp + (int64_t)kxlo * c * 16;
-            float *yt = yo;
+            const int interior = ox >= p->oxa && ox < p->oxb;
+            const int64_t avail = interior ? p->oxb - ox : 1;
+            /* a partial tile (fewer channels than its width: a 3 -> 8 stem on AVX-512) runs at
+             * full width into buffers with its pixels cw apart (the panels' padding columns
+             * are zero weights), and its nr channels are copied out */
             const float *zt = zo;
+            float *yt = yo;
+            int64_t ld = m;
             if (partial) {
-                if (zo) { memcpy(zbuf, zo, (size_t)nr * sizeof(float)); zt = zbuf; }
+                if (zo)
+                    for (int64_t q = 0; q < EI_MIN(avail, STEM_BUF_PIXELS); q++)
+                        memcpy(zbuf + q * cw, zo + q * m, (size_t)nr * sizeof(float));
+                zt = zo ? zbuf : NULL;
                 yt = ybuf;
+                ld = cw;
             }
-            SN(stem_tile)(cw, 1, xo, xrow, nky, (int64_t)(kxhi - kxlo) * c, px, wo, wrow, K * 16, bias, zt, m, yt, m,
-                          act, a->p0, a->p1);
-            if (partial) memcpy(yo, ybuf, (size_t)nr * sizeof(float));
-            ox++;
+            int64_t done;
+            if (interior) {
+                const float *xo = xb + (ox * a->sw - a->pl) * c;
+                done = SN(stem_tile)(cw, avail, xo, xrow, nky, a->kw * c, px, wp, wrow, K * 16, bias, zt, ld, yt, ld,
+                                     act, a->p0, a->p1);
+            } else {
+                /* one pixel at the border: the kernel columns inside the input only */
+                int kxlo, kxhi;
+                ei_tap_range(ox, a->sw, a->pl, 1, a->kw, a->w, &kxlo, &kxhi);
+                const float *xo = xb + (ox * a->sw - a->pl + kxlo) * c;
+                const float *wo = wp + (int64_t)kxlo * c * 16;
+                done = SN(stem_tile)(cw, 1, xo, xrow, nky, (int64_t)(kxhi - kxlo) * c, px, wo, wrow, K * 16, bias, zt,
+                                     ld, yt, ld, act, a->p0, a->p1);
+            }
+            if (partial)
+                for (int64_t q = 0; q < done; q++) memcpy(yo + q * m, ybuf + q * cw, (size_t)nr * sizeof(float));
+            ox += done;
         }
         c0 += nr;
     }
