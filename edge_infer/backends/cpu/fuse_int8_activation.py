@@ -82,7 +82,6 @@ def _per_tensor_int8(graph: Graph, name: str) -> bool:
 
 
 def _fusable(conv: Node, act: Node, graph: Graph, readers: Dict[str, int], consts: _Consts) -> bool:
-    from .kernels.int8_conv import int8_conv
     mid = act.inputs[0]
     if (conv.op not in CONV_OPS or ATTR in conv.attrs or [o for o in conv.outputs if o] != [mid]
             or readers.get(mid, 0) != 1 or mid in graph.outputs or act.outputs[0] in graph.inputs):
@@ -94,7 +93,8 @@ def _fusable(conv: Node, act: Node, graph: Graph, readers: Dict[str, int], const
         entry = TABLE.lookup(conv, consts)
     except Exception:       # no kernel: the plan's own prepare reports it
         return False
-    return entry.prepare is int8_conv         # the int8 conv kernel (not a sparse or float one)
+    # the int8 conv kernel declares that it applies a table (a sparse or float one does not)
+    return bool(getattr(entry.prepare, "applies_table_activation", False))
 
 
 def fuse_int8_activations(graph: Graph, nodes: List[Node]) -> Tuple[List[Node], Dict[str, str]]:

@@ -327,6 +327,10 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     return im2col
 
 
+#: fuse_int8_activation.py hands this kernel the table of the activation it fuses
+int8_conv.applies_table_activation = True
+
+
 def clamp_store(lo: int, hi: int, lut) -> Callable:
     """store(acc, y): the int64 accumulator (requantized, + zp_y) clamped to [lo, hi] into int8
     ``y``; with a fused activation's table ``lut`` (index q + 128), y = lut[q + 128] (acc is
