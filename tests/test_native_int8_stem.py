@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edge_infer.backends.cpu import native
-from edge_infer.backends.cpu.native import int8_ops, kernels
+from edge_infer.backends.cpu.native import kernels
 from edge_infer.ops.qmath import conv_requant_params
 from test_native_kernels import MASKS, assert_native_matches, int8_conv_case, run_three_ways
 
@@ -19,7 +19,7 @@ def _has_amx() -> bool:
 
 
 def _gemm_only(monkeypatch):
-    monkeypatch.setattr(int8_ops, "int8_stem_step", lambda *a, **k: None)
+    monkeypatch.setattr(kernels, "int8_stem_step", lambda *a, **k: None)
 
 
 @pytest.mark.parametrize("n,c,m,hw,k,stride,pad,act", [

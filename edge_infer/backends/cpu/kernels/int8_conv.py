@@ -393,7 +393,7 @@ def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: i
         algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" \
             else f"im2col {kdesc}"
         path = getattr(step, "path", "")
-        if getattr(step, "stem", False):      # few input channels: native/int8_ops.int8_stem_step
+        if getattr(step, "stem", False):      # few input channels: native/kernels.int8_stem_step
             ctx.note(node, f"NHWC int8 native stem conv {kdesc} ({path}); {epi}")
             return step
         ctx.note(node, f"{'NHWC ' if last else ''}int8 native {algo} GEMM ({step.kind_name}, packed "

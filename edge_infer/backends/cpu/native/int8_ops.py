@@ -1,6 +1,5 @@
 """Prepare-time builders of the native int8 element-wise and data-movement steps (src/int8_ops.c):
-lookup tables, broadcast Add/Mul, byte-run gathers, integer bilinear Resize, int8 Softmax; and
-the direct int8 stem convolution (src/int8_stem.c), which int8_conv_step hands first convs to.
+lookup tables, broadcast Add/Mul, byte-run gathers, integer bilinear Resize, int8 Softmax.
 
 Each returns a ``native_step`` closure, or None when the library is missing or the case is not
 covered (the caller keeps its numpy closure). Tables and multipliers come from the numpy
@@ -10,12 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 
 from . import native_step
-from .kernels import _thread_scratch, aligned
 from .ops import _bcast_strides, _collapse
 
 _pkg = sys.modules[__package__]
@@ -211,35 +209,3 @@ def softmax_s8_step(x: np.ndarray, y: np.ndarray, etab: np.ndarray, ctx=None) ->
 
 
 #: the stem kernel's kinds (src/int8_gemm.h KIND_*), for plan notes
-STEM_KINDS = {0: "scalar", 1: "AVX2 vpmaddwd", 2: "NEON smlal", 3: "NEON sdot", 4: "AVX-512 VNNI vpdpbusd"}
-
-
-def int8_stem_step(ctx, a: ctypes.Structure, w_mk: np.ndarray, keep: Sequence) -> Optional[Callable[[], None]]:
-    """The direct stem convolution (src/int8_stem.c) for the int8 conv ``a`` (an
-    ``Int8ConvArgs`` with its pointers, geometry, epilogue and lut filled by int8_conv_step), or
-    None when that kernel does not take it (NCHW, a residual, more than 4 input or 64 output
-    channels, a dilated width): then the GEMM serves. ``w_mk``: (M, K) int8 weights, K ordered
-    (kernel row, kernel column, channel); ``keep``: the arrays ``a`` points into. The step's
-    ``path`` names the kernel for the plan note."""
-    if not _has("ei_int8_stem"):
-        return None
-    lib = _pkg.lib
-    for name, res in (("ei_int8_stem_kind", ctypes.c_int), ("ei_int8_stem_pack_size", _L),
-                      ("ei_int8_stem_scratch", _L)):
-        getattr(lib, name).restype, getattr(lib, name).argtypes = res, [_P]
-    lib.ei_int8_stem_pack.restype, lib.ei_int8_stem_pack.argtypes = None, [_P, _P, _P]
-    addr = ctypes.addressof(a)
-    kind = lib.ei_int8_stem_kind(addr)
-    if kind < 0:
-        return None
-    a.kind = kind
-    pack = aligned(int(lib.ei_int8_stem_pack_size(addr)))
-    w_mk = np.ascontiguousarray(w_mk, np.int8)
-    lib.ei_int8_stem_pack(addr, w_mk.ctypes.data, pack.ctypes.data)
-    scr = _thread_scratch(ctx, max(1, int(a.threads)), int(lib.ei_int8_stem_scratch(addr)))
-    a.wpack, a.scratch, a.consts = pack.ctypes.data, scr.ctypes.data, None
-    step = native_step("ei_int8_stem", a, pack, scr, *keep)
-    step.path = f"{STEM_KINDS.get(kind, kind)}, int32 accumulation, no im2col"
-    step.stem = True
-    step.kind_name = f"direct stem, {STEM_KINDS.get(kind, kind)}"   # what a GEMM's note names
-    return step

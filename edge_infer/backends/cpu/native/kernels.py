@@ -159,8 +159,8 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     for name, v in zip(("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"),
                        geometry):
         setattr(a, name, int(v))
-    from . import int8_ops               # first convs (c <= 4): the direct stem kernel, no im2col
-    stem = int8_ops.int8_stem_step(ctx, a, w_mk, (x, y, bias32, mult, sh, lut))
+    # first convs (c <= 4): the direct stem kernel, no im2col
+    stem = int8_stem_step(ctx, a, w_mk, (x, y, bias32, mult, sh, lut))
     if stem is not None:
         return stem
     # every thread slot's tiles, for the slots the conv runs on (a small one runs on one)
@@ -388,3 +388,37 @@ def kind_name(k: Optional[int] = None) -> str:
     a GEMM of depth ``k`` (None: the deepest)."""
     k = gemm_kind(k)
     return KIND_NAMES.get(k, str(k))
+
+
+STEM_KINDS = {0: "scalar", 1: "AVX2 vpmaddwd", 2: "NEON smlal", 3: "NEON sdot", 4: "AVX-512 VNNI vpdpbusd"}
+
+
+def int8_stem_step(ctx, a: ctypes.Structure, w_mk: np.ndarray, keep: Sequence) -> Optional[Callable[[], None]]:
+    """The direct stem convolution (src/int8_stem.c) for the int8 conv ``a`` (an
+    ``Int8ConvArgs`` with its pointers, geometry, epilogue and lut filled by int8_conv_step), or
+    None when that kernel does not take it (NCHW, a residual, more than 4 input or 64 output
+    channels, a dilated width): then the GEMM serves. ``w_mk``: (M, K) int8 weights, K ordered
+    (kernel row, kernel column, channel); ``keep``: the arrays ``a`` points into. The step's
+    ``path`` names the kernel for the plan note."""
+    lib = _native.lib
+    if lib is None or not hasattr(lib, "ei_int8_stem"):
+        return None
+    for name, res in (("ei_int8_stem_kind", ctypes.c_int), ("ei_int8_stem_pack_size", ctypes.c_int64),
+                      ("ei_int8_stem_scratch", ctypes.c_int64)):
+        getattr(lib, name).restype, getattr(lib, name).argtypes = res, [_P]
+    lib.ei_int8_stem_pack.restype, lib.ei_int8_stem_pack.argtypes = None, [_P, _P, _P]
+    addr = ctypes.addressof(a)
+    kind = lib.ei_int8_stem_kind(addr)
+    if kind < 0:
+        return None
+    a.kind = kind
+    pack = aligned(int(lib.ei_int8_stem_pack_size(addr)))
+    w_mk = np.ascontiguousarray(w_mk, np.int8)
+    lib.ei_int8_stem_pack(addr, w_mk.ctypes.data, pack.ctypes.data)
+    scr = _thread_scratch(ctx, max(1, int(a.threads)), int(lib.ei_int8_stem_scratch(addr)))
+    a.wpack, a.scratch, a.consts = pack.ctypes.data, scr.ctypes.data, None
+    step = _native.native_step("ei_int8_stem", a, pack, scr, *keep)
+    step.path = f"{STEM_KINDS.get(kind, kind)}, int32 accumulation, no im2col"
+    step.stem = True
+    step.kind_name = f"direct stem, {STEM_KINDS.get(kind, kind)}"   # what a GEMM's note names
+    return step
