@@ -1195,15 +1195,18 @@ EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
  * share that beats a worker's hand-out and join (a 6 us pointwise conv ran 6.1 us on one thread,
  * 7.9 on two: MobileNetV3). The estimate, fitted on MobileNetV3-small's int8 layers at one
  * thread (1x1 convs, 3x3 im2col, the classifier; within ~30%): the multiply-adds at the kind's
- * rate, the requantization per output (most of a pointwise layer's time; a residual's table
- * gather ~8x more), and the weights streamed once (a batch-1 fully-connected layer reads
- * 0.6-1 MB of them: 23-40 us, bound by memory, which two cores' loads share). */
+ * rate, the requantization per output (most of a pointwise layer's time; with a residual
+ * ~2.3x more: its add runs in the VBMI epilogue now, 0.3-0.6 ns an output measured on the
+ * 14x14 and 7x7 projections, where 1.6 had given them 2-4 slots for a 5-8 us layer), and the
+ * weights streamed once (a batch-1 fully-connected layer reads 0.6-1 MB of them: 23-40 us,
+ * bound by memory, which two cores' loads share). An AMX layer also pays ~2.5 us of tile setup
+ * and row staging on every slot it runs on, which a split does not divide: left out. */
 #define SLOT_NS 4000
 static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
     static const double mac_per_ns[N_KINDS] = { 2, 60, 15, 40, 150, 1500 };   /* by kind */
     double outs = (double)p->R * a->m;
     double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
-    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 1.6 : 0.2)
+    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2)
                 + (double)a->m * p->K * 0.04;
     int64_t slots = (int64_t)(ns / SLOT_NS);
     return slots > 1 ? slots : 1;
