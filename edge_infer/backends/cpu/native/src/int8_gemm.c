@@ -606,6 +606,8 @@ typedef struct {
 
 static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 
+static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p);
+
 static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->k = KINDS[a->kind];
     const kind_t *k = &p->k;
@@ -627,7 +629,9 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->mb = (int)mb;
     p->nrb = (p->R + p->mb - 1) / p->mb;
     p->npan = (a->m + k->nr - 1) / k->nr;
-    int t = a->threads < 1 ? 1 : a->threads;
+    /* the channel blocks for the slots the run uses, not for every thread: a layer run on one
+     * slot split in two blocks staged its rows and set up its tiles twice (AMX, 14x14: +2.5 us) */
+    int t = (int)EI_MIN((int64_t)(a->threads < 1 ? 1 : a->threads), conv_slots(a, p));
     p->ncb = 1;
     if (p->nrb < t) p->ncb = EI_MIN(p->npan, (t + p->nrb - 1) / p->nrb);
     p->ntasks = p->nrb * p->ncb;
@@ -1208,7 +1212,12 @@ static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
     double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
     double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2)
                 + (double)a->m * p->K * 0.04;
-    int64_t slots = (int64_t)(ns / SLOT_NS);
+    /* AMX with every row in one block: a split divides the channels, and each slot stages all
+     * the rows and sets up its tiles again (~2.5 us). MobileNetV3's 14x14 and 7x7 expansions
+     * (AMX, 10-16 us at one thread) ran no faster on two at the best of 40 runs (VNNI layers of
+     * that size: 1.3x; AMX row splits: 1.25x), so such a slot has to pay for three. */
+    double per = a->kind == KIND_AMX && p->nrb < 2 ? 3.0 * SLOT_NS : SLOT_NS;
+    int64_t slots = (int64_t)(ns / per);
     return slots > 1 ? slots : 1;
 }
 
