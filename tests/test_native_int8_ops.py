@@ -106,6 +106,8 @@ def test_lut_activations(monkeypatch, isa, op, shape, sx, zx, seed):
 @example(c=16, hw=7, nhwc=True, op="Mul", swap=False, seed=3)
 @example(c=48, hw=9, nhwc=True, op="Mul", swap=True, seed=4)      # whole vectors: 4 at a time, gate cycling
 @example(c=16, hw=5, nhwc=True, op="Mul", swap=False, seed=5)     # ... and a tail of 2 vectors
+@example(c=120, hw=17, nhwc=True, op="Mul", swap=True, seed=6)   # a gate period of 15 vectors, split over threads
+@example(c=72, hw=3, nhwc=True, op="Mul", swap=False, seed=7)     # period 9 and a masked last vector
 def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swap, seed):
     rng = np.random.default_rng(seed)
     big, small = ((1, hw, hw + 1, c), (1, 1, 1, c)) if nhwc else ((1, c, hw, hw + 1), (1, c, 1, 1))

@@ -606,6 +606,8 @@ typedef struct {
 
 static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 
+static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p);
+
 static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->k = KINDS[a->kind];
     const kind_t *k = &p->k;
@@ -627,7 +629,9 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->mb = (int)mb;
     p->nrb = (p->R + p->mb - 1) / p->mb;
     p->npan = (a->m + k->nr - 1) / k->nr;
-    int t = a->threads < 1 ? 1 : a->threads;
+    /* the channel blocks for the slots the run uses, not for every thread: a layer run on one
+     * slot split in two blocks staged its rows and set up its tiles twice (AMX, 14x14: +2.5 us) */
+    int t = (int)EI_MIN((int64_t)(a->threads < 1 ? 1 : a->threads), conv_slots(a, p));
     p->ncb = 1;
     if (p->nrb < t) p->ncb = EI_MIN(p->npan, (t + p->nrb - 1) / p->nrb);
     p->ntasks = p->nrb * p->ncb;
@@ -1195,17 +1199,25 @@ EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
  * share that beats a worker's hand-out and join (a 6 us pointwise conv ran 6.1 us on one thread,
  * 7.9 on two: MobileNetV3). The estimate, fitted on MobileNetV3-small's int8 layers at one
  * thread (1x1 convs, 3x3 im2col, the classifier; within ~30%): the multiply-adds at the kind's
- * rate, the requantization per output (most of a pointwise layer's time; a residual's table
- * gather ~8x more), and the weights streamed once (a batch-1 fully-connected layer reads
- * 0.6-1 MB of them: 23-40 us, bound by memory, which two cores' loads share). */
+ * rate, the requantization per output (most of a pointwise layer's time; with a residual
+ * ~2.3x more: its add runs in the VBMI epilogue now, 0.3-0.6 ns an output measured on the
+ * 14x14 and 7x7 projections, where 1.6 had given them 2-4 slots for a 5-8 us layer), and the
+ * weights streamed once (a batch-1 fully-connected layer reads 0.6-1 MB of them: 23-40 us,
+ * bound by memory, which two cores' loads share). An AMX layer also pays ~2.5 us of tile setup
+ * and row staging on every slot it runs on, which a split does not divide: left out. */
 #define SLOT_NS 4000
 static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
     static const double mac_per_ns[N_KINDS] = { 2, 60, 15, 40, 150, 1500 };   /* by kind */
     double outs = (double)p->R * a->m;
     double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
-    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 1.6 : 0.2)
+    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2)
                 + (double)a->m * p->K * 0.04;
-    int64_t slots = (int64_t)(ns / SLOT_NS);
+    /* AMX with every row in one block: a split divides the channels, and each slot stages all
+     * the rows and sets up its tiles again (~2.5 us). MobileNetV3's 14x14 and 7x7 expansions
+     * (AMX, 10-16 us at one thread) ran no faster on two at the best of 40 runs (VNNI layers of
+     * that size: 1.3x; AMX row splits: 1.25x), so such a slot has to pay for three. */
+    double per = a->kind == KIND_AMX && p->nrb < 2 ? 3.0 * SLOT_NS : SLOT_NS;
+    int64_t slots = (int64_t)(ns / per);
     return slots > 1 ? slots : 1;
 }
 

@@ -35,7 +35,12 @@
 #define STEM_MAX_C 4
 #define STEM_MAX_M 64          /* four 16-channel blocks: the epilogue constants stay on the stack */
 #define STEM_MAX_KW 16
-#define PAR_OUT 32768          /* output bytes from which rows are split over threads */
+/* a row split's slots: ~7 ns an output pixel per 16-channel block (MobileNetV3-small 224:
+ * 6.6 ns, the 48x192 text classifier's 8 channels: 7.2 ns, half its lanes idle), one slot per
+ * 4 us as the int8 conv's (int8_gemm.c SLOT_NS). The output-bytes threshold before (32 KB)
+ * kept the text classifier's 16.6 us stem, 18 KB of output, on one thread. */
+#define STEM_PIXEL_NS 7
+#define STEM_SLOT_NS 4000
 
 typedef struct {
     int kwc, kwc4, grow;       /* a kernel row's values, rounded up to 4, its 4-value groups */
@@ -462,9 +467,10 @@ EI_API void ei_int8_stem(const ei_int8_conv_args *a) {
         int ok = i < a->m;
         s.bias[i] = ok ? a->bias[i] : 0; s.mult[i] = ok ? a->mult[i] : 0; s.shift[i] = ok ? a->shift[i] : 0;
     }
-    int64_t rows = (int64_t)a->n * a->oh, bytes = rows * a->ow * a->m;
+    int64_t rows = (int64_t)a->n * a->oh;
+    int64_t slots = rows * a->ow * s.g.mb * STEM_PIXEL_NS / STEM_SLOT_NS;
     int64_t grain = EI_MAX((int64_t)1, 4096 / EI_MAX((int64_t)a->ow * a->m, (int64_t)1));
-    ei_parallel_for(rows, grain, stem_rows, &s, bytes >= PAR_OUT ? a->threads : 1);
+    ei_parallel_for(rows, grain, stem_rows, &s, (int)EI_MAX((int64_t)1, EI_MIN((int64_t)a->threads, slots)));
 }
 
 /* ---- self-test: the dispatched kind (and every layout read by the scalar rows) against a
