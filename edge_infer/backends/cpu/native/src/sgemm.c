@@ -15,10 +15,11 @@
  * first) is added after the block's products: each block's sum is then a short chain of its
  * own, which rounds about as a pairwise sum of the blocks does (continuing one chain through
  * C carried K-long rounding: ResNet-50's 1x1 convs had 4x onnxruntime's error against
- * float64, same cost either way). AVX-512 starts a first block's accumulators at the bias
- * instead (one addend, no chain; 2 x MR adds fewer per tile) and skips the min of a Relu
- * clamp (hi = +inf): at K = 64 the epilogue is ~8% of a tile's vector ops (1 thread,
- * ResNet-50's 56x56 1x1 convs 2-5% faster, loaded machine). */
+ * float64, same cost either way; starting the accumulators at the bias instead, which saves
+ * 2 x MR adds a tile, rounded every product at the bias's magnitude: ResNet-50's output
+ * against onnxruntime 1.7e-7 -> 4.3e-6). AVX-512 loads the bias once per tile (stores to C
+ * could alias it: reloaded per row otherwise) and skips the min of a Relu clamp (hi = +inf):
+ * at K = 64 the epilogue is a large share of a tile's vector operations. */
 #include "sgemm.h"
 
 #include <math.h>
@@ -189,10 +190,8 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
                    int64_t ldc, int nr, const ei_sg_ep *ep) {
     __m512 acc[Z_MR];
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
-    /* (the bias as the start, as core2_avx512_n) */
-    const __m512 b0 = !ep->load_c && ep->bias ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) acc[i] = b0;
+    for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
     /* rows through five base pointers stepped with k and row offsets of 0, 1 or 2 lda (twelve
      * row pointers did not fit the registers: two were reloaded from the stack every k), the
      * B row SG_PF steps ahead prefetched (measured 1 thread, interleaved: 1x1 and 3x3 convs
@@ -210,9 +209,12 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     }
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
     const int upper = ep->hi < INFINITY;      /* Relu: no min */
+    const int bias0 = !ep->load_c && ep->bias;  /* (loaded once, as core2_avx512_n) */
+    const __m512 b0 = bias0 ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         if (ep->load_c) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, c + i * ldc));
+        else if (bias0) acc[i] = _mm512_add_ps(acc[i], b0);
         if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, ep->z + i * ep->ldz));
         if (ep->clamp) acc[i] = _mm512_max_ps(lo, acc[i]);
         if (ep->clamp && upper) acc[i] = _mm512_min_ps(hi, acc[i]);
@@ -229,14 +231,10 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
     __m512 acc[Z_MR], acc2[Z_MR];
     const float *b2 = b + bstride;
     const __mmask16 m2 = (__mmask16)((1u << nr2) - 1);
-    /* the bias (a first K block's) as the accumulators' start: 2 x MR adds fewer at the end */
-    const int bias0 = !ep->load_c && ep->bias;
-    const __m512 b0 = bias0 ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
-    const __m512 b1 = bias0 ? _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
-        acc[i] = b0;
-        acc2[i] = b1;
+        acc[i] = _mm512_setzero_ps();
+        acc2[i] = _mm512_setzero_ps();
     }
     /* (as core_avx512_n) */
     const float *q0 = a, *q3 = a + 3 * lda, *q6 = a + 6 * lda, *q9 = a + 9 * lda, *q12 = a + 12 * lda;
@@ -257,11 +255,18 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
     }
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
     const int upper = ep->hi < INFINITY;      /* Relu: no min */
+    /* the bias loaded once (c's stores could alias it: reloaded per row otherwise) */
+    const int bias0 = !ep->load_c && ep->bias;
+    const __m512 b0 = bias0 ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
+    const __m512 b1 = bias0 ? _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         if (ep->load_c) {
             acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(c + i * ldc));
             acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR));
+        } else if (bias0) {
+            acc[i] = _mm512_add_ps(acc[i], b0);
+            acc2[i] = _mm512_add_ps(acc2[i], b1);
         }
         if (ep->z) {
             acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
