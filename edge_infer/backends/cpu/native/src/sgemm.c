@@ -17,9 +17,9 @@
  * C carried K-long rounding: ResNet-50's 1x1 convs had 4x onnxruntime's error against
  * float64, same cost either way; starting the accumulators at the bias instead, which saves
  * 2 x MR adds a tile, rounded every product at the bias's magnitude: ResNet-50's output
- * against onnxruntime 1.7e-7 -> 4.3e-6). AVX-512 loads the bias once per tile (stores to C
- * could alias it: reloaded per row otherwise) and skips the min of a Relu clamp (hi = +inf):
- * at K = 64 the epilogue is a large share of a tile's vector operations. */
+ * against onnxruntime 1.7e-7 -> 4.3e-6; holding the bias in two registers spilled
+ * accumulators at 14 rows). AVX-512 skips the min of a Relu clamp (hi = +inf): at K = 64
+ * the epilogue is a large share of a tile's vector operations. */
 #include "sgemm.h"
 
 #include <math.h>
@@ -209,12 +209,10 @@ void core_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const 
     }
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
     const int upper = ep->hi < INFINITY;      /* Relu: no min */
-    const int bias0 = !ep->load_c && ep->bias;  /* (loaded once, as core2_avx512_n) */
-    const __m512 b0 = bias0 ? _mm512_maskz_loadu_ps(m, ep->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         if (ep->load_c) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, c + i * ldc));
-        else if (bias0) acc[i] = _mm512_add_ps(acc[i], b0);
+        else if (ep->bias) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, ep->bias));
         if (ep->z) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m, ep->z + i * ep->ldz));
         if (ep->clamp) acc[i] = _mm512_max_ps(lo, acc[i]);
         if (ep->clamp && upper) acc[i] = _mm512_min_ps(hi, acc[i]);
@@ -255,18 +253,14 @@ void core2_avx512_n(const int MR, int64_t kc, const float *a, int64_t lda, const
     }
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
     const int upper = ep->hi < INFINITY;      /* Relu: no min */
-    /* the bias loaded once (c's stores could alias it: reloaded per row otherwise) */
-    const int bias0 = !ep->load_c && ep->bias;
-    const __m512 b0 = bias0 ? _mm512_loadu_ps(ep->bias) : _mm512_setzero_ps();
-    const __m512 b1 = bias0 ? _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         if (ep->load_c) {
             acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(c + i * ldc));
             acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR));
-        } else if (bias0) {
-            acc[i] = _mm512_add_ps(acc[i], b0);
-            acc2[i] = _mm512_add_ps(acc2[i], b1);
+        } else if (ep->bias) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->bias));
+            acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR));
         }
         if (ep->z) {
             acc[i] = _mm512_add_ps(acc[i], _mm512_loadu_ps(ep->z + i * ep->ldz));
