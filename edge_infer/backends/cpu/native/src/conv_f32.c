@@ -143,9 +143,11 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
     /* micro-tile rows: the kernel's most (AVX-512 14, else its mr) for a layer of few rows
      * on one thread, where each weight row then feeds more rows (ResNet-50's 7x7 layers,
      * 49 rows: 4 tiles instead of 12+12+12+12+1; 1 thread, A/B interleaved on its conv
-     * shapes: 7x7 layers 4-7% faster, 14x14 0-3%); the default mr otherwise (at 2 threads
-     * 14-row tiles made the 14x14 layers 10-19% slower, the 56x56 ones 1-5%) */
-    p->mr = a->threads <= 1 && p->rows <= 196 ? k.mr_max : k.mr;
+     * shapes: 7x7 layers 4-7% faster, 14x14 0-3%), and for 64 rows or fewer at any thread
+     * count (2 threads, A/B interleaved per split on ResNet-50's 7x7 layers, loaded machine:
+     * 3x3 convs 4-7% faster by min, 1x1 ones 0-9% by median); the default mr otherwise (at 2
+     * threads 14-row tiles made the 14x14 layers 10-19% slower, the 56x56 ones 1-5%) */
+    p->mr = (a->threads <= 1 && p->rows <= 196) || p->rows <= 64 ? k.mr_max : k.mr;
     int64_t mr = p->mr, tiles = (p->rows + mr - 1) / mr, tmax = MC_MAX / mr;
     int64_t nrb = (tiles + tmax - 1) / tmax, ncp = p->panels < 16 ? p->panels : 16;
     if (a->threads > 1 && a->split_mr == mr && a->split_threads == a->threads && a->split_rows >= nrb &&

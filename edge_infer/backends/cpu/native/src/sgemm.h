@@ -5,9 +5,10 @@
  * panel j holds rows k = 0..K-1 of 16 consecutive columns, contiguous (K x 16 floats), zero
  * padded past the last column. The panel width is the same for every ISA, so a plan packed
  * under one ISA runs under any other (the tests flip the ISA mask after prepare); only the
- * number of rows a micro-kernel computes at once (mr) differs: AVX2 6, AVX-512 12 (14 for small layers on one thread), NEON 6,
- * scalar 6. A (activation rows) is read row-major with a row stride: straight from the input
- * for 1x1 stride-1 convs and GEMMs, from a per-thread im2col tile otherwise. */
+ * number of rows a micro-kernel computes at once (mr) differs: AVX2 6, AVX-512 12 (14 for
+ * layers of few rows: conv_f32.c make_plan), NEON 6, scalar 6. A (activation rows) is read
+ * row-major with a row stride: straight from the input for 1x1 stride-1 convs and GEMMs,
+ * from a per-thread im2col tile otherwise. */
 #ifndef EI_SGEMM_H
 #define EI_SGEMM_H
 
