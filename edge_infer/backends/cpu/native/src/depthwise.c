@@ -399,8 +399,13 @@ static int has_vbmi(void) {
  *
  * Scratch after the vq16 constants: packed weights [kh][nq][group] (64 bytes: 16 channels x 4
  * taps, zero past kw), 16 corrections a group, and a ring of kh quad rows
- * [ox][nq][group], slot iy mod kh (dilation 1: the kh rows of one window fall in distinct slots). */
-#define DWQ_OK(a) ((a)->is_int8 && !(a)->nchw && (a)->dh == 1 && (a)->dw == 1 && (a)->kh * (a)->kw <= DW8_MAX_TAPS)
+ * [quad column j][group] (DWQ_COLS), slot iy mod kh (dilation 1: the kh rows of one window fall in distinct slots). */
+#define DWQ_OK(a) ((a)->is_int8 && !(a)->nchw && (a)->dh == 1 && (a)->dw == 1 && (a)->kh * (a)->kw <= DW8_MAX_TAPS \
+                   && ((a)->kw <= 4 || 4 % (a)->sw == 0))
+/* quad columns of one input row: quad j holds input columns j sw - pl .. j sw - pl + 3, and
+ * output column ox reads quads ox + k 4 / sw (k < nq): a 5x5 layer's second quad of ox is the
+ * first of ox + 4 / sw, built once (one quad per (output column, k) built 5x5 rows twice) */
+#define DWQ_COLS(a) ((a)->ow + ((a)->kw + 3) / 4 * 4 / (a)->sw - 4 / (a)->sw)
 /* 8 channels, kw <= 4 (one quad): a quad is 32 bytes, stored 32 apart, so that one 64-byte load
  * holds two neighbouring pixels' quads and one vector computes and requantizes both (16
  * contiguous outputs; the constants and weights are replicated in lanes 8..15). One pixel a
@@ -412,7 +417,7 @@ static int64_t dwq_bytes(const ei_dw_args *a) {
 #if defined(__x86_64__)
     if (!DWQ_OK(a)) return 0;
     int64_t ng = (a->c + 15) / 16, nq = (a->kw + 3) / 4;
-    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + (int64_t)a->kh * a->ow * nq * ng * 64 + 64;
+    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + (int64_t)a->kh * DWQ_COLS(a) * ng * 64 + 64;
 #else
     (void)a;
     return 0;
@@ -483,7 +488,7 @@ EI_API void ei_dw_prepare(const ei_dw_args *a, void *out) {
 #if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh, kw = a->kw;
+    const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
     const char *cs = (const char *)a->consts;
@@ -493,10 +498,11 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
     }
     const ei_vq16 *vq = (const ei_vq16 *)cs;
     const int8_t *wq = (const int8_t *)(vq + ng);
-    uint8_t *ring = (uint8_t *)base + dwq_consts_bytes(a);             /* [slot][ox][q][g][64] */
+    uint8_t *ring = (uint8_t *)base + dwq_consts_bytes(a);             /* [slot][j][g][64] */
     const int pairs = DWQ_PAIRS(a);
-    const int64_t qb = pairs ? 32 : (int64_t)nq * ng * 64;             /* bytes per output column */
-    const int64_t qrow = (int64_t)a->ow * qb;
+    const int64_t qb = pairs ? 32 : (int64_t)ng * 64;                  /* bytes per quad column */
+    const int nj = DWQ_COLS(a), qstep = nq > 1 ? 4 / a->sw : 0;       /* quad k of ox: column ox + k qstep */
+    const int64_t qrow = (int64_t)nj * qb;
     int left = 0;
     for (int c = 0; c < C; c++) left |= a->shift[c] > 0;
     ei_vqc vc;
@@ -527,54 +533,47 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
             if (tag[s] == key) continue;
             tag[s] = key;
             const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
-            for (int k = 0; k < nq; k++) {
-                /* output columns [oxa, oxb) read the quad's four taps inside the row: pointers
-                 * C apart, stepping sw * C a column; the others tap by tap (padding, taps past kw) */
-                int first = 4 * k - a->pl, oxa = first >= 0 ? 0 : (-first + a->sw - 1) / a->sw;
-                int lastok = a->w - 4 - first;                  /* ox * sw <= lastok */
-                int oxb = (!xrow || lastok < 0) ? 0 : EI_MIN(a->ow, lastok / a->sw + 1);
-                if (oxa > oxb) oxa = oxb;
-                for (int ox = 0; ox < a->ow; ox++) {
-                    const int8_t *src[4];
-                    if (ox >= oxa && ox < oxb) {
-                        src[0] = xrow + (int64_t)(ox * a->sw + first) * C;
-                        if (contig) {
-                            __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
-                            if (pairs) _mm256_storeu_si256((__m256i *)(q + (int64_t)ox * qb), _mm512_castsi512_si256(v));
-                            else _mm512_store_si512(q + ((int64_t)ox * nq + k) * ng * 64, v);
-                            continue;
-                        }
-                        src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
-                    } else {
-                        for (int t = 0; t < 4; t++) {
-                            int kx = 4 * k + t, ix = ox * a->sw - a->pl + kx;
-                            src[t] = (xrow && kx < kw && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
-                        }
-                    }
-                    uint8_t *d = q + (int64_t)ox * qb + (int64_t)k * ng * 64;
-                    for (int g = 0; g < full; g++) {
-                        int c = 16 * g;
-                        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
-                        _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
-                    }
-                    if (tm) {
-                        int c = 16 * full;
-                        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
-                        v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
+            for (int j = 0; j < nj; j++) {
+                /* quads inside the row: four pointers C apart; the others tap by tap (padding) */
+                const int8_t *src[4];
+                const int ix0 = j * a->sw - a->pl;
+                uint8_t *d = q + (int64_t)j * qb;
+                if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
+                    src[0] = xrow + (int64_t)ix0 * C;
+                    if (contig) {
+                        __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
                         if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                        else _mm512_store_si512(d + 64 * full, v);
+                        else _mm512_store_si512(d, v);
+                        continue;
                     }
+                    src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
+                } else {
+                    for (int t = 0; t < 4; t++) {
+                        int ix = ix0 + t;
+                        src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
+                    }
+                }
+                for (int g = 0; g < full; g++) {
+                    int c = 16 * g;
+                    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
+                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
+                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
+                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
+                    _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+                }
+                if (tm) {
+                    int c = 16 * full;
+                    __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
+                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
+                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
+                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
+                    v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
+                    if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+                    else _mm512_store_si512(d + 64 * full, v);
                 }
             }
         }
         int64_t opix0 = ((int64_t)b * a->oh + oy) * a->ow;
-        const int64_t qs = (int64_t)nq * ng * 64;       /* bytes from one output column's quads to the next */
         if (pairs) {
             for (int ox = 0; ox < a->ow; ox += 8) {
                 const int nv = (EI_MIN(8, a->ow - ox) + 1) / 2;
@@ -609,11 +608,11 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
                 for (int ky = 0; ky < kh; ky++)
                     for (int k = 0; k < nq; k++) {
                         __m512i wv = _mm512_loadu_si512(wq + (((int64_t)ky * nq + k) * ng + g) * 64);
-                        const uint8_t *qp = slot[ky] + ((int64_t)ox * nq + k) * ng * 64 + 64 * g;
+                        const uint8_t *qp = slot[ky] + (int64_t)(ox + k * qstep) * qb + 64 * g;
                         acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(qp), wv);
-                        if (P > 1) acc1 = _mm512_dpbusd_epi32(acc1, _mm512_load_si512(qp + qs), wv);
-                        if (P > 2) acc2 = _mm512_dpbusd_epi32(acc2, _mm512_load_si512(qp + 2 * qs), wv);
-                        if (P > 3) acc3 = _mm512_dpbusd_epi32(acc3, _mm512_load_si512(qp + 3 * qs), wv);
+                        if (P > 1) acc1 = _mm512_dpbusd_epi32(acc1, _mm512_load_si512(qp + qb), wv);
+                        if (P > 2) acc2 = _mm512_dpbusd_epi32(acc2, _mm512_load_si512(qp + 2 * qb), wv);
+                        if (P > 3) acc3 = _mm512_dpbusd_epi32(acc3, _mm512_load_si512(qp + 3 * qb), wv);
                     }
                 int c = 16 * g;
                 if (P == 4 && !vc.ztab) {
