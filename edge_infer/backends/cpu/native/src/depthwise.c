@@ -599,12 +599,15 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
             }
             continue;
         }
-        for (int ox = 0; ox < a->ow; ox += 4) {
-            const int P = EI_MIN(4, a->ow - ox);
-            int8_t *y = (int8_t *)a->y + (opix0 + ox) * C;
-            const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C : NULL;
-            for (int g = g0; g < g1; g++) {
-                const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
+        /* one group's quads of the kh rows across the row, then the next group's: those stay in
+         * L1 (the whole ring of a 240-channel 5x5 layer does not), and quad k = 1 of one block of
+         * four columns is quad k = 0 of the next */
+        for (int g = g0; g < g1; g++) {
+            const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
+            for (int ox = 0; ox < a->ow; ox += 4) {
+                const int P = EI_MIN(4, a->ow - ox);
+                int8_t *y = (int8_t *)a->y + (opix0 + ox) * C;
+                const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C : NULL;
                 __m512i acc0 = vq[g].bias, acc1 = acc0, acc2 = acc0, acc3 = acc0;
                 for (int ky = 0; ky < kh; ky++)
                     for (int k = 0; k < nq; k++) {
