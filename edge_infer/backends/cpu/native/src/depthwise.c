@@ -486,6 +486,20 @@ EI_API void ei_dw_prepare(const ei_dw_args *a, void *out) {
 }
 
 #if defined(__x86_64__)
+/* two or three vectors of the same 16 channels (P of them), no residual: as ei_vq_store4 */
+__attribute__((target("avx512f,avx512bw"))) static inline __attribute__((always_inline))
+void dwq_store_n(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, __m512i a0, __m512i a1, __m512i a2, int P,
+                 int8_t *y, ptrdiff_t ys) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i p = ei_vq_pack4(c, ei_vq_mbqm(a0, k, c->left), ei_vq_mbqm(a1, k, c->left),
+                            P > 2 ? ei_vq_mbqm(a2, k, c->left) : zero, zero);
+    __m128i q[3] = { _mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1), _mm512_extracti32x4_epi32(p, 2) };
+    for (int i = 0; i < P; i++) {
+        if (m == 0xFFFF) _mm_storeu_si128((__m128i *)(y + i * ys), q[i]);
+        else _mm512_mask_storeu_epi8(y + i * ys, (__mmask64)m, _mm512_castsi128_si512(q[i]));
+    }
+}
+
 /* output rows [r0, r1), channel groups [g0, g1) of 16 */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int g0, int g1) {
@@ -621,6 +635,10 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
                 int c = 16 * g;
                 if (P == 4 && !vc.ztab) {
                     ei_vq_store4(&vc, &vq[g], m, acc0, acc1, acc2, acc3, y + c, C);
+                    continue;
+                }
+                if (P > 1 && !vc.ztab) {        /* a row's last 2 or 3 columns (7 and 14 wide) */
+                    dwq_store_n(&vc, &vq[g], m, acc0, acc1, acc2, P, y + c, C);
                     continue;
                 }
                 ei_vq_store(&vc, &vq[g], m, acc0, y + c, z ? z + c : NULL);
