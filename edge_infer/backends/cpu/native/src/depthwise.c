@@ -391,9 +391,9 @@ static int has_vbmi(void) {
  * the per-tap kernel (dw8_rows_vnni) widened and multiplied nine taps; 5x5: 10 and one build
  * (two quads a row, the last three taps with zero weights) against 25. Measured (CPU time,
  * loaded machine, per-tap -> quads): 112x112x32 3x3 237 -> 198 us, 14x14x576 5x5 126 -> 103,
- * 56x56x72 5x5 stride 2 74 -> 60, 48x48x8 3x3 36 -> 22; 3x3 stride 2 146 -> 170, so those stay
- * tap by tap. The requantization epilogue is now about 40% of the time (a cheap one measured
- * 237 -> 157 us on the first).
+ * 56x56x72 5x5 stride 2 74 -> 60, 48x48x8 3x3 36 -> 22; 3x3 stride 2 146 -> 170 then (since
+ * then faster: see pick). The requantization epilogue is now about 40% of the time (a cheap one
+ * measured 237 -> 157 us on the first).
  * The u8 offset: sum_taps (x + 128) w = sum x w + 128 sum w; the second term comes off the
  * bias. Padding reads zp_x as everywhere. Exactly the integers of the per-tap kernels.
  *
@@ -738,10 +738,11 @@ static void dw_blocks(void *vctx, int64_t b0, int64_t b1) {
 static rows_fn pick(const ei_dw_args *a) {
     int dw8 = a->is_int8 && !a->nchw && a->kh * a->kw <= DW8_MAX_TAPS;
 #if defined(__x86_64__)
-    /* quads pay off where a built quad row serves several output rows (stride 1), replaces
-     * many taps (5x5) or is one load (8 or 16 channels); other 3x3 stride 2 measured faster
-     * tap by tap */
-    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw == 1 || a->kw > 3 || a->c == 8 || a->c == 16)) return dwq_rows;
+    /* quads pay off where a built quad row serves several output rows (stride 1 or 2), replaces
+     * many taps (5x5) or is one load (8 or 16 channels); 3x3 stride 2 on 72 channels measured
+     * 37 -> 31-33 us (loaded machine) since the compute loop keeps one channel group's quads in
+     * L1 (it had measured slower than tap by tap before) */
+    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16)) return dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
     if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
