@@ -500,6 +500,19 @@ void dwq_store_n(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, __m512i a0, __m
     }
 }
 
+/* the accumulators of P <= 4 output columns (quads at off, off + qb, ..) of one group */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __attribute__((always_inline))
+void dwq_acc(__m512i *acc, __m512i bias, const int8_t *wg, const uint8_t *const *slot, int64_t off, int64_t qb,
+             int qstep, int ng, const int kh, const int nq, const int P) {
+    acc[0] = acc[1] = acc[2] = acc[3] = bias;
+    for (int ky = 0; ky < kh; ky++)
+        for (int k = 0; k < nq; k++) {
+            __m512i wv = _mm512_loadu_si512(wg + ((int64_t)ky * nq + k) * ng * 64);
+            const uint8_t *qp = slot[ky] + off + (int64_t)k * qstep * qb;
+            for (int j = 0; j < P; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_load_si512(qp + j * qb), wv);
+        }
+}
+
 /* output rows [r0, r1), channel groups [g0, g1) of 16 */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int g0, int g1) {
@@ -622,16 +635,15 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
                 const int P = EI_MIN(4, a->ow - ox);
                 int8_t *y = (int8_t *)a->y + (opix0 + ox) * C;
                 const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C : NULL;
-                __m512i acc0 = vq[g].bias, acc1 = acc0, acc2 = acc0, acc3 = acc0;
-                for (int ky = 0; ky < kh; ky++)
-                    for (int k = 0; k < nq; k++) {
-                        __m512i wv = _mm512_loadu_si512(wq + (((int64_t)ky * nq + k) * ng + g) * 64);
-                        const uint8_t *qp = slot[ky] + (int64_t)(ox + k * qstep) * qb + 64 * g;
-                        acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(qp), wv);
-                        if (P > 1) acc1 = _mm512_dpbusd_epi32(acc1, _mm512_load_si512(qp + qb), wv);
-                        if (P > 2) acc2 = _mm512_dpbusd_epi32(acc2, _mm512_load_si512(qp + 2 * qb), wv);
-                        if (P > 3) acc3 = _mm512_dpbusd_epi32(acc3, _mm512_load_si512(qp + 3 * qb), wv);
-                    }
+                __m512i acc[4];
+                const int8_t *wg = wq + 64 * g;
+                const int64_t off = (int64_t)ox * qb + 64 * g;
+                /* MobileNet's 3x3 and 5x5 at four columns with constant trip counts: unrolled, the
+                 * addresses are constant offsets from the kh row pointers */
+                if (P == 4 && kh == 3 && nq == 1) dwq_acc(acc, vq[g].bias, wg, slot, off, qb, qstep, ng, 3, 1, 4);
+                else if (P == 4 && kh == 5 && nq == 2) dwq_acc(acc, vq[g].bias, wg, slot, off, qb, qstep, ng, 5, 2, 4);
+                else dwq_acc(acc, vq[g].bias, wg, slot, off, qb, qstep, ng, kh, nq, P);
+                __m512i acc0 = acc[0], acc1 = acc[1], acc2 = acc[2], acc3 = acc[3];
                 int c = 16 * g;
                 if (P == 4 && !vc.ztab) {
                     ei_vq_store4(&vc, &vq[g], m, acc0, acc1, acc2, acc3, y + c, C);
