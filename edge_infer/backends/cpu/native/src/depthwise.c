@@ -500,17 +500,52 @@ void dwq_store_n(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, __m512i a0, __m
     }
 }
 
-/* the accumulators of P <= 4 output columns (quads at off, off + qb, ..) of one group */
+/* the accumulators of P <= 4 output columns (quads at off, off + qb, ..) of one group; the
+ * weights from wv (hoist) or wg */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __attribute__((always_inline))
-void dwq_acc(__m512i *acc, __m512i bias, const int8_t *wg, const uint8_t *const *slot, int64_t off, int64_t qb,
-             int qstep, int ng, const int kh, const int nq, const int P) {
+void dwq_acc(__m512i *acc, __m512i bias, const __m512i *wv, int hoist, const int8_t *wg, const uint8_t *const *slot,
+             int64_t off, int64_t qb, int qstep, int ng, const int kh, const int nq, const int P) {
     acc[0] = acc[1] = acc[2] = acc[3] = bias;
     for (int ky = 0; ky < kh; ky++)
         for (int k = 0; k < nq; k++) {
-            __m512i wv = _mm512_loadu_si512(wg + ((int64_t)ky * nq + k) * ng * 64);
+            __m512i w = hoist ? wv[ky * nq + k] : _mm512_loadu_si512(wg + ((int64_t)ky * nq + k) * ng * 64);
             const uint8_t *qp = slot[ky] + off + (int64_t)k * qstep * qb;
-            for (int j = 0; j < P; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_load_si512(qp + j * qb), wv);
+            for (int j = 0; j < P; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_load_si512(qp + j * qb), w);
         }
+}
+
+/* one output row of one channel group g, four columns at a time. The weights and epilogue
+ * constants are copied to locals first: the int8 stores may alias anything, so read through
+ * pointers they were loaded again for every four columns */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __attribute__((always_inline))
+void dwq_group_row(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, const int8_t *wq,
+                   const uint8_t *const *slot, int64_t opix0, int g, __mmask16 m, int64_t qb, int qstep, int ng,
+                   const int kh, const int nq) {
+    const ei_vqc vc = *vcp;
+    const ei_vq16 k = *kp;
+    const int C = a->c, nt = kh * nq, hoist = nt <= 16;
+    const int8_t *wg = wq + 64 * g;
+    __m512i wv[16];
+    if (hoist)
+        for (int i = 0; i < nt; i++) wv[i] = _mm512_loadu_si512(wg + (int64_t)i * ng * 64);
+    for (int ox = 0; ox < a->ow; ox += 4) {
+        const int P = EI_MIN(4, a->ow - ox);
+        int8_t *y = (int8_t *)a->y + (opix0 + ox) * C + 16 * g;
+        const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C + 16 * g : NULL;
+        const int64_t off = (int64_t)ox * qb + 64 * g;
+        __m512i acc[4];
+        if (P == 4) dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, 4);
+        else dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, P);
+        if (P == 4 && !vc.ztab) {
+            ei_vq_store4(&vc, &k, m, acc[0], acc[1], acc[2], acc[3], y, C);
+            continue;
+        }
+        if (P > 1 && !vc.ztab) {        /* a row's last 2 or 3 columns (7 and 14 wide) */
+            dwq_store_n(&vc, &k, m, acc[0], acc[1], acc[2], P, y, C);
+            continue;
+        }
+        for (int j = 0; j < P; j++) ei_vq_store(&vc, &k, m, acc[j], y + (int64_t)j * C, z ? z + (int64_t)j * C : NULL);
+    }
 }
 
 /* output rows [r0, r1), channel groups [g0, g1) of 16 */
@@ -631,33 +666,11 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
          * four columns is quad k = 0 of the next */
         for (int g = g0; g < g1; g++) {
             const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
-            for (int ox = 0; ox < a->ow; ox += 4) {
-                const int P = EI_MIN(4, a->ow - ox);
-                int8_t *y = (int8_t *)a->y + (opix0 + ox) * C;
-                const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C : NULL;
-                __m512i acc[4];
-                const int8_t *wg = wq + 64 * g;
-                const int64_t off = (int64_t)ox * qb + 64 * g;
-                /* MobileNet's 3x3 and 5x5 at four columns with constant trip counts: unrolled, the
-                 * addresses are constant offsets from the kh row pointers */
-                if (P == 4 && kh == 3 && nq == 1) dwq_acc(acc, vq[g].bias, wg, slot, off, qb, qstep, ng, 3, 1, 4);
-                else if (P == 4 && kh == 5 && nq == 2) dwq_acc(acc, vq[g].bias, wg, slot, off, qb, qstep, ng, 5, 2, 4);
-                else dwq_acc(acc, vq[g].bias, wg, slot, off, qb, qstep, ng, kh, nq, P);
-                __m512i acc0 = acc[0], acc1 = acc[1], acc2 = acc[2], acc3 = acc[3];
-                int c = 16 * g;
-                if (P == 4 && !vc.ztab) {
-                    ei_vq_store4(&vc, &vq[g], m, acc0, acc1, acc2, acc3, y + c, C);
-                    continue;
-                }
-                if (P > 1 && !vc.ztab) {        /* a row's last 2 or 3 columns (7 and 14 wide) */
-                    dwq_store_n(&vc, &vq[g], m, acc0, acc1, acc2, P, y + c, C);
-                    continue;
-                }
-                ei_vq_store(&vc, &vq[g], m, acc0, y + c, z ? z + c : NULL);
-                if (P > 1) ei_vq_store(&vc, &vq[g], m, acc1, y + C + c, z ? z + C + c : NULL);
-                if (P > 2) ei_vq_store(&vc, &vq[g], m, acc2, y + 2 * C + c, z ? z + 2 * C + c : NULL);
-                if (P > 3) ei_vq_store(&vc, &vq[g], m, acc3, y + 3 * C + c, z ? z + 3 * C + c : NULL);
-            }
+            /* MobileNet's 3x3 and 5x5 with constant trip counts: unrolled, the addresses constant
+             * offsets from the kh row pointers */
+            if (kh == 3 && nq == 1) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 3, 1);
+            else if (kh == 5 && nq == 2) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 5, 2);
+            else dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, kh, nq);
         }
     }
 }
