@@ -367,6 +367,19 @@ def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
     assert_native_matches(res)
 
 
+@pytest.mark.parametrize("mode", ["native", "base"])
+def test_depthwise_int8_selftest(mode):
+    """depthwise.c's self-test: every int8 NHWC kernel this CPU has (AVX2, per-tap VNNI, quads,
+    quads split by channel blocks as 2-thread few-row layers run them) against the scalar
+    instance, bit for bit, on random geometries (3x3 / 5x5, strides 1-2, dilation, residual
+    tables, fused activation tables, channel tails)."""
+    old = native.set_isa_mask(MASKS[mode])
+    try:
+        assert native.lib.ei_selftest_depthwise() == 0
+    finally:
+        native.set_isa_mask(old)
+
+
 @pytest.mark.parametrize("k,pad", [(3, 5), (5, 9), (3, 0)])
 def test_depthwise_int8_batches_and_wide_padding(k, pad):
     """Two images and padding wider than the kernel: the quad kernel's cached input rows must

@@ -391,16 +391,21 @@ static int has_vbmi(void) {
  * the per-tap kernel (dw8_rows_vnni) widened and multiplied nine taps; 5x5: 10 and one build
  * (two quads a row, the last three taps with zero weights) against 25. Measured (CPU time,
  * loaded machine, per-tap -> quads): 112x112x32 3x3 237 -> 198 us, 14x14x576 5x5 126 -> 103,
- * 56x56x72 5x5 stride 2 74 -> 60, 48x48x8 3x3 36 -> 22; 3x3 stride 2 146 -> 170, so those stay
- * tap by tap. The requantization epilogue is now about 40% of the time (a cheap one measured
- * 237 -> 157 us on the first).
+ * 56x56x72 5x5 stride 2 74 -> 60, 48x48x8 3x3 36 -> 22; 3x3 stride 2 146 -> 170 then (since
+ * then faster: see pick). The requantization epilogue is now about 40% of the time (a cheap one
+ * measured 237 -> 157 us on the first).
  * The u8 offset: sum_taps (x + 128) w = sum x w + 128 sum w; the second term comes off the
  * bias. Padding reads zp_x as everywhere. Exactly the integers of the per-tap kernels.
  *
  * Scratch after the vq16 constants: packed weights [kh][nq][group] (64 bytes: 16 channels x 4
  * taps, zero past kw), 16 corrections a group, and a ring of kh quad rows
- * [ox][nq][group], slot iy mod kh (dilation 1: the kh rows of one window fall in distinct slots). */
-#define DWQ_OK(a) ((a)->is_int8 && !(a)->nchw && (a)->dh == 1 && (a)->dw == 1 && (a)->kh * (a)->kw <= DW8_MAX_TAPS)
+ * [quad column j][group] (DWQ_COLS), slot iy mod kh (dilation 1: the kh rows of one window fall in distinct slots). */
+#define DWQ_OK(a) ((a)->is_int8 && !(a)->nchw && (a)->dh == 1 && (a)->dw == 1 && (a)->kh * (a)->kw <= DW8_MAX_TAPS \
+                   && ((a)->kw <= 4 || 4 % (a)->sw == 0))
+/* quad columns of one input row: quad j holds input columns j sw - pl .. j sw - pl + 3, and
+ * output column ox reads quads ox + k 4 / sw (k < nq): a 5x5 layer's second quad of ox is the
+ * first of ox + 4 / sw, built once (one quad per (output column, k) built 5x5 rows twice) */
+#define DWQ_COLS(a) ((a)->ow + ((a)->kw + 3) / 4 * 4 / (a)->sw - 4 / (a)->sw)
 /* 8 channels, kw <= 4 (one quad): a quad is 32 bytes, stored 32 apart, so that one 64-byte load
  * holds two neighbouring pixels' quads and one vector computes and requantizes both (16
  * contiguous outputs; the constants and weights are replicated in lanes 8..15). One pixel a
@@ -412,7 +417,7 @@ static int64_t dwq_bytes(const ei_dw_args *a) {
 #if defined(__x86_64__)
     if (!DWQ_OK(a)) return 0;
     int64_t ng = (a->c + 15) / 16, nq = (a->kw + 3) / 4;
-    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + (int64_t)a->kh * a->ow * nq * ng * 64 + 64;
+    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + (int64_t)a->kh * DWQ_COLS(a) * ng * 64 + 64;
 #else
     (void)a;
     return 0;
@@ -481,9 +486,72 @@ EI_API void ei_dw_prepare(const ei_dw_args *a, void *out) {
 }
 
 #if defined(__x86_64__)
+/* two or three vectors of the same 16 channels (P of them), no residual: as ei_vq_store4 */
+__attribute__((target("avx512f,avx512bw"))) static inline __attribute__((always_inline))
+void dwq_store_n(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, __m512i a0, __m512i a1, __m512i a2, int P,
+                 int8_t *y, ptrdiff_t ys) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i p = ei_vq_pack4(c, ei_vq_mbqm(a0, k, c->left), ei_vq_mbqm(a1, k, c->left),
+                            P > 2 ? ei_vq_mbqm(a2, k, c->left) : zero, zero);
+    __m128i q[3] = { _mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1), _mm512_extracti32x4_epi32(p, 2) };
+    for (int i = 0; i < P; i++) {
+        if (m == 0xFFFF) _mm_storeu_si128((__m128i *)(y + i * ys), q[i]);
+        else _mm512_mask_storeu_epi8(y + i * ys, (__mmask64)m, _mm512_castsi128_si512(q[i]));
+    }
+}
+
+/* the accumulators of P <= 4 output columns (quads at off, off + qb, ..) of one group; the
+ * weights from wv (hoist) or wg */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __attribute__((always_inline))
+void dwq_acc(__m512i *acc, __m512i bias, const __m512i *wv, int hoist, const int8_t *wg, const uint8_t *const *slot,
+             int64_t off, int64_t qb, int qstep, int ng, const int kh, const int nq, const int P) {
+    acc[0] = acc[1] = acc[2] = acc[3] = bias;
+    for (int ky = 0; ky < kh; ky++)
+        for (int k = 0; k < nq; k++) {
+            __m512i w = hoist ? wv[ky * nq + k] : _mm512_loadu_si512(wg + ((int64_t)ky * nq + k) * ng * 64);
+            const uint8_t *qp = slot[ky] + off + (int64_t)k * qstep * qb;
+            for (int j = 0; j < P; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_load_si512(qp + j * qb), w);
+        }
+}
+
+/* one output row of one channel group g, four columns at a time. The weights and epilogue
+ * constants are copied to locals first: the int8 stores may alias anything, so read through
+ * pointers they were loaded again for every four columns */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __attribute__((always_inline))
+void dwq_group_row(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, const int8_t *wq,
+                   const uint8_t *const *slot, int64_t opix0, int g, __mmask16 m, int64_t qb, int qstep, int ng,
+                   const int kh, const int nq) {
+    const ei_vqc vc = *vcp;
+    const ei_vq16 k = *kp;
+    const int C = a->c, nt = kh * nq, hoist = nt <= 16;
+    const int8_t *wg = wq + 64 * g;
+    __m512i wv[16];
+    if (hoist)
+        for (int i = 0; i < nt; i++) wv[i] = _mm512_loadu_si512(wg + (int64_t)i * ng * 64);
+    for (int ox = 0; ox < a->ow; ox += 4) {
+        const int P = EI_MIN(4, a->ow - ox);
+        int8_t *y = (int8_t *)a->y + (opix0 + ox) * C + 16 * g;
+        const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C + 16 * g : NULL;
+        const int64_t off = (int64_t)ox * qb + 64 * g;
+        __m512i acc[4];
+        if (P == 4) dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, 4);
+        else dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, P);
+        if (P == 4 && !vc.ztab) {
+            ei_vq_store4(&vc, &k, m, acc[0], acc[1], acc[2], acc[3], y, C);
+            continue;
+        }
+        if (P > 1 && !vc.ztab) {        /* a row's last 2 or 3 columns (7 and 14 wide) */
+            dwq_store_n(&vc, &k, m, acc[0], acc[1], acc[2], P, y, C);
+            continue;
+        }
+        for (int j = 0; j < P; j++) ei_vq_store(&vc, &k, m, acc[j], y + (int64_t)j * C, z ? z + (int64_t)j * C : NULL);
+    }
+}
+
+/* output rows [r0, r1), channel groups [g0, g1) of 16 */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
-static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh, kw = a->kw;
+static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int g0, int g1) {
+    const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
     const char *cs = (const char *)a->consts;
@@ -493,10 +561,11 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
     }
     const ei_vq16 *vq = (const ei_vq16 *)cs;
     const int8_t *wq = (const int8_t *)(vq + ng);
-    uint8_t *ring = (uint8_t *)base + dwq_consts_bytes(a);             /* [slot][ox][q][g][64] */
+    uint8_t *ring = (uint8_t *)base + dwq_consts_bytes(a);             /* [slot][j][g][64] */
     const int pairs = DWQ_PAIRS(a);
-    const int64_t qb = pairs ? 32 : (int64_t)nq * ng * 64;             /* bytes per output column */
-    const int64_t qrow = (int64_t)a->ow * qb;
+    const int64_t qb = pairs ? 32 : (int64_t)ng * 64;                  /* bytes per quad column */
+    const int nj = DWQ_COLS(a), qstep = nq > 1 ? 4 / a->sw : 0;       /* quad k of ox: column ox + k qstep */
+    const int64_t qrow = (int64_t)nj * qb;
     int left = 0;
     for (int c = 0; c < C; c++) left |= a->shift[c] > 0;
     ei_vqc vc;
@@ -527,54 +596,47 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
             if (tag[s] == key) continue;
             tag[s] = key;
             const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
-            for (int k = 0; k < nq; k++) {
-                /* output columns [oxa, oxb) read the quad's four taps inside the row: pointers
-                 * C apart, stepping sw * C a column; the others tap by tap (padding, taps past kw) */
-                int first = 4 * k - a->pl, oxa = first >= 0 ? 0 : (-first + a->sw - 1) / a->sw;
-                int lastok = a->w - 4 - first;                  /* ox * sw <= lastok */
-                int oxb = (!xrow || lastok < 0) ? 0 : EI_MIN(a->ow, lastok / a->sw + 1);
-                if (oxa > oxb) oxa = oxb;
-                for (int ox = 0; ox < a->ow; ox++) {
-                    const int8_t *src[4];
-                    if (ox >= oxa && ox < oxb) {
-                        src[0] = xrow + (int64_t)(ox * a->sw + first) * C;
-                        if (contig) {
-                            __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
-                            if (pairs) _mm256_storeu_si256((__m256i *)(q + (int64_t)ox * qb), _mm512_castsi512_si256(v));
-                            else _mm512_store_si512(q + ((int64_t)ox * nq + k) * ng * 64, v);
-                            continue;
-                        }
-                        src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
-                    } else {
-                        for (int t = 0; t < 4; t++) {
-                            int kx = 4 * k + t, ix = ox * a->sw - a->pl + kx;
-                            src[t] = (xrow && kx < kw && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
-                        }
-                    }
-                    uint8_t *d = q + (int64_t)ox * qb + (int64_t)k * ng * 64;
-                    for (int g = 0; g < full; g++) {
-                        int c = 16 * g;
-                        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
-                        _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
-                    }
-                    if (tm) {
-                        int c = 16 * full;
-                        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
-                        v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
+            for (int j = 0; j < nj; j++) {
+                /* quads inside the row: four pointers C apart; the others tap by tap (padding) */
+                const int8_t *src[4];
+                const int ix0 = j * a->sw - a->pl;
+                uint8_t *d = q + (int64_t)j * qb;
+                if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
+                    src[0] = xrow + (int64_t)ix0 * C;
+                    if (contig) {
+                        __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
                         if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                        else _mm512_store_si512(d + 64 * full, v);
+                        else _mm512_store_si512(d, v);
+                        continue;
                     }
+                    src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
+                } else {
+                    for (int t = 0; t < 4; t++) {
+                        int ix = ix0 + t;
+                        src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
+                    }
+                }
+                for (int g = g0; g < EI_MIN(g1, full); g++) {
+                    int c = 16 * g;
+                    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
+                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
+                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
+                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
+                    _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+                }
+                if (tm && g1 == ng) {
+                    int c = 16 * full;
+                    __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
+                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
+                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
+                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
+                    v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
+                    if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+                    else _mm512_store_si512(d + 64 * full, v);
                 }
             }
         }
         int64_t opix0 = ((int64_t)b * a->oh + oy) * a->ow;
-        const int64_t qs = (int64_t)nq * ng * 64;       /* bytes from one output column's quads to the next */
         if (pairs) {
             for (int ox = 0; ox < a->ow; ox += 8) {
                 const int nv = (EI_MIN(8, a->ow - ox) + 1) / 2;
@@ -599,34 +661,22 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
             }
             continue;
         }
-        for (int ox = 0; ox < a->ow; ox += 4) {
-            const int P = EI_MIN(4, a->ow - ox);
-            int8_t *y = (int8_t *)a->y + (opix0 + ox) * C;
-            const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C : NULL;
-            for (int g = 0; g < ng; g++) {
-                const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
-                __m512i acc0 = vq[g].bias, acc1 = acc0, acc2 = acc0, acc3 = acc0;
-                for (int ky = 0; ky < kh; ky++)
-                    for (int k = 0; k < nq; k++) {
-                        __m512i wv = _mm512_loadu_si512(wq + (((int64_t)ky * nq + k) * ng + g) * 64);
-                        const uint8_t *qp = slot[ky] + ((int64_t)ox * nq + k) * ng * 64 + 64 * g;
-                        acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(qp), wv);
-                        if (P > 1) acc1 = _mm512_dpbusd_epi32(acc1, _mm512_load_si512(qp + qs), wv);
-                        if (P > 2) acc2 = _mm512_dpbusd_epi32(acc2, _mm512_load_si512(qp + 2 * qs), wv);
-                        if (P > 3) acc3 = _mm512_dpbusd_epi32(acc3, _mm512_load_si512(qp + 3 * qs), wv);
-                    }
-                int c = 16 * g;
-                if (P == 4 && !vc.ztab) {
-                    ei_vq_store4(&vc, &vq[g], m, acc0, acc1, acc2, acc3, y + c, C);
-                    continue;
-                }
-                ei_vq_store(&vc, &vq[g], m, acc0, y + c, z ? z + c : NULL);
-                if (P > 1) ei_vq_store(&vc, &vq[g], m, acc1, y + C + c, z ? z + C + c : NULL);
-                if (P > 2) ei_vq_store(&vc, &vq[g], m, acc2, y + 2 * C + c, z ? z + 2 * C + c : NULL);
-                if (P > 3) ei_vq_store(&vc, &vq[g], m, acc3, y + 3 * C + c, z ? z + 3 * C + c : NULL);
-            }
+        /* one group's quads of the kh rows across the row, then the next group's: those stay in
+         * L1 (the whole ring of a 240-channel 5x5 layer does not), and quad k = 1 of one block of
+         * four columns is quad k = 0 of the next */
+        for (int g = g0; g < g1; g++) {
+            const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
+            /* MobileNet's 3x3 and 5x5 with constant trip counts: unrolled, the addresses constant
+             * offsets from the kh row pointers */
+            if (kh == 3 && nq == 1) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 3, 1);
+            else if (kh == 5 && nq == 2) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 5, 2);
+            else dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, kh, nq);
         }
     }
+}
+
+static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_rows_g(a, r0, r1, scratch, 0, (a->c + 15) / 16);
 }
 #endif
 
@@ -677,7 +727,7 @@ static void dw8_rows_neon(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
 #endif
 
 typedef void (*rows_fn)(const ei_dw_args *, int64_t, int64_t, char *);
-typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; } dw_ctx;
+typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; int blocks; } dw_ctx;
 
 /* rows [r0, r1), handed out by the pool in chunks; scratch: the running thread slot's */
 static void dw_range(void *vctx, int64_t r0, int64_t r1) {
@@ -690,13 +740,34 @@ static void dw_range(void *vctx, int64_t r0, int64_t r1) {
     }
 }
 
+#if defined(__x86_64__)
+/* channel blocks [b0, b1) of c->blocks (the quad kernel, all rows each): layers of few rows
+ * (7x7, 14x14 with a 5x5 kernel), where chunks of kh rows leave threads idle and each chunk
+ * rebuilds kh - 1 input rows */
+static void dw_blocks(void *vctx, int64_t b0, int64_t b1) {
+    const dw_ctx *c = (const dw_ctx *)vctx;
+    const ei_dw_args *a = c->a;
+    const int ng = (a->c + 15) / 16;
+    char *scratch = (char *)a->scratch + (int64_t)ei_pool_slot() * c->per;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        int g0 = (int)(blk * ng / c->blocks), g1 = (int)((blk + 1) * ng / c->blocks);
+        dwq_rows_g(a, 0, c->rows, scratch, g0, g1);
+        if (a->lut) {
+            int c0 = 16 * g0, c1 = EI_MIN(16 * g1, a->c);
+            ei_lut_inplace(a->lut, (int8_t *)a->y + c0, c1 - c0, c->rows * a->ow, a->c);
+        }
+    }
+}
+#endif
+
 static rows_fn pick(const ei_dw_args *a) {
     int dw8 = a->is_int8 && !a->nchw && a->kh * a->kw <= DW8_MAX_TAPS;
 #if defined(__x86_64__)
-    /* quads pay off where a built quad row serves several output rows (stride 1), replaces
-     * many taps (5x5) or is one load (8 or 16 channels); other 3x3 stride 2 measured faster
-     * tap by tap */
-    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw == 1 || a->kw > 3 || a->c == 8 || a->c == 16)) return dwq_rows;
+    /* quads pay off where a built quad row serves several output rows (stride 1 or 2), replaces
+     * many taps (5x5) or is one load (8 or 16 channels); 3x3 stride 2 on 72 channels measured
+     * 37 -> 31-33 us (loaded machine) since the compute loop keeps one channel group's quads in
+     * L1 (it had measured slower than tap by tap before) */
+    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16)) return dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
     if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
@@ -727,7 +798,7 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
     EI_CHECK(!a->is_int8 || (a->zp_x >= -128 && a->zp_x <= 127 && a->zp_y >= -128 && a->zp_y <= 127
                              && a->lo <= a->hi && a->mult != NULL && a->shift != NULL));
     EI_CHECK(a->x != NULL && a->y != NULL && a->wt != NULL);
-    dw_ctx c = { a, pick(a), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a) };
+    dw_ctx c = { a, pick(a), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a), 1 };
     int t = a->threads < 1 ? 1 : a->threads;
     /* at least ~2^16 taps per slot in int8 graphs (all native: the pool's workers are awake);
      * 2^20 in fp32 ones, where the layer sits between BLAS calls whose spinning threads hold
@@ -739,6 +810,15 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
      * own input rows (quads, tap pointers): 1-row chunks of a 7- or 14-row layer rebuilt kh rows
      * per output row and 2 threads barely beat 1 (MobileNetV3, measured) */
     int64_t grain = a->is_int8 && !a->nchw ? EI_MAX((int64_t)a->kh, c.rows / ((int64_t)c.slots * 4)) : 1;
+#if defined(__x86_64__)
+    /* few rows a slot (MobileNetV3's 5x5 layers at 14x14 and 7x7): channel blocks instead */
+    int ng = (a->c + 15) / 16;
+    if (c.fn == dwq_rows && c.slots > 1 && !DWQ_PAIRS(a) && ng >= 2 * c.slots && c.rows < 4 * a->kh * c.slots) {
+        c.blocks = c.slots;
+        ei_parallel_for(c.blocks, 1, dw_blocks, &c, c.slots);
+        return;
+    }
+#endif
     ei_parallel_for(c.rows, grain, dw_range, &c, c.slots);
 }
 
@@ -831,6 +911,13 @@ EI_API int ei_selftest_depthwise(void) {
             dw_ctx c4 = { &a, dwq_rows, c.rows, 1, c.per };
             dw_range(&c4, 0, c4.rows);
             if (memcmp(y0, y1, ys * es) != 0) fails++;
+            /* channel blocks (the split of few-row layers): two blocks, and one a group */
+            for (int nb = 2; nb <= (C + 15) / 16 && nb <= 3; nb++) {
+                memset(y1, 0, ys * es);
+                dw_ctx c5 = { &a, dwq_rows, c.rows, 1, c.per, nb };
+                dw_blocks(&c5, 0, nb);
+                if (memcmp(y0, y1, ys * es) != 0) fails++;
+            }
         }
 #endif
         free(x); free(z); free(y0); free(y1); free(wt); free(bias); free(pad); free(mult); free(shift); free(scr);
