@@ -18,6 +18,7 @@ from edge_infer.backends.cpu import CpuBackend, native
 from edge_infer.backends.cpu import fuse_int8_activation as fusion
 from edge_infer.ir import Graph
 from edge_infer.runtime import specialize
+from test_native_int8_ops import qd
 
 sys.path.insert(0, os.path.dirname(__file__))
 SETTINGS = dict(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -46,11 +47,6 @@ def isa(request):
     old = native.set_isa_mask(request.param)
     yield request.param
     native.set_isa_mask(old)
-
-
-def qd(scale, zp, axis=None):
-    s = np.atleast_1d(np.float32(scale))
-    return {"scale": [float(v) for v in s], "zero_point": [int(zp)] * s.size, "axis": axis}
 
 
 def plan(make, feeds, *, native_on: bool, fuse: bool, monkeypatch, threads: int = 2):
