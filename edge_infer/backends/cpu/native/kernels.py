@@ -141,17 +141,12 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     n_, _, _, _, _, oh, ow, kh, kw, sh_, sw_, _, _, pt, pl = geometry
     kind = gemm_kind(k, rows=int(n_) * int(oh) * int(ow), m=m,
                      pointwise=(kh, kw, sh_, sw_, pt, pl) == (1, 1, 1, 1, 0, 0))
-    psize = _fn("ei_int8_pack_size", ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int)(kind, m, k)
-    wpack = aligned(int(psize))
     w_mk = np.ascontiguousarray(w_mk, np.int8)
-    _fn("ei_int8_pack_weights", None, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int, _P)(
-        kind, w_mk.ctypes.data, m, k, wpack.ctypes.data)
     bias32 = bias.astype(np.int32)
     mult = np.asarray(q, np.int64).astype(np.int32).reshape(-1)
     sh = np.asarray(shift, np.int64).astype(np.int32).reshape(-1)
     threads = threads_of(ctx)
-    a = Int8ConvArgs(x=x.ctypes.data, y=y.ctypes.data, z=_ptr(z), wpack=wpack.ctypes.data,
-                     bias=bias32.ctypes.data, mult=mult.ctypes.data, shift=sh.ctypes.data,
+    a = Int8ConvArgs(x=x.ctypes.data, y=y.ctypes.data, z=_ptr(z), bias=bias32.ctypes.data, mult=mult.ctypes.data, shift=sh.ctypes.data,
                      ztab=_ptr(ztab) if z is not None else None, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,
                      kind=kind, in_nchw=int(in_nchw), out_nchw=int(out_nchw), threads=threads)
     lut = _lut_table(lut)
@@ -163,6 +158,11 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     stem = int8_stem_step(ctx, a, w_mk, (x, y, bias32, mult, sh, lut))
     if stem is not None:
         return stem
+    psize = _fn("ei_int8_pack_size", ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int)(kind, m, k)
+    wpack = aligned(int(psize))
+    _fn("ei_int8_pack_weights", None, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int, _P)(
+        kind, w_mk.ctypes.data, m, k, wpack.ctypes.data)
+    a.wpack = wpack.ctypes.data
     # every thread slot's tiles, for the slots the conv runs on (a small one runs on one)
     need = _fn("ei_int8_conv_scratch", ctypes.c_int64, _P)(ctypes.addressof(a))
     if need < 0:
