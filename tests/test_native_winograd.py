@@ -189,14 +189,20 @@ def test_resnet50_matches_onnxruntime(monkeypatch):
     _model_parity(rt, feeds, ort_run(path, feeds))
 
 
-def test_memory_budget_keeps_the_sgemm(tmp_path, monkeypatch):
-    """A budget the Winograd scratch (the band's transformed input, ~2.6 MB here) does not fit
-    leaves the conv on the SGEMM conv (a 120 KB tile), with the reason in its note."""
+def _lone_conv_64_at_56(tmp_path):
+    """A lone 3x3 64 -> 64 conv + Relu on a 56x56 input: (ONNX model, optimized graph, feeds).
+    Its Winograd scratch (~2.6 MB band + blocks) fits no free arena bytes of its step."""
     rng = np.random.default_rng(4)
     nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
     feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
     model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
-    g3 = _optimized(model, tmp_path)
+    return model, _optimized(model, tmp_path), feeds
+
+
+def test_memory_budget_keeps_the_sgemm(tmp_path, monkeypatch):
+    """A budget the Winograd scratch (the band's transformed input, ~2.6 MB here) does not fit
+    leaves the conv on the SGEMM conv (a 120 KB tile), with the reason in its note."""
+    model, g3, feeds = _lone_conv_64_at_56(tmp_path)
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
     ref = ort_run(model, feeds)["y"]
     for limit, want in ((None, True), (4 << 20, False)):
@@ -263,11 +269,7 @@ def test_scratch_no_hole_takes_is_reserved_in_the_arena_when_the_allowance_pays(
     Winograd; under one that does not, it stays on the SGEMM and nothing is reserved. Both
     equal onnxruntime's output."""
     from edge_infer.backends.cpu.kernels import conv_winograd as cw
-    rng = np.random.default_rng(4)
-    nodes, inits = _conv_nodes(64, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, rng, "Relu", False)
-    feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
-    model = make_model(nodes, [vi("x", (1, 64, 56, 56))], [vi("y", None)], initializers=inits)
-    g3 = _optimized(model, tmp_path)
+    model, g3, feeds = _lone_conv_64_at_56(tmp_path)
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "auto")
     ref = ort_run(model, feeds)["y"]
     monkeypatch.setattr(cw, "MIN_GROWTH_BYTES", 0)
