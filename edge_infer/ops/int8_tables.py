@@ -16,6 +16,15 @@ LEFT_SHIFT = 20
 _VALUES = np.arange(QMIN, QMAX + 1, dtype=np.int64)           # -128 .. 127
 
 
+def by_bits(table: np.ndarray) -> np.ndarray:
+    """A table over v = -128..127 (index v + 128) reordered to index by v's uint8 bit pattern:
+    the order the table-lookup kernels read (native int8_ops.c / ei_lut.h, np.take on a uint8
+    view or with mode="wrap" on v itself)."""
+    tu = np.empty(256, np.int8)
+    tu[_VALUES.astype(np.int8).view(np.uint8)] = table
+    return tu
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     return np.array([math.erf(v) for v in np.asarray(x, np.float64).reshape(-1)]).reshape(np.shape(x))
 

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...ir import Graph, Node
-from ...ops.int8_tables import LUT_OPS, activation_fn, lut_table
+from ...ops.int8_tables import LUT_OPS, activation_fn, by_bits, lut_table
 from ...ops.qmath import per_tensor
 from .registry import TABLE
 
@@ -64,14 +64,15 @@ def fused_activation(node: Node) -> Optional[FusedActivation]:
 
 
 def activation_table(node: Node, ctx) -> Optional[np.ndarray]:
-    """The 256-entry int8 table (index: the conv's clamped output + 128) of the activation fused
-    into ``node``, from the intermediate tensor's and the output's parameters; None if none."""
+    """The 256-entry int8 table of the activation fused into ``node``, from the intermediate
+    tensor's and the output's parameters, indexed by the conv's clamped output's uint8 bit
+    pattern (``by_bits``: the order the native kernels and the table step read); None if none."""
     fused = fused_activation(node)
     if fused is None:
         return None
     s_x, zp_x = per_tensor(ctx, fused.via, "activation input")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
-    return lut_table(activation_fn(fused.op, fused.attrs), s_x, zp_x, s_y, zp_y)
+    return by_bits(lut_table(activation_fn(fused.op, fused.attrs), s_x, zp_x, s_y, zp_y))
 
 
 def _per_tensor_int8(graph: Graph, name: str) -> bool:

@@ -6,7 +6,7 @@ y int8 per-tensor (s_y, zp_y). FusedConv adds a residual Z (int8 per-tensor (s_z
 and a clamp (Relu / Clip; other activations are separate lookup-table ops in an int8 graph,
 which the CPU plan may fuse into the conv: ``fuse_int8_activation.py``; the conv then
 requantizes to the activation's input parameters and maps each clamped output q through the
-activation's table, y = lut[q + 128], after the residual).
+activation's table (indexed by q's bit pattern), after the residual).
 
 Math, per output channel m::
 
@@ -333,19 +333,16 @@ int8_conv.applies_table_activation = True
 
 def clamp_store(lo: int, hi: int, lut) -> Callable:
     """store(acc, y): the int64 accumulator (requantized, + zp_y) clamped to [lo, hi] into int8
-    ``y``; with a fused activation's table ``lut`` (index q + 128), y = lut[q + 128] (acc is
-    clamped in place first)."""
+    ``y``; with a fused activation's table ``lut`` (indexed by q's uint8 bit pattern,
+    ``activation_table``), y = lut[q mod 256] (acc is clamped in place first)."""
     clip = np.clip
     if lut is None:
         return lambda acc, y: clip(acc, lo, hi, out=y, casting="unsafe")
-    # indexed by q mod 256 (the uint8 bit pattern of q), so take's "wrap" maps q = -128..127
-    bits = np.empty(256, np.int8)
-    bits[np.arange(-128, 128) % 256] = np.asarray(lut, np.int8)
     take = np.take
 
     def store(acc, y):
         clip(acc, lo, hi, out=acc)
-        take(bits, acc, out=y, mode="wrap")
+        take(lut, acc, out=y, mode="wrap")      # q = -128..127 -> its bit pattern q mod 256
     return store
 
 

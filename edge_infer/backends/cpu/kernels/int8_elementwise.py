@@ -29,19 +29,12 @@ from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
 from ....ops.qmath import clip_bounds as _clip_bounds
 from ....ops.int8_tables import (LEFT_SHIFT, LUT_OPS, _VALUES, activation_fn, add_params, add_tables,  # noqa: F401
-                                  lut_table, requant_table)
+                                  by_bits, lut_table, requant_table)
 from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
                           requantize, round_half_away, scratch)
 
 
 # -- lookup tables -------------------------------------------------------------------------
-
-
-def by_bits(table: np.ndarray) -> np.ndarray:
-    """A table over v = -128..127 (index v + 128) reordered to index by v's uint8 bit pattern."""
-    tu = np.empty(256, np.int8)
-    tu[(_VALUES.astype(np.int8)).view(np.uint8)] = table
-    return tu
 
 
 def gather_step(ctx, x: np.ndarray, y: np.ndarray, table: np.ndarray) -> Callable[[], None]:
@@ -245,8 +238,7 @@ def int8_concat(node: Node, ctx) -> Callable[[], None]:
             if nat is not None:
                 steps.append(nat)
                 continue
-            tu = np.empty(256, np.int8)
-            tu[_VALUES.astype(np.int8).view(np.uint8)] = requant_table(s, zp, s_y, zp_y)
+            tu = by_bits(requant_table(s, zp, s_y, zp_y))
             tmp = ctx.workspace(v.shape, np.int8)
             vu = v.view(np.uint8)
 

@@ -98,14 +98,14 @@ def residual_table(table: Optional[np.ndarray]) -> Optional[np.ndarray]:
 
 
 def _lut_table(lut: Optional[np.ndarray]) -> Optional[np.ndarray]:
-    """A fused activation's table (256 int8, index q + 128, as ops/int8_tables.py builds it) in
-    the order the C kernels read it: by q's bit pattern, as the table step's tables (ei_lut.h)."""
+    """A fused activation's table as the C kernels read it (ei_lut.h): 256 int8 indexed by the
+    output's bit pattern (``fuse_int8_activation.activation_table``), contiguous."""
     if lut is None:
         return None
-    lut = np.asarray(lut, np.int8).reshape(-1)
+    lut = np.ascontiguousarray(lut, np.int8).reshape(-1)
     if lut.size != 256:
         raise ValueError(f"an int8 activation table has 256 entries, got {lut.size}")
-    return np.ascontiguousarray(np.roll(lut, -128))
+    return lut
 
 
 def threads_of(ctx) -> int:
@@ -122,7 +122,7 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     ``w_mk``: (M, K) int8 weights with K ordered (kernel row, kernel column, input channel);
     ``bias``: folded int64 bias per channel (M); ``geometry``: n, c, h, w, m, oh, ow, kh, kw,
     sh, sw, dh, dw, pt, pl (channels-last input rows are (h, w, c); NCHW input (c, h, w));
-    ``lut``: a fused activation's 256-entry int8 table (index: the clamped output + 128)."""
+    ``lut``: a fused activation's 256-entry int8 table (indexed by the clamped output's bit pattern)."""
     if _native.lib is None:
         return None
     m, k = w_mk.shape

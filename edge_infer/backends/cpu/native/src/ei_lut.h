@@ -1,9 +1,9 @@
 /* The fused int8 activation of the conv / depthwise epilogues (int8_ops.c, on the kernels of the
  * separate table step): a 256-entry table applied in place to outputs already requantized and
  * clamped, y = lut[(uint8_t)y], indexed by the output's bit pattern as the table step's tables
- * are (the `lut` field of ei_int8_conv_args and ei_dw_args; native/kernels.py rolls the
- * q + 128-indexed tables of ops/int8_tables.py into this order). The kernels call it on each block of output they
- * have just stored, while it is in cache; the tables are built at prepare (ops/int8_tables.py,
+ * are (the `lut` field of ei_int8_conv_args and ei_dw_args; fuse_int8_activation.py builds
+ * them in this order with ops/int8_tables.by_bits). The kernels call it on each block of
+ * output they have just stored, while it is in cache; the tables are built at prepare (ops/int8_tables.py,
  * TFLite's PopulateLookupTable), so fused and separate table steps give the same bytes. */
 #ifndef EI_LUT_H
 #define EI_LUT_H
