@@ -150,6 +150,23 @@ def test_int8_global_average_pool_mobilenet_sizes(monkeypatch, hw, c):
     np.testing.assert_array_equal(want["y"].reshape(-1), np.clip(np.sign(s) * q, -128, 127))
 
 
+@pytest.mark.parametrize("hw,c", [((56, 56), 16), ((112, 112), 32), ((7, 7), 576), ((14, 14), 240),
+                                  ((3, 12), 96), ((2, 6), 17), ((23, 23), 200), ((17, 19), 300)])
+@pytest.mark.parametrize("requant", [False, True], ids=["rounded", "requantized"])
+def test_int8_squeeze_excite_means_simd_and_scalar(monkeypatch, isa, hw, c, requant):
+    """The squeeze-excite means of MobileNetV3 (NHWC): the int16 partial sums (flushed every 256
+    positions: 56x56 and 112x112 have 12 and 49 flushes), the 16 / 32-channel runs and the
+    vector epilogues, TFLite's rounded mean and the requantized one (other output parameters),
+    on random values and every channel's extremes (all -128 in channel 0: the int16 lanes'
+    limit)."""
+    rng = np.random.default_rng(c + hw[0])
+    x = rng.integers(-128, 128, (1, *hw, c), dtype=np.int8)
+    x[..., 0], x[..., -1] = -128, 127
+    out = q(0.011, -7) if requant else None
+    got, want = both(monkeypatch, int8_graph("GlobalAveragePool", x.shape, {"data_layout": "NHWC"}, out), {"x": x})
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
 def test_int8_mean_rounds_half_away_from_zero(monkeypatch):
     # sums of +-2 over 4 positions: exact .5 means, rounded away from zero as TFLite does
     x = np.array([1, 1, 0, 0, -1, -1, 0, 0, 127, 127, 127, 127, -128, -128, -128, -127],
