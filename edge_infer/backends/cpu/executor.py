@@ -19,6 +19,7 @@ from ...memory.pages import drop_maps, drop_pages
 from ...memory.scratch import ScratchRoles, typed_view
 from .registry import TABLE
 from .fuse_int8_activation import fuse_int8_activations
+from .fuse_int8_se import fuse_squeeze_excite
 from .kernels.conv_native import residual_in_place, winograd_choice
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
@@ -364,8 +365,8 @@ class CpuExecutable(Executable):
             weakref.finalize(self, self.arena_plan.release)
         budget = None if memory_limit is None else memory_limit - self.arena_plan.size
         try:
-            ctx, self.steps = prepare_within(graph, self.nodes, self.buffers, threads, budget,
-                                             self.arena_plan.size, self.arena_plan, facts)
+            ctx, steps = prepare_within(graph, self.nodes, self.buffers, threads, budget,
+                                        self.arena_plan.size, self.arena_plan, facts)
         except BaseException:
             if self.arena_plan.release is not None:
                 self.arena_plan.release()
@@ -376,6 +377,9 @@ class CpuExecutable(Executable):
         drop_maps(t.data for t in graph.tensors.values() if t.is_const)
         #: bytes for arena plus workspaces this plan was prepared under (None: unbounded)
         self.memory_limit = memory_limit
+        prepared = self.nodes
+        #: int8 squeeze-excite blocks as one step each: {Mul node: [pool, conv, conv]} (fuse_int8_se.py)
+        self.nodes, self.steps, self.fused_se = fuse_squeeze_excite(graph, prepared, steps, ctx.notes)
         #: what ``run`` executes: ``steps`` with native runs batched (``run_profiled`` keeps ``steps``)
         self.run_steps = group_native(self.steps)
         self.notes = ctx.notes
@@ -385,7 +389,7 @@ class CpuExecutable(Executable):
         #: {role: bytes} of the scratch buffers shared by role (in ``workspace_bytes``); the
         #: scratch placed in the arena: ``arena_plan.scratch_offsets``
         self.scratch_bytes = ctx.roles.sizes()
-        self.arena_plan.scratch_offsets = {f"{role}@{self.nodes[k].name}": off for (role, k), (off, _)
+        self.arena_plan.scratch_offsets = {f"{role}@{prepared[k].name}": off for (role, k), (off, _)
                                            in ctx.roles.arena_blocks().items()}
         #: node preparations repeated because a role grew after they were prepared
         self.scratch_repeats = ctx.roles.repeats
@@ -398,6 +402,8 @@ class CpuExecutable(Executable):
                 "numpy_steps": sorted({n.op for n in slow}),
                 # int8 table activations run inside their conv's step: {activation: conv}
                 "fused_activations": dict(self.fused),
+                # int8 squeeze-excite blocks run as one step: {Mul: [pool, conv, conv]}
+                "fused_squeeze_excite": dict(self.fused_se),
                 # each step outside the compiled loop and its kernel's note (why, where it says)
                 "numpy_notes": {n.name: f"{n.op}: {self.notes.get(n.name, 'numpy kernel')}" for n in slow}}
 
