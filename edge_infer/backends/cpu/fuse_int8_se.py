@@ -41,13 +41,14 @@ _P, _I = ctypes.c_void_p, ctypes.c_int32
 
 class GemvArgs(ctypes.Structure):
     """``ei_se_gemv`` of src/se.c."""
-    _fields_ = ([(f, _P) for f in ("x", "y", "wp", "corr", "bias", "mult", "shift", "lut")]
-                + [(f, _I) for f in ("m", "k", "zp_y", "lo", "hi", "pad_")])
+    _fields_ = ([(f, _P) for f in ("x", "y", "wp", "corr", "bias", "mult", "shift", "lut", "consts")]
+                + [(f, _I) for f in ("m", "k", "zp_y", "lo", "hi", "left")])
 
 
 class SeArgs(ctypes.Structure):
     """``ei_se_s8_args`` of src/se.c."""
-    _fields_ = [("pool_fn", _P), ("pool", _P), ("mul_fn", _P), ("mul", _P), ("g1", GemvArgs), ("g2", GemvArgs)]
+    _fields_ = [("pool_fn", _P), ("pool", _P), ("mul_fn", _P), ("mul", _P), ("g1", GemvArgs), ("g2", GemvArgs),
+                ("threads", _I), ("pad_", _I)]
 
 
 def _symbol(name: str) -> Optional[int]:
@@ -95,7 +96,7 @@ def _gemv(conv_args, w: np.ndarray, keep: list) -> Optional[GemvArgs]:
         arrays.append(lut)
     keep += arrays
     ptr = [v.ctypes.data for v in arrays]
-    return GemvArgs(a.x, a.y, *ptr[:5], ptr[5] if lut is not None else None, m, k, a.zp_y, a.lo, a.hi, 0)
+    return GemvArgs(a.x, a.y, *ptr[:5], ptr[5] if lut is not None else None, None, m, k, a.zp_y, a.lo, a.hi, 0)
 
 
 def _readers(nodes: List[Node]) -> Dict[str, int]:
@@ -141,7 +142,15 @@ def _fuse_at(graph: Graph, nodes: List[Node], steps: List[Callable[[], None]], k
         gemvs.append(g)
     pool_fn, pool_args = steps[k].native_step
     mul_fn, mul_args = steps[k + 3].native_step
-    args = SeArgs(pool_fn, pool_args, mul_fn, mul_args, *gemvs)
+    args = SeArgs(pool_fn, pool_args, mul_fn, mul_args, *gemvs, max(1, int(ma.threads)), 0)
+    # the GEMVs' requantization constants in the SIMD layout, made once here
+    size = native.function("ei_se_consts_size", ctypes.c_void_p, restype=ctypes.c_int64)(ctypes.addressof(args))
+    if size > 0:
+        from .native.kernels import aligned         # (imports the kernels: not at module load)
+        consts = aligned(int(size))
+        native.function("ei_se_prepare", ctypes.c_void_p, ctypes.c_void_p)(ctypes.addressof(args),
+                                                                          consts.ctypes.data)
+        keep.append(consts)
     return native.native_step("ei_se_s8", args, *keep, *steps[k:k + 4])
 
 
