@@ -161,6 +161,10 @@ def format_inspect(rep: dict, n_keys: int = 0) -> str:
         if fused:
             out(f"    int8 activations fused into their conv's epilogue (a 256-entry table): {len(fused)}: "
                 + _some([f"{c} + {a}" for a, c in fused.items()]))
+        blocks = m.get("fused_squeeze_excite") or {}
+        if blocks:
+            out(f"    int8 squeeze-excite blocks run as one step: {len(blocks)}: "
+                + _some([f"{' -> '.join(v)} -> {k}" for k, v in blocks.items()]))
         roles = ", ".join(f"{k} {v:,} B" for k, v in m.get("scratch_bytes", {}).items() if v)
         out(f"    scratch: {len(m.get('scratch_in_arena', {}))} kernel(s) in arena bytes free during their step"
               + (f"; shared by role: {roles}" if roles else ""))

@@ -182,3 +182,19 @@ def test_pack_gemv_layout():
         for k in range(8):
             want = w[o, k] if o < 20 and k < 6 else 0
             assert p[o // 16, k // 4, o % 16, k % 4] == want
+
+
+def test_inspect_lists_fused_blocks(tmp_path):
+    import onnx
+    import edge_infer
+    from edge_infer.inspection import format_inspect, inspect_artifact
+    from int8_op_graphs import mnv3_block
+    src = str(tmp_path / "m.onnx")
+    onnx.save(mnv3_block(c=32), src)
+    rng = np.random.default_rng(1)
+    calib = [{"input": rng.uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    edge_infer.convert(src, str(tmp_path / "q.eim"), quantize="int8", calib=calib, allow_drift=True)
+    rep = inspect_artifact(str(tmp_path / "q.eim"))
+    blocks = rep["memory"]["fused_squeeze_excite"]
+    assert len(blocks) == 1 and [len(v) for v in blocks.values()] == [3]
+    assert "squeeze-excite blocks run as one step: 1" in format_inspect(rep)
