@@ -371,15 +371,16 @@ class CpuExecutable(Executable):
             if self.arena_plan.release is not None:
                 self.arena_plan.release()
             raise
+        prepared = self.nodes
+        #: int8 squeeze-excite blocks as one step each: {Mul node: [pool, conv, conv]} (fuse_int8_se.py;
+        #: it packs the convs' weights again, so before the maps are dropped)
+        self.nodes, self.steps, self.fused_se = fuse_squeeze_excite(graph, prepared, steps, ctx.notes)
         # packing is over: the weight maps' pages (and the folio remainders that the per-node
         # drops leave around small constants) out of the resident set; runs map back only
         # what they read (memory/pages.py)
         drop_maps(t.data for t in graph.tensors.values() if t.is_const)
         #: bytes for arena plus workspaces this plan was prepared under (None: unbounded)
         self.memory_limit = memory_limit
-        prepared = self.nodes
-        #: int8 squeeze-excite blocks as one step each: {Mul node: [pool, conv, conv]} (fuse_int8_se.py)
-        self.nodes, self.steps, self.fused_se = fuse_squeeze_excite(graph, prepared, steps, ctx.notes)
         #: what ``run`` executes: ``steps`` with native runs batched (``run_profiled`` keeps ``steps``)
         self.run_steps = group_native(self.steps)
         self.notes = ctx.notes

@@ -151,7 +151,9 @@ def _fuse_at(graph: Graph, nodes: List[Node], steps: List[Callable[[], None]], k
         native.function("ei_se_prepare", ctypes.c_void_p, ctypes.c_void_p)(ctypes.addressof(args),
                                                                           consts.ctypes.data)
         keep.append(consts)
-    return native.native_step("ei_se_s8", args, *keep, *steps[k:k + 4])
+    # the pool's and the Mul's steps hold the arrays their structs point into; the convs' steps
+    # (their packed GEMM weights) are dropped with them: the GEMVs copied what they read
+    return native.native_step("ei_se_s8", args, *keep, steps[k], steps[k + 3])
 
 
 def gemv_isa() -> str:
