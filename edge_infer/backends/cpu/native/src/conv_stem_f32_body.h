@@ -43,7 +43,8 @@ static inline SATTR SV SN(stem_act)(SV v, int act, SV c0, SV c1) {
 #endif
 
 #define STEM_TILE(R, PV)                                                                              \
-    static SATTR void SN(stem_t##R##_##PV)(const float *x, int64_t xrow, int nky, int64_t run,         \
+    static SATTR __attribute__((noinline)) void SN(stem_t##R##_##PV)(const float *x, int64_t xrow,     \
+                                           int nky, int64_t run,                                      \
                                            int64_t px, const float *w, int64_t wrow, int64_t wpanel,  \
                                            const float *bias, const float *z, int64_t ldz, float *y,  \
                                            int64_t ldy, int act, float p0, float p1) {                \
