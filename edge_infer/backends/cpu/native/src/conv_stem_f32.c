@@ -13,7 +13,7 @@
  *
  * Weights: conv_f32.c's packed panels (16 output channels, K = (ky, kx, ci) rows). Rows of the
  * output are handed out by the pool (one item per output row: no scratch, nothing allocated).
- * Micro-tiles per ISA: AVX-512 5 pixels x 64 channels, 8 x 32, 12 x 16 (a last single panel), AVX2
+ * Micro-tiles per ISA: AVX-512 6 pixels x 64 channels, 8 x 32, 12 x 16 (a last single panel), AVX2
  * 5 x 16, NEON 4 x 16, scalar 2 x 16. Stride any, dilation 1, one group (the caller checks). */
 #include "sgemm.h"
 #include "elementwise.h"
@@ -88,7 +88,11 @@ typedef struct {
 #define SR_MAIN 8
 #define SPV_MAIN 2
 #define SR_ALT 12
-#define SR_WIDE 5
+/* 6 x 64: 24 accumulators, 4 weight vectors, the broadcast (29 registers); with the stride-6
+ * copy of the tiles 3-5% faster than 5 x 64 (ResNet-50's 7x7 1287 -> 1228 us, 2 threads
+ * 721 -> 691; 3x3 3 -> 64 331 -> 321), which it had not been with a register per pixel
+ * offset */
+#define SR_WIDE 6
 #include "conv_stem_f32_body.h"
 #endif
 
