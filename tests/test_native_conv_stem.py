@@ -135,3 +135,23 @@ def test_conv1d_few_channels(tmp_path):
     # it runs on the direct kernel
     if any("NHWC conv" in v for v in notes.values()):
         assert _stem_notes(rt, x), notes
+
+
+def test_packed_weights_start_on_a_cache_line(tmp_path):
+    """The weight panels start on a 64-byte boundary, so each 16-float weight row is one cache
+    line (numpy's own allocation left most packs 16-48 bytes off: every weight load of the
+    stem and the SGEMM split over two lines). The stem's packed weights in a plan, and packs of
+    the benchmark models' shapes."""
+    from edge_infer.backends.cpu.kernels.conv_native import ConvF32Args, pack_panels
+    rng = np.random.default_rng(3)
+    xshape = (1, 3, 40, 40)
+    model, _ = _model(3, 64, (7, 7), (2, 2), (3, 3, 3, 3), "Relu", False, rng, xshape)
+    ex = _runtime(model, tmp_path, 1).plan({"x": xshape})
+    convs = [ConvF32Args.from_address(s.native_step[1]) for n, s in zip(ex.nodes, ex.steps)
+             if n.op in ("Conv", "FusedConv")]
+    assert len(convs) == 1 and convs[0].wpack % 64 == 0
+    for k, m in [(147, 64), (27, 16), (576, 64), (1152, 128), (2048, 1000), (9, 7)]:
+        w = rng.standard_normal((1, k, m)).astype(np.float32)
+        pk = pack_panels(w)
+        assert pk.ctypes.data % 64 == 0, (k, m)
+        np.testing.assert_array_equal(pk[0, :, :, :].transpose(1, 0, 2).reshape(k, -1)[:, :m], w[0])

@@ -13,8 +13,8 @@
  *
  * Weights: conv_f32.c's packed panels (16 output channels, K = (ky, kx, ci) rows). Rows of the
  * output are handed out by the pool (one item per output row: no scratch, nothing allocated).
- * Micro-tiles per ISA: AVX-512 5 pixels x 64 channels, 8 x 32, 12 x 16 (a last single panel), AVX2
- * 6 x 16, NEON 4 x 16, scalar 2 x 16. Stride any, dilation 1, one group (the caller checks). */
+ * Micro-tiles per ISA: AVX-512 6 pixels x 64 channels, 12 x 32, 12 x 16 (a last single panel), AVX2
+ * 5 x 16, NEON 4 x 16, scalar 2 x 16. Stride any, dilation 1, one group (the caller checks). */
 #include "sgemm.h"
 #include "elementwise.h"
 #include "selftest_conv.h"
@@ -64,7 +64,11 @@ typedef struct {
 #define smul(a, b) _mm256_mul_ps((a), (b))
 #define smax(a, b) _mm256_max_ps((a), (b))
 #define smin(a, b) _mm256_min_ps((a), (b))
-#define SR_MAIN 6
+/* 5 pixels: 6 (12 accumulators + 2 weight vectors + the broadcast, 15 of 16 registers) made
+ * GCC keep a weight vector on the stack and feed 6 FMAs a tap from there (ISA mask AVX2 on
+ * the AVX-512 machine, 1 thread: ResNet-50's 7x7 2930 -> 2290 us, MobileNetV3's 3x3 3 -> 16
+ * 147 -> 112, 3 -> 32 293 -> 228; 4 pixels 128 and 254) */
+#define SR_MAIN 5
 #define SPV_MAIN 2
 #include "conv_stem_f32_body.h"
 
@@ -81,10 +85,16 @@ typedef struct {
 #define smul(a, b) _mm512_mul_ps((a), (b))
 #define smax(a, b) _mm512_max_ps((a), (b))
 #define smin(a, b) _mm512_min_ps((a), (b))
-#define SR_MAIN 8
+/* 12 x 32 (24 accumulators): with the stride-6 tiles 2-4% faster than 8 x 32 on MobileNet-v2's
+ * 3 -> 32 (1 thread 177 -> 170, 163 -> 159 us) */
+#define SR_MAIN 12
 #define SPV_MAIN 2
 #define SR_ALT 12
-#define SR_WIDE 5
+/* 6 x 64: 24 accumulators, 4 weight vectors, the broadcast (29 registers); with the stride-6
+ * copy of the tiles 3-5% faster than 5 x 64 (ResNet-50's 7x7 1287 -> 1228 us, 2 threads
+ * 721 -> 691; 3x3 3 -> 64 331 -> 321), which it had not been with a register per pixel
+ * offset */
+#define SR_WIDE 6
 #include "conv_stem_f32_body.h"
 #endif
 
