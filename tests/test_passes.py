@@ -525,8 +525,10 @@ def _conv_act(act, hw, attrs=None):
 
 
 def test_cost_gate_scratch_activations_need_cache_room():
+    numpy_epilogue = {"name": "numpy", "cache": {"l2_kb": 1024}, "fusion": {"epilogue": "numpy"}}
     small = _conv_act("SiLU", 8)            # 32*8*8*4 = 8 KiB output
     big = _conv_act("SiLU", 128)            # 2 MiB output: with its temp, beyond a 1 MiB L2
+    small.metadata["target"] = big.metadata["target"] = numpy_epilogue
     assert fuse_conv_activation(small) == 1
     assert fuse_conv_activation(big) == 0
     (dec,) = big.metadata["fusion_decisions"]
@@ -534,13 +536,17 @@ def test_cost_gate_scratch_activations_need_cache_room():
     assert fuse_conv_activation(big) == 0 and len(big.metadata["fusion_decisions"]) == 1   # no duplicates
     relu = _conv_act("Relu", 128)           # in place, no temp: always
     assert fuse_conv_activation(relu) == 1
+    native = _conv_act("SiLU", 128)         # the default epilogue, native: no scratch at any size
+    assert fuse_conv_activation(native) == 1
+    (dec,) = native.metadata["fusion_decisions"]
+    assert dec["fused"] and "native" in dec["reason"]
 
 
 def test_cost_gate_reads_the_target_profile():
     g = _conv_act("Gelu", 16, {"approximate": "none"})      # 32 KiB out, 5x with erf scratch
-    g.metadata["target"] = {"name": "tiny", "cache": {"l2_kb": 64}}
+    g.metadata["target"] = {"name": "tiny", "cache": {"l2_kb": 64}, "fusion": {"epilogue": "numpy"}}
     assert fuse_conv_activation(g) == 0
-    g.metadata["target"] = {"name": "roomy", "cache": {"l2_kb": 512}}
+    g.metadata["target"] = {"name": "roomy", "cache": {"l2_kb": 512}, "fusion": {"epilogue": "numpy"}}
     assert fuse_conv_activation(g) == 1
     g = _conv_act("Relu", 16)
     g.metadata["target"] = {"name": "off", "cache": {"l2_kb": 512}, "fusion": {"policy": "never"}}
