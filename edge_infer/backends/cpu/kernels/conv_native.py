@@ -226,7 +226,7 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     if why[0]:
         how = f"Winograd F(4x4,3x3) ({isa_name()}, {why[1]}: 36 GEMMs {n * -(-oh // 4) * -(-ow // 4)}x{c} @ {c}x{m})"
     else:
-        how = (f"SGEMM ({isa_name()}, {'direct on the input' if direct else 'im2col per tile'}, "
+        how = (f"SGEMM ({isa_name()}, {'direct on the input' if direct else _a_rows(args)}, "
                f"{n * oh * ow}x{cg * kh * kw} @ {cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "")
                + ")" + (f"; not Winograd: {why[1]}" if why[1] else ""))
     if wino:
@@ -235,6 +235,13 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                    + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
     return step
+
+
+def _a_rows(args: ConvF32Args) -> str:
+    """Where a non-1x1 conv's A rows come from: per-tap row pointers into the input
+    (src/conv_f32.c's indirect path, AVX-512) or im2col tiles."""
+    fn = _native.function("ei_conv_f32_indirect", ctypes.c_void_p, restype=ctypes.c_int)
+    return "indirect on the input" if fn is not None and fn(ctypes.addressof(args)) else "im2col per tile"
 
 
 def residual_in_place(node: Node, graph) -> Tuple[int, ...]:
