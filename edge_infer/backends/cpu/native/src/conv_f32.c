@@ -147,18 +147,6 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
      * be summed in one K block: a kernel row's block would store partial sums over z first */
     if (a->z != NULL && a->z == a->y && p->K <= KC_MAX) p->implicit = 0;
     if (p->implicit) p->kc = ei_k_block(p->krow, KC_MAX);
-    p->indirect = !p->direct && k.ifn != NULL && p->cg >= IND_MIN_CG && indirect_mode != 0;
-    if (p->indirect) {
-        int64_t taps = (int64_t)a->kh * a->kw;
-        if (p->cg <= KC_MAX) {
-            int64_t per = KC_MAX / p->cg, nb = (taps + per - 1) / per;
-            p->itap = (taps + nb - 1) / nb;
-            p->icb = 1;
-        } else {
-            p->itap = 1;
-            p->icb = (p->cg + KC_MAX - 1) / KC_MAX;
-        }
-    }
     p->oxa = EI_MIN((int64_t)a->ow, ((int64_t)a->pl + a->sw - 1) / a->sw);
     int64_t lastx = (int64_t)a->w - 1 - (int64_t)(a->kw - 1) * a->dw + a->pl;
     p->oxb = lastx < 0 ? 0 : EI_MIN((int64_t)a->ow, lastx / a->sw + 1);
@@ -174,6 +162,25 @@ static void make_plan(const ei_conv_f32_args *a, ei_sg_kernel k, cv_plan *p) {
      * 3x3 convs 4-7% faster by min, 1x1 ones 0-9% by median); the default mr otherwise (at 2
      * threads 14-row tiles made the 14x14 layers 10-19% slower, the 56x56 ones 1-5%) */
     p->mr = (a->threads <= 1 && p->rows <= 196) || p->rows <= 64 ? k.mr_max : k.mr;
+    /* indirect where the im2col tiles would mostly be copied: output rows shorter than two
+     * micro-tiles (most tiles then cross a row or hold a border pixel: ResNet-50's 14x14 and
+     * 7x7 layers, 2-8% faster, 1 thread, C loop min of 300-3000) or convs the kernel-row
+     * blocks do not read in place; not on longer rows, where those read most tiles in place
+     * (1 thread: 28x28 64->64 352.7 -> 362.2 us, 56x56 64->64 1385 -> 1465, 28x28 128->128
+     * 1280 -> 1295, 56x56 64->128 stride 2 648 -> 683) */
+    p->indirect = !p->direct && k.ifn != NULL && p->cg >= IND_MIN_CG && indirect_mode != 0 &&
+                  (indirect_mode == 1 || !p->implicit || a->ow < 2 * p->mr);
+    if (p->indirect) {
+        int64_t taps = (int64_t)a->kh * a->kw;
+        if (p->cg <= KC_MAX) {
+            int64_t per = KC_MAX / p->cg, nb = (taps + per - 1) / per;
+            p->itap = (taps + nb - 1) / nb;
+            p->icb = 1;
+        } else {
+            p->itap = 1;
+            p->icb = (p->cg + KC_MAX - 1) / KC_MAX;
+        }
+    }
     int64_t mr = p->mr, tiles = (p->rows + mr - 1) / mr, tmax = MC_MAX / mr;
     int64_t nrb = (tiles + tmax - 1) / tmax, ncp = p->panels < 16 ? p->panels : 16;
     if (a->threads > 1 && a->split_mr == mr && a->split_threads == a->threads && a->split_rows >= nrb &&
@@ -573,10 +580,12 @@ EI_API int ei_selftest_conv_f32(void) {
         a.z = trial % 2 ? z : NULL;
         a.y = y0;
         conv_with(&a, ei_sg_scalar());
+        /* the dispatched kernel on its indirect path wherever it has one, then without it (the
+         * im2col tiles), then back to the plan's choice */
+        int mode = ei_conv_f32_set_indirect(1);
         a.y = y1;
         conv_with(&a, ei_sg_pick());
-        /* the dispatched kernel without its indirect path (the im2col tiles), then back */
-        int mode = ei_conv_f32_set_indirect(0);
+        ei_conv_f32_set_indirect(0);
         a.y = y2;
         conv_with(&a, ei_sg_pick());
         ei_conv_f32_set_indirect(mode);
