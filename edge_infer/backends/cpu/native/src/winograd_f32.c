@@ -24,9 +24,9 @@
  *
  * Error: the transforms add rounding of order 1e-6 relative to the sum of |products| (the
  * points +-2 scale terms by up to 8 in A^T and 5 in B^T); F(2x2, 3x3)'s coefficients are 0,
- * +-1 and +-1/2 (exact), so it adds about a tenth of that (ResNet-50's 14x14 256->256 layer,
- * max |difference| from the SGEMM: F(4x4) 3.2e-5, F(2x2) 3.6e-6); the self-test bounds both
- * against a double-precision direct conv. */
+ * +-1 and +-1/2 (exact), so it adds little (14x14 256->256, relative L2 against a float64
+ * direct conv: SGEMM 2.9e-7, F(2x2) 4.0e-7, F(4x4) 1.7e-6); the self-test bounds both against
+ * a double-precision direct conv. */
 #include "sgemm.h"
 #include "elementwise.h"
 #include "selftest_conv.h"
