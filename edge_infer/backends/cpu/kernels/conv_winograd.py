@@ -32,7 +32,8 @@ from .. import native as _native
 #: interleaved; SGEMM, F(4x4), F(2x2) in us): 14x14 256->256 (16 tiles) 1294 / 687 / 754 and
 #: 789 / 498 / 503; 7x7 512->512 (4) 1412 / 1524 / 1123 and 741 / 813 / 660; 10x10 256->256 (9)
 #: 581 / 458 / 385; 10x10 128->128 (9) level; 20x20 128->128 (25) 663 / 301 / 396 and 28x28
-#: 128->128 (49) 1310 / 571 / 863: F(4x4) from 25 tiles up. ... and at least this many C x M
+#: 128->128 (49) 1310 / 571 / 863: F(4x4) from 25 tiles up (AVX2 alike: 14x14 256->256 2378 /
+#: 1514 / 1332 and 1425 / 992 / 988, 7x7 512->512 3401 / 3991 / 2915). ... and at least this many C x M
 #: weights: with few, F(4x4)'s 4x fewer multiply-adds win (8x8 32->32: 10 / 5 / 7 us)
 F2_MAX_TILES, F2_MIN_CM = 20, 128 * 128
 #: fewest input and output channels: below, the per-tile transforms (36 loads and stores per
