@@ -7,7 +7,8 @@ into 16-column panels (``pack_panels``), sizes the per-thread im2col tile scratc
 plan's shared column scratch, and fills the argument struct; a run is one C call with no
 allocation, the fused epilogue (bias, residual, activation) applied to each output tile in
 the kernel, in the order of kernels/fused.py. 3x3 stride-1 convs that conv_winograd.py's size
-rule picks run as Winograd F(4x4, 3x3) (native/src/winograd_f32.c) on weights transformed at
+rule picks run as Winograd F(4x4, 3x3), or F(2x2, 3x3) on outputs of few tiles
+(native/src/winograd_f32.c), on weights transformed at
 prepare instead, with the same argument struct, scratch role and epilogue. Convs on at most
 ``STEM_MAX_CHANNELS`` input channels (an image's first conv) run on the direct kernel of
 native/src/conv_stem_f32.c instead (same struct and panels, no scratch, the epilogue in registers).
@@ -108,7 +109,7 @@ def _bias(ctx, name: str, m: int, scale: float = 1.0) -> Optional[np.ndarray]:
 
 
 def _step(ctx, args: ConvF32Args, keep, entry: str = "ei_conv_f32") -> Optional[Callable[[], None]]:
-    """The native step ``entry`` (ei_conv_f32 or ei_winograd_f32), its per-thread tile scratch
+    """The native step ``entry`` (ei_conv_f32, ei_winograd_f32 or ei_winograd2_f32), its per-thread tile scratch
     taken from the plan's shared column scratch (steps run one at a time, so every conv of a
     plan can use the same bytes)."""
     fn = _native.function(entry + "_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
@@ -206,10 +207,11 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                        + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                        + (f"; not Winograd: {why[1]}" if why[1] else ""))
         return _native.native_step("ei_conv_stem_f32", args, x, y, z, wpack, bias)
-    if why[0]:      # 3x3 stride 1: Winograd F(4x4, 3x3) on the transformed weights
-        wpack = conv_winograd.pack(np.asarray(w))
+    wr = conv_winograd.tile(n, c, m, oh, ow)
+    if why[0]:      # 3x3 stride 1: Winograd F(wr x wr, 3x3) on the transformed weights
+        wpack = conv_winograd.pack(np.asarray(w), wr)
         args.wpack = wpack.ctypes.data
-        step = _step(ctx, args, (x, y, z, wpack, bias), "ei_winograd_f32")
+        step = _step(ctx, args, (x, y, z, wpack, bias), conv_winograd.entry(wr))
         if step is None:
             why = (False, "its scratch does not fit the memory budget")
             args.threads = threads_of(ctx)
@@ -227,9 +229,10 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
     if fewer:
         ctx.tiled_to_fit(node, f"tiles for {args.threads} thread(s) to fit the memory budget")
     if why[0]:
-        how = f"Winograd F(4x4,3x3) ({isa_name()}, {why[1]}: 36 GEMMs {n * -(-oh // 4) * -(-ow // 4)}x{c} @ {c}x{m})"
+        how = (f"Winograd F({wr}x{wr},3x3) ({isa_name()}, {why[1]}: {conv_winograd.points(wr)} GEMMs "
+               f"{n * -(-oh // wr) * -(-ow // wr)}x{c} @ {c}x{m})")
     else:
-        how = (f"SGEMM ({isa_name()}, {'direct on the input' if direct else 'im2col per tile'}, "
+        how = (f"SGEMM ({isa_name()}, {'direct on the input' if direct else _a_rows(args)}, "
                f"{n * oh * ow}x{cg * kh * kw} @ {cg * kh * kw}x{mg}" + (f", {group} groups" if group > 1 else "")
                + ")" + (f"; not Winograd: {why[1]}" if why[1] else ""))
     if wino:
@@ -238,6 +241,13 @@ def conv_step(node: Node, ctx) -> Optional[Callable[[], None]]:
                    + (f"; fused {extra}" if extra else "") + f"; {threads_of(ctx)} thread(s)"
                    + (f", tiles for {args.threads} to fit the memory budget" if fewer else ""))
     return step
+
+
+def _a_rows(args: ConvF32Args) -> str:
+    """Where a non-1x1 conv's A rows come from: per-tap row pointers into the input
+    (src/conv_f32.c's indirect path, AVX-512) or im2col tiles."""
+    fn = _native.function("ei_conv_f32_indirect", ctypes.c_void_p, restype=ctypes.c_int)
+    return "indirect on the input" if fn is not None and fn(ctypes.addressof(args)) else "im2col per tile"
 
 
 def residual_in_place(node: Node, graph) -> Tuple[int, ...]:
@@ -300,10 +310,11 @@ def winograd_choice(graph, nodes, threads: int, plan, replan) -> Tuple[set, dict
         if nbytes and conv_winograd.chosen(int(ys[0]), c, m, int(ys[1]), int(ys[2]))[0] \
                 and holes.take(step, nbytes, keep=False) is None:
             need[step] = nbytes
-        cands.append((step, nd.name, int(ys[1]) * int(ys[2]), m * c))
+        r = conv_winograd.tile(int(ys[0]), c, m, int(ys[1]), int(ys[2]))
+        cands.append((step, nd.name, int(ys[1]) * int(ys[2]), m * c, r))
     growth = max(0, replan(need).size - plan.size) if need else 0
-    allowed = conv_winograd.allowed(graph, [(name, px, cm, growth if step in need else 0)
-                                            for step, name, px, cm in cands])
+    allowed = conv_winograd.allowed(graph, [(name, px, cm, growth if step in need else 0, r)
+                                            for step, name, px, cm, r in cands])
     return allowed, {s: n for s, n in need.items() if nodes[s].name in allowed}
 
 
@@ -313,7 +324,8 @@ def _winograd_allowed(ctx) -> set:
     if "winograd" not in ctx.plan_facts:
         graph = ctx.graph
         steps = [nd for nd in graph.nodes if not all(graph.tensors[o].is_const for o in nd.outputs if o)]
-        cands = [(nd.name, int(ys[1]) * int(ys[2]), m * c, _winograd_scratch_outside(ctx, step, xs, ys, m, c))
+        cands = [(nd.name, int(ys[1]) * int(ys[2]), m * c, _winograd_scratch_outside(ctx, step, xs, ys, m, c),
+                  conv_winograd.tile(int(ys[0]), c, m, int(ys[1]), int(ys[2])))
                  for step, nd, xs, ys, m, c in _winograd_candidates(graph, steps)]
         ctx.plan_facts["winograd"] = conv_winograd.allowed(graph, cands)
     return ctx.plan_facts["winograd"]
@@ -321,8 +333,11 @@ def _winograd_allowed(ctx) -> set:
 
 def _winograd_scratch(xs, ys, m: int, c: int, threads: int) -> int:
     """Bytes of scratch src/winograd_f32.c asks for a 3x3 stride-1 NHWC conv (0: unknown)."""
-    fn = _native.function("ei_winograd_f32_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
-    if fn is None or any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
+    if any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
+        return 0
+    entry = conv_winograd.entry(conv_winograd.tile(int(ys[0]), c, m, int(ys[1]), int(ys[2])))
+    fn = _native.function(entry + "_scratch", ctypes.c_void_p, restype=ctypes.c_int64)
+    if fn is None:
         return 0
     args = ConvF32Args(n=int(ys[0]), c=c, h=int(xs[1]), w=int(xs[2]), m=m, oh=int(ys[1]), ow=int(ys[2]),
                        kh=3, kw=3, sh=1, sw=1, dh=1, dw=1, pt=1, pl=1, group=1, threads=max(1, int(threads)))

@@ -1,10 +1,13 @@
-"""Which NHWC fp32 convs run as Winograd F(4x4, 3x3) (native/src/winograd_f32.c), and its weights.
+"""Which NHWC fp32 convs run as Winograd F(4x4, 3x3) or F(2x2, 3x3) (native/src/winograd_f32.c),
+and their weights.
 
 The rule is decided at prepare from the conv's shape: a 3x3 kernel, stride 1, dilation 1, one
-group, 2-D, and enough channels and output tiles that the 2.25x fewer multiply-adds pay for the
-input / output transforms (measured against the packed-SGEMM conv of conv_f32.c: the
-thresholds below). ``EDGE_INFER_WINOGRAD=0`` turns it off (the tests compare
-both paths), ``=1`` takes every eligible conv regardless of size.
+group, 2-D, and enough channels and output tiles that the 4x (F(4x4)) or 2.25x (F(2x2)) fewer
+multiply-adds pay for the input / output transforms (measured against the packed-SGEMM conv of
+conv_f32.c: the thresholds below). Outputs of few 4x4 tiles (``F2_MAX_TILES``) take F(2x2, 3x3):
+each transformed weight then serves 4x the tiles, and it grows the weights 16/9 instead of 36/9.
+``EDGE_INFER_WINOGRAD=0`` turns it off (the tests compare both paths), ``=1`` takes every
+eligible conv regardless of size.
 """
 from __future__ import annotations
 
@@ -24,6 +27,15 @@ from .. import native as _native
 # 128@10x10: 0.61) and
 # few tiles of many weights (512@7x7, 4 tiles of 36x the 1 MB weights each: 1.04).
 
+#: under this many 4x4 output tiles (of the whole batch), F(2x2, 3x3) instead of F(4x4, 3x3).
+#: Measured on single convs (kernel level, 1 / 2 threads, loaded 2-core machine, min of 40,
+#: interleaved; SGEMM, F(4x4), F(2x2) in us): 14x14 256->256 (16 tiles) 1294 / 687 / 754 and
+#: 789 / 498 / 503; 7x7 512->512 (4) 1412 / 1524 / 1123 and 741 / 813 / 660; 10x10 256->256 (9)
+#: 581 / 458 / 385; 10x10 128->128 (9) level; 20x20 128->128 (25) 663 / 301 / 396 and 28x28
+#: 128->128 (49) 1310 / 571 / 863: F(4x4) from 25 tiles up (AVX2 alike: 14x14 256->256 2378 /
+#: 1514 / 1332 and 1425 / 992 / 988, 7x7 512->512 3401 / 3991 / 2915). ... and at least this many C x M
+#: weights: with few, F(4x4)'s 4x fewer multiply-adds win (8x8 32->32: 10 / 5 / 7 us)
+F2_MAX_TILES, F2_MIN_CM = 20, 128 * 128
 #: fewest input and output channels: below, the per-tile transforms (36 loads and stores per
 #: channel each way) outweigh the GEMM they shorten
 MIN_CHANNELS = 8
@@ -31,8 +43,9 @@ MIN_CHANNELS = 8
 MIN_TILES = 4
 #: least fraction of the tiles' 16 outputs inside the output (6x6: 0.56, 10x10: 0.69, 7x7: 0.77)
 MIN_FILL = 0.6
-#: under this many tiles, at most this many C*M weights: each transformed weight is 4x the
-#: direct conv's bytes and a few tiles do not pay for reading them
+#: under this many tiles, fewer than this many C*M weights: each transformed weight is 4x
+#: (F(2x2): 1.8x) the direct conv's bytes and a few tiles do not pay for reading them (4x4
+#: 256->256, F(2x2)'s 4 tiles: 163 us against the SGEMM's 135)
 FEW_TILES, FEW_TILES_MAX_CM = 8, 256 * 256
 #: what a plan's Winograd convs may add to its memory, as a fraction of the plan's fp32 weight
 #: bytes: their transformed weights (each 3x its own weights more than the SGEMM's packing)
@@ -64,8 +77,20 @@ def eligible(nsp: int, kernel, strides, dil, group: int) -> bool:
             and group == 1 and _native.lib is not None and hasattr(_native.lib, "ei_winograd_f32"))
 
 
+def tile(n: int, c: int, m: int, oh: int, ow: int) -> int:
+    """The output tile side of an eligible conv's Winograd form: 4 (F(4x4, 3x3)) or, for
+    fewer than F2_MAX_TILES 4x4 tiles of at least F2_MIN_CM weights, 2 (F(2x2, 3x3))."""
+    return 2 if n * -(-oh // 4) * -(-ow // 4) < F2_MAX_TILES and c * m >= F2_MIN_CM else 4
+
+
+def points(r: int) -> int:
+    """Transform points of F(r x r, 3x3): 36 or 16 (GEMMs; transformed weights per C x M)."""
+    return (r + 2) * (r + 2)
+
+
 def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
-    """Whether an eligible conv runs as Winograd, and why (for the inspect note)."""
+    """Whether an eligible conv runs as Winograd (in the form ``tile`` picks), and why (for the
+    inspect note)."""
     how = mode()
     if min(n, c, m, oh, ow) < 1:
         return False, "an empty dimension"
@@ -73,15 +98,16 @@ def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
         return False, "EDGE_INFER_WINOGRAD=0"
     if how == "1":
         return True, "EDGE_INFER_WINOGRAD=1"
-    tiles = n * -(-oh // 4) * -(-ow // 4)
-    fill = n * oh * ow / (16.0 * tiles) if tiles else 0.0
+    r = tile(n, c, m, oh, ow)
+    tiles = n * -(-oh // r) * -(-ow // r)
+    fill = n * oh * ow / (float(r * r) * tiles) if tiles else 0.0
     if min(c, m) < MIN_CHANNELS:
         return False, f"{min(c, m)} channels < {MIN_CHANNELS}"
     if tiles < MIN_TILES:
         return False, f"{tiles} tiles < {MIN_TILES}"
     if fill < MIN_FILL:
-        return False, f"{oh}x{ow} fills {fill:.0%} of its 4x4 tiles"
-    if tiles < FEW_TILES and c * m > FEW_TILES_MAX_CM:
+        return False, f"{oh}x{ow} fills {fill:.0%} of its {r}x{r} tiles"
+    if tiles < FEW_TILES and c * m >= FEW_TILES_MAX_CM:
         return False, f"{tiles} tiles for {c}x{m} channels"
     return True, f"{c}->{m} channels, {tiles} tiles"
 
@@ -89,9 +115,10 @@ def chosen(n: int, c: int, m: int, oh: int, ow: int) -> Tuple[bool, str]:
 def allowed(graph, candidates) -> set:
     """Names of the convs that may run as Winograd within the allowance (WEIGHT_GROWTH):
     ``candidates`` are (name, output pixels, C*M, bytes its scratch would add: 0 where free
-    arena bytes hold it) of the plan's eligible convs. Each costs its weights' growth plus
-    what it grows that one shared scratch growth by, and saves time in proportion to its
-    multiply-adds (pixels x C x M); the convs that save the most per byte go first (one that
+    arena bytes hold it, output tile side r) of the plan's eligible convs. Each costs its
+    weights' growth ((r + 2)^2 - 9 points x C x M floats) plus what it grows that one shared
+    scratch growth by, and saves time in proportion to the multiply-adds it saves (pixels x
+    C x M x (9 - (r + 2)^2 / r^2)); the convs that save the most per byte go first (one that
     grows the scratch judged with every conv that would then fit in it), each cost counted
     against what the convs already taken have grown, until the allowance is spent."""
     if mode() != "auto":
@@ -100,20 +127,27 @@ def allowed(graph, candidates) -> set:
                   if t.is_const and getattr(t.data, "dtype", None) == np.float32)
     left, ok, shared = min(max(WEIGHT_GROWTH * weights, MIN_GROWTH_BYTES), MAX_GROWTH_BYTES), set(), 0
     todo = list(candidates)
+    def grown(c):
+        """Bytes its transformed weights add: (points - 9) x C x M floats."""
+        return (points(c[4]) - 9) * c[2] * 4
+
+    def saves(c):
+        """Multiply-adds saved: pixels x C x M x (9 - points / r^2)."""
+        return c[1] * c[2] * (9.0 - points(c[4]) / float(c[4] * c[4]))
     while todo:
-        # (36 - 9) transform points x C x M floats, and the shared scratch's growth
-        cost = [27 * cm * 4 + max(0, outside - shared) for _, _, cm, outside in todo]
+        # the weights' growth, and the shared scratch's
+        cost = [grown(c) + max(0, c[3] - shared) for c in todo]
 
         def worth(i):
             """Multiply-adds saved per byte; a conv that grows the shared scratch is judged with
             the convs that would ride on that growth (it pays for all of them)."""
-            name, px, cm, outside = todo[i]
+            outside = todo[i][3]
             group = [j for j, c in enumerate(todo) if shared < c[3] <= outside] if outside > shared else [i]
-            saved = sum(todo[j][1] * todo[j][2] for j in group)
-            return saved / (outside - shared + sum(27 * todo[j][2] * 4 for j in group)) if outside > shared \
-                else px * cm / cost[i]
+            saved = sum(saves(todo[j]) for j in group)
+            return saved / (outside - shared + sum(grown(todo[j]) for j in group)) if outside > shared \
+                else saves(todo[i]) / cost[i]
         best = max(range(len(todo)), key=lambda i: (worth(i), todo[i][1]))
-        name, _, _, outside = todo.pop(best)
+        name, _, _, outside, _ = todo.pop(best)
         if cost[best] <= left:
             ok.add(name)
             left -= cost[best]
@@ -121,13 +155,18 @@ def allowed(graph, candidates) -> set:
     return ok
 
 
-def pack(w: np.ndarray) -> np.ndarray:
+def entry(r: int) -> str:
+    """The native entry of F(r x r, 3x3) (with its _scratch, _plan and _pack functions)."""
+    return "ei_winograd2_f32" if r == 2 else "ei_winograd_f32"
+
+
+def pack(w: np.ndarray, r: int = 4) -> np.ndarray:
     """(M, C, 3, 3) weights -> U = G g G^T per transform point as the SGEMM's packed panels,
-    (36, panels, C, 16) float32 (computed in double precision by ei_winograd_f32_pack)."""
+    (points(r), panels, C, 16) float32 (computed in double precision by the native _pack)."""
     m, c = w.shape[:2]
     wc = np.ascontiguousarray(w, np.float32)
-    out = np.empty((36, -(-m // 16), c, 16), np.float32)
-    fn = _native.function("ei_winograd_f32_pack", ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
+    out = np.empty((points(r), -(-m // 16), c, 16), np.float32)
+    fn = _native.function(entry(r) + "_pack", ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
                           ctypes.c_void_p)
     fn(wc.ctypes.data, m, c, out.ctypes.data)
     return out

@@ -312,7 +312,93 @@ static void ukr2_avx512(int mr, int64_t kc, const float *a, int64_t lda, const f
                                         core2_avx512_13, core2_avx512_14 };
     cores[mr - 1](kc, a, lda, b, bstride, c, ldc, nr2, ep);
 }
+/* indirect: the rows of each tap through its pointers (ei_sg_ikr), np (1 or 2) panels. The
+ * row pointers of a tap are loaded once per tap and indexed by k: twelve of them, k, b and
+ * bstride fill the general registers, so the weights are prefetched at fixed offsets from b
+ * (its own rows ahead) and ep->pf is not read (a pointer of its own was kept in a vector
+ * register and moved back every k step, on an FMA port) */
+static inline __attribute__((always_inline, target("avx512f")))
+void icore_avx512_n(const int MR, const int NP, int ntap, int64_t kc, const float *const *ap, const float *b,
+                    int64_t bstride, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) {
+    __m512 acc[Z_MR], acc2[Z_MR];
+    const __mmask16 m1 = NP == 1 ? (__mmask16)((1u << nr) - 1) : (__mmask16)0xFFFF;
+    const __mmask16 m2 = (__mmask16)((1u << nr) - 1);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        acc[i] = _mm512_setzero_ps();
+        if (NP == 2) acc2[i] = _mm512_setzero_ps();
+    }
+    for (int t = 0; t < ntap; t++, ap += EI_SG_MR_MAX) {
+        const float *q[Z_MR];
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) q[i] = ap[i];
+        for (int64_t k = 0; k < kc; k++, b += EI_SG_NR) {
+            __m512 w = _mm512_loadu_ps(b), w2 = NP == 2 ? _mm512_loadu_ps(b + bstride) : w;
+            _mm_prefetch((const char *)(b + SG_PF * EI_SG_NR), _MM_HINT_T0);
+            if (NP == 2) _mm_prefetch((const char *)(b + bstride + SG_PF * EI_SG_NR), _MM_HINT_T0);
+#pragma GCC unroll 16
+            for (int i = 0; i < MR; i++) {
+                __m512 av = _mm512_set1_ps(q[i][k]);
+                acc[i] = _mm512_fmadd_ps(av, w, acc[i]);
+                if (NP == 2) acc2[i] = _mm512_fmadd_ps(av, w2, acc2[i]);
+            }
+        }
+    }
+    __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+    const int upper = ep->hi < INFINITY;      /* Relu: no min */
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        if (ep->load_c) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m1, c + i * ldc));
+            if (NP == 2) acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, c + i * ldc + EI_SG_NR));
+        } else if (ep->bias) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m1, ep->bias));
+            if (NP == 2) acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, ep->bias + EI_SG_NR));
+        }
+        if (ep->z) {
+            acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(m1, ep->z + i * ep->ldz));
+            if (NP == 2) acc2[i] = _mm512_add_ps(acc2[i], _mm512_maskz_loadu_ps(m2, ep->z + i * ep->ldz + EI_SG_NR));
+        }
+        if (ep->clamp) {
+            acc[i] = _mm512_max_ps(lo, acc[i]);
+            if (NP == 2) acc2[i] = _mm512_max_ps(lo, acc2[i]);
+            if (upper) {
+                acc[i] = _mm512_min_ps(hi, acc[i]);
+                if (NP == 2) acc2[i] = _mm512_min_ps(hi, acc2[i]);
+            }
+        }
+        _mm512_mask_storeu_ps(c + i * ldc, m1, acc[i]);
+        if (NP == 2) _mm512_mask_storeu_ps(c + i * ldc + EI_SG_NR, m2, acc2[i]);
+    }
+}
+
+typedef void (*zicore)(int, int64_t, const float *const *, const float *, int64_t, float *, int64_t, int,
+                       const ei_sg_ep *);
+#define ZI_CORE(R) \
+    __attribute__((target("avx512f"))) static void icore1_avx512_##R(int ntap, int64_t kc, const float *const *ap, \
+        const float *b, int64_t bs, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) { \
+        icore_avx512_n(R, 1, ntap, kc, ap, b, bs, c, ldc, nr, ep); } \
+    __attribute__((target("avx512f"))) static void icore2_avx512_##R(int ntap, int64_t kc, const float *const *ap, \
+        const float *b, int64_t bs, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) { \
+        icore_avx512_n(R, 2, ntap, kc, ap, b, bs, c, ldc, nr, ep); }
+ZI_CORE(1) ZI_CORE(2) ZI_CORE(3) ZI_CORE(4) ZI_CORE(5) ZI_CORE(6) ZI_CORE(7) ZI_CORE(8) ZI_CORE(9) ZI_CORE(10)
+ZI_CORE(11) ZI_CORE(12) ZI_CORE(13) ZI_CORE(14)
+#undef ZI_CORE
+
+static void ikr_avx512(int mr, int np, int ntap, int64_t kc, const float *const *ap, const float *b,
+                       int64_t bstride, float *c, int64_t ldc, int nr, const ei_sg_ep *ep) {
+    static const zicore one[Z_MR] = { icore1_avx512_1, icore1_avx512_2, icore1_avx512_3, icore1_avx512_4,
+                                      icore1_avx512_5, icore1_avx512_6, icore1_avx512_7, icore1_avx512_8,
+                                      icore1_avx512_9, icore1_avx512_10, icore1_avx512_11, icore1_avx512_12,
+                                      icore1_avx512_13, icore1_avx512_14 };
+    static const zicore two[Z_MR] = { icore2_avx512_1, icore2_avx512_2, icore2_avx512_3, icore2_avx512_4,
+                                      icore2_avx512_5, icore2_avx512_6, icore2_avx512_7, icore2_avx512_8,
+                                      icore2_avx512_9, icore2_avx512_10, icore2_avx512_11, icore2_avx512_12,
+                                      icore2_avx512_13, icore2_avx512_14 };
+    (np == 2 ? two : one)[mr - 1](ntap, kc, ap, b, bstride, c, ldc, nr, ep);
+}
 #endif
+
 
 /* ---- NEON: 6 rows x 4 vectors = 24 accumulators (of 32 registers) ---- */
 #if defined(__aarch64__)
@@ -381,16 +467,16 @@ static void ukr_neon(int mr, int64_t kc, const float *a, int64_t lda, const floa
 #endif
 
 ei_sg_kernel ei_sg_scalar(void) {
-    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL, S_MR };
+    ei_sg_kernel k = { ukr_scalar, S_MR, "scalar", NULL, S_MR, NULL };
     return k;
 }
 
 ei_sg_kernel ei_sg_pick(void) {
 #if defined(__x86_64__)
-    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, 12, "AVX-512", ukr2_avx512, Z_MR }; return k; }
-    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL, X_MR }; return k; }
+    if (ei_has(EI_AVX512)) { ei_sg_kernel k = { ukr_avx512, 12, "AVX-512", ukr2_avx512, Z_MR, ikr_avx512 }; return k; }
+    if (ei_has(EI_AVX2)) { ei_sg_kernel k = { ukr_avx2, X_MR, "AVX2", NULL, X_MR, NULL }; return k; }
 #elif defined(__aarch64__)
-    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL, N_MR }; return k; }
+    if (ei_has(EI_NEON)) { ei_sg_kernel k = { ukr_neon, N_MR, "NEON", NULL, N_MR, NULL }; return k; }
 #endif
     return ei_sg_scalar();
 }

@@ -55,9 +55,18 @@ typedef void (*ei_sg_ukr)(int mr, int64_t kc, const float *a, int64_t lda, const
 typedef void (*ei_sg_ukr2)(int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bstride,
                            float *c, int64_t ldc, int nr2, const ei_sg_ep *ep);
 
+/* indirect ("implicit GEMM" of conv_f32.c): A is not a matrix but ntap taps of kc values each;
+ * row i of tap t starts at ap[t * EI_SG_MR_MAX + i] (a pixel's channels in the NHWC input, or
+ * a zero row for a tap in the padding), and B holds the ntap * kc rows in that order. np
+ * panels (1: the first with nr columns; 2: b and b + bstride, the second with nr columns,
+ * the first 16). Sums, epilogue and k order as the ukr2 kernel's over the same rows */
+typedef void (*ei_sg_ikr)(int mr, int np, int ntap, int64_t kc, const float *const *ap, const float *b,
+                          int64_t bstride, float *c, int64_t ldc, int nr, const ei_sg_ep *ep);
+
 /* mr: the rows of a micro-tile by default; mr_max: the most rows fn and fn2 take (AVX-512: 12
- * and 14; conv_f32.c's make_plan picks per layer) */
-typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; int mr_max; } ei_sg_kernel;
+ * and 14; conv_f32.c's make_plan picks per layer); ifn: the indirect kernel (mr_max rows at
+ * most), or NULL where the ISA has none (conv_f32.c then copies im2col tiles) */
+typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; int mr_max; ei_sg_ikr ifn; } ei_sg_kernel;
 
 /* runtime.c's CHUNKS_PER_THREAD: the pool cuts a job into up to this many chunks per thread */
 #define EI_POOL_CHUNKS 4
