@@ -722,14 +722,6 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     s.a = a;
     s.q = q;
     s.slot_bytes = line_slots(a) * stem_geometry(a).lb + (q ? qrow_bytes(a) : 0);
-    s.f32_vbmi = 0;
-    if (q && q->nchw && a->c > 1) interleave_index(a->c, &s.ilv);
-#if defined(__x86_64__)
-    if (q && q->nchw && s.kind == KIND_VNNI && has_vbmi() && fabsf(q->scale) > 0x1p-120f && fabsf(q->scale) < 0x1p120f) {
-        s.f32_vbmi = 1;             /* 1 / scale normal: the reciprocal test holds (qdq.c) */
-        pixel_index(a->c, &s.ilv);
-    }
-#endif
     s.g = stem_geometry(a);
     /* weights packed for a kind this CPU (under the ISA mask) cannot run: the scalar rows read
      * any layout (the u8 bias correction is the VNNI rows' alone) */
@@ -744,6 +736,14 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
 #if defined(__x86_64__)
     s.vbmi_lut = 0;
     if (s.kind == KIND_VNNI) vnni_prepare(&s);
+#endif
+    s.f32_vbmi = 0;         /* (after s.kind) */
+    if (q && q->nchw && a->c > 1) interleave_index(a->c, &s.ilv);
+#if defined(__x86_64__)
+    if (q && q->nchw && s.kind == KIND_VNNI && has_vbmi() && fabsf(q->scale) > 0x1p-120f && fabsf(q->scale) < 0x1p120f) {
+        s.f32_vbmi = 1;             /* 1 / scale normal: the reciprocal test holds (qdq.c) */
+        pixel_index(a->c, &s.ilv);
+    }
 #endif
     int64_t rows = (int64_t)a->n * a->oh;
     int64_t slots = rows * a->ow * s.g.mb * STEM_PIXEL_NS / STEM_SLOT_NS;
