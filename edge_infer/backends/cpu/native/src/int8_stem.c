@@ -738,8 +738,8 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     if (s.kind == KIND_VNNI) vnni_prepare(&s);
 #endif
     s.f32_vbmi = 0;         /* (after s.kind) */
-    if (q && q->nchw && a->c > 1) interleave_index(a->c, &s.ilv);
 #if defined(__x86_64__)
+    if (q && q->nchw && a->c > 1) interleave_index(a->c, &s.ilv);
     if (q && q->nchw && s.kind == KIND_VNNI && has_vbmi() && fabsf(q->scale) > 0x1p-120f && fabsf(q->scale) < 0x1p120f) {
         s.f32_vbmi = 1;             /* 1 / scale normal: the reciprocal test holds (qdq.c) */
         pixel_index(a->c, &s.ilv);
