@@ -171,3 +171,12 @@ def test_what_is_not_folded(monkeypatch, why):
     _, want = _run(g, feeds, fuse=False, monkeypatch=monkeypatch)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_inspect_lists_the_folded_input(tmp_path):
+    from edge_infer.inspection import format_inspect, inspect_artifact
+    path, _, _, _ = _quantized(tmp_path, "mobilenetv3")
+    rep = inspect_artifact(path)
+    folded = rep["memory"]["fused_inputs"]
+    assert any(k for k in folded) and len(set(folded.values())) == 1
+    assert "quantized in the stem conv's line buffers" in format_inspect(rep)
