@@ -165,6 +165,10 @@ def format_inspect(rep: dict, n_keys: int = 0) -> str:
         if blocks:
             out(f"    int8 squeeze-excite blocks run as one step: {len(blocks)}: "
                 + _some([f"{' -> '.join(v)} -> {k}" for k, v in blocks.items()]))
+        folded = m.get("fused_inputs") or {}
+        if folded:
+            out("    int8 input quantized in the stem conv's line buffers (no int8 input copies): "
+                + _some([f"{a} -> {c}" for a, c in folded.items()]))
         roles = ", ".join(f"{k} {v:,} B" for k, v in m.get("scratch_bytes", {}).items() if v)
         out(f"    scratch: {len(m.get('scratch_in_arena', {}))} kernel(s) in arena bytes free during their step"
               + (f"; shared by role: {roles}" if roles else ""))

@@ -20,6 +20,7 @@ from ...memory.scratch import ScratchRoles, typed_view
 from .registry import TABLE
 from .fuse_int8_activation import fuse_int8_activations
 from .fuse_int8_se import fuse_squeeze_excite
+from .fuse_int8_input import fuse_int8_inputs
 from .kernels.conv_native import residual_in_place, winograd_choice
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
@@ -358,6 +359,9 @@ class CpuExecutable(Executable):
         #: the plan's nodes: the running ones, int8 table activations fused into their convs;
         #: ``fused``: {activation node: conv node} of those (fuse_int8_activation.py)
         self.nodes, self.fused = fuse_int8_activations(graph, running)
+        #: ``fused_inputs``: {QuantizeLinear / Transpose node: the stem conv quantizing the float
+        #: input in its line buffers instead} (fuse_int8_input.py)
+        self.nodes, self.fused_inputs = fuse_int8_inputs(graph, self.nodes)
         run_graph = graph if len(self.nodes) == len(graph.nodes) else _with_nodes(graph, self.nodes)
         self.buffers, self.arena_plan, facts = allocate_buffers(run_graph, self.nodes, memory_limit, arena_alloc,
                                                                 threads)
@@ -405,6 +409,8 @@ class CpuExecutable(Executable):
                 "fused_activations": dict(self.fused),
                 # int8 squeeze-excite blocks run as one step: {Mul: [pool, conv, conv]}
                 "fused_squeeze_excite": dict(self.fused_se),
+                # an int8 graph's input quantization (and transpose) done by its stem conv
+                "fused_inputs": dict(self.fused_inputs),
                 # each step outside the compiled loop and its kernel's note (why, where it says)
                 "numpy_notes": {n.name: f"{n.op}: {self.notes.get(n.name, 'numpy kernel')}" for n in slow}}
 

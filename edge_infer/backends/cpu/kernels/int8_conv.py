@@ -41,6 +41,7 @@ from ....ops.qmath import conv_requant_params
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
                           qparams, quantize_multiplier, requantize, scratch)
 from ..fuse_int8_activation import activation_table, fused_activation
+from ..fuse_int8_input import prologue, quantized_input
 
 
 def folded_bias(ctx, node: Node, w_int: np.ndarray, zp_x: int, m: int) -> np.ndarray:
@@ -94,16 +95,39 @@ def residual_stage(ctx, node: Node, z_name: str, s_y: float, shape) -> Callable:
 
 @int8_kernel("Conv", "FusedConv")
 def int8_conv(node: Node, ctx) -> Callable[[], None]:
+    fin = quantized_input(node)
+    if fin is None:
+        return _int8_conv(node, ctx, ctx.value(node.inputs[0]), node.inputs[0])
+    # the plan handed this stem conv its float input (fuse_int8_input.py): the stem kernel
+    # quantizes it; should the kernel refuse the conv, a prologue quantizes into a workspace
+    step = _int8_conv(node, ctx, None, fin.via, fin)
+    if step is not None:
+        return step
+    x, quantize = prologue(node, ctx)
+    conv = _int8_conv(node, ctx, x, fin.via)
+
+    def quantize_then_conv():
+        quantize()
+        conv()
+    return quantize_then_conv
+
+
+def _int8_conv(node: Node, ctx, x, x_name: str, fin=None) -> Callable[[], None]:
+    """The int8 conv ``node`` on ``x`` (int8, the quantization of tensor ``x_name``); with
+    ``fin`` (a ``QuantizedInput``) x is None and node.inputs[0] the float tensor: the native
+    stem step quantizing it, or None."""
     last = channels_last(node)
-    x, y = ctx.value(node.inputs[0]), ctx.value(node.outputs[0])
+    y = ctx.value(node.outputs[0])
+    x_shape = tuple(ctx.tensor(x_name).shape) if x is None else x.shape
     wname = node.inputs[1]
     w = ctx.const(wname)
     if w is None:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 conv needs constant weights")
-    if x.dtype != np.int8 or w.dtype != np.int8 or y.dtype != np.int8:
+    x_dtype = np.dtype(np.int8) if x is None else x.dtype
+    if x_dtype != np.int8 or w.dtype != np.int8 or y.dtype != np.int8:
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 conv wants int8 x, W, y; got "
-                                 f"{x.dtype}, {w.dtype}, {y.dtype}")
-    s_x, zp_x = per_tensor(ctx, node.inputs[0], "input")
+                                 f"{x_dtype}, {w.dtype}, {y.dtype}")
+    s_x, zp_x = per_tensor(ctx, x_name, "input")
     fused = fused_activation(node)          # a table activation after the conv, in this plan
     lut = activation_table(node, ctx)
     # the conv's own requantization: to its output, or to the fused activation's input
@@ -111,7 +135,7 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
     wq = qparams(ctx, wname, "weights")
     if np.any(wq.zero_point != 0):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: int8 weights must be symmetric (zero point 0)")
-    geo = conv_geometry(node, x.shape, w.shape, y.shape, last)
+    geo = conv_geometry(node, x_shape, w.shape, y.shape, last)
     n, c, m, cg, group, nsp = geo.n, geo.c, geo.m, geo.cg, geo.group, geo.nsp
     insp, kernel, strides, dil = list(geo.in_sp), list(geo.kernel), list(geo.strides), list(geo.dilations)
     pads, osp = list(geo.pads), list(geo.out_sp)
@@ -128,10 +152,11 @@ def int8_conv(node: Node, ctx) -> Callable[[], None]:
 
     q, sh = conv_requant_params(s_x, s_w, s_y)
     bias = folded_bias(ctx, node, w, zp_x, m)
+    float_input = (ctx.value(node.inputs[0]), fin.scale, fin.nchw) if fin is not None else None
     step = _native_conv(ctx, node, x=x, y=y, w=w, bias=bias, q=q, shift=sh, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,
                         act=act, s_y=s_y, last=last, group=group,
-                        window=(kernel, strides, dil, pads, insp, osp), lut=lut)
-    if step is not None:
+                        window=(kernel, strides, dil, pads, insp, osp), lut=lut, n=n, float_input=float_input)
+    if step is not None or fin is not None:
         return step
     # accumulator layout: NCHW (N, M, P), per-channel params (M, 1); NHWC (N, P, M), params (M,)
     acc_shape = (n, p, m) if last else (n, m, p)
@@ -353,15 +378,16 @@ def epilogue_note(z_name: str, act: str, fused) -> str:
 
 
 def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: int, lo: int, hi: int, act: str,
-                 s_y: float, last: bool, group: int, window, lut=None):
+                 s_y: float, last: bool, group: int, window, lut=None, n: int = 1, float_input=None):
     """The native kernel for a group-1 conv (src/int8_gemm.c: packed weights, int32 accumulation,
     fused epilogue) or a depthwise one (src/depthwise.c), 1-D or 2-D; None when the library is
-    missing or the node does not fit (the numpy algorithms serve)."""
+    missing or the node does not fit (the numpy algorithms serve). ``float_input``: as
+    native_kernels.int8_conv_step's (x None): the stem kernel quantizes it, or None."""
     kernel, strides, dil, pads, insp, osp = window
     m, cg = w.shape[:2]
-    c, n, nsp = cg * group, x.shape[0], len(kernel)
+    c, nsp = cg * group, len(kernel)
     depthwise = group == c == m and cg == 1 and group > 1
-    if native.lib is None or (group != 1 and not depthwise) or nsp not in (1, 2):
+    if native.lib is None or (group != 1 and not depthwise) or nsp not in (1, 2) or (float_input and depthwise):
         return None
     kdesc = "x".join(map(str, kernel))
     if nsp == 1:                            # a 1-D conv as a 2-D one of height 1
@@ -385,7 +411,7 @@ def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: i
     w_mk = w.reshape(m, cg, -1).transpose(0, 2, 1).reshape(m, -1)          # K: (tap, channel)
     step = native_kernels.int8_conv_step(ctx, x=x, y=y, w_mk=w_mk, bias=bias, q=q, shift=shift, zp_x=zp_x,
                                          zp_y=zp_y, lo=lo, hi=hi, geometry=geometry, in_nchw=not last,
-                                         out_nchw=not last, z=z, ztab=ztab, lut=lut)
+                                         out_nchw=not last, z=z, ztab=ztab, lut=lut, float_input=float_input)
     if step is not None:
         algo = "pointwise" if _algorithm(1, c, c, int(np.prod(kernel)), strides, pads) == "pointwise" \
             else f"im2col {kdesc}"

@@ -35,6 +35,13 @@ class Int8ConvArgs(ctypes.Structure):
                 + [("lut", _P)])
 
 
+class StemQuantArgs(ctypes.Structure):
+    """``ei_int8_stem_q_args`` of src/int8_stem.c: the stem on a float input quantized in its
+    line buffers (per tensor, QuantizeLinear's rounding)."""
+    _fields_ = [("conv", Int8ConvArgs), ("xf", _P), ("scale", ctypes.c_float), ("zp", ctypes.c_float),
+                ("nchw", _I)]
+
+
 class Int8AddArgs(ctypes.Structure):
     """``ei_int8_add_args`` of src/epilogue.c."""
     _fields_ = [("a", _P), ("b", _P), ("y", _P), ("t1", _P), ("t2", _P), ("n", ctypes.c_int64),
@@ -116,13 +123,16 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
                    q: np.ndarray, shift: np.ndarray, zp_x: int, zp_y: int, lo: int, hi: int,
                    geometry: Sequence[int], in_nchw: bool, out_nchw: bool,
                    z: Optional[np.ndarray] = None, ztab: Optional[np.ndarray] = None,
-                   lut: Optional[np.ndarray] = None) -> Optional[Callable[[], None]]:
+                   lut: Optional[np.ndarray] = None, float_input=None) -> Optional[Callable[[], None]]:
     """The native int8 GEMM/conv step, or None when the node does not qualify.
 
     ``w_mk``: (M, K) int8 weights with K ordered (kernel row, kernel column, input channel);
     ``bias``: folded int64 bias per channel (M); ``geometry``: n, c, h, w, m, oh, ow, kh, kw,
     sh, sw, dh, dw, pt, pl (channels-last input rows are (h, w, c); NCHW input (c, h, w));
-    ``lut``: a fused activation's 256-entry int8 table (indexed by the clamped output's bit pattern)."""
+    ``lut``: a fused activation's 256-entry int8 table (indexed by the clamped output's bit pattern);
+    ``float_input``: (xf, scale, nchw): the stem kernel reads float32 ``xf`` ((n, c, h, w) when
+    ``nchw``, else (n, h, w, c)) and quantizes it with ``scale`` and ``zp_x`` itself; ``x`` is
+    then None, and so is the result when the stem does not take the conv (no GEMM on floats)."""
     if _native.lib is None:
         return None
     m, k = w_mk.shape
@@ -131,7 +141,7 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
         return None
     if not requant_ok(q, shift) or np.asarray(q).size != m:
         return None
-    for arr in (x, y) + ((z,) if z is not None else ()):
+    for arr in (y,) + tuple(v for v in (x, z, float_input[0] if float_input else None) if v is not None):
         if not arr.flags.c_contiguous:
             return None
     if z is not None:
@@ -146,7 +156,7 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
     mult = np.asarray(q, np.int64).astype(np.int32).reshape(-1)
     sh = np.asarray(shift, np.int64).astype(np.int32).reshape(-1)
     threads = threads_of(ctx)
-    a = Int8ConvArgs(x=x.ctypes.data, y=y.ctypes.data, z=_ptr(z), bias=bias32.ctypes.data, mult=mult.ctypes.data, shift=sh.ctypes.data,
+    a = Int8ConvArgs(x=None if float_input else x.ctypes.data, y=y.ctypes.data, z=_ptr(z), bias=bias32.ctypes.data, mult=mult.ctypes.data, shift=sh.ctypes.data,
                      ztab=_ptr(ztab) if z is not None else None, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,
                      kind=kind, in_nchw=int(in_nchw), out_nchw=int(out_nchw), threads=threads)
     lut = _lut_table(lut)
@@ -155,8 +165,8 @@ def int8_conv_step(ctx, *, x: np.ndarray, y: np.ndarray, w_mk: np.ndarray, bias:
                        geometry):
         setattr(a, name, int(v))
     # first convs (c <= 4): the direct stem kernel, no im2col
-    stem = int8_stem_step(ctx, a, w_mk, (x, y, bias32, mult, sh, lut))
-    if stem is not None:
+    stem = int8_stem_step(ctx, a, w_mk, (x, y, bias32, mult, sh, lut), float_input)
+    if stem is not None or float_input is not None:
         return stem
     psize = _fn("ei_int8_pack_size", ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int)(kind, m, k)
     wpack = aligned(int(psize))
@@ -393,13 +403,15 @@ def kind_name(k: Optional[int] = None) -> str:
 STEM_KINDS = {0: "scalar", 1: "AVX2 vpmaddwd", 2: "NEON smlal", 3: "NEON sdot", 4: "AVX-512 VNNI vpdpbusd"}
 
 
-def int8_stem_step(ctx, a: ctypes.Structure, w_mk: np.ndarray, keep: Sequence) -> Optional[Callable[[], None]]:
+def int8_stem_step(ctx, a: ctypes.Structure, w_mk: np.ndarray, keep: Sequence,
+                   float_input=None) -> Optional[Callable[[], None]]:
     """The direct stem convolution (src/int8_stem.c) for the int8 conv ``a`` (an
     ``Int8ConvArgs`` with its pointers, geometry, epilogue and lut filled by int8_conv_step), or
     None when that kernel does not take it (NCHW, a residual, more than 4 input or 64 output
     channels, a dilated width): then the GEMM serves. ``w_mk``: (M, K) int8 weights, K ordered
     (kernel row, kernel column, channel); ``keep``: the arrays ``a`` points into. The step's
-    ``path`` names the kernel for the plan note."""
+    ``path`` names the kernel for the plan note. ``float_input``: (xf, scale, nchw), as
+    ``int8_conv_step``: the step quantizes float32 ``xf`` in its line buffers (ei_int8_stem_q)."""
     lib = _native.lib
     if lib is None or not hasattr(lib, "ei_int8_stem"):
         return None
@@ -415,10 +427,41 @@ def int8_stem_step(ctx, a: ctypes.Structure, w_mk: np.ndarray, keep: Sequence) -
     pack = aligned(int(lib.ei_int8_stem_pack_size(addr)))
     w_mk = np.ascontiguousarray(w_mk, np.int8)
     lib.ei_int8_stem_pack(addr, w_mk.ctypes.data, pack.ctypes.data)
-    scr = _thread_scratch(ctx, max(1, int(a.threads)), int(lib.ei_int8_stem_scratch(addr)))
+    if float_input is not None:
+        xf, scale, nchw = float_input
+        if xf.dtype != np.float32 or not np.isfinite(scale) or not 0 < abs(float(scale)) < float("inf"):
+            return None
+        q = StemQuantArgs(conv=a, xf=xf.ctypes.data, scale=float(scale), zp=float(a.zp_x), nchw=int(bool(nchw)))
+        lib.ei_int8_stem_q_scratch.restype, lib.ei_int8_stem_q_scratch.argtypes = ctypes.c_int64, [_P]
+        need = int(lib.ei_int8_stem_q_scratch(ctypes.addressof(q)))
+    else:
+        need = int(lib.ei_int8_stem_scratch(addr))
+    scr = _thread_scratch(ctx, max(1, int(a.threads)), need)
     a.wpack, a.scratch, a.consts = pack.ctypes.data, scr.ctypes.data, None
-    step = _native.native_step("ei_int8_stem", a, pack, scr, *keep)
-    step.path = f"{STEM_KINDS.get(kind, kind)}, int32 accumulation, no im2col"
+    if float_input is not None:
+        q.conv = a                  # a copy: the struct embeds the conv args by value
+        step = _native.native_step("ei_int8_stem_q", q, pack, scr, float_input[0], *keep)
+        step.path = (f"{STEM_KINDS.get(kind, kind)}, int32 accumulation, no im2col; its float "
+                     f"{'NCHW' if nchw else 'NHWC'} input quantized into the line buffers")
+    else:
+        step = _native.native_step("ei_int8_stem", a, pack, scr, *keep)
+        step.path = f"{STEM_KINDS.get(kind, kind)}, int32 accumulation, no im2col"
     step.stem = True
     step.kind_name = f"direct stem, {STEM_KINDS.get(kind, kind)}"   # what a GEMM's note names
     return step
+
+
+def int8_stem_takes(geometry: Sequence[int]) -> bool:
+    """Whether the stem kernel (src/int8_stem.c) runs an NHWC int8 conv of this ``geometry``
+    (as ``int8_conv_step``'s: n, c, h, w, m, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl) without a
+    residual on this machine, under the current ISA mask: what fuse_int8_input.py asks before
+    handing the conv its float input."""
+    lib = _native.lib
+    if lib is None or not hasattr(lib, "ei_int8_stem_q"):
+        return False
+    a = Int8ConvArgs()
+    for name, v in zip(("n", "c", "h", "w", "m", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"),
+                       geometry):
+        setattr(a, name, int(v))
+    lib.ei_int8_stem_kind.restype, lib.ei_int8_stem_kind.argtypes = ctypes.c_int, [_P]
+    return lib.ei_int8_stem_kind(ctypes.addressof(a)) >= 0

@@ -24,6 +24,7 @@
 #include "ei_lut.h"
 #include "selftest_rng.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -41,6 +42,23 @@
  * kept the text classifier's 16.6 us stem, 18 KB of output, on one thread. */
 #define STEM_PIXEL_NS 7
 #define STEM_SLOT_NS 4000
+
+/* the stem on a float input (ei_int8_stem_q): xf quantized as QuantizeLinear does (per tensor:
+ * rint(x / scale) + zp, clamped, NaN -> 0; qdq.c, bit for bit) while the line buffers are
+ * filled, so a plan needs neither the int8 copy of its input nor the NHWC one. xf is
+ * (n, c, h, w) with nchw, else (n, h, w, c); conv.x is not read, conv.zp_x == zp. */
+typedef struct {
+    ei_int8_conv_args conv;
+    const float *xf;
+    float scale, zp;
+    int32_t nchw;
+} ei_int8_stem_q_args;
+
+/* qdq.c: n values quantized to int8 per tensor, exactly as the QuantizeLinear kernels */
+void ei_quantize_row_s8(const float *x, int64_t n, float scale, float zp, int8_t *y);
+
+/* interleave_vbmi's byte indices: channels 0 / 1 and 2 / 3 of the planes, the bytes of 2 / 3 */
+typedef struct { uint8_t i01[64], i23[64]; uint64_t hi; } stem_ilv;
 
 typedef struct {
     int kwc, kwc4, grow;       /* a kernel row's values, rounded up to 4, its 4-value groups */
@@ -169,16 +187,18 @@ static void xor80_avx512(uint8_t *d, const int8_t *s, int64_t n) {
 }
 #endif
 
-/* line position p holds input column p - pl of row iy (zp_x outside the image) */
-static void build_line(const ei_int8_conv_args *a, const stem_geo *g, int64_t b, int64_t iy, int type, void *dst) {
+/* the image columns a line takes: [0, line_cols) of a row (line positions pl ..) */
+static int64_t line_cols(const ei_int8_conv_args *a, const stem_geo *g) {
+    return EI_MAX((int64_t)0, EI_MIN(g->wn, (int64_t)a->pl + a->w) - a->pl);
+}
+
+/* line position p holds input column p - pl of the row src (int8 NHWC from column 0; NULL: a
+ * row outside the image), zp_x outside the image */
+static void build_line(const ei_int8_conv_args *a, const stem_geo *g, const int8_t *src, int type, void *dst) {
     const int c = a->c;
     const int64_t n = g->wn * c, total = n + g->kwc4 + 16;
     int64_t x0 = 0, x1 = 0;                  /* [x0, x1): line values taken from the image */
-    const int8_t *src = NULL;       /* the image row, from column 0 */
-    if (iy >= 0 && iy < a->h) {
-        int64_t p0 = a->pl, p1 = EI_MIN(g->wn, (int64_t)a->pl + a->w);
-        if (p1 > p0) { x0 = p0 * c; x1 = p1 * c; src = a->x + ((b * a->h + iy) * a->w) * c; }
-    }
+    if (src && line_cols(a, g) > 0) { x0 = (int64_t)a->pl * c; x1 = x0 + line_cols(a, g) * c; }
     if (type == LINE_I16) {
         int16_t *d = (int16_t *)dst;
         for (int64_t i = 0; i < x0; i++) d[i] = (int16_t)a->zp_x;
@@ -216,9 +236,21 @@ typedef struct {
     const ei_int8_conv_args *a;
     stem_geo g;
     int kind, layout;          /* the rows run; the packed weights' kind */
+    const ei_int8_stem_q_args *q;       /* a float input quantized into the lines, or NULL */
+    stem_ilv ilv;
+    int f32_vbmi;              /* the VNNI lines of an NCHW float input: line_f32_vbmi */
+    int64_t slot_bytes;        /* a thread slot's scratch: line slots (+ the quantized row) */
     const int32_t *corr;
     const void *wp;
     int32_t bias[STEM_MAX_M], mult[STEM_MAX_M], shift[STEM_MAX_M];   /* padded to whole blocks */
+#if defined(__x86_64__)
+    /* the VNNI rows' requantization constants per 16-channel block, and the activation table
+     * in four vectors where VBMI looks it up in registers (vbmi_lut), made once a call */
+    ei_vq16 vq[STEM_MAX_M / 16];
+    ei_vqc vc[STEM_MAX_M / 16];
+    __m512i lut4[4];
+    int vbmi_lut;
+#endif
 } stem_ctx;
 
 static void row_scalar(const stem_ctx *s, const void *const *lines, int8_t *out) {
@@ -243,54 +275,132 @@ static void row_scalar(const stem_ctx *s, const void *const *lines, int8_t *out)
 static inline int32_t load32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
 #if defined(__x86_64__)
-#define NPX 8                  /* pixels in registers a step */
+#define NPX 16                 /* pixels in registers a step: 16 accumulators, one weight vector */
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
+/* acc += x (u8) . w (s8), in place: with the intrinsic GCC 12 copied each of the accumulators
+ * to another register and back around every vpdpbusd (two moves a multiply-add) */
+VNNI_TARGET __attribute__((always_inline))
+static inline __m512i dpbusd(__m512i acc, __m512i x, __m512i w) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+    return acc;
+}
+
+static int has_vbmi(void);
+
+VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
+    const ei_int8_conv_args *a = s->a;
+    for (int b = 0; b < s->g.mb; b++) {
+        int left = ei_vq16_prepare(&s->vq[b], s->bias + 16 * b, s->corr + 16 * b, s->mult + 16 * b,
+                                   s->shift + 16 * b, 16);
+        ei_vqc_prepare(&s->vc[b], NULL, a->zp_y, a->lo, a->hi, left);
+    }
+    s->vbmi_lut = a->lut && has_vbmi();
+    for (int i = 0; i < 4; i++) s->lut4[i] = a->lut ? _mm512_loadu_si512(a->lut + 64 * i) : _mm512_setzero_si512();
+}
+
+/* NPX pixels' 16 channels of block b from the bias, requantized and packed: pixel i's tap
+ * group gi is 4 bytes at gp[gi] + at + min(i, last) * step; p[h] holds pixels 4h .. 4h + 3.
+ * Inlined with step a constant (the common stems), the 16 addresses are one register plus
+ * displacements: a group costs 16 broadcast loads and 16 vpdpbusd, the accumulators stay in
+ * registers (8 pixels at runtime offsets before, GCC moving each accumulator twice around
+ * every vpdpbusd: 85 us for MobileNetV3's 224 stem). Now the requantization is most of it:
+ * per 9 groups x 16 vpdpbusd, 16 vectors of ~14 instructions each. */
+VNNI_TARGET __attribute__((always_inline))
+static inline void vnni_block(const stem_ctx *s, int b, const uint8_t *const *gp, int64_t at, int64_t step,
+                              int last, __m512i *p) {
+    const ei_vq16 *k = &s->vq[b];
+    const ei_vqc *vc = &s->vc[b];
+    const int left = vc->left;
+    const __m512i *w = (const __m512i *)s->wp + (int64_t)b * s->g.groups;
+    __m512i acc[NPX];
+    for (int i = 0; i < NPX; i++) acc[i] = k->bias;
+    for (int gi = 0; gi < s->g.groups; gi++) {
+        const __m512i wv = _mm512_load_si512(w + gi);
+        const uint8_t *x = gp[gi] + at;
+        __asm__("" : "+r"(x));          /* one base register: GCC would keep 16 offsets instead */
+#pragma GCC unroll 16
+        for (int i = 0; i < NPX; i++)
+            acc[i] = dpbusd(acc[i], _mm512_set1_epi32(load32(x + EI_MIN(i, last) * step)), wv);
+    }
+    for (int h = 0; h < NPX / 4; h++)
+        p[h] = ei_vq_pack4(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
+                           ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
+}
+
+/* pixels first .. first + np - 1 of p (block b's 16 channels each) into the output row y */
+VNNI_TARGET __attribute__((always_inline))
+static inline void vnni_store(const stem_ctx *s, int b, const __m512i *p, int64_t first, int np, int8_t *y) {
+    const int64_t m = s->a->m;
+    if (m == 16) {                      /* 4 pixels = 64 contiguous output bytes */
+        for (int h = 0; h < NPX / 4 && 4 * h < np; h++) {
+            int n4 = EI_MIN(4, np - 4 * h);
+            _mm512_mask_storeu_epi8(y + (first + 4 * h) * 16, n4 == 4 ? ~0ULL : (1ULL << (16 * n4)) - 1, p[h]);
+        }
+        return;
+    }
+    __mmask64 cm = (1ULL << EI_MIN((int64_t)16, m - 16 * b)) - 1;
+    int8_t tmp[NPX * 16];
+    for (int h = 0; h < NPX / 4; h++) _mm512_storeu_si512(tmp + 64 * h, p[h]);
+    for (int i = 0; i < np; i++)
+        _mm512_mask_storeu_epi8(y + (first + i) * m + 16 * b, cm,
+                                _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(tmp + 16 * i))));
+}
+
+/* v = lut[(uint8_t)v] for 64 bytes in registers (ei_lut_inplace's VBMI lookup, without the trip
+ * through memory and a call a row: 4.6 of the 224 stem's 75 us) */
+#define VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi")))
+VBMI_TARGET __attribute__((always_inline))
+static inline __m512i lut64(const __m512i *t, __m512i v) {
+    __m512i lo = _mm512_permutex2var_epi8(t[0], v, t[1]), hi = _mm512_permutex2var_epi8(t[2], v, t[3]);
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
+}
+
+/* one step of NPX pixels: block b's output pixels first .. first + np - 1 of row y */
+typedef void (*vnni_step_fn)(const stem_ctx *, int, const uint8_t *const *, int64_t, int, int8_t *);
+
+/* the steps for a constant pixel step S (sw * c) or any (NPX - 1 = last: a row of NPX or more),
+ * without and with the table looked up in registers */
+#define VNNI_STEPS(NAME, S, LAST)                                                                              \
+    VNNI_TARGET static void vnni_##NAME(const stem_ctx *s, int b, const uint8_t *const *gp, int64_t first,     \
+                                        int np, int8_t *y) {                                                   \
+        __m512i p[NPX / 4];                                                                                    \
+        vnni_block(s, b, gp, first * (S), (S), (LAST), p);                                                     \
+        vnni_store(s, b, p, first, np, y);                                                                     \
+    }                                                                                                          \
+    VBMI_TARGET static void vnni_##NAME##_lut(const stem_ctx *s, int b, const uint8_t *const *gp, int64_t first, \
+                                              int np, int8_t *y) {                                             \
+        __m512i p[NPX / 4];                                                                                    \
+        vnni_block(s, b, gp, first * (S), (S), (LAST), p);                                                     \
+        for (int h = 0; h < NPX / 4; h++) p[h] = lut64(s->lut4, p[h]);                                         \
+        vnni_store(s, b, p, first, np, y);                                                                     \
+    }
+VNNI_STEPS(3, 3, NPX - 1)
+VNNI_STEPS(4, 4, NPX - 1)
+VNNI_STEPS(6, 6, NPX - 1)
+VNNI_STEPS(8, 8, NPX - 1)
+VNNI_STEPS(any, (int64_t)s->a->sw * s->a->c, (int)EI_MIN((int64_t)NPX, s->a->ow) - 1)
+
+VNNI_TARGET
 static void row_vnni(const stem_ctx *s, const void *const *lines, int8_t *out) {
     const ei_int8_conv_args *a = s->a;
     const stem_geo *g = &s->g;
-    const int64_t step = (int64_t)a->sw * a->c, m = a->m;
-    for (int b = 0; b < g->mb; b++) {
-        ei_vq16 k;
-        int left = ei_vq16_prepare(&k, s->bias + 16 * b, s->corr + 16 * b, s->mult + 16 * b, s->shift + 16 * b, 16);
-        ei_vqc vc;
-        ei_vqc_prepare(&vc, NULL, a->zp_y, a->lo, a->hi, left);
-        const __m512i *w = (const __m512i *)s->wp + (int64_t)b * g->groups;
-        int nch = (int)EI_MIN((int64_t)16, m - 16 * b);
-        for (int64_t ox0 = 0; ox0 < a->ow; ox0 += NPX) {
-            int np = (int)EI_MIN((int64_t)NPX, a->ow - ox0);
-            int64_t off[NPX];
-            for (int i = 0; i < NPX; i++) off[i] = EI_MIN(ox0 + i, (int64_t)a->ow - 1) * step;
-            __m512i acc[NPX];
-            for (int i = 0; i < NPX; i++) acc[i] = k.bias;
-            for (int ky = 0; ky < a->kh; ky++) {
-                const uint8_t *l = (const uint8_t *)lines[ky];
-                for (int gi = 0; gi < g->grow; gi++) {
-                    __m512i wv = _mm512_load_si512(w + ky * g->grow + gi);
-                    for (int i = 0; i < NPX; i++)
-                        acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi32(load32(l + off[i] + 4 * gi)), wv);
-                }
-            }
-            __m512i p[NPX / 4];
-            for (int h = 0; h < NPX / 4; h++)
-                p[h] = ei_vq_pack4(&vc, ei_vq_mbqm(acc[4 * h], &k, left), ei_vq_mbqm(acc[4 * h + 1], &k, left),
-                                   ei_vq_mbqm(acc[4 * h + 2], &k, left), ei_vq_mbqm(acc[4 * h + 3], &k, left));
-            if (m == 16) {              /* 4 pixels = 64 contiguous output bytes */
-                for (int h = 0; h < NPX / 4 && 4 * h < np; h++) {
-                    int n4 = EI_MIN(4, np - 4 * h);
-                    __mmask64 mk = n4 == 4 ? ~0ULL : (1ULL << (16 * n4)) - 1;
-                    _mm512_mask_storeu_epi8(out + (ox0 + 4 * h) * 16, mk, p[h]);
-                }
-                continue;
-            }
-            __mmask64 cm = (1ULL << nch) - 1;
-            int8_t tmp[NPX * 16];
-            for (int h = 0; h < NPX / 4; h++) _mm512_storeu_si512(tmp + 64 * h, p[h]);
-            for (int i = 0; i < np; i++)
-                _mm512_mask_storeu_epi8(out + (ox0 + i) * m + 16 * b, cm,
-                                        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(tmp + 16 * i))));
+    const int64_t step = (int64_t)a->sw * a->c, ow = a->ow;
+    const uint8_t *gp[64 * STEM_MAX_KW * STEM_MAX_C / 4];    /* each group's bytes for pixel 0 */
+    for (int ky = 0; ky < a->kh; ky++)
+        for (int gi = 0; gi < g->grow; gi++) gp[ky * g->grow + gi] = (const uint8_t *)lines[ky] + 4 * gi;
+    static const vnni_step_fn by_step[2][9] = {
+        { [3] = vnni_3, [4] = vnni_4, [6] = vnni_6, [8] = vnni_8 },
+        { [3] = vnni_3_lut, [4] = vnni_4_lut, [6] = vnni_6_lut, [8] = vnni_8_lut } };
+    vnni_step_fn fn = ow >= NPX && step <= 8 ? by_step[s->vbmi_lut][step] : NULL;
+    if (!fn) fn = s->vbmi_lut ? vnni_any_lut : vnni_any;
+    for (int b = 0; b < g->mb; b++)
+        for (int64_t ox0 = 0; ox0 < ow; ox0 += NPX) {
+            /* the last step: the NPX pixels ending at the row's end (recomputed ones store the
+             * same bytes again); a row narrower than NPX repeats its last pixel */
+            int64_t first = ow >= NPX ? EI_MIN(ox0, ow - NPX) : 0;
+            fn(s, b, gp, first, (int)EI_MIN((int64_t)NPX, ow - first), out);
         }
-    }
 }
 
 __attribute__((target("avx2,fma")))
@@ -423,11 +533,153 @@ static row_fn row_kernel(int kind) {
     return row_scalar;
 }
 
+/* ---- a float input's rows: quantized, then (NCHW) interleaved into NHWC order ---- */
+
+/* the plane rows' stride in the quantized-row scratch (64-byte over-reads stay inside) */
+static int64_t plane_stride(const ei_int8_conv_args *a) { return ((int64_t)a->w + 64 + 63) / 64 * 64; }
+
+/* bytes after a slot's lines: the NHWC row (+ 64) and c quantized plane rows */
+static int64_t qrow_bytes(const ei_int8_conv_args *a) {
+    return ((int64_t)a->w * a->c + 64 + 63) / 64 * 64 + (int64_t)a->c * plane_stride(a);
+}
+
+#if defined(__x86_64__)
+/* the byte indices of interleave_vbmi for c channels, made once a call */
+static void interleave_index(int c, stem_ilv *t) {
+    const int P = 64 / c;
+    t->hi = 0;
+    for (int e = 0; e < 64; e++) {
+        int px = e / c < P ? e / c : P - 1, ch = e % c;
+        t->i01[e] = (uint8_t)((ch == 1 ? 64 : 0) + px);
+        t->i23[e] = (uint8_t)((ch == 3 ? 64 : 0) + px);
+        if (ch >= 2) t->hi |= 1ULL << e;
+    }
+}
+
+/* d[p * c + ch] = planes[ch * ps + p] for p < n, c = 2 .. 4: 64 / c pixels a step, two
+ * vpermt2b and a blend (the interleave of 3 planes: 1.5 instructions per 16 pixels) */
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static void interleave_vbmi(const stem_ilv *t8, const int8_t *planes, int64_t ps, int c, int64_t n, int8_t *d) {
+    const int P = 64 / c;
+    const uint64_t hi = t8->hi;
+    const __m512i x01 = _mm512_loadu_si512(t8->i01), x23 = _mm512_loadu_si512(t8->i23);
+    for (int64_t p0 = 0; p0 < n; p0 += P) {
+        int np = (int)EI_MIN((int64_t)P, n - p0);
+        __mmask64 lm = (1ULL << np) - 1, sm = np * c == 64 ? ~0ULL : (1ULL << (np * c)) - 1;
+        __m512i s0 = _mm512_maskz_loadu_epi8(lm, planes + p0), s1 = _mm512_maskz_loadu_epi8(lm, planes + ps + p0);
+        __m512i t = _mm512_permutex2var_epi8(s0, x01, s1);
+        if (c > 2) {
+            __m512i s2 = _mm512_maskz_loadu_epi8(lm, planes + 2 * ps + p0);
+            __m512i s3 = c > 3 ? _mm512_maskz_loadu_epi8(lm, planes + 3 * ps + p0) : s2;
+            t = _mm512_mask_blend_epi8(hi, t, _mm512_permutex2var_epi8(s2, x23, s3));
+        }
+        _mm512_mask_storeu_epi8(d + p0 * c, sm, t);
+    }
+}
+
+static int has_vbmi(void) {
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw"); }
+    return v && ei_has(EI_AVX512);
+}
+#endif
+
+#if defined(__x86_64__)
+/* a VNNI line (u8) of row iy of image b of an NCHW float input in one pass: 16 pixels a step,
+ * each plane's 16 values quantized in registers with qdq.c's exact reciprocal test (t = x *
+ * (1 / scale); a lane whose t - rint(t), one vreduceps, lies too near a tie sends the step
+ * through ei_quantize_row_s8's division), packed with saturation as qdq.c does (+ zp_x + 128
+ * in int16 lanes, then to u8: the clamp and the flip to u8 at once), one vpermb to NHWC order.
+ * As separate passes (quantize, interleave, flip) the row cost 10 us more than the quantize
+ * and transpose steps it replaces (MobileNetV3 224, 1 thread). */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
+static void line_f32_vbmi(const stem_ctx *s, int64_t b, int64_t iy, uint8_t *d, int64_t n) {
+    const ei_int8_conv_args *a = s->a;
+    const int c = a->c;
+    const float *plane = s->q->xf + ((b * c) * a->h + iy) * a->w;
+    const int64_t ps = (int64_t)a->h * a->w;
+    const __m512 r = _mm512_set1_ps(1.0f / s->q->scale), half = _mm512_set1_ps(0.5f), tol = _mm512_set1_ps(0x1p-21f);
+    const __m512i zp16 = _mm512_set1_epi16((short)(a->zp_x + 128)), idx = _mm512_loadu_si512(s->ilv.i01);
+    for (int64_t p0 = 0; p0 < n; p0 += 16) {
+        int np = (int)EI_MIN((int64_t)16, n - p0);
+        __mmask16 lm = (__mmask16)((1u << np) - 1);
+        __m512i q[4] = { _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512() };
+        __mmask16 ok = 0xFFFF;
+        for (int ch = 0; ch < c; ch++) {
+            __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(lm, plane + ch * ps + p0), r);
+            q[ch] = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 dd = _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            ok &= _mm512_cmp_ps_mask(dd, _mm512_fnmadd_ps(_mm512_abs_ps(t), tol, half), _CMP_LT_OQ);
+        }
+        if (ok != 0xFFFF) {             /* the exact division for these pixels */
+            int8_t tmp[4 * 16];
+            for (int ch = 0; ch < c; ch++)
+                ei_quantize_row_s8(plane + ch * ps + p0, np, s->q->scale, s->q->zp, tmp + 16 * ch);
+            for (int i = 0; i < np; i++)
+                for (int ch = 0; ch < c; ch++) d[(p0 + i) * c + ch] = (uint8_t)(tmp[16 * ch + i] ^ 0x80);
+            continue;
+        }
+        /* byte 16 j + 4 ch + k: channel ch of pixel 4 j + k (the packs work per 128-bit lane) */
+        __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp16);
+        __m512i hi = c > 2 ? _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[c > 3 ? 3 : 2]), zp16) : lo;
+        __mmask64 sm = np * c == 64 ? ~0ULL : (1ULL << (np * c)) - 1;
+        _mm512_mask_storeu_epi8(d + p0 * c, sm, _mm512_permutexvar_epi8(idx, _mm512_packus_epi16(lo, hi)));
+    }
+}
+#endif
+
+/* the byte index of line_f32_vbmi: NHWC byte e (channel e % c of pixel e / c) from the packs */
+static void pixel_index(int c, stem_ilv *t) {
+    for (int e = 0; e < 64; e++) {
+        int px = e < 16 * c ? e / c : 0, ch = e % c;
+        t->i01[e] = (uint8_t)((px / 4) * 16 + ch * 4 + px % 4);
+    }
+}
+
+static void interleave(const stem_ctx *s, const int8_t *planes, int64_t ps, int c, int64_t n, int8_t *d) {
+    int64_t p = 0;
+    (void)s;
+#if defined(__x86_64__)
+    if (c > 1 && has_vbmi()) { interleave_vbmi(&s->ilv, planes, ps, c, n, d); return; }
+#elif defined(__aarch64__)
+    if (ei_has(EI_NEON))            /* the structure stores interleave 16 pixels at once */
+        for (; p + 16 <= n; p += 16) {
+            const int8_t *s = planes + p;
+            if (c == 2) vst2q_s8(d + 2 * p, (int8x16x2_t){ { vld1q_s8(s), vld1q_s8(s + ps) } });
+            else if (c == 3) vst3q_s8(d + 3 * p, (int8x16x3_t){ { vld1q_s8(s), vld1q_s8(s + ps), vld1q_s8(s + 2 * ps) } });
+            else if (c == 4)
+                vst4q_s8(d + 4 * p, (int8x16x4_t){ { vld1q_s8(s), vld1q_s8(s + ps), vld1q_s8(s + 2 * ps), vld1q_s8(s + 3 * ps) } });
+            else break;
+        }
+#endif
+    for (; p < n; p++)
+        for (int ch = 0; ch < c; ch++) d[p * c + ch] = planes[ch * ps + p];
+}
+
+/* row iy of image b of the float input, its first line_cols columns quantized into qrow (NHWC) */
+static const int8_t *quantized_row(const stem_ctx *s, int64_t b, int64_t iy, int8_t *qrow) {
+    const ei_int8_conv_args *a = s->a;
+    const ei_int8_stem_q_args *q = s->q;
+    const int c = a->c;
+    const int64_t n = line_cols(a, &s->g);
+    if (!q->nchw || c == 1) {
+        ei_quantize_row_s8(q->xf + ((b * a->h + iy) * a->w) * c, n * c, q->scale, q->zp, qrow);
+        return qrow;
+    }
+    const int64_t ps = plane_stride(a);
+    int8_t *planes = qrow + ((int64_t)a->w * c + 64 + 63) / 64 * 64;
+    for (int ch = 0; ch < c; ch++)
+        ei_quantize_row_s8(q->xf + (((b * c + ch) * a->h + iy) * a->w), n, q->scale, q->zp, planes + ch * ps);
+    interleave(s, planes, ps, c, n, qrow);
+    return qrow;
+}
+
 static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     const stem_ctx *s = (const stem_ctx *)vctx;
     const ei_int8_conv_args *a = s->a;
     const int64_t slots = line_slots(a);
-    char *scr = (char *)a->scratch + (int64_t)ei_pool_slot() * slots * s->g.lb;
+    char *scr = (char *)a->scratch + (int64_t)ei_pool_slot() * s->slot_bytes;
+    int8_t *qrow = (int8_t *)(scr + slots * s->g.lb);     /* the float input's row, quantized */
     const void *lines[64];
     int64_t held[64];                           /* per slot: the line's (b, iy + pt), or -1 */
     for (int64_t i = 0; i < slots; i++) held[i] = -1;
@@ -439,23 +691,37 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
             int64_t iy = oy * a->sh - a->pt + (int64_t)ky * a->dh;
             int64_t tag = (b << 32) | (iy + a->pt), slot = (iy + a->pt) % slots;     /* iy >= -pt */
             void *l = scr + slot * s->g.lb;
+            if (held[slot] != tag && s->f32_vbmi && iy >= 0 && iy < a->h) {
+#if defined(__x86_64__)
+                build_line(a, &s->g, NULL, type, l);            /* zp_x everywhere, then the image */
+                line_f32_vbmi(s, b, iy, (uint8_t *)l + (int64_t)a->pl * a->c, line_cols(a, &s->g));
+                held[slot] = tag;
+#endif
+            }
             if (held[slot] != tag) {
-                build_line(a, &s->g, b, iy, type, l);
+                const int8_t *src = NULL;
+                if (iy >= 0 && iy < a->h)
+                    src = s->q ? quantized_row(s, b, iy, qrow) : a->x + ((b * a->h + iy) * a->w) * a->c;
+                build_line(a, &s->g, src, type, l);
                 held[slot] = tag;
             }
             lines[ky] = l;
         }
         int8_t *out = a->y + r * a->ow * a->m;
         fn(s, lines, out);
+#if defined(__x86_64__)
+        if (s->vbmi_lut && s->kind == KIND_VNNI) continue;        /* applied in registers */
+#endif
         if (a->lut) ei_lut_inplace(a->lut, out, a->ow * a->m, 1, 0);
     }
 }
 
-/* wpack: ei_int8_stem_pack's output for a->kind; scratch: threads * ei_int8_stem_scratch bytes */
-EI_API void ei_int8_stem(const ei_int8_conv_args *a) {
+static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     EI_CHECK(stem_fits(a));
     stem_ctx s;
     s.a = a;
+    s.q = q;
+    s.slot_bytes = line_slots(a) * stem_geometry(a).lb + (q ? qrow_bytes(a) : 0);
     s.g = stem_geometry(a);
     /* weights packed for a kind this CPU (under the ISA mask) cannot run: the scalar rows read
      * any layout (the u8 bias correction is the VNNI rows' alone) */
@@ -467,10 +733,37 @@ EI_API void ei_int8_stem(const ei_int8_conv_args *a) {
         int ok = i < a->m;
         s.bias[i] = ok ? a->bias[i] : 0; s.mult[i] = ok ? a->mult[i] : 0; s.shift[i] = ok ? a->shift[i] : 0;
     }
+#if defined(__x86_64__)
+    s.vbmi_lut = 0;
+    if (s.kind == KIND_VNNI) vnni_prepare(&s);
+#endif
+    s.f32_vbmi = 0;         /* (after s.kind) */
+#if defined(__x86_64__)
+    if (q && q->nchw && a->c > 1) interleave_index(a->c, &s.ilv);
+    if (q && q->nchw && s.kind == KIND_VNNI && has_vbmi() && fabsf(q->scale) > 0x1p-120f && fabsf(q->scale) < 0x1p120f) {
+        s.f32_vbmi = 1;             /* 1 / scale normal: the reciprocal test holds (qdq.c) */
+        pixel_index(a->c, &s.ilv);
+    }
+#endif
     int64_t rows = (int64_t)a->n * a->oh;
     int64_t slots = rows * a->ow * s.g.mb * STEM_PIXEL_NS / STEM_SLOT_NS;
     int64_t grain = EI_MAX((int64_t)1, 4096 / EI_MAX((int64_t)a->ow * a->m, (int64_t)1));
     ei_parallel_for(rows, grain, stem_rows, &s, (int)EI_MAX((int64_t)1, EI_MIN((int64_t)a->threads, slots)));
+}
+
+/* wpack: ei_int8_stem_pack's output for a->kind; scratch: threads * ei_int8_stem_scratch bytes */
+EI_API void ei_int8_stem(const ei_int8_conv_args *a) { stem_run(a, NULL); }
+
+/* a thread slot's scratch for ei_int8_stem_q: the lines and a quantized row */
+EI_API int64_t ei_int8_stem_q_scratch(const ei_int8_stem_q_args *q) {
+    return ei_int8_stem_scratch(&q->conv) + qrow_bytes(&q->conv);
+}
+
+/* the stem on q->xf (float32), quantized with q->scale / q->zp as its line buffers fill;
+ * q->conv as for ei_int8_stem (its x unused), scratch: threads * ei_int8_stem_q_scratch bytes */
+EI_API void ei_int8_stem_q(const ei_int8_stem_q_args *q) {
+    EI_CHECK(q->xf != NULL && (float)q->conv.zp_x == q->zp);
+    stem_run(&q->conv, q);
 }
 
 /* ---- self-test: the dispatched kind (and every layout read by the scalar rows) against a
@@ -480,7 +773,8 @@ EI_API int ei_selftest_int8_stem(void) {
     int fails = 0;
     st_state = 1717;
     enum { XN = 2 * 4 * 19 * 23, YN = 2 * 12 * 23 * 40, WN = 40 * 5 * 5 * 4 };
-    static int8_t x[XN], y0[YN], y1[YN], w[WN], lut[256];
+    static int8_t x[XN], xq[XN], y0[YN], y1[YN], w[WN], lut[256];
+    static float xf[XN], xh[XN];        /* the float input, NCHW and NHWC (ei_int8_stem_q) */
     static int32_t bias[40], mult[40], shift[40];
     static char pack[1 << 16] __attribute__((aligned(64))), scratch[1 << 16] __attribute__((aligned(64)));
     for (int i = 0; i < 256; i++) lut[i] = (int8_t)st_rand();
@@ -500,7 +794,20 @@ EI_API int ei_selftest_int8_stem(void) {
         a.threads = 1 + trial % 2;
         a.lut = trial % 2 ? lut : NULL;
         int K = a.kh * a.kw * a.c;
-        for (int i = 0; i < a.n * a.h * a.w * a.c; i++) x[i] = (int8_t)st_rand();
+        /* x: a float input quantized (scale 0.02, zp_x; ties, out-of-range values, NaN) */
+        int nx = a.n * a.h * a.w * a.c;
+        for (int i = 0; i < nx; i++) {
+            xf[i] = ((float)st_rand() / 4294967296.0f - 0.5f) * 6.0f;
+            if (i % 7 == 3) xf[i] = (float)st_int(-150, 150) * 0.02f + 0.01f;
+        }
+        if (nx > 4) { xf[1] = NAN; xf[2] = 1e30f; xf[3] = -INFINITY; }
+        ei_quantize_row_s8(xf, nx, 0.02f, (float)a.zp_x, xq);
+        for (int b = 0; b < a.n; b++)           /* NCHW -> NHWC, floats and quantized values */
+            for (int ch = 0; ch < a.c; ch++)
+                for (int i = 0; i < a.h * a.w; i++) {
+                    x[(b * a.h * a.w + i) * a.c + ch] = xq[(b * a.c + ch) * a.h * a.w + i];
+                    xh[(b * a.h * a.w + i) * a.c + ch] = xf[(b * a.c + ch) * a.h * a.w + i];
+                }
         for (int i = 0; i < a.m * K; i++) w[i] = (int8_t)(st_int(-127, 127));
         for (int i = 0; i < a.m; i++) {
             bias[i] = st_int(-100000, 100000);
@@ -526,7 +833,7 @@ EI_API int ei_selftest_int8_stem(void) {
                     }
         size_t ny = (size_t)a.n * a.oh * a.ow * a.m;
         if (!stem_fits(&a) || ei_int8_stem_pack_size(&a) > (int64_t)sizeof pack
-            || ei_int8_stem_scratch(&a) * a.threads > (int64_t)sizeof scratch) { fails++; continue; }
+            || (ei_int8_stem_scratch(&a) + qrow_bytes(&a)) * a.threads > (int64_t)sizeof scratch) { fails++; continue; }
         /* each kind under an ISA mask that runs it (where this CPU has it; else the scalar rows
          * read its layout) */
         static const int modes[5][2] = { { KIND_VNNI, -1 }, { KIND_AVX2, EI_AVX2 }, { KIND_DOT, EI_NEON | EI_DOTPROD },
@@ -540,8 +847,15 @@ EI_API int ei_selftest_int8_stem(void) {
             a.wpack = pack; a.scratch = scratch; a.y = y1;
             memset(y1, 0, ny);
             ei_int8_stem(&a);
-            ei_set_isa_mask(cur);
             fails += memcmp(y0, y1, ny) != 0;
+            for (int nchw = 0; nchw < 2; nchw++) {       /* the float input, quantized in the lines */
+                ei_int8_stem_q_args q = { a, nchw ? xf : xh, 0.02f, (float)a.zp_x, nchw };
+                q.conv.x = NULL;
+                memset(y1, 0, ny);
+                ei_int8_stem_q(&q);
+                fails += memcmp(y0, y1, ny) != 0;
+            }
+            ei_set_isa_mask(cur);
         }
     }
     return fails;
