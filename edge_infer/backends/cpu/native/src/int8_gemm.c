@@ -441,6 +441,29 @@ static void mk_vnni_rq(const uint8_t *const *rows, const void *bp, int kg, const
 #undef ST
 }
 
+/* A panel of at most 16 channels (M = 16, 48, the 8 of 72 past two whole panels): 16 rows x 16
+ * channels, one vector a row, on the panel's first 16 channels' weights. The 8 x 32 tile
+ * multiplied and requantized channels 16..31 of such a panel for nothing: half its work at M =
+ * 16 (MobileNetV3's 56x56 16 -> 16 projection). No residual. Rows nrow .. 15 of rows[] must
+ * point at readable rows (their results are not stored). */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void mk_vnni_rq16(const uint8_t *const *rows, const void *bp, int kg, const vq_panel *v, int nrow, int8_t *y,
+                         int64_t ys) {
+    const __m512i *b = (const __m512i *)bp;
+    __m512i c[16];
+    for (int r = 0; r < 16; r++) c[r] = v->v[0].bias;
+    for (int g = 0; g < kg; g++, b += 2) {
+        const __m512i w = _mm512_loadu_si512(b);
+        const int64_t o = 4 * (int64_t)g;
+        for (int r = 0; r < 16; r++)
+            c[r] = _mm512_dpbusd_epi32(c[r], _mm512_set1_epi32(*(const int32_t *)(rows[r] + o)), w);
+    }
+    int r = 0;
+    for (; r + 4 <= nrow; r += 4)
+        ei_vq_store4(&v->c, &v->v[0], v->m[0], c[r], c[r + 1], c[r + 2], c[r + 3], y + r * ys, ys);
+    for (; r < nrow; r++) ei_vq_store(&v->c, &v->v[0], v->m[0], c[r], y + r * ys, NULL);
+}
+
 /* one row of the tile (a batch-1 fully-connected layer, the last row of a 7x7 map): the
  * 8-row tile would do 8x the work; two interleaved K halves keep 4 dpbusd chains in flight */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -1039,7 +1062,8 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
             sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows, p->sm_gather);
             return;
         }
-        for (int i = 0; i < nmp * k->mr; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
+        /* whole blocks of 16 rows (mk_vnni_rq16), the ones past nrows reading row 0 */
+        for (int i = 0; i < (nrows + 15) / 16 * 16; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
 #endif
     } else {
         for (int mp = 0; mp < nmp; mp++) {
@@ -1073,7 +1097,14 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
                 amx_panel(a, vp, (const uint8_t *)rowbuf, (int64_t)p->kg * 4, bp, p->kg, r0, nrows, ch0, acc);
                 continue;
             }
-            for (int mp = 0; mp < nmp; mp++) {
+            /* a panel of <= 16 channels without a residual (the 8 x 32 tile adds one by its pairs'
+             * byte planes): blocks of 16 rows while more than 8 are left */
+            int mp0 = 0;
+            for (int i = 0; nch <= 16 && !a->z && nrows - i > 8; i += 16, mp0 += 2) {
+                int64_t off = (r0 + i) * a->m + ch0;
+                mk_vnni_rq16(vrows + i, bp, p->kg, vp, EI_MIN(16, nrows - i), a->y + off, a->m);
+            }
+            for (int mp = mp0; mp < nmp; mp++) {
                 int64_t off = (r0 + mp * 8) * a->m + ch0;
                 int nrow = EI_MIN(8, nrows - mp * 8);
                 if (nrow <= 2) {        /* row by row is cheaper than a mostly empty tile */
