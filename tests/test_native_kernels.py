@@ -186,6 +186,18 @@ def test_int8_conv_sixteen_channel_panels(m, c, k, hw, residual):
         assert_native_matches(run_three_ways(g, feeds, threads=threads))
 
 
+@pytest.mark.parametrize("c,m,hw,residual", [(40, 240, (14, 14), False), (48, 288, (14, 14), True),
+                                              (40, 240, (11, 14), False)])
+def test_int8_conv_amx_row_halves(c, m, hw, residual):
+    """AMX pointwise layers whose rows fit one block but pay for two thread slots (MobileNetV3's
+    14x14 expansions): at 2 and 3 threads the rows go in two blocks of whole 32-row tiles, one
+    a slot (154 rows: 96 + 58, the last tile part-filled); bit for bit on every ISA path."""
+    rng = np.random.default_rng(c + m)
+    g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], 1, 1, 0, 1, "NHWC", "Relu", residual)
+    for threads in (1, 2, 3):
+        assert_native_matches(run_three_ways(g, feeds, threads=threads))
+
+
 @pytest.mark.parametrize("n,c,m,hw,k,pad,residual", [
     (1, 96, 24, (7, 70), 3, 1, True), (2, 64, 40, (5, 67), 3, 1, False), (1, 128, 33, (4, 80), 3, 0, True),
     (1, 68, 16, (6, 70), 5, 2, False), (1, 64, 70, (3, 66), 3, 1, False), (1, 32, 48, (5, 83), 3, 1, True),

@@ -630,6 +630,9 @@ typedef struct {
 static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 
 static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p);
+/* the least estimated work (ns) a thread slot pays for (conv_slots) */
+#define SLOT_NS 4000
+static double conv_ns(const ei_int8_conv_args *a, const plan_t *p);
 
 static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->k = KINDS[a->kind];
@@ -649,6 +652,12 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     if (mb > 16 * k->mr) mb = (a->kind == KIND_VNNI ? EI_MIN(mb, 64 * k->mr) : 16 * k->mr);
     int64_t rpad = (p->R + k->mr - 1) / k->mr * k->mr;
     if (mb > rpad) mb = rpad;
+    /* AMX rows that fit one block, of a layer that pays for two slots (conv_ns): two blocks of
+     * whole tiles, so that the slots split the rows (each stages only its own) and not the
+     * channel panels (each staged every row and set up its tiles, no faster than one slot):
+     * MobileNetV3's 14x14 40 -> 240 expansion 11.1 -> 8.2 us at 2 threads (loaded machine) */
+    if (a->kind == KIND_AMX && a->threads >= 2 && p->R >= 128 && mb >= p->R && conv_ns(a, p) >= 2 * SLOT_NS)
+        mb = ((p->R + 1) / 2 + 31) / 32 * 32;
     p->mb = (int)mb;
     p->nrb = (p->R + p->mb - 1) / p->mb;
     p->npan = (a->m + k->nr - 1) / k->nr;
@@ -1236,13 +1245,15 @@ EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
  * weights streamed once (a batch-1 fully-connected layer reads 0.6-1 MB of them: 23-40 us,
  * bound by memory, which two cores' loads share). An AMX layer also pays ~2.5 us of tile setup
  * and row staging on every slot it runs on, which a split does not divide: left out. */
-#define SLOT_NS 4000
-static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
+static double conv_ns(const ei_int8_conv_args *a, const plan_t *p) {
     static const double mac_per_ns[N_KINDS] = { 2, 60, 15, 40, 150, 1500 };   /* by kind */
     double outs = (double)p->R * a->m;
     double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
-    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2)
-                + (double)a->m * p->K * 0.04;
+    return (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2) + (double)a->m * p->K * 0.04;
+}
+
+static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
+    double ns = conv_ns(a, p);
     /* AMX with every row in one block: a split divides the channels, and each slot stages all
      * the rows and sets up its tiles again (~2.5 us). MobileNetV3's 14x14 and 7x7 expansions
      * (AMX, 10-16 us at one thread) ran no faster on two at the best of 40 runs (VNNI layers of
