@@ -175,11 +175,14 @@ def test_int8_conv_narrow_outputs(m, c, k, hw, layout, residual):
 @pytest.mark.parametrize("m,c,k,hw,residual", [
     (16, 16, 1, (20, 20), False), (72, 16, 1, (7, 9), False), (48, 12, 1, (5, 5), False), (16, 8, 1, (3, 4), False),
     (40, 16, 1, (2, 5), False), (16, 16, 1, (4, 5), False), (16, 4, 3, (9, 11), False), (16, 16, 1, (6, 7), True),
-    (80, 16, 1, (1, 1), False)])
+    (80, 16, 1, (1, 1), False), (72, 16, 1, (20, 20), False), (40, 16, 1, (5, 8), False), (36, 20, 1, (3, 11), False),
+    (44, 8, 3, (7, 7), False)])
 def test_int8_conv_sixteen_channel_panels(m, c, k, hw, residual):
-    """VNNI panels of at most 16 output channels (M 16, 48, and the last 8 of M 72 / 40 / 80): 16
-    rows x 16 channels a tile while more than 8 rows are left (16, 15, 12, 10, 9 rows), the
-    8 x 32 tile for a rest of <= 8 rows and for a residual; bit for bit on every ISA path."""
+    """VNNI panels of at most 16 output channels (M 16, 48): 16 rows x 16 channels a tile while
+    more than 8 rows are left (16, 15, 12, 10, 9 rows); of at most 8 (the last 8 of M 72 / 40,
+    4 of 36, 12 of 44 in the 16-row tile): two rows a vector, up to 32 rows a call (odd counts:
+    31, 63 rows); the 8 x 32 tile for a rest of <= 8 rows and for a residual; bit for bit on
+    every ISA path."""
     rng = np.random.default_rng(m * 10 + c + k)
     g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], k, 1, k // 2, 1, "NHWC", "Relu", residual)
     for threads in (1, 2):

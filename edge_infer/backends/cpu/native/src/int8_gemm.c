@@ -464,6 +464,47 @@ static void mk_vnni_rq16(const uint8_t *const *rows, const void *bp, int kg, con
     for (; r < nrow; r++) ei_vq_store(&v->c, &v->v[0], v->m[0], c[r], y + r * ys, NULL);
 }
 
+/* A panel of at most 8 channels (the last 8 of M = 72, 40, 104): two rows a vector, row 2i in
+ * lanes 0..7 and row 2i + 1 in lanes 8..15 (their k-group words broadcast into the two halves),
+ * on weights and constants whose lanes 8..15 repeat channels 0..7: half the multiplies and
+ * requantizations of mk_vnni_rq16, whose lanes 8..15 were idle there. Up to 32 rows, no
+ * residual; rows nrow .. of rows[] (up to the next even count) must be readable. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+static void mk_vnni_rq8x2(const uint8_t *const *rows, const void *bp, int kg, const vq_panel *v, int nrow, int8_t *y,
+                          int64_t ys) {
+    const __m512i *b = (const __m512i *)bp;
+    const int nv = (nrow + 1) / 2;
+#define REP(f) k.f = _mm512_shuffle_i64x2(v->v[0].f, v->v[0].f, 0x44)
+    ei_vq16 k;
+    REP(bias); REP(q); REP(qo); REP(left); REP(ce); REP(co); REP(de); REP(dO); REP(se); REP(so);
+#undef REP
+    const __m512i lo8 = _mm512_set_epi32(7, 6, 5, 4, 3, 2, 1, 0, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i c[16];
+    for (int i = 0; i < 16; i++) c[i] = k.bias;
+    for (int g = 0; g < kg; g++, b += 2) {
+        const __m512i w = _mm512_permutexvar_epi32(lo8, _mm512_loadu_si512(b));
+        const int64_t o = 4 * (int64_t)g;
+        for (int i = 0; i < nv; i++) {
+            __m512i x = _mm512_mask_set1_epi32(_mm512_set1_epi32(*(const int32_t *)(rows[2 * i] + o)), (__mmask16)0xFF00,
+                                               *(const int32_t *)(rows[2 * i + 1] + o));
+            c[i] = _mm512_dpbusd_epi32(c[i], x, w);
+        }
+    }
+    const __mmask16 m8 = (__mmask16)(v->m[0] & 0xFF);
+    for (int i = 0; i < nv; i += 4) {
+        __m512i p = ei_vq_pack4(&v->c, ei_vq_mbqm(c[i], &k, v->c.left), ei_vq_mbqm(c[i + 1], &k, v->c.left),
+                                ei_vq_mbqm(c[i + 2], &k, v->c.left), ei_vq_mbqm(c[i + 3], &k, v->c.left));
+        const __m128i qs[4] = { _mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1),
+                                _mm512_extracti32x4_epi32(p, 2), _mm512_extracti32x4_epi32(p, 3) };
+        for (int j = 0; j < 4 && 2 * (i + j) < nrow; j++) {
+            const __m128i qj = qs[j];
+            const int r = 2 * (i + j);
+            _mm_mask_storeu_epi8(y + r * ys, (__mmask16)m8, qj);
+            if (r + 1 < nrow) _mm_mask_storeu_epi8(y + (r + 1) * ys, (__mmask16)m8, _mm_srli_si128(qj, 8));
+        }
+    }
+}
+
 /* one row of the tile (a batch-1 fully-connected layer, the last row of a 7x7 map): the
  * 8-row tile would do 8x the work; two interleaved K halves keep 4 dpbusd chains in flight */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -1071,8 +1112,8 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
             sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows, p->sm_gather);
             return;
         }
-        /* whole blocks of 16 rows (mk_vnni_rq16), the ones past nrows reading row 0 */
-        for (int i = 0; i < (nrows + 15) / 16 * 16; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
+        /* whole blocks of 32 rows (mk_vnni_rq8x2; 16 in mk_vnni_rq16), the ones past nrows reading row 0 */
+        for (int i = 0; i < (nrows + 31) / 32 * 32; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
 #endif
     } else {
         for (int mp = 0; mp < nmp; mp++) {
@@ -1109,7 +1150,9 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
             /* a panel of <= 16 channels without a residual (the 8 x 32 tile adds one by its pairs'
              * byte planes): blocks of 16 rows while more than 8 are left */
             int mp0 = 0;
-            for (int i = 0; nch <= 16 && !a->z && nrows - i > 8; i += 16, mp0 += 2) {
+            for (int i = 0; nch <= 8 && !a->z && nrows - i > 8; i += 32, mp0 += 4)
+                mk_vnni_rq8x2(vrows + i, bp, p->kg, vp, EI_MIN(32, nrows - i), a->y + (r0 + i) * a->m + ch0, a->m);
+            for (int i = 0; nch > 8 && nch <= 16 && !a->z && nrows - i > 8; i += 16, mp0 += 2) {
                 int64_t off = (r0 + i) * a->m + ch0;
                 mk_vnni_rq16(vrows + i, bp, p->kg, vp, EI_MIN(16, nrows - i), a->y + off, a->m);
             }
