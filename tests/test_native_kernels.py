@@ -172,6 +172,35 @@ def test_int8_conv_narrow_outputs(m, c, k, hw, layout, residual):
         assert_native_matches(run_three_ways(g, feeds, threads=threads))
 
 
+@pytest.mark.parametrize("m,c,k,hw,residual", [
+    (16, 16, 1, (20, 20), False), (72, 16, 1, (7, 9), False), (48, 12, 1, (5, 5), False), (16, 8, 1, (3, 4), False),
+    (40, 16, 1, (2, 5), False), (16, 16, 1, (4, 5), False), (16, 4, 3, (9, 11), False), (16, 16, 1, (6, 7), True),
+    (80, 16, 1, (1, 1), False), (72, 16, 1, (20, 20), False), (40, 16, 1, (5, 8), False), (36, 20, 1, (3, 11), False),
+    (44, 8, 3, (7, 7), False)])
+def test_int8_conv_sixteen_channel_panels(m, c, k, hw, residual):
+    """VNNI panels of at most 16 output channels (M 16, 48): 16 rows x 16 channels a tile while
+    more than 8 rows are left (16, 15, 12, 10, 9 rows); of at most 8 (the last 8 of M 72 / 40,
+    4 of 36, 12 of 44 in the 16-row tile): two rows a vector, up to 32 rows a call (odd counts:
+    31, 63 rows); the 8 x 32 tile for a rest of <= 8 rows and for a residual; bit for bit on
+    every ISA path."""
+    rng = np.random.default_rng(m * 10 + c + k)
+    g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], k, 1, k // 2, 1, "NHWC", "Relu", residual)
+    for threads in (1, 2):
+        assert_native_matches(run_three_ways(g, feeds, threads=threads))
+
+
+@pytest.mark.parametrize("c,m,hw,residual", [(40, 240, (14, 14), False), (48, 288, (14, 14), True),
+                                              (40, 240, (11, 14), False)])
+def test_int8_conv_amx_row_halves(c, m, hw, residual):
+    """AMX pointwise layers whose rows fit one block but pay for two thread slots (MobileNetV3's
+    14x14 expansions): at 2 and 3 threads the rows go in two blocks of whole 32-row tiles, one
+    a slot (154 rows: 96 + 58, the last tile part-filled); bit for bit on every ISA path."""
+    rng = np.random.default_rng(c + m)
+    g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], 1, 1, 0, 1, "NHWC", "Relu", residual)
+    for threads in (1, 2, 3):
+        assert_native_matches(run_three_ways(g, feeds, threads=threads))
+
+
 @pytest.mark.parametrize("n,c,m,hw,k,pad,residual", [
     (1, 96, 24, (7, 70), 3, 1, True), (2, 64, 40, (5, 67), 3, 1, False), (1, 128, 33, (4, 80), 3, 0, True),
     (1, 68, 16, (6, 70), 5, 2, False), (1, 64, 70, (3, 66), 3, 1, False), (1, 32, 48, (5, 83), 3, 1, True),

@@ -441,6 +441,70 @@ static void mk_vnni_rq(const uint8_t *const *rows, const void *bp, int kg, const
 #undef ST
 }
 
+/* A panel of at most 16 channels (M = 16, 48, the 8 of 72 past two whole panels): 16 rows x 16
+ * channels, one vector a row, on the panel's first 16 channels' weights. The 8 x 32 tile
+ * multiplied and requantized channels 16..31 of such a panel for nothing: half its work at M =
+ * 16 (MobileNetV3's 56x56 16 -> 16 projection). No residual. Rows nrow .. 15 of rows[] must
+ * point at readable rows (their results are not stored). */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void mk_vnni_rq16(const uint8_t *const *rows, const void *bp, int kg, const vq_panel *v, int nrow, int8_t *y,
+                         int64_t ys) {
+    const __m512i *b = (const __m512i *)bp;
+    __m512i c[16];
+    for (int r = 0; r < 16; r++) c[r] = v->v[0].bias;
+    for (int g = 0; g < kg; g++, b += 2) {
+        const __m512i w = _mm512_loadu_si512(b);
+        const int64_t o = 4 * (int64_t)g;
+        for (int r = 0; r < 16; r++)
+            c[r] = _mm512_dpbusd_epi32(c[r], _mm512_set1_epi32(*(const int32_t *)(rows[r] + o)), w);
+    }
+    int r = 0;
+    for (; r + 4 <= nrow; r += 4)
+        ei_vq_store4(&v->c, &v->v[0], v->m[0], c[r], c[r + 1], c[r + 2], c[r + 3], y + r * ys, ys);
+    for (; r < nrow; r++) ei_vq_store(&v->c, &v->v[0], v->m[0], c[r], y + r * ys, NULL);
+}
+
+/* A panel of at most 8 channels (the last 8 of M = 72, 40, 104): two rows a vector, row 2i in
+ * lanes 0..7 and row 2i + 1 in lanes 8..15 (their k-group words broadcast into the two halves),
+ * on weights and constants whose lanes 8..15 repeat channels 0..7: half the multiplies and
+ * requantizations of mk_vnni_rq16, whose lanes 8..15 were idle there. Up to 32 rows, no
+ * residual; rows nrow .. of rows[] (up to the next even count) must be readable. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+static void mk_vnni_rq8x2(const uint8_t *const *rows, const void *bp, int kg, const vq_panel *v, int nrow, int8_t *y,
+                          int64_t ys) {
+    const __m512i *b = (const __m512i *)bp;
+    const int nv = (nrow + 1) / 2;
+#define REP(f) k.f = _mm512_shuffle_i64x2(v->v[0].f, v->v[0].f, 0x44)
+    ei_vq16 k;
+    REP(bias); REP(q); REP(qo); REP(left); REP(ce); REP(co); REP(de); REP(dO); REP(se); REP(so);
+#undef REP
+    const __m512i lo8 = _mm512_set_epi32(7, 6, 5, 4, 3, 2, 1, 0, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i c[16];
+    for (int i = 0; i < 16; i++) c[i] = k.bias;
+    for (int g = 0; g < kg; g++, b += 2) {
+        const __m512i w = _mm512_permutexvar_epi32(lo8, _mm512_loadu_si512(b));
+        const int64_t o = 4 * (int64_t)g;
+        for (int i = 0; i < nv; i++) {
+            __m512i x = _mm512_mask_set1_epi32(_mm512_set1_epi32(*(const int32_t *)(rows[2 * i] + o)), (__mmask16)0xFF00,
+                                               *(const int32_t *)(rows[2 * i + 1] + o));
+            c[i] = _mm512_dpbusd_epi32(c[i], x, w);
+        }
+    }
+    const __mmask16 m8 = (__mmask16)(v->m[0] & 0xFF);
+    for (int i = 0; i < nv; i += 4) {
+        __m512i p = ei_vq_pack4(&v->c, ei_vq_mbqm(c[i], &k, v->c.left), ei_vq_mbqm(c[i + 1], &k, v->c.left),
+                                ei_vq_mbqm(c[i + 2], &k, v->c.left), ei_vq_mbqm(c[i + 3], &k, v->c.left));
+        const __m128i qs[4] = { _mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1),
+                                _mm512_extracti32x4_epi32(p, 2), _mm512_extracti32x4_epi32(p, 3) };
+        for (int j = 0; j < 4 && 2 * (i + j) < nrow; j++) {
+            const __m128i qj = qs[j];
+            const int r = 2 * (i + j);
+            _mm_mask_storeu_epi8(y + r * ys, (__mmask16)m8, qj);
+            if (r + 1 < nrow) _mm_mask_storeu_epi8(y + (r + 1) * ys, (__mmask16)m8, _mm_srli_si128(qj, 8));
+        }
+    }
+}
+
 /* one row of the tile (a batch-1 fully-connected layer, the last row of a 7x7 map): the
  * 8-row tile would do 8x the work; two interleaved K halves keep 4 dpbusd chains in flight */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -607,6 +671,9 @@ typedef struct {
 static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 
 static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p);
+/* the least estimated work (ns) a thread slot pays for (conv_slots) */
+#define SLOT_NS 4000
+static double conv_ns(const ei_int8_conv_args *a, const plan_t *p);
 
 static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->k = KINDS[a->kind];
@@ -626,6 +693,12 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     if (mb > 16 * k->mr) mb = (a->kind == KIND_VNNI ? EI_MIN(mb, 64 * k->mr) : 16 * k->mr);
     int64_t rpad = (p->R + k->mr - 1) / k->mr * k->mr;
     if (mb > rpad) mb = rpad;
+    /* AMX rows that fit one block, of a layer that pays for two slots (conv_ns): two blocks of
+     * whole tiles, so that the slots split the rows (each stages only its own) and not the
+     * channel panels (each staged every row and set up its tiles, no faster than one slot):
+     * MobileNetV3's 14x14 40 -> 240 expansion 11.1 -> 8.2 us at 2 threads (loaded machine) */
+    if (a->kind == KIND_AMX && a->threads >= 2 && p->R >= 128 && mb >= p->R && conv_ns(a, p) >= 2 * SLOT_NS)
+        mb = ((p->R + 1) / 2 + 31) / 32 * 32;
     p->mb = (int)mb;
     p->nrb = (p->R + p->mb - 1) / p->mb;
     p->npan = (a->m + k->nr - 1) / k->nr;
@@ -1039,7 +1112,8 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
             sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows, p->sm_gather);
             return;
         }
-        for (int i = 0; i < nmp * k->mr; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
+        /* whole blocks of 32 rows (mk_vnni_rq8x2; 16 in mk_vnni_rq16), the ones past nrows reading row 0 */
+        for (int i = 0; i < (nrows + 31) / 32 * 32; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
 #endif
     } else {
         for (int mp = 0; mp < nmp; mp++) {
@@ -1073,7 +1147,16 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
                 amx_panel(a, vp, (const uint8_t *)rowbuf, (int64_t)p->kg * 4, bp, p->kg, r0, nrows, ch0, acc);
                 continue;
             }
-            for (int mp = 0; mp < nmp; mp++) {
+            /* a panel of <= 16 channels without a residual (the 8 x 32 tile adds one by its pairs'
+             * byte planes), while more than 8 rows are left: <= 8 channels over K <= 16 two rows a
+             * vector, 32 rows a call (over K = 32 its merged broadcasts cost what it saved: 16 -> 72
+             * at 56x56 57 -> 54 us, 32 -> 72 66 -> 66-68), else 16 rows x 16 channels a tile */
+            int i = 0;
+            for (; nch <= 8 && p->kg <= 4 && !a->z && nrows - i > 8; i += 32)
+                mk_vnni_rq8x2(vrows + i, bp, p->kg, vp, EI_MIN(32, nrows - i), a->y + (r0 + i) * a->m + ch0, a->m);
+            for (; nch <= 16 && !a->z && nrows - i > 8; i += 16)
+                mk_vnni_rq16(vrows + i, bp, p->kg, vp, EI_MIN(16, nrows - i), a->y + (r0 + i) * a->m + ch0, a->m);
+            for (int mp = EI_MIN(i / 8, nmp); mp < nmp; mp++) {
                 int64_t off = (r0 + mp * 8) * a->m + ch0;
                 int nrow = EI_MIN(8, nrows - mp * 8);
                 if (nrow <= 2) {        /* row by row is cheaper than a mostly empty tile */
@@ -1205,13 +1288,15 @@ EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
  * weights streamed once (a batch-1 fully-connected layer reads 0.6-1 MB of them: 23-40 us,
  * bound by memory, which two cores' loads share). An AMX layer also pays ~2.5 us of tile setup
  * and row staging on every slot it runs on, which a split does not divide: left out. */
-#define SLOT_NS 4000
-static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
+static double conv_ns(const ei_int8_conv_args *a, const plan_t *p) {
     static const double mac_per_ns[N_KINDS] = { 2, 60, 15, 40, 150, 1500 };   /* by kind */
     double outs = (double)p->R * a->m;
     double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
-    double ns = (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2)
-                + (double)a->m * p->K * 0.04;
+    return (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2) + (double)a->m * p->K * 0.04;
+}
+
+static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {
+    double ns = conv_ns(a, p);
     /* AMX with every row in one block: a split divides the channels, and each slot stages all
      * the rows and sets up its tiles again (~2.5 us). MobileNetV3's 14x14 and 7x7 expansions
      * (AMX, 10-16 us at one thread) ran no faster on two at the best of 40 runs (VNNI layers of
