@@ -93,7 +93,7 @@ def memory_plan(graph, shapes=None, memory_limit=None) -> dict:
     return {"weights_bytes": weights, "input_shapes": {k: list(v.shape) for k, v in feeds.items()},
             **plan, "workspace_bytes": int(ex.workspace_bytes), "scratch_bytes": dict(ex.scratch_bytes),
             "memory_limit": memory_limit, **steps, "tiled": dict(ex.tiled),
-            # 3x3 stride-1 fp32 convs: those on Winograd F(4x4,3x3), and why the others are not
+            # 3x3 stride-1 fp32 convs: those on Winograd (either form), and why the others are not
             "winograd": sorted(n for n, why in ex.winograd.items() if why is None),
             "not_winograd": {n: why for n, why in ex.winograd.items() if why is not None},
             # shapes decided at run time: the arena above is the static head's (backends/cpu/staged.py)
@@ -176,7 +176,7 @@ def format_inspect(rep: dict, n_keys: int = 0) -> str:
             out(f"    tiled to fit: {name}: {note}")
         wino, skip = m.get("winograd") or [], m.get("not_winograd") or {}
         if wino or skip:
-            out(f"    Winograd F(4x4,3x3): {len(wino)} of {len(wino) + len(skip)} 3x3 stride-1 conv(s)"
+            out(f"    Winograd (F(4x4,3x3) or F(2x2,3x3): each conv's plan note says which): {len(wino)} of {len(wino) + len(skip)} 3x3 stride-1 conv(s)"
                 + (f": {_some(wino)}" if wino else "")
                 + (f"; not: {_some([f'{n} ({why})' for n, why in skip.items()])}" if skip else ""))
         if m.get("data_dependent"):

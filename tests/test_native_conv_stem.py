@@ -155,3 +155,16 @@ def test_packed_weights_start_on_a_cache_line(tmp_path):
         pk = pack_panels(w)
         assert pk.ctypes.data % 64 == 0, (k, m)
         np.testing.assert_array_equal(pk[0, :, :, :].transpose(1, 0, 2).reshape(k, -1)[:, :m], w[0])
+
+
+def test_winograd_packs_start_on_a_cache_line():
+    """Winograd's transformed weights (both forms) start on a 64-byte boundary like the SGEMM's
+    panels (they are the same panels, one set per transform point), and hold the same values."""
+    from edge_infer.backends.cpu.kernels import conv_winograd
+    rng = np.random.default_rng(4)
+    for m, c in [(64, 64), (24, 40), (256, 256)]:
+        w = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+        for r in (2, 4):
+            pk = conv_winograd.pack(w, r)
+            assert pk.ctypes.data % 64 == 0 and pk.shape == (conv_winograd.points(r), -(-m // 16), c, 16)
+            assert np.isfinite(pk).all() and np.abs(pk).max() > 0

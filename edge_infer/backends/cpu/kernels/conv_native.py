@@ -302,18 +302,22 @@ def winograd_choice(graph, nodes, threads: int, plan, replan) -> Tuple[set, dict
     scratch (up to a 4 MB band of transformed input) no free bytes of its step hold would need
     the arena to grow: the convs that would need it share that growth in conv_winograd's
     allowance; those the allowance takes get their scratch reserved."""
-    holes, cands, need = ArenaHoles(plan), [], {}
+    # Which convs take Winograd is decided on their one-thread scratch, so a plan computes the
+    # same arithmetic, and gives the same bytes, at every thread count; the reservations are then
+    # made for ``threads`` (more threads, more bands of transformed input).
+    holes, cands, need1, need = ArenaHoles(plan), [], {}, {}
     for step, nd, xs, ys, m, c in _winograd_candidates(graph, nodes):
         if any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
             continue
-        nbytes = _winograd_scratch(xs, ys, m, c, threads)
-        if nbytes and conv_winograd.chosen(int(ys[0]), c, m, int(ys[1]), int(ys[2]))[0] \
-                and holes.take(step, nbytes, keep=False) is None:
-            need[step] = nbytes
+        if conv_winograd.chosen(int(ys[0]), c, m, int(ys[1]), int(ys[2]))[0]:
+            for want, t in ((need1, 1), (need, threads)):
+                nbytes = _winograd_scratch(xs, ys, m, c, t)
+                if nbytes and holes.take(step, nbytes, keep=False) is None:
+                    want[step] = nbytes
         r = conv_winograd.tile(int(ys[0]), c, m, int(ys[1]), int(ys[2]))
         cands.append((step, nd.name, int(ys[1]) * int(ys[2]), m * c, r))
-    growth = max(0, replan(need).size - plan.size) if need else 0
-    allowed = conv_winograd.allowed(graph, [(name, px, cm, growth if step in need else 0, r)
+    growth = max(0, replan(need1).size - plan.size) if need1 else 0
+    allowed = conv_winograd.allowed(graph, [(name, px, cm, growth if step in need1 else 0, r)
                                             for step, name, px, cm, r in cands])
     return allowed, {s: n for s, n in need.items() if nodes[s].name in allowed}
 
@@ -347,7 +351,7 @@ def _winograd_scratch(xs, ys, m: int, c: int, threads: int) -> int:
 def _winograd_scratch_outside(ctx, step: int, xs, ys, m: int, c: int) -> int:
     """Bytes of a Winograd conv's scratch that no arena hole of its step takes: what it would
     add to the plan's shared scratch."""
-    nbytes = _winograd_scratch(xs, ys, m, c, threads_of(ctx))
+    nbytes = _winograd_scratch(xs, ys, m, c, 1)      # one thread's: as winograd_choice decides
     holes = ctx.roles.holes
     return 0 if holes is not None and holes.take(step, nbytes, keep=False) is not None else nbytes
 

@@ -17,7 +17,7 @@ import numpy as np
 from ....ir import Node
 from ....ops.conv import conv_transpose_geometry
 from .. import native as _native
-from ..native.kernels import threads_of
+from ..native.kernels import aligned, threads_of
 from .conv_native import _f32c, isa_name
 from .conv_operands import shared_cols
 
@@ -91,7 +91,7 @@ def convt_f32_step(node: Node, ctx) -> Tuple[Optional[Callable[[], None]], str]:
                     geo):
         setattr(args, f, int(v))
     size = _native.function("ei_convt_f32_pack_size", _P, restype=ctypes.c_int64)(ctypes.addressof(args))
-    wpack = np.empty(int(size), np.float32)
+    wpack = aligned(int(size) * 4).view(np.float32)     # on a cache line, as pack_panels'
     w32 = np.ascontiguousarray(w, np.float32)
     _native.function("ei_convt_f32_pack", _P, _P, _P)(ctypes.addressof(args), w32.ctypes.data, wpack.ctypes.data)
     args.wpack = wpack.ctypes.data

@@ -59,12 +59,12 @@ static int is_direct(const ei_conv_f32_args *a) {
 }
 
 /* When the pool (runtime.c) finishes a job of n items on t threads whose item i costs
- * cost[i]: it cuts the job into C = min(n, EI_POOL_CHUNKS * t) chunks (chunk c: items
+ * cost[i]: it cuts the job into C = min(n, EI_CHUNKS_PER_THREAD * t) chunks (chunk c: items
  * [n c / C, n (c + 1) / C)); thread s takes its own chunks [C s / t, C (s + 1) / t) in order,
  * then the untaken ones of slots s + 1, s + 2, ...; threads equally fast. */
 double ei_pool_makespan(const double *cost, int64_t n, int t) {
-    int64_t C = EI_MIN(n, (int64_t)EI_POOL_CHUNKS * t);
-    double cc[EI_POOL_CHUNKS * EI_MAX_THREADS], clock[EI_MAX_THREADS] = { 0 };
+    int64_t C = EI_MIN(n, (int64_t)EI_CHUNKS_PER_THREAD * t);
+    double cc[EI_CHUNKS_PER_THREAD * EI_MAX_THREADS], clock[EI_MAX_THREADS] = { 0 };
     int64_t next[EI_MAX_THREADS], end[EI_MAX_THREADS];
     if (t > EI_MAX_THREADS || C <= 0) return 0.0;
     for (int64_t c = 0; c < C; c++) {
@@ -100,7 +100,7 @@ double ei_pool_makespan(const double *cost, int64_t n, int t) {
 static void plan_split(const cv_plan *p, int t, int64_t mr, int64_t tiles, int64_t *nrb_io, int64_t *ncp_io) {
     enum { MAX_ITEMS = 512 };
     double cost[MAX_ITEMS], best = 0.0;
-    int64_t nrb0 = *nrb_io, ncp0 = *ncp_io, want = (int64_t)EI_POOL_CHUNKS * t;
+    int64_t nrb0 = *nrb_io, ncp0 = *ncp_io, want = (int64_t)EI_CHUNKS_PER_THREAD * t;
     int best_full = -1;
     if (t > EI_MAX_THREADS) return;
     for (int64_t ncp = ncp0; ncp >= 1; ncp = ncp > 2 ? (ncp + 1) / 2 : ncp - 1) {

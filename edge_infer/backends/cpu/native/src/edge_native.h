@@ -86,6 +86,9 @@ static inline void ei_tap_range(int64_t o, int stride, int pad, int dil, int ker
 }
 
 #define EI_MAX_THREADS 64
+/* the pool cuts a job into up to this many chunks per thread (runtime.c; the fp32 convs'
+ * split simulations model the same hand-out) */
+#define EI_CHUNKS_PER_THREAD 4
 #define EI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EI_MAX(a, b) ((a) > (b) ? (a) : (b))
 

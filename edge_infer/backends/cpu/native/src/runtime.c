@@ -153,7 +153,7 @@ void ei_run_steps_linger(const ei_step *steps, int64_t n) { run_steps(steps, n, 
 
 /* ---- thread pool ----
  *
- * A job is [0, n) cut into more chunks than threads (up to CHUNKS_PER_THREAD each); every
+ * A job is [0, n) cut into more chunks than threads (up to EI_CHUNKS_PER_THREAD each); every
  * participant, the caller included, takes the next chunk from one atomic counter until none
  * is left, and the caller then waits only for the chunks already taken. So a worker that the
  * OS has descheduled (another process took its core) holds up nothing it has not started: the
@@ -251,7 +251,6 @@ static atomic_int pin_gen;
 static int calm_left;
 static _Thread_local int my_slot;
 
-#define CHUNKS_PER_THREAD 4
 #define SHRINK_WINDOW 16
 #define SHRINK_JOBS 64
 #define JOIN_SPIN 5
@@ -599,7 +598,7 @@ void ei_parallel_for(int64_t n, int64_t grain, ei_range_fn fn, void *ctx, int th
         pthread_mutex_unlock(&mu);
     }
     if (parts > n_workers + 1) parts = n_workers + 1;
-    int64_t chunks64 = EI_MIN(max_chunks, (int64_t)parts * CHUNKS_PER_THREAD);
+    int64_t chunks64 = EI_MIN(max_chunks, (int64_t)parts * EI_CHUNKS_PER_THREAD);
     int chunks = (int)chunks64;
     atomic_store_explicit(&spin_yields, parts > cpus_usable(), memory_order_relaxed);
     atomic_store_explicit(&caller_cpu, cpu_now(), memory_order_relaxed);

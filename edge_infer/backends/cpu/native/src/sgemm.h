@@ -68,8 +68,6 @@ typedef void (*ei_sg_ikr)(int mr, int np, int ntap, int64_t kc, const float *con
  * most), or NULL where the ISA has none (conv_f32.c then copies im2col tiles) */
 typedef struct { ei_sg_ukr fn; int mr; const char *name; ei_sg_ukr2 fn2; int mr_max; ei_sg_ikr ifn; } ei_sg_kernel;
 
-/* runtime.c's CHUNKS_PER_THREAD: the pool cuts a job into up to this many chunks per thread */
-#define EI_POOL_CHUNKS 4
 /* the time the pool takes to finish n items of these costs on t <= EI_MAX_THREADS threads
  * (conv_f32.c) */
 double ei_pool_makespan(const double *cost, int64_t n, int t);

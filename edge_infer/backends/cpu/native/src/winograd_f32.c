@@ -179,7 +179,7 @@ static int64_t blk_t0(const wg_plan *p, int64_t b) {
 static void wg_split(const wg_plan *p, int t, int64_t *nblk_io, int64_t *ncp_io) {
     enum { MAX_ITEMS = 512 };
     double cost[MAX_ITEMS], best = 0.0;
-    int64_t nblk0 = *nblk_io, ncp0 = *ncp_io, want = (int64_t)EI_POOL_CHUNKS * t, C = EI_MAX(1, p->a->c);
+    int64_t nblk0 = *nblk_io, ncp0 = *ncp_io, want = (int64_t)EI_CHUNKS_PER_THREAD * t, C = EI_MAX(1, p->a->c);
     int best_full = -1;
     if (t > EI_MAX_THREADS) return;
     for (int64_t ncp = ncp0; ncp >= 1; ncp = ncp > 2 ? (ncp + 1) / 2 : ncp - 1) {
