@@ -150,7 +150,14 @@ def test_partitioned_run_equals_single_backend_on_digits(digits, kind):
     assert np.array_equal(out["logits"], rt.run(digits["x"])["logits"])
     outs, times = ex.run_profiled({"input": digits["x"]})
     np.testing.assert_array_equal(outs["logits"], ref["logits"])
-    assert {op for _, op, _ in times} >= set(ops) | {"Transfer"}
+    # every op is timed, but those a CPU part ran inside another node's step (an int8 stem that
+    # quantizes the input itself: fuse_int8_input.py; table activations; squeeze-excite blocks)
+    inside = {name for _, part in ex.parts
+              for folded in (getattr(part, "fused_inputs", {}), getattr(part, "fused", {}))
+              for name in folded} | {name for _, part in ex.parts
+                                     for block in getattr(part, "fused_se", {}).values() for name in block}
+    timed = {op for _, op, _ in times} | {n.op for n in running_nodes(g) if n.name in inside}
+    assert timed >= set(ops) | {"Transfer"}
 
 
 @pytest.mark.slow
