@@ -794,11 +794,14 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
      * such layers by channel blocks instead ran no faster on two threads than on one (both
      * threads read every input pixel's lines and wrote into the same output lines): 14x14x144
      * 5x5 17.6 -> 12.9 us, 14x14x240 26.5 -> 21.8, 28x28x96 stride 2 14.8 -> 10.1 (2 threads,
-     * best of 40, loaded machine) */
+     * best of 40, loaded machine). Otherwise two chunks a slot (the pool still evens out a late
+     * worker), not four: each chunk rebuilds kh - 1 input rows, and a worker's chunk reads input
+     * rows the other core wrote: 28x28x88 3x3 17.3 -> 13.9 us, 56x56x72 stride 2 17.7 -> 14.8,
+     * 112x112x16 stride 2 14.5 -> 13.6 (2 threads; one chunk a slot measured no better) */
     int64_t grain = 1;
     if (a->is_int8 && !a->nchw)
         grain = c.rows < 4 * a->kh * c.slots ? (c.rows + c.slots - 1) / c.slots
-                                             : EI_MAX((int64_t)a->kh, c.rows / ((int64_t)c.slots * 4));
+                                             : EI_MAX((int64_t)a->kh, (c.rows + 2 * c.slots - 1) / (2 * c.slots));
     ei_parallel_for(c.rows, grain, dw_range, &c, c.slots);
 }
 
