@@ -84,6 +84,8 @@ BLOCK_TENSORS = ("mean", "hid", "pre", "gate", "y")
 @example(c=576, cr=144, h=7, w=7, relu=True, act="HardSigmoid", gate_first=False, seed=1).via("MobileNetV3's last")
 @example(c=16, cr=8, h=9, w=9, relu=True, act="HardSigmoid", gate_first=False, seed=2).via("16 channels: one block")
 @example(c=17, cr=5, h=3, w=2, relu=False, act="Sigmoid", gate_first=True, seed=3).via("ragged blocks and quads")
+@example(c=1024, cr=256, h=13, w=13, relu=True, act="HardSigmoid", gate_first=False, seed=4).via(
+    "256 KB GEMVs and a 173K-value Mul: split over the threads")
 def test_fused_block_is_bit_exact(monkeypatch, c, cr, h, w, relu, act, gate_first, seed):
     x = np.random.default_rng(seed).integers(-128, 128, (1, h, w, c), dtype=np.int8)
     make = se_graph(seed, c, cr, (h, w), relu=relu, act=act, gate_first=gate_first)

@@ -299,6 +299,18 @@ def test_multithreaded_large_layers():
     assert_native_matches(run_three_ways(g, feeds, threads=3))
 
 
+
+def test_multithreaded_few_row_depthwise():
+    """int8 depthwise layers of few output rows a thread (MobileNetV3's 5x5 at 14x14 and 7x7, a
+    stride-2 one to 14x14, two images whose rows a run crosses) split into one equal run of rows
+    a thread: the same integers as the numpy reference at 2 and 3 threads."""
+    rng = np.random.default_rng(31)
+    cases = [(1, 144, 14, 14, 1, "Clip", True), (1, 96, 28, 28, 2, "Relu", False),
+             (1, 584, 7, 7, 1, "Clip", False), (2, 72, 7, 7, 1, "Relu", True)]
+    for i, (n, c, h, w, stride, act, residual) in enumerate(cases):
+        g, feeds = depthwise_case(rng, "int8", n, c, h, w, 5, stride, 2, 1, "NHWC", act, residual)
+        assert_native_matches(run_three_ways(g, feeds, threads=2 + i % 2))
+
 # -- depthwise -------------------------------------------------------------------------------------
 
 def depthwise_case(rng, dtype, n, c, h, w, k, stride, pad, dil, layout, act, residual, bias=True):

@@ -32,6 +32,11 @@ ENABLED = True
 ATTR = "_int8_squeeze_excite"
 #: the largest GEMV input / output count (src/se.c SE_MAX_K)
 MAX_K = 4096
+#: the fused step's gated Mul runs on the calling thread below this many values: the mean just
+#: read x into this core's caches, and a worker's half came from the other core's (MobileNetV3's
+#: 14x14x240 gates: 12.1 us at 2 threads split, 10.6 on one; 56x56x16 about even; best of 40,
+#: loaded machine). The unfused Mul keeps its own split (src/int8_ops.c).
+MUL_PAR_VALUES = 1 << 17
 #: the int8 conv steps whose ``Int8ConvArgs`` a GEMV takes over (the GEMM; the stem kernel, which
 #: serves convs on <= 4 input channels: a narrow block's second conv)
 CONV_FNS = ("ei_int8_conv", "ei_int8_stem")
@@ -143,6 +148,8 @@ def _fuse_at(graph: Graph, nodes: List[Node], steps: List[Callable[[], None]], k
     pool_fn, pool_args = steps[k].native_step
     mul_fn, mul_args = steps[k + 3].native_step
     args = SeArgs(pool_fn, pool_args, mul_fn, mul_args, *gemvs, max(1, int(ma.threads)), 0)
+    if int(np.prod(list(ma.shape))) < MUL_PAR_VALUES:
+        ma.threads = 1
     # the GEMVs' requantization constants in the SIMD layout, made once here
     size = native.function("ei_se_consts_size", ctypes.c_void_p, restype=ctypes.c_int64)(ctypes.addressof(args))
     if size > 0:

@@ -727,7 +727,7 @@ static void dw8_rows_neon(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
 #endif
 
 typedef void (*rows_fn)(const ei_dw_args *, int64_t, int64_t, char *);
-typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; int blocks; } dw_ctx;
+typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; } dw_ctx;
 
 /* rows [r0, r1), handed out by the pool in chunks; scratch: the running thread slot's */
 static void dw_range(void *vctx, int64_t r0, int64_t r1) {
@@ -739,26 +739,6 @@ static void dw_range(void *vctx, int64_t r0, int64_t r1) {
         ei_lut_inplace(a->lut, (int8_t *)a->y + r0 * row, (r1 - r0) * row, 1, 0);
     }
 }
-
-#if defined(__x86_64__)
-/* channel blocks [b0, b1) of c->blocks (the quad kernel, all rows each): layers of few rows
- * (7x7, 14x14 with a 5x5 kernel), where chunks of kh rows leave threads idle and each chunk
- * rebuilds kh - 1 input rows */
-static void dw_blocks(void *vctx, int64_t b0, int64_t b1) {
-    const dw_ctx *c = (const dw_ctx *)vctx;
-    const ei_dw_args *a = c->a;
-    const int ng = (a->c + 15) / 16;
-    char *scratch = (char *)a->scratch + (int64_t)ei_pool_slot() * c->per;
-    for (int64_t blk = b0; blk < b1; blk++) {
-        int g0 = (int)(blk * ng / c->blocks), g1 = (int)((blk + 1) * ng / c->blocks);
-        dwq_rows_g(a, 0, c->rows, scratch, g0, g1);
-        if (a->lut) {
-            int c0 = 16 * g0, c1 = EI_MIN(16 * g1, a->c);
-            ei_lut_inplace(a->lut, (int8_t *)a->y + c0, c1 - c0, c->rows * a->ow, a->c);
-        }
-    }
-}
-#endif
 
 static rows_fn pick(const ei_dw_args *a) {
     int dw8 = a->is_int8 && !a->nchw && a->kh * a->kw <= DW8_MAX_TAPS;
@@ -798,7 +778,7 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
     EI_CHECK(!a->is_int8 || (a->zp_x >= -128 && a->zp_x <= 127 && a->zp_y >= -128 && a->zp_y <= 127
                              && a->lo <= a->hi && a->mult != NULL && a->shift != NULL));
     EI_CHECK(a->x != NULL && a->y != NULL && a->wt != NULL);
-    dw_ctx c = { a, pick(a), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a), 1 };
+    dw_ctx c = { a, pick(a), (int64_t)a->n * (a->nchw ? a->c : 1) * a->oh, 1, ei_dw_scratch(a) };
     int t = a->threads < 1 ? 1 : a->threads;
     /* at least ~2^16 taps per slot in int8 graphs (all native: the pool's workers are awake);
      * 2^20 in fp32 ones, where the layer sits between BLAS calls whose spinning threads hold
@@ -808,17 +788,20 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
     if (c.slots < 1) return;
     /* int8: chunks of at least a kernel height of output rows, since each chunk builds its
      * own input rows (quads, tap pointers): 1-row chunks of a 7- or 14-row layer rebuilt kh rows
-     * per output row and 2 threads barely beat 1 (MobileNetV3, measured) */
-    int64_t grain = a->is_int8 && !a->nchw ? EI_MAX((int64_t)a->kh, c.rows / ((int64_t)c.slots * 4)) : 1;
-#if defined(__x86_64__)
-    /* few rows a slot (MobileNetV3's 5x5 layers at 14x14 and 7x7): channel blocks instead */
-    int ng = (a->c + 15) / 16;
-    if (c.fn == dwq_rows && c.slots > 1 && !DWQ_PAIRS(a) && ng >= 2 * c.slots && c.rows < 4 * a->kh * c.slots) {
-        c.blocks = c.slots;
-        ei_parallel_for(c.blocks, 1, dw_blocks, &c, c.slots);
-        return;
-    }
-#endif
+     * per output row and 2 threads barely beat 1 (MobileNetV3, measured). Few rows a slot
+     * (MobileNetV3's 5x5 layers at 14x14 and 7x7, its stride-2 ones to 14x14): one equal run of
+     * rows a slot. Chunks of kh rows left one slot a third chunk (14 rows, 5x5), and splitting
+     * such layers by channel blocks instead ran no faster on two threads than on one (both
+     * threads read every input pixel's lines and wrote into the same output lines): 14x14x144
+     * 5x5 17.6 -> 12.9 us, 14x14x240 26.5 -> 21.8, 28x28x96 stride 2 14.8 -> 10.1 (2 threads,
+     * best of 40, loaded machine). Otherwise two chunks a slot (the pool still evens out a late
+     * worker), not four: each chunk rebuilds kh - 1 input rows, and a worker's chunk reads input
+     * rows the other core wrote: 28x28x88 3x3 17.3 -> 13.9 us, 56x56x72 stride 2 17.7 -> 14.8,
+     * 112x112x16 stride 2 14.5 -> 13.6 (2 threads; one chunk a slot measured no better) */
+    int64_t grain = 1;
+    if (a->is_int8 && !a->nchw)
+        grain = c.rows < 4 * a->kh * c.slots ? (c.rows + c.slots - 1) / c.slots
+                                             : EI_MAX((int64_t)a->kh, (c.rows + 2 * c.slots - 1) / (2 * c.slots));
     ei_parallel_for(c.rows, grain, dw_range, &c, c.slots);
 }
 
@@ -911,13 +894,6 @@ EI_API int ei_selftest_depthwise(void) {
             dw_ctx c4 = { &a, dwq_rows, c.rows, 1, c.per };
             dw_range(&c4, 0, c4.rows);
             if (memcmp(y0, y1, ys * es) != 0) fails++;
-            /* channel blocks (the split of few-row layers): two blocks, and one a group */
-            for (int nb = 2; nb <= (C + 15) / 16 && nb <= 3; nb++) {
-                memset(y1, 0, ys * es);
-                dw_ctx c5 = { &a, dwq_rows, c.rows, 1, c.per, nb };
-                dw_blocks(&c5, 0, nb);
-                if (memcmp(y0, y1, ys * es) != 0) fails++;
-            }
         }
 #endif
         free(x); free(z); free(y0); free(y1); free(wt); free(bias); free(pad); free(mult); free(shift); free(scr);

@@ -146,8 +146,12 @@ static void gemv_range(void *vctx, int64_t b, int64_t e) {     /* items: groups 
 #endif
 
 /* y = table(clamp(zp_y + MBQM(acc))): the int8 conv's epilogue for m outputs of one pixel;
- * GEMVs of more than 64 KB of weights split over the threads by output blocks (each streams
- * its share of the weights: they come from memory or L3 once a run) */
+ * GEMVs of at least 256 KB of weights split over the threads by output blocks (each streams
+ * its share of the weights: they come from memory or L3 once a run). From 64 KB, MobileNetV3's
+ * 576 -> 144 -> 576 blocks (83 KB each) ran slower on 2 threads than on 1 (12.7 against 11.9
+ * us, best of 40, loaded machine): the join and the hidden vector's trip between cores cost
+ * more than half of a 3 us GEMV */
+#define SE_PAR_BYTES 262144
 static void gemv_run(const ei_se_gemv *g, int simd, int threads) {
     _Alignas(64) int8_t xs[SE_MAX_K + 4];
     int32_t kp = (g->k + 3) / 4 * 4;
@@ -157,7 +161,7 @@ static void gemv_run(const ei_se_gemv *g, int simd, int threads) {
         for (int32_t i = g->k; i < kp; i++) xs[i] = 0;
         gemv_ctx c = { g, (const uint8_t *)xs };
         int64_t groups = ((g->m + 15) / 16 + 3) / 4;
-        int t = (int64_t)g->m * kp >= 65536 && groups > 1 ? threads : 1;
+        int t = (int64_t)g->m * kp >= SE_PAR_BYTES && groups > 1 ? threads : 1;
         ei_parallel_for(groups, 1, gemv_range, &c, t);
         if (g->lut) ei_lut_inplace(g->lut, g->y, g->m, 1, g->m);
         return;
