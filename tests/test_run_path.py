@@ -187,3 +187,20 @@ def test_later_tensor_in_the_input_bytes_does_not_write_the_callers_array():
         keep = x.copy()
         np.testing.assert_allclose(rt.run(x)["y"], np.maximum(keep, 0) + g.tensors["b"].data, rtol=1e-6)
         np.testing.assert_array_equal(x, keep)
+
+
+@pytest.mark.parametrize("kind", ["fp32", "int8"])
+def test_read_only_and_sliced_inputs_are_read_where_they_are(textdir, kind):
+    """A read-only array and one sample of a batch (a view into its middle) give the outputs
+    of a plain copy of the same values."""
+    _, g3, q, name, xs = textdir
+    rt = Runtime(g3 if kind == "fp32" else q, backend="cpu", threads=1)
+    batch = np.concatenate(xs)
+    frozen = xs[0].copy()
+    frozen.flags.writeable = False
+    for arr in [frozen] + [batch[k:k + 1] for k in range(len(xs))]:
+        want = rt.run(np.array(arr, order="F"))
+        got = rt.run(arr)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+    np.testing.assert_array_equal(batch, np.concatenate(xs))

@@ -71,6 +71,15 @@ def input_fields(graph, nodes, steps, buffers, arena_plan) -> Optional[Dict[str,
     return out or None
 
 
+_char_at = ctypes.c_char.from_buffer
+
+
+def address(arr: np.ndarray) -> int:
+    """The data address of the C-contiguous ``arr``: through the buffer protocol where it is
+    writable (0.3 us; ``arr.ctypes.data`` builds a helper object per call, 1.1 us)."""
+    return ctypes.addressof(_char_at(arr)) if arr.flags.writeable else arr.ctypes.data
+
+
 def point(fields: Fields, address: int) -> None:
     """Set every field of ``fields`` to ``address``."""
     for struct, name in fields:

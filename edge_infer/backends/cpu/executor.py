@@ -21,7 +21,7 @@ from .registry import TABLE
 from .fuse_int8_activation import fuse_int8_activations
 from .fuse_int8_se import fuse_squeeze_excite
 from .fuse_int8_input import fuse_int8_inputs
-from .direct_input import input_fields, point, verify
+from .direct_input import address, input_fields, point, verify
 from .kernels.conv_native import residual_in_place, winograd_choice
 from .kernels.elementwise import INPLACE_SAFE
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
@@ -443,7 +443,7 @@ class CpuExecutable(Executable):
             # the caller's array read in place: same dtype and shape, C-contiguous, aligned
             if fields is not None and type(arr) is np.ndarray and arr.dtype == buf.dtype and \
                     arr.shape == buf.shape and arr.flags.c_contiguous and arr.flags.aligned:
-                point(fields, arr.ctypes.data)
+                point(fields, address(arr))
                 moved = [(fields, home)] if moved is None else moved + [(fields, home)]
             else:
                 np.copyto(buf, arr, casting="same_kind")
