@@ -116,7 +116,7 @@ def verify(direct: Dict[str, Fields], buffers, run_steps, outputs, seed: int = 0
     outside = {name: _misaligned_copy(v) for name, v in values.items()}
     try:
         for name, fields in direct.items():
-            buffers[name].view(np.uint8)[...] = 0xFF
+            buffers[name].reshape(-1).view(np.uint8)[...] = 0xFF
             point(fields, outside[name].ctypes.data)
         for step in run_steps:
             step()
