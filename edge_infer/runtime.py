@@ -344,10 +344,13 @@ class Runtime:
             pool = self._fast.get(key)
             feeds = {self._one: feeds}
         elif type(feeds) is dict and len(feeds) == len(self.graph.inputs):
-            arrays = [feeds.get(n) for n in self.graph.inputs]
-            if all(type(a) is np.ndarray for a in arrays):
-                key = (arrays[0].shape, arrays[0].dtype) if self._one is not None else \
-                    tuple((a.shape, a.dtype) for a in arrays)
+            if self._one is not None:
+                arr = feeds.get(self._one)
+                key = (arr.shape, arr.dtype) if type(arr) is np.ndarray else None
+            else:
+                arrays = [feeds.get(n) for n in self.graph.inputs]
+                if all(type(a) is np.ndarray for a in arrays):
+                    key = tuple((a.shape, a.dtype) for a in arrays)
             pool = self._fast.get(key)
         else:
             pool = None

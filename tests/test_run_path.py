@@ -204,3 +204,28 @@ def test_read_only_and_sliced_inputs_are_read_where_they_are(textdir, kind):
         for k in want:
             np.testing.assert_array_equal(got[k], want[k])
     np.testing.assert_array_equal(batch, np.concatenate(xs))
+
+
+def test_two_input_feeds_are_checked_after_caching():
+    """Each input's shape and dtype is part of the cached key: a change in the second one
+    still meets the checks."""
+    from edge_infer.ir import Graph
+    g = Graph("two")
+    g.add_input("a", "float32", (2, 8))
+    g.add_input("b", "float32", (2, 8))
+    g.add_node("Sub", ["a", "b"], ["y"])
+    g.outputs = ["y"]
+    rt = Runtime(g, backend="cpu", threads=1)
+    a = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    b = np.cos(a)
+    for _ in range(2):
+        np.testing.assert_array_equal(rt.run({"a": a, "b": b})["y"], a - b)
+        np.testing.assert_array_equal(a, np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8))
+    with pytest.raises(InputError, match="expected shape"):
+        rt.run({"a": a, "b": b[:, :7]})
+    with pytest.raises(InputError, match="dtype"):
+        rt.run({"a": a, "b": b.astype(np.int32)})
+    with pytest.raises(InputError, match="unknown input"):
+        rt.run({"a": a, "c": b})
+    with pytest.raises(InputError, match="pass a dict"):
+        rt.run(a)
