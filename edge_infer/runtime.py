@@ -142,8 +142,10 @@ class Runtime:
         #: most executables (each with its own arena) per shape, i.e. concurrent runs
         self.max_concurrency = max(2, os.cpu_count() or 2)
         self._lock = threading.Lock()
-        #: ((shape, dtype) per input) of feeds that passed the input checks once
-        self._checked: set = set()
+        #: ((shape, dtype) per input; for one input the pair itself) of feeds that passed the
+        #: input checks once -> their shape's pool: a repeated run is one dict lookup
+        self._fast: Dict[Tuple, "PlanPool"] = {}
+        self._one = self.graph.inputs[0] if len(self.graph.inputs) == 1 else None
         _trim_heap()                         # the JSON graph text and shape inference's copy
 
     # description -----------------------------------------------------------
@@ -245,6 +247,7 @@ class Runtime:
                     self._evict_over_budget()
                     if len(self._plans) >= self.max_shapes:
                         self._plans.pop(next(iter(self._plans)))
+                        self._fast = {}          # it may point at the dropped pool
                     self._plans[key] = pool
                     _trim_heap()
         return pool
@@ -327,26 +330,35 @@ class Runtime:
 
     def run(self, feeds) -> Dict[str, np.ndarray]:
         """Run the model. ``feeds``: {input name: array}, or a bare array for one-input models.
-        Returns {output name: array}. Safe to call from many threads at once: each
-        concurrent run gets its own plan (own arena); weights are shared read-only."""
-        # fast path: arrays whose (shape, dtype) per input already passed the checks
-        names = self.graph.inputs
-        if type(feeds) is dict:
-            arrays = [feeds.get(n) for n in names] if len(feeds) == len(names) else None
-        elif type(feeds) is np.ndarray and len(names) == 1:
-            arrays, feeds = [feeds], {names[0]: feeds}
+        Returns {output name: array}, arrays of their own (a later run does not change them).
+        Safe to call from many threads at once: each concurrent run gets its own plan (own
+        arena); weights are shared read-only. The feeds are never written; on the CPU backend a
+        C-contiguous float input may be read in place during the run instead of copied first,
+        so another thread must not write it while the call is in progress."""
+        # fast path: arrays whose (shape, dtype) per input already passed the checks, and the
+        # pool of their shapes, found with one dict lookup (``_fast``; emptied when a shape's
+        # plans are dropped)
+        key = None
+        if type(feeds) is np.ndarray and self._one is not None:
+            key = (feeds.shape, feeds.dtype)
+            pool = self._fast.get(key)
+            feeds = {self._one: feeds}
+        elif type(feeds) is dict and len(feeds) == len(self.graph.inputs):
+            if self._one is not None:
+                arr = feeds.get(self._one)
+                key = (arr.shape, arr.dtype) if type(arr) is np.ndarray else None
+            else:
+                arrays = [feeds.get(n) for n in self.graph.inputs]
+                if all(type(a) is np.ndarray for a in arrays):
+                    key = tuple((a.shape, a.dtype) for a in arrays)
+            pool = self._fast.get(key)
         else:
-            arrays = None
-        key = pool = None
-        if arrays is not None and all(type(a) is np.ndarray for a in arrays):
-            key = tuple((a.shape, a.dtype) for a in arrays)
-            if key in self._checked:
-                pool = self._plans.get(tuple(a.shape for a in arrays))
+            pool = None
         if pool is None:
             feeds = self._check_feeds(feeds)
             pool = self._pool({k: v.shape for k, v in feeds.items()})
-            if key is not None and len(self._checked) < 64:
-                self._checked.add(key)
+            if key is not None and len(self._fast) < 64:
+                self._fast[key] = pool
         ex = pool.acquire()
         try:
             return ex.run(feeds)
@@ -384,15 +396,24 @@ class PlanPool:
         self.max_size = max(1, max_size)
         self._idle: List[Executable] = []
         self._count = 0
+        self._waiters = 0                    # acquires waiting on ``_cond``
         self._cond = threading.Condition()
 
     def acquire(self) -> Executable:
+        try:
+            return self._idle.pop()          # atomic under the GIL: no lock on the common path
+        except IndexError:
+            pass
         with self._cond:
-            while not self._idle and self._count >= self.max_size:
-                self._cond.wait()
-            if self._idle:
-                return self._idle.pop()
-            self._count += 1
+            self._waiters += 1
+            try:
+                while not self._idle and self._count >= self.max_size:
+                    self._cond.wait()
+                if self._idle:
+                    return self._idle.pop()
+                self._count += 1
+            finally:
+                self._waiters -= 1
         try:
             return self._build(self.graph)
         except BaseException:
@@ -402,9 +423,12 @@ class PlanPool:
             raise
 
     def release(self, ex: Executable) -> None:
-        with self._cond:
-            self._idle.append(ex)
-            self._cond.notify()
+        # a waiter counts itself (under the lock) before it looks at ``_idle``: a waiter this
+        # append missed is counted here and woken; one counted later finds the executable
+        self._idle.append(ex)
+        if self._waiters:
+            with self._cond:
+                self._cond.notify()
 
     @property
     def size(self) -> int:
