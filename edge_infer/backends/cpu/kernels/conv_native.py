@@ -16,7 +16,6 @@ native/src/conv_stem_f32.c instead (same struct and panels, no scratch, the epil
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Callable, Optional, Tuple
 
 import numpy as np
@@ -296,11 +295,6 @@ def _winograd_candidates(graph, nodes):
             yield step, nd, x.shape, y.shape, int(w.data.shape[0]), int(w.data.shape[1])
 
 
-#: the thread count whose Winograd scratch decides which convs take Winograd, whatever a plan's
-#: own thread count (the runtime's default: the machine's CPUs)
-WINOGRAD_DECISION_THREADS = max(1, os.cpu_count() or 1)
-
-
 def winograd_choice(graph, nodes, threads: int, plan, replan) -> Tuple[set, dict]:
     """(names of the convs that run as Winograd, {step: scratch bytes} the arena should
     reserve for them), decided once per plan before its arena is allocated. ``plan``: the
@@ -308,17 +302,15 @@ def winograd_choice(graph, nodes, threads: int, plan, replan) -> Tuple[set, dict
     scratch (up to a 4 MB band of transformed input) no free bytes of its step hold would need
     the arena to grow: the convs that would need it share that growth in conv_winograd's
     allowance; those the allowance takes get their scratch reserved."""
-    # Which convs take Winograd is decided on their scratch at one thread count, the runtime's
-    # default (this machine's CPUs), so a plan computes the same arithmetic, and gives the same
-    # bytes, at every thread count; the reservations are then made for ``threads`` (more
-    # threads, more bands of transformed input). Deciding at one thread instead let DB-640 at
-    # 2 threads pick convs whose 2-thread scratch grew its arena 16.4 -> 21.3 MB.
+    # Which convs take Winograd is decided on their one-thread scratch, so a plan computes the
+    # same arithmetic, and gives the same bytes, at every thread count; the reservations are then
+    # made for ``threads`` (more threads, more bands of transformed input).
     holes, cands, need1, need = ArenaHoles(plan), [], {}, {}
     for step, nd, xs, ys, m, c in _winograd_candidates(graph, nodes):
         if any(not isinstance(d, (int, np.integer)) for d in tuple(xs) + tuple(ys)):
             continue
         if conv_winograd.chosen(int(ys[0]), c, m, int(ys[1]), int(ys[2]))[0]:
-            for want, t in ((need1, WINOGRAD_DECISION_THREADS), (need, threads)):
+            for want, t in ((need1, 1), (need, threads)):
                 nbytes = _winograd_scratch(xs, ys, m, c, t)
                 if nbytes and holes.take(step, nbytes, keep=False) is None:
                     want[step] = nbytes
@@ -359,7 +351,7 @@ def _winograd_scratch(xs, ys, m: int, c: int, threads: int) -> int:
 def _winograd_scratch_outside(ctx, step: int, xs, ys, m: int, c: int) -> int:
     """Bytes of a Winograd conv's scratch that no arena hole of its step takes: what it would
     add to the plan's shared scratch."""
-    nbytes = _winograd_scratch(xs, ys, m, c, WINOGRAD_DECISION_THREADS)   # as winograd_choice decides
+    nbytes = _winograd_scratch(xs, ys, m, c, 1)      # one thread's: as winograd_choice decides
     holes = ctx.roles.holes
     return 0 if holes is not None and holes.take(step, nbytes, keep=False) is not None else nbytes
 
