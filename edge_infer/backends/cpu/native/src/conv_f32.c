@@ -285,6 +285,32 @@ static int64_t ind_blocks(const cv_plan *p) {
 
 /* one item on the indirect kernel: per K block, per micro-tile, the (tap, row) pointers of its
  * pixels, then every panel pair of the item on them */
+/* One micro-tile's epilogue (output row ``row``, column ``col``): the bias only on the first K
+ * block (a bias-less first block still starts from zero: load_c 0), the clamp and the residual
+ * on the last; and the weights the caller computes with next prefetched into L2 (the next
+ * pair's rows, after the last pair the next K block's first, then the next column block's): on
+ * an item's first micro-tile they come from memory (each layer's weights are read once a run),
+ * and the kernel's own rows 64 steps ahead leave each pair's first 64 rows unfetched (ResNet-50's
+ * conv shapes 1% faster, 1 thread) */
+static ei_sg_ep tile_ep(const cv_plan *p, int first, int last, int clamp, int64_t row, int64_t col,
+                        const float *wg, const float *bp, int two, int64_t pn, int64_t pn0, int64_t pn1,
+                        int64_t k1) {
+    const ei_conv_f32_args *a = p->a;
+    ei_sg_ep ep = { first && a->bias ? a->bias + col : NULL, NULL, a->m, 0.0f, 0.0f, !first, 0, NULL };
+    if (last && clamp) {
+        ep.clamp = 1;
+        ep.lo = a->act == EI_U_RELU ? 0.0f : a->p0;
+        ep.hi = a->act == EI_U_RELU ? INFINITY : a->p1;
+    }
+    ep.z = last && a->z ? a->z + row * a->m + col : NULL;
+    if (two) {
+        if (pn + 2 < pn1) ep.pf = bp + 2 * p->K * EI_SG_NR;
+        else if (k1 < p->K) ep.pf = wg + (pn0 * p->K + k1) * EI_SG_NR;
+        else if (pn1 < p->panels) ep.pf = wg + pn1 * p->K * EI_SG_NR;
+    }
+    return ep;
+}
+
 static void run_item_indirect(const cv_plan *p, int64_t item) {
     const ei_conv_f32_args *a = p->a;
     int64_t cb = item % p->ncb, rb = (item / p->ncb) % p->nrb, g = item / (p->ncb * p->nrb);
@@ -320,20 +346,8 @@ static void run_item_indirect(const cv_plan *p, int64_t item) {
                 int two = pn + 1 < pn1;
                 int nr = (int)EI_MIN((int64_t)EI_SG_NR, p->mg - (pn + two) * EI_SG_NR);
                 const float *bp = wg + (pn * p->K + k0) * EI_SG_NR;
-                ei_sg_ep ep = { kb == 0 && a->bias ? a->bias + col : NULL, NULL, a->m, 0.0f, 0.0f, kb > 0, 0, NULL };
-                if (last && inline_clamp) {
-                    ep.clamp = 1;
-                    ep.lo = a->act == EI_U_RELU ? 0.0f : a->p0;
-                    ep.hi = a->act == EI_U_RELU ? INFINITY : a->p1;
-                }
+                ei_sg_ep ep = tile_ep(p, kb == 0, last, inline_clamp, r0 + i, col, wg, bp, two, pn, pn0, pn1, k1);
                 float *cp = a->y + (r0 + i) * a->m + col;
-                ep.z = last && a->z ? a->z + (r0 + i) * a->m + col : NULL;
-                /* the next pair's rows into L2 (as run_item) */
-                if (two) {
-                    if (pn + 2 < pn1) ep.pf = bp + 2 * p->K * EI_SG_NR;
-                    else if (k1 < p->K) ep.pf = wg + (pn0 * p->K + k1) * EI_SG_NR;
-                    else if (pn1 < p->panels) ep.pf = wg + pn1 * p->K * EI_SG_NR;
-                }
                 p->k.ifn(m_rows, two ? 2 : 1, (int)nt, cn, ap, bp, p->K * EI_SG_NR, cp, a->m, nr, &ep);
                 pn += two;
             }
@@ -404,26 +418,8 @@ static void run_item(const cv_plan *p, int64_t item, float *tile) {
                 int two = p->k.fn2 != NULL && pn + 1 < pn1;
                 int nr2 = two ? (int)EI_MIN((int64_t)EI_SG_NR, p->mg - (pn + 1) * EI_SG_NR) : 0;
                 const float *bp = wg + (pn * p->K + k0) * EI_SG_NR;
-                /* the bias can only ride on the first block; without one, a bias-less first
-                 * block still starts from zero (load_c 0) */
-                ei_sg_ep ep = { k0 == 0 && a->bias ? a->bias + col : NULL, NULL, a->m, 0.0f, 0.0f, k0 > 0, 0 };
-                if (last && inline_clamp) {
-                    ep.clamp = 1;
-                    ep.lo = a->act == EI_U_RELU ? 0.0f : a->p0;
-                    ep.hi = a->act == EI_U_RELU ? INFINITY : a->p1;
-                }
+                ei_sg_ep ep = tile_ep(p, k0 == 0, last, inline_clamp, r0 + i, col, wg, bp, two, pn, pn0, pn1, k1);
                 float *cp = a->y + (r0 + i) * a->m + col;
-                ep.z = last && a->z ? a->z + (r0 + i) * a->m + col : NULL;
-                /* the next pair's rows into L2 while this one computes (the next K block's
-                 * first pair after the last, then the next column block's): on an item's
-                 * first micro-tile, weights come from memory (each layer's are read once a
-                 * run); against the kernel's own rows 64 steps ahead, which leaves each pair's
-                 * first 64 rows unfetched: ResNet-50's conv shapes 1% faster, 1 thread */
-                if (two) {
-                    if (pn + 2 < pn1) ep.pf = bp + 2 * p->K * EI_SG_NR;
-                    else if (k1 < p->K) ep.pf = wg + (pn0 * p->K + k1) * EI_SG_NR;
-                    else if (pn1 < p->panels) ep.pf = wg + pn1 * p->K * EI_SG_NR;
-                }
                 if (two) p->k.fn2(m_rows, kcn, asrc[t], alda[t], bp, p->K * EI_SG_NR, cp, a->m, nr2, &ep);
                 else p->k.fn(m_rows, kcn, asrc[t], alda[t], bp, cp, a->m, nr, &ep);
                 pn += two;

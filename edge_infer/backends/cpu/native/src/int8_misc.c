@@ -62,6 +62,16 @@ static inline int8_t rounded_mean_d(int64_t acc, int64_t n, ei_divn d) {
 }
 
 #if defined(__x86_64__)
+/* the int16 sums of 64 channels' bytes (lo: channels 0-31, hi: 32-63) added into the int32
+ * sums s[0..3], 16 channels each */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static inline void flush_s16(__m512i s[4], __m512i lo, __m512i hi) {
+    s[0] = _mm512_add_epi32(s[0], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(lo)));
+    s[1] = _mm512_add_epi32(s[1], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(lo, 1)));
+    s[2] = _mm512_add_epi32(s[2], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(hi)));
+    s[3] = _mm512_add_epi32(s[3], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(hi, 1)));
+}
+
 /* acc[j] = sum over p positions (stride c bytes) of x[j], j < cn: 64 channels a load, widened
  * to int16 and summed in int16 lanes (two vectors of 32 channels), flushed to int32 every 256
  * positions (256 * 128 = 2^15: |partial sum| <= 32768 with -128, which int16 holds only as
@@ -82,10 +92,7 @@ static void sum_s8_avx512(const int8_t *x, int64_t c, int64_t p, int64_t cn, int
                 lo = _mm512_add_epi16(lo, _mm512_cvtepi8_epi16(_mm512_castsi512_si256(v)));
                 hi = _mm512_add_epi16(hi, _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(v, 1)));
             }
-            s[0] = _mm512_add_epi32(s[0], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(lo)));
-            s[1] = _mm512_add_epi32(s[1], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(lo, 1)));
-            s[2] = _mm512_add_epi32(s[2], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(hi)));
-            s[3] = _mm512_add_epi32(s[3], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(hi, 1)));
+            flush_s16(s, lo, hi);
         }
         for (int v = 0; v < 4 && j + 16 * v < cn; v++) {
             int64_t left = cn - j - 16 * v;
@@ -111,10 +118,7 @@ static void sum_s8_run_avx512(const int8_t *x, int64_t c, int64_t p, int32_t *ac
             lo = _mm512_add_epi16(lo, _mm512_cvtepi8_epi16(_mm512_castsi512_si256(v)));
             hi = _mm512_add_epi16(hi, _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(v, 1)));
         }
-        s[0] = _mm512_add_epi32(s[0], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(lo)));
-        s[1] = _mm512_add_epi32(s[1], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(lo, 1)));
-        s[2] = _mm512_add_epi32(s[2], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(hi)));
-        s[3] = _mm512_add_epi32(s[3], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(hi, 1)));
+        flush_s16(s, lo, hi);
     }
     __m512i t = _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]));   /* c = 16 */
     if (c == 32) {
