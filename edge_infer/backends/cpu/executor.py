@@ -23,6 +23,7 @@ from .fuse_int8_se import fuse_squeeze_excite
 from .fuse_int8_input import fuse_int8_inputs
 from .kernels.conv_native import residual_in_place, winograd_choice
 from .kernels.elementwise import INPLACE_SAFE
+from .native.kernels import aligned
 from . import kernels as _kernels  # noqa: F401  (registers the kernels)
 from . import native
 
@@ -133,7 +134,7 @@ class PrepareContext:
         if self.budget is not None and self.workspace_bytes > self.budget:
             self.over_budget = True
             return placeholder((nbytes,), np.uint8)
-        return aligned_empty(nbytes)
+        return aligned(nbytes)
 
     def begin_node(self, index: int) -> None:
         """``nodes[index]`` is prepared (again): what it took before is given back."""
@@ -159,13 +160,6 @@ class PrepareContext:
     def tiled(self) -> Dict[str, str]:
         """{node name: how it was tiled} (``tiled_to_fit``)."""
         return dict(self._tiled_at.values())
-
-
-def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
-    """A uint8 array of ``nbytes`` whose data starts on an ``align``-byte boundary."""
-    raw = np.empty(nbytes + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start:start + nbytes]
 
 
 def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = None, arena_alloc=None,
@@ -206,7 +200,7 @@ def allocate_buffers(graph: Graph, nodes: List[Node], limit: Optional[int] = Non
     if limit is not None and plan.size > limit:
         raise refusal(plan.size, limit, plan.size, exact=False)  # nothing to tile: the arena alone
     if arena_alloc is None:
-        arena = aligned_empty(max(plan.size, 1))
+        arena = aligned(max(plan.size, 1))
     else:
         arena, plan.release = arena_alloc(max(plan.size, 1))
     plan.arena = arena
