@@ -104,7 +104,7 @@ def conv_act_graph(x, xq, w, ws, bias, midq, yq, *, op, attrs, stride, pad, grou
 @example(op="Tanh", c=6, m=6, hw=9, k=3, stride=1, depthwise=True, nhwc=False, relu=False, residual=False,
          seed=6).via("NCHW depthwise")
 @example(op="HardSwish", c=96, m=96, hw=14, k=5, stride=1, depthwise=True, nhwc=True, relu=False, residual=False,
-         seed=8).via("depthwise quads at 2 threads split by channel groups (few rows)")
+         seed=8).via("depthwise quads at 2 threads on few rows: equal row runs")
 @example(op="HardSigmoid", c=72, m=72, hw=7, k=5, stride=1, depthwise=True, nhwc=True, relu=True, residual=True,
          seed=9).via("... with a residual and 5 groups")
 @example(op="LeakyRelu", c=5, m=9, hw=8, k=1, stride=1, depthwise=False, nhwc=False, relu=False, residual=False,

@@ -16,7 +16,7 @@ from edge_infer.backends.cpu import native
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from onnx_models import make_model, ort_run, vi  # noqa: E402
-from test_native_sgemm import _conv_nodes, _runtime  # noqa: E402
+from test_native_sgemm import _conv_nodes, _runtime, _scalar_matches_simd_and_ort  # noqa: E402
 
 pytestmark = pytest.mark.skipif(native.lib is None or not hasattr(native.lib, "ei_conv_f32_indirect"),
                                 reason=f"native kernels: {native.why_not}")
@@ -82,11 +82,4 @@ def test_plan_prepared_with_the_path_runs_under_scalar(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "0")
     model, feeds = _case(1, "HardSwish", True)
     rt = _runtime(model, tmp_path)
-    simd = rt.run(feeds)["y"].copy()
-    old = native.set_isa_mask(0)
-    try:
-        scalar = rt.run(feeds)["y"]
-    finally:
-        native.set_isa_mask(old)
-    np.testing.assert_allclose(scalar, simd, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(simd, ort_run(model, feeds)["y"], rtol=1e-4, atol=2e-5)
+    _scalar_matches_simd_and_ort(rt, model, feeds)

@@ -271,3 +271,16 @@ def test_work_split_any_threads_same_outputs(c, m, hw, k, s, tmp_path):
             assert items >= 4 * threads, (a.split_rows, a.split_panels)
     np.testing.assert_allclose(outs[1], ref, rtol=1e-4, atol=1e-5)
     assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])
+
+
+def _scalar_matches_simd_and_ort(rt, model, feeds):
+    """The plan run under the scalar mask (the SIMD plan's scratch kept) agrees with its SIMD
+    run, and that with onnxruntime."""
+    simd = rt.run(feeds)["y"].copy()
+    old = native.set_isa_mask(0)
+    try:
+        scalar = rt.run(feeds)["y"]
+    finally:
+        native.set_isa_mask(old)
+    np.testing.assert_allclose(scalar, simd, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(simd, ort_run(model, feeds)["y"], rtol=1e-4, atol=2e-5)

@@ -19,7 +19,7 @@ from edge_infer.runtime import Runtime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from onnx_models import make_model, ort_run, randomized_light_model_path, rel_l2, vi  # noqa: E402
-from test_native_sgemm import _conv_nodes, _optimized, _runtime  # noqa: E402
+from test_native_sgemm import _conv_nodes, _optimized, _runtime, _scalar_matches_simd_and_ort  # noqa: E402
 
 pytestmark = pytest.mark.skipif(native.lib is None or not hasattr(native.lib, "ei_winograd_f32"),
                                 reason=f"native kernels: {native.why_not}")
@@ -167,14 +167,7 @@ def test_scalar_isa_matches_simd(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGE_INFER_WINOGRAD", "1")
     rt = _runtime(model, tmp_path)
     assert _wino_notes(rt, feeds)
-    simd = rt.run(feeds)["y"].copy()
-    old = native.set_isa_mask(0)
-    try:
-        scalar = rt.run(feeds)["y"]
-    finally:
-        native.set_isa_mask(old)
-    np.testing.assert_allclose(scalar, simd, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(simd, ort_run(model, feeds)["y"], rtol=1e-4, atol=2e-5)
+    _scalar_matches_simd_and_ort(rt, model, feeds)
 
 
 def _model_parity(rt, feeds, ref):

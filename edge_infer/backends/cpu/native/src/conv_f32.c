@@ -285,6 +285,19 @@ static int64_t ind_blocks(const cv_plan *p) {
 
 /* one item on the indirect kernel: per K block, per micro-tile, the (tap, row) pointers of its
  * pixels, then every panel pair of the item on them */
+/* What work item ``item`` covers: group g, output rows [r0, r1) (whole micro-tiles), weight
+ * panels [pn0, pn1) of the group's packed weights wg */
+typedef struct { int64_t g, r0, r1, pn0, pn1; const float *wg; } cv_item;
+
+static cv_item item_of(const cv_plan *p, int64_t item) {
+    int64_t cb = item % p->ncb, rb = (item / p->ncb) % p->nrb, g = item / (p->ncb * p->nrb);
+    cv_item it = { g, EI_MIN(p->rows, p->tiles * rb / p->nrb * p->mr),
+                   EI_MIN(p->rows, p->tiles * (rb + 1) / p->nrb * p->mr), cb * p->nc_panels, 0,
+                   p->a->wpack + g * p->panels * p->K * EI_SG_NR };
+    it.pn1 = EI_MIN(p->panels, it.pn0 + p->nc_panels);
+    return it;
+}
+
 /* One micro-tile's epilogue (output row ``row``, column ``col``): the bias only on the first K
  * block (a bias-less first block still starts from zero: load_c 0), the clamp and the residual
  * on the last; and the weights the caller computes with next prefetched into L2 (the next
@@ -313,12 +326,10 @@ static ei_sg_ep tile_ep(const cv_plan *p, int first, int last, int clamp, int64_
 
 static void run_item_indirect(const cv_plan *p, int64_t item) {
     const ei_conv_f32_args *a = p->a;
-    int64_t cb = item % p->ncb, rb = (item / p->ncb) % p->nrb, g = item / (p->ncb * p->nrb);
     const int mr = p->mr;
-    int64_t r0 = EI_MIN(p->rows, p->tiles * rb / p->nrb * mr);
-    int64_t r1 = EI_MIN(p->rows, p->tiles * (rb + 1) / p->nrb * mr), nrows = r1 - r0;
-    int64_t pn0 = cb * p->nc_panels, pn1 = EI_MIN(p->panels, pn0 + p->nc_panels);
-    const float *wg = a->wpack + g * p->panels * p->K * EI_SG_NR;
+    const cv_item it = item_of(p, item);
+    const int64_t g = it.g, r0 = it.r0, r1 = it.r1, nrows = r1 - r0, pn0 = it.pn0, pn1 = it.pn1;
+    const float *wg = it.wg;
     int inline_clamp = a->act == EI_U_RELU || a->act == EI_U_CLIP;
     const int64_t plane = (int64_t)a->oh * a->ow, nkb = ind_blocks(p);
     const float *ap[KC_MAX / IND_MIN_CG * EI_SG_MR_MAX];
@@ -358,12 +369,10 @@ static void run_item_indirect(const cv_plan *p, int64_t item) {
 
 static void run_item(const cv_plan *p, int64_t item, float *tile) {
     const ei_conv_f32_args *a = p->a;
-    int64_t cb = item % p->ncb, rb = (item / p->ncb) % p->nrb, g = item / (p->ncb * p->nrb);
     const int mr = p->mr;
-    int64_t r0 = EI_MIN(p->rows, p->tiles * rb / p->nrb * mr);
-    int64_t r1 = EI_MIN(p->rows, p->tiles * (rb + 1) / p->nrb * mr), nrows = r1 - r0;
-    int64_t pn0 = cb * p->nc_panels, pn1 = EI_MIN(p->panels, pn0 + p->nc_panels);
-    const float *wg = a->wpack + g * p->panels * p->K * EI_SG_NR;
+    const cv_item it = item_of(p, item);
+    const int64_t g = it.g, r0 = it.r0, r1 = it.r1, nrows = r1 - r0, pn0 = it.pn0, pn1 = it.pn1;
+    const float *wg = it.wg;
     int inline_clamp = a->act == EI_U_RELU || a->act == EI_U_CLIP;
     /* A of micro-tile t (rows [t * mr, ...) of this item): asrc[t], row stride alda[t] */
     const float *asrc[MC_MAX];
