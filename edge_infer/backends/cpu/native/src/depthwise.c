@@ -548,9 +548,9 @@ void dwq_group_row(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, co
     }
 }
 
-/* output rows [r0, r1), channel groups [g0, g1) of 16 */
+/* output rows [r0, r1), every channel group of 16 */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
-static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int g0, int g1) {
+static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
     const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
@@ -616,7 +616,7 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
                         src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
                     }
                 }
-                for (int g = g0; g < EI_MIN(g1, full); g++) {
+                for (int g = 0; g < full; g++) {
                     int c = 16 * g;
                     __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
                     v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
@@ -624,7 +624,7 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
                     v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
                     _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
                 }
-                if (tm && g1 == ng) {
+                if (tm) {
                     int c = 16 * full;
                     __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
                     v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
@@ -664,7 +664,7 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
         /* one group's quads of the kh rows across the row, then the next group's: those stay in
          * L1 (the whole ring of a 240-channel 5x5 layer does not), and quad k = 1 of one block of
          * four columns is quad k = 0 of the next */
-        for (int g = g0; g < g1; g++) {
+        for (int g = 0; g < ng; g++) {
             const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
             /* MobileNet's 3x3 and 5x5 with constant trip counts: unrolled, the addresses constant
              * offsets from the kh row pointers */
@@ -673,10 +673,6 @@ static void dwq_rows_g(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratc
             else dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, kh, nq);
         }
     }
-}
-
-static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    dwq_rows_g(a, r0, r1, scratch, 0, (a->c + 15) / 16);
 }
 #endif
 
