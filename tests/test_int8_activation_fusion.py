@@ -167,6 +167,90 @@ def test_intermediate_with_another_reader_is_not_fused(monkeypatch, graph_output
         np.testing.assert_array_equal(got[k], want[k])
 
 
+def conv_gated_graph(x, xq, w, ws, bias, midq, hq, yq, *, op, attrs, group, gate_first):
+    """x -> Conv -> mid -> ``op`` -> h; y = Mul(mid, h) (or Mul(h, mid)): HardSwish / SiLU as
+    onnxruntime's QDQ quantizer writes them, each step with its own parameters (int8 NHWC)."""
+    def make():
+        g = Graph("conv_gated")
+        g.add_input("x", "int8", x.shape).quant = qd(*xq)
+        g.add_const("w", w).quant = {"scale": [float(v) for v in ws], "zero_point": [0] * len(ws), "axis": 0}
+        g.add_const("b", bias)
+        k = w.shape[2]
+        g.add_node("Conv", ["x", "w", "b"], ["mid"], kernel_shape=[k, k], strides=[1, 1], pads=[k // 2] * 4,
+                   group=group, data_layout="NHWC")
+        g.tensors["mid"].quant = qd(*midq)
+        g.add_node(op, ["mid"], ["h"], **attrs)
+        g.tensors["h"].quant = qd(*hq)
+        g.add_node("Mul", ["h", "mid"] if gate_first else ["mid", "h"], ["y"])
+        g.tensors["y"].quant = qd(*yq)
+        g.outputs = ["y"]
+        return g
+    return make
+
+
+@settings(**SETTINGS)
+@given(op=st.sampled_from(["HardSigmoid", "Sigmoid", "Tanh"]), c=st.integers(1, 40), m=st.integers(1, 70),
+       hw=st.integers(1, 10), k=st.sampled_from([1, 3, 5]), depthwise=st.booleans(), gate_first=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
+@example(op="HardSigmoid", c=16, m=72, hw=8, k=1, depthwise=False, gate_first=False, seed=1).via("QDQ HardSwish")
+@example(op="Sigmoid", c=24, m=24, hw=9, k=3, depthwise=True, gate_first=True, seed=2).via("QDQ SiLU, depthwise")
+def test_fused_gated_activation_is_bit_exact(monkeypatch, isa, op, c, m, hw, k, depthwise, gate_first, seed):
+    """Conv -> act -> Mul(x, act(x)) runs as one conv step whose table gives the three steps'
+    bytes (the independent reference: conv loops, TFLite's table, TFLite MUL's integers)."""
+    rng = np.random.default_rng(seed)
+    m = c if depthwise else m
+    group = c if depthwise and c > 1 else 1
+    x = rng.integers(-128, 128, (1, c, hw, hw), dtype=np.int8)
+    w = rng.integers(-127, 128, (m, c // group, k, k), dtype=np.int8)
+    bias = rng.integers(-3000, 3000, m).astype(np.int32)
+    ws = rng.uniform(0.002, 0.02, m).astype(np.float32)
+    xq, midq = (0.05, int(rng.integers(-20, 20))), (float(rng.uniform(0.03, 0.3)), int(rng.integers(-30, 30)))
+    hq = FIXED_OUT.get(op, (1 / 256, -128))             # HardSigmoid: onnxruntime's [0, 1] range
+    yq = (float(rng.uniform(0.01, 0.1)), int(rng.integers(-60, 60)))
+    attrs = {"alpha": 1 / 6, "beta": 0.5} if op == "HardSigmoid" else {}
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    make = conv_gated_graph(nhwc, xq, w, ws, bias, midq, hq, yq, op=op, attrs=attrs, group=group,
+                            gate_first=gate_first)
+    fn = {"HardSigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1), "Sigmoid": ACTIVATIONS["Sigmoid"],
+          "Tanh": np.tanh}[op]
+    mid = ref.conv2d(x, xq, w, ws, bias, midq, pads=(k // 2,) * 4, group=group)
+    h = ref.lut(mid, midq, hq, fn)
+    want_y = ref.mul(h, hq, mid, midq, yq) if gate_first else ref.mul(mid, midq, h, hq, yq)
+    want_ex, want = plan(make, {"x": nhwc}, native_on=False, fuse=False, monkeypatch=monkeypatch)
+    assert len(want_ex.steps) == 3
+    np.testing.assert_array_equal(want["y"], want_y.transpose(0, 2, 3, 1))
+    runs = [(False, 1), (True, 1), (True, 2)] if native.lib is not None else [(False, 1)]
+    for native_on, threads in runs:
+        ex, got = plan(make, {"x": nhwc}, native_on=native_on, fuse=True, monkeypatch=monkeypatch, threads=threads)
+        assert len(ex.steps) == 1 and ex.fused == dict.fromkeys([ex.graph.nodes[1].name, ex.graph.nodes[2].name],
+                                                                ex.nodes[0].name), ex.fused
+        note = ex.notes[ex.nodes[0].name]
+        assert f"x * {op}(x)" in note, note
+        np.testing.assert_array_equal(got["y"], want["y"], err_msg=f"native={native_on} threads={threads}: {note}")
+
+
+@pytest.mark.parametrize("other", ["x", "gate"])
+def test_gated_activation_with_other_readers_is_not_fused(monkeypatch, other):
+    """The conv's output or the gate read by anything else (a graph output here) keeps all
+    three steps; the outputs stay the unfused plan's."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (1, 5, 5, 8), dtype=np.int8)
+    base = conv_gated_graph(x, (0.05, 3), rng.integers(-127, 128, (16, 8, 1, 1), dtype=np.int8),
+                            np.full(16, 0.01, np.float32), np.zeros(16, np.int32), (0.1, 0), (1 / 256, -128),
+                            (0.05, -5), op="HardSigmoid", attrs={"alpha": 1 / 6, "beta": 0.5}, group=1,
+                            gate_first=False)
+
+    def make():
+        g = base()
+        g.outputs.append("mid" if other == "x" else "h")
+        return g
+    ex, got = plan(make, {"x": x}, native_on=native.lib is not None, fuse=True, monkeypatch=monkeypatch)
+    assert len(ex.steps) == 3 and not ex.fused
+    _, want = plan(make, {"x": x}, native_on=False, fuse=False, monkeypatch=monkeypatch)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
 def _family_graphs():
     from int8_op_graphs import FAMILIES
     import family_models as F

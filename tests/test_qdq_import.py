@@ -61,7 +61,31 @@ def small_cnn(seed: int = 0, c: int = 32):
     return make_model(nodes, [vi("input", [1, 3, 32, 32])], [vi("logits", [1, 10])], opset=17, initializers=inits)
 
 
-MODELS = {"cnn": (small_cnn, (1, 3, 32, 32)), "mnv3": (mnv3_block, (1, 3, 16, 16))}
+def gated_cnn(seed: int = 1, c: int = 16):
+    """HardSwish as x * HardSigmoid(x) and SiLU as x * Sigmoid(x) after convs, as onnxruntime's
+    pre-processing and many exporters write them (YOLO's SiLU, MobileNetV3's HardSwish)."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def conv(x, y, cin, cout, k, g=1):
+        w, b = rng.standard_normal((cout, cin // g, k, k)) * np.sqrt(2 / (cin // g * k * k)), rng.standard_normal(cout)
+        inits.extend(numpy_helper.from_array(np.asarray(a, np.float32), y + n) for a, n in ((w, "_w"), (b * 0.1, "_b")))
+        nodes.append(helper.make_node("Conv", [x, y + "_w", y + "_b"], [y], kernel_shape=[k, k], pads=[k // 2] * 4,
+                                      group=g))
+        return y
+
+    def gated(x, op, y, **attrs):
+        nodes.append(helper.make_node(op, [x], [y + "_gate"], **attrs))
+        nodes.append(helper.make_node("Mul", [x, y + "_gate"], [y]))
+        return y
+    h = gated(conv("input", "c1", 3, c, 3), "HardSigmoid", "hs1", alpha=1 / 6, beta=0.5)
+    h = gated(conv(h, "dw", c, c, 3, c), "Sigmoid", "silu")
+    h = gated(conv(h, "pw", c, c, 1), "HardSigmoid", "hs2", alpha=1 / 6, beta=0.5)
+    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"]))
+    return make_model(nodes, [vi("input", [1, 3, 16, 16])], [vi("gap", [1, c, 1, 1])], opset=17, initializers=inits)
+
+
+MODELS = {"cnn": (small_cnn, (1, 3, 32, 32)), "mnv3": (mnv3_block, (1, 3, 16, 16)), "gated": (gated_cnn, (1, 3, 16, 16))}
 
 
 def samples(shape, n, seed):
@@ -182,6 +206,32 @@ def test_mobilenetv3_block(tmp_path, fmt, act, per_channel):
     assert worst <= 1.001, worst
     assert exact >= 0.7, exact
     print(f"max {worst:.2f} steps from onnxruntime, {100 * exact:.1f}% of outputs bit-exact")
+
+
+def test_gated_activations_run_in_their_conv(tmp_path, monkeypatch):
+    """x * HardSigmoid(x) and x * Sigmoid(x) of an imported QDQ file: each pair runs inside the
+    conv before it (one table, fuse_int8_activation.py), with the three-step plan's bytes; and
+    within one step of onnxruntime on the same file."""
+    from edge_infer.backends.cpu import fuse_int8_activation as fusion
+    path = quantized(tmp_path, "gated", QF.QDQ, QT.QInt8, True)
+    eim = str(tmp_path / "m.eim")
+    edge_infer.convert(path, eim)
+    shape = MODELS["gated"][1]
+    xs = samples(shape, 3, seed=7)
+    runs = {}
+    for fuse in (False, True):
+        monkeypatch.setattr(fusion, "ENABLED", fuse)
+        rt = Runtime(eim, backend="cpu", threads=2)
+        runs[fuse] = rt.plan({"input": shape}), [next(iter(rt.run({"input": x}).values())) for x in xs]
+    ex = runs[True][0]
+    ops = {n.name: n.op for n in ex.graph.nodes}
+    assert sorted(ops[k] for k in ex.fused) == ["HardSigmoid", "HardSigmoid", "Mul", "Mul", "Mul", "Sigmoid"], ex.fused
+    assert {ops[c] for c in ex.fused.values()} == {"Conv"}
+    assert len(runs[True][0].steps) == len(runs[False][0].steps) - 6
+    for a, b in zip(runs[True][1], runs[False][1]):
+        np.testing.assert_array_equal(a, b)
+    worst, _ = compare_with_ort(path, eim, shape)
+    assert worst <= 1.001, worst
 
 
 def test_dynamic_quantization_matches_onnxruntime(tmp_path):

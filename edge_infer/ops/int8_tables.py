@@ -102,6 +102,23 @@ def requant_table(s_x: float, zp_x: int, s_y: float, zp_y: int, lo: int = QMIN, 
     return np.clip(r, lo, hi).astype(np.int8)
 
 
+def mul_multiplier(s1: float, s2: float, s_y: float) -> Tuple[int, int]:
+    """(q, shift) of TFLite MUL: the product of the inputs' scales over the output's, each a
+    float32 value, multiplied in double."""
+    return quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
+
+
+def gated_table(fn: Callable, s_x: float, zp_x: int, s_h: float, zp_h: int, s_y: float, zp_y: int) -> np.ndarray:
+    """int8 table (index v + 128) of ``Mul(x, act(x))`` with act an int8 table op (x * HardSigmoid(x),
+    x * Sigmoid(x): how quantizers that know no HardSwish / SiLU write them): h = act's table at
+    (s_h, zp_h), then TFLite MUL's integers, clamp(zp_y + MBQM((v - zp_x)(h - zp_h))). Both steps
+    see only v, so the one table gives the two steps' bytes exactly."""
+    h = lut_table(fn, s_x, zp_x, s_h, zp_h).astype(np.int64)
+    q, sh = mul_multiplier(s_x, s_h, s_y)
+    r = requantize((_VALUES - zp_x) * (h - zp_h), q, sh) + zp_y
+    return np.clip(r, QMIN, QMAX).astype(np.int8)
+
+
 def add_params(s1: float, s2: float, s_y: float, sub: bool = False):
     """TFLite ADD/SUB multipliers: ((q1, sh1), (q2, sh2), (qy, shy))."""
     f32 = np.float32

@@ -10,6 +10,12 @@ residual included) and its kernel then maps each stored output through the activ
 activation's output tensor; the intermediate tensor takes no arena bytes. The table is the one
 the separate step would build (``lut_table``, at prepare), so both plans give the same bytes.
 
+A gated activation, ``Mul(x, act(x))`` with act such a table op (x * HardSigmoid(x) is
+HardSwish, x * Sigmoid(x) SiLU, as onnxruntime's QDQ quantizer and exporters that know neither
+write them), is the same: both steps read only x's byte, so one table (``gated_table``: act's
+table, then TFLite MUL's integers) gives the two steps' bytes, and the conv writes the Mul's
+output. It fuses where x's only readers are the two steps and the gate's only reader the Mul.
+
 The decision belongs to the CPU backend and is made when a plan is prepared: the saved graph,
 its ONNX / TFLite exports and the other backends keep the two nodes. ``ENABLED = False``
 prepares plans unfused (the tests compare the two plans bit for bit).
@@ -22,7 +28,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...ir import Graph, Node
-from ...ops.int8_tables import LUT_OPS, activation_fn, by_bits, lut_table
+from ...ops.int8_tables import LUT_OPS, activation_fn, by_bits, gated_table, lut_table
 from ...ops.qmath import per_tensor
 from .registry import TABLE
 
@@ -37,11 +43,14 @@ CONV_OPS = ("Conv", "FusedConv")
 @dataclass(frozen=True)
 class FusedActivation:
     """The activation a conv node of the plan applies: ``op`` and ``attrs`` (the activation
-    node ``node``'s), ``via`` the tensor between them (the conv requantizes to its parameters)."""
+    node ``node``'s), ``via`` the tensor between them (the conv requantizes to its parameters);
+    a gated one also names the Mul node (``gate``) and the activation's output (``gate_via``)."""
     op: str
     attrs: dict
     node: str
     via: str
+    gate: str = ""
+    gate_via: str = ""
 
 
 class _Consts:
@@ -72,7 +81,11 @@ def activation_table(node: Node, ctx) -> Optional[np.ndarray]:
         return None
     s_x, zp_x = per_tensor(ctx, fused.via, "activation input")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
-    return by_bits(lut_table(activation_fn(fused.op, fused.attrs), s_x, zp_x, s_y, zp_y))
+    fn = activation_fn(fused.op, fused.attrs)
+    if fused.gate:
+        s_h, zp_h = per_tensor(ctx, fused.gate_via, "gate")
+        return by_bits(gated_table(fn, s_x, zp_x, s_h, zp_h, s_y, zp_y))
+    return by_bits(lut_table(fn, s_x, zp_x, s_y, zp_y))
 
 
 def _per_tensor_int8(graph: Graph, name: str) -> bool:
@@ -82,13 +95,14 @@ def _per_tensor_int8(graph: Graph, name: str) -> bool:
     return np.asarray(t.quant.get("scale", [])).size == 1 and np.asarray(t.quant.get("zero_point", [0])).size == 1
 
 
-def _fusable(conv: Node, act: Node, graph: Graph, readers: Dict[str, int], consts: _Consts) -> bool:
-    mid = act.inputs[0]
+def _fusable(conv: Node, mid: str, out: str, graph: Graph, consts: _Consts) -> bool:
+    """Whether the conv's only output ``mid`` (read by the fused steps alone: the caller checks)
+    can go through a table into ``out`` inside the conv's step."""
     if (conv.op not in CONV_OPS or ATTR in conv.attrs or [o for o in conv.outputs if o] != [mid]
-            or readers.get(mid, 0) != 1 or mid in graph.outputs or act.outputs[0] in graph.inputs):
+            or mid in graph.outputs or out in graph.inputs):
         return False
-    if not (_per_tensor_int8(graph, mid) and _per_tensor_int8(graph, act.outputs[0])
-            and graph.tensors[mid].shape == graph.tensors[act.outputs[0]].shape):
+    if not (_per_tensor_int8(graph, mid) and _per_tensor_int8(graph, out)
+            and graph.tensors[mid].shape == graph.tensors[out].shape):
         return False
     try:
         entry = TABLE.lookup(conv, consts)
@@ -98,34 +112,60 @@ def _fusable(conv: Node, act: Node, graph: Graph, readers: Dict[str, int], const
     return bool(getattr(entry.prepare, "applies_table_activation", False))
 
 
+def _gated_mul(act: Node, nodes: List[Optional[Node]], readers: Dict[str, List[int]], graph: Graph
+               ) -> Optional[int]:
+    """The index of the Mul computing ``x * act(x)`` from table activation ``act`` (x its input),
+    where the gate act(x) has no other reader and x none but the two; None if there is none."""
+    x, h = act.inputs[0], act.outputs[0]
+    if len(readers.get(h, ())) != 1 or h in graph.outputs or len(readers.get(x, ())) != 2:
+        return None
+    k = readers[h][0]
+    mul = nodes[k]
+    if (mul is None or mul.op != "Mul" or sorted(mul.inputs) != sorted([x, h]) or len(mul.outputs) != 1
+            or k not in readers[x] or not _per_tensor_int8(graph, h)):
+        return None
+    return k
+
+
 def fuse_int8_activations(graph: Graph, nodes: List[Node]) -> Tuple[List[Node], Dict[str, str]]:
-    """``nodes`` (a plan's, in order) with every fusable int8 conv -> table activation pair as
-    one conv node (a copy writing the activation's output, ``ATTR`` set), and {activation node
-    name: conv node name} of the pairs fused. ``graph`` and its nodes are left as they are."""
+    """``nodes`` (a plan's, in order) with every fusable int8 conv -> table activation pair (and
+    conv -> act -> ``Mul(x, act(x))`` triple) as one conv node (a copy writing the activation's,
+    or the Mul's, output, ``ATTR`` set), and {activation (and Mul) node name: conv node name} of
+    those fused. ``graph`` and its nodes are left as they are."""
     if not ENABLED:
         return list(nodes), {}
     producer = {o: k for k, n in enumerate(nodes) for o in n.outputs if o}
-    readers: Dict[str, int] = {}
-    for n in nodes:
+    readers: Dict[str, List[int]] = {}
+    for k, n in enumerate(nodes):
         for i in n.inputs:
             if i:
-                readers[i] = readers.get(i, 0) + 1
+                readers.setdefault(i, []).append(k)
     consts = _Consts(graph)
     out: List[Optional[Node]] = list(nodes)
     fused: Dict[str, str] = {}
     for k, act in enumerate(nodes):
-        if act.op not in LUT_OPS or len(act.inputs) < 1 or not act.inputs[0] or len(act.outputs) != 1:
+        if (out[k] is None or act.op not in LUT_OPS or len(act.inputs) < 1 or not act.inputs[0]
+                or len(act.outputs) != 1):
             continue
-        j = producer.get(act.inputs[0])
-        if j is None or out[j] is None or not _fusable(out[j], act, graph, readers, consts):
+        mid = act.inputs[0]
+        j = producer.get(mid)
+        if j is None or out[j] is None:
+            continue
+        m = _gated_mul(act, out, readers, graph)
+        last = m if m is not None else k          # the step the fused conv takes the place of
+        dst = out[last].outputs[0]
+        if (m is None and len(readers.get(mid, ())) != 1) or not _fusable(out[j], mid, dst, graph, consts):
             continue
         conv = out[j]
         attrs = dict(conv.attrs)
-        attrs[ATTR] = FusedActivation(act.op, dict(act.attrs), act.name, act.inputs[0])
-        # the conv's step takes the activation's place: everything between them ran on other
-        # tensors (the intermediate one had no other reader), and the activation's own inputs
-        # were all ready at the conv's position
-        out[j] = None
-        out[k] = Node(conv.op, list(conv.inputs), [act.outputs[0]], attrs, conv.name)
+        attrs[ATTR] = FusedActivation(act.op, dict(act.attrs), act.name, mid,
+                                      *((out[m].name, act.outputs[0]) if m is not None else ()))
+        # the conv's step takes the last fused step's place: everything between them ran on
+        # other tensors (the intermediate ones had no other reader), and the last step's own
+        # inputs were all ready at the conv's position
+        out[j] = out[k] = None
+        out[last] = Node(conv.op, list(conv.inputs), [dst], attrs, conv.name)
         fused[act.name] = conv.name
+        if m is not None:
+            fused[nodes[m].name] = conv.name
     return [n for n in out if n is not None], fused

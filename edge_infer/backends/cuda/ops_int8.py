@@ -17,7 +17,8 @@ from ...ops.shapes import channels_last, split_layout
 from ...ops import qmath as I8
 from ...ops.pool import window_counts as axis_window_counts
 from ...ops.qmath import b_scales, clip_bounds, conv_requant_params, int8_bias, round_half_away
-from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
+from ...ops.int8_tables import (LUT_OPS, activation_fn, add_params, lut_table, mul_multiplier, requant_table,
+                                softmax_s8_params)
 from .ops import BLOCK, _opt, broadcast_meta, copy_step, gemm_grid, grid_1d, i32, i64
 from .registry import launcher
 from .ops_nn import ConvGeom, _conv_setup, _pool_geom, conv_transpose_args
@@ -297,7 +298,7 @@ def int8_binary(node: Node, ctx):
     if node.op == "Mul":
         op = 1
         (q1, sh1), (q2, sh2) = (0, 0), (0, 0)
-        qy, shy = I8.quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
+        qy, shy = mul_multiplier(s1, s2, s_y)
     else:
         op = 0
         (q1, sh1), (q2, sh2), (qy, shy) = add_params(s1, s2, s_y, node.op == "Sub")

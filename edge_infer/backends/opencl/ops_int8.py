@@ -13,7 +13,8 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ...ops.int8_tables import LUT_OPS, activation_fn, add_params, lut_table, requant_table, softmax_s8_params
+from ...ops.int8_tables import (LUT_OPS, activation_fn, add_params, lut_table, mul_multiplier, requant_table,
+                                softmax_s8_params)
 from ...ops.qmath import (INT32_MIN, QMAX, QMIN, b_scales, clamp_range, clip_bounds, conv_requant_params,
                           int8_bias, per_tensor, qparams, quantize_multiplier, quantize_multipliers,
                           requantize, round_half_away)
@@ -101,7 +102,7 @@ def int8_binary(node: Node, pc) -> None:
     meta = pc.meta(broadcast_meta(pc.shape(a), pc.shape(b), ys))
     n = int(np.prod(ys))
     if node.op == "Mul":
-        q, sh = quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
+        q, sh = mul_multiplier(s1, s2, s_y)
         _q32(q, sh)
         launch1d(pc, node, "int8", "mul_i8", n, [*pc.ref(a), *pc.ref(b), *pc.ref(y), n, meta, zp1, zp2, q, sh, zp_y])
         pc.note(node, "int8 Mul (TFLite: (x1 - zp1)(x2 - zp2) requantized)")

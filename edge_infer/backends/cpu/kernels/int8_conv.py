@@ -374,7 +374,8 @@ def clamp_store(lo: int, hi: int, lut) -> Callable:
 def epilogue_note(z_name: str, act: str, fused) -> str:
     """The plan note's epilogue: requantization, residual, clamp, a fused activation's table."""
     return (f"requantize per channel (MBQM){', + residual' if z_name else ''}{', clamp ' + act if act else ''}"
-            + (f", + {fused.op} ({fused.node!r}) as a 256-entry table" if fused else ""))
+            + (f", + {f'x * {fused.op}(x)' if fused.gate else fused.op} "
+               f"({', '.join(repr(n) for n in (fused.node, fused.gate) if n)}) as a 256-entry table" if fused else ""))
 
 
 def _native_conv(ctx, node: Node, *, x, y, w, bias, q, shift, zp_x: int, zp_y: int, lo: int, hi: int, act: str,
