@@ -113,12 +113,14 @@ def test_fused_block_is_bit_exact(monkeypatch, c, cr, h, w, relu, act, gate_firs
     (17, 5, 3, 4, 4),           # fewer rows than threads: a share a row
     (8, 8, 2, 24, 3),           # a gate of 8 channels (the Mul's narrow path), 2 rows
     (100, 24, 1, 30, 2),        # one row: not split
+    (600, 120, 5, 7, 3),        # 600 channels: a ragged last vector, 5 rows in 3 shares
 ])
 def test_row_shares_are_bit_exact(monkeypatch, c, cr, h, w, threads):
     """At 2+ threads the fused step sums and gates x in row shares, one a thread (the mean:
     the shares' int32 sums added, then divided); every tensor of the block as the unfused
     plan's, on every ISA path, whatever thread runs which share."""
-    monkeypatch.setattr(se, "SPLIT_VALUES", 0)          # small shapes too
+    monkeypatch.setattr(se, "SPLIT_VALUES", 0)          # small shapes and large GEMVs too
+    monkeypatch.setattr(se, "SPLIT_MAX_WEIGHTS", 1 << 30)
     x = np.random.default_rng(c * h).integers(-128, 128, (1, h, w, c), dtype=np.int8)
     x[0, :, :, 0] = -128                                # a channel at the int16 lanes' extreme
     make = se_graph(h * w, c, cr, (h, w), relu=True, act="HardSigmoid", gate_first=c % 2 == 1)
@@ -130,6 +132,20 @@ def test_row_shares_are_bit_exact(monkeypatch, c, cr, h, w, threads):
             for t in (t for t in BLOCK_TENSORS if t in want):
                 np.testing.assert_array_equal(got[t], want[t], err_msg=f"{t}: threads={threads} mask={mask}")
             got = {k: np.array(v) for k, v in ex.run_views({"x": x}).items()}
+
+
+@pytest.mark.parametrize("c,cr,h,threads,parts", [
+    (240, 64, 14, 2, 2), (16, 8, 56, 2, 2),            # MobileNetV3's mean- and Mul-bound blocks: split
+    (240, 64, 14, 1, 1),                                # one thread: the steps as they are
+    (576, 144, 7, 2, 1),                                # GEMV-bound (166 KB of weights): the caller alone
+    (288, 72, 7, 2, 1),                                 # under SPLIT_VALUES
+])
+def test_row_shares_by_size(monkeypatch, c, cr, h, threads, parts):
+    """The default rule (fuse_int8_se.SPLIT_VALUES, SPLIT_MAX_WEIGHTS) on MobileNetV3's shapes."""
+    x = np.zeros((1, h, h, c), np.int8)
+    ex, _ = buffers(se_graph(0, c, cr, (h, h), relu=True, act="HardSigmoid", gate_first=False), x, fuse=True,
+                    threads=threads, monkeypatch=monkeypatch)
+    assert ex.steps[0].native_keep[1].parts == parts
 
 
 @pytest.mark.parametrize("reader", ["gate_output", "mean_output"])

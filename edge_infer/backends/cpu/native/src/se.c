@@ -11,6 +11,8 @@
  * the prepare checks |bias| + K 2^14 < 2^31), MBQM per output channel, + zp_y, the clamp, then
  * the fused activation's 256-entry table (ei_rq_run and ei_lut_inplace, the conv epilogues'
  * own). The mean, hidden and gate tensors are written where the unfused plan writes them.
+ * At 2+ threads (parts > 1, decided at prepare by fuse_int8_se.py) the mean and the Mul run as
+ * two jobs over row shares instead (below).
  *
  * GEMV weights are packed at prepare (Python) in blocks of 16 output channels x 4 inputs:
  * wp[ob][kq][l][j] = w[16 ob + l][4 kq + j] (zero padded), so with AVX-512 VNNI one vpdpbusd
