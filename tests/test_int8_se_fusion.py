@@ -120,7 +120,7 @@ def test_row_shares_are_bit_exact(monkeypatch, c, cr, h, w, threads):
     the shares' int32 sums added, then divided); every tensor of the block as the unfused
     plan's, on every ISA path, whatever thread runs which share."""
     monkeypatch.setattr(se, "SPLIT_VALUES", 0)          # small shapes and large GEMVs too
-    monkeypatch.setattr(se, "SPLIT_MAX_WEIGHTS", 1 << 30)
+    monkeypatch.setattr(se, "SPLIT_WEIGHTS_PER_VALUE", 1 << 30)
     x = np.random.default_rng(c * h).integers(-128, 128, (1, h, w, c), dtype=np.int8)
     x[0, :, :, 0] = -128                                # a channel at the int16 lanes' extreme
     make = se_graph(h * w, c, cr, (h, w), relu=True, act="HardSigmoid", gate_first=c % 2 == 1)
@@ -139,9 +139,11 @@ def test_row_shares_are_bit_exact(monkeypatch, c, cr, h, w, threads):
     (240, 64, 14, 1, 1),                                # one thread: the steps as they are
     (576, 144, 7, 2, 1),                                # GEMV-bound (166 KB of weights): the caller alone
     (288, 72, 7, 2, 1),                                 # under SPLIT_VALUES
+    (480, 120, 20, 2, 2),                               # DB-640's: 115 KB of weights, but 192K values
 ])
 def test_row_shares_by_size(monkeypatch, c, cr, h, threads, parts):
-    """The default rule (fuse_int8_se.SPLIT_VALUES, SPLIT_MAX_WEIGHTS) on MobileNetV3's shapes."""
+    """The default rule (fuse_int8_se.SPLIT_VALUES, SPLIT_WEIGHTS_PER_VALUE) on MobileNetV3's and
+    DB-640's shapes."""
     x = np.zeros((1, h, h, c), np.int8)
     ex, _ = buffers(se_graph(0, c, cr, (h, h), relu=True, act="HardSigmoid", gate_first=False), x, fuse=True,
                     threads=threads, monkeypatch=monkeypatch)

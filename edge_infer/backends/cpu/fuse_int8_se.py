@@ -10,8 +10,8 @@ native steps, this module puts one step in their place (``ei_se_s8``, native/src
 the mean and the Mul steps' own kernels on their own argument structs, and the two GEMVs on
 weights packed here for them, with the convs' own folded bias, multipliers, clamp and table
 (read back from the conv steps' argument structs), so the bytes are those of the four steps.
-At 2+ threads, where x is large enough and the GEMVs small enough (``SPLIT_VALUES``,
-``SPLIT_MAX_WEIGHTS``), the step sums x and gates it in row shares, one a thread, where the
+At 2+ threads, where x is large enough and the GEMVs small enough beside it (``SPLIT_VALUES``,
+``SPLIT_WEIGHTS_PER_VALUE``), the step sums x and gates it in row shares, one a thread, where the
 depthwise conv before it wrote them (int32 partial sums added, then divided as the pool does).
 
 The decision belongs to the CPU backend and is made after the plan's steps are prepared: the
@@ -42,14 +42,16 @@ MAX_K = 4096
 MUL_PAR_VALUES = 1 << 17
 #: at 2+ threads, x of at least ``SPLIT_VALUES`` values is summed and gated in row shares, one a
 #: thread, where the depthwise conv before the block wrote them (src/se.c), unless the two GEMVs
-#: (on the caller between the two jobs) have over ``SPLIT_MAX_WEIGHTS`` bytes. Measured on
-#: MobileNetV3-small at 2 threads (per-step minimums, interleaved plans, loaded 2-core machine),
-#: caller alone -> row shares: 56x56x16 10.9 -> 7.3 us, 14x14x240 10.4 -> 8.0, 14x14x144 6.4 ->
-#: 5.6, 14x14x120 5.3 -> 5.0, 14x14x96 (19K values) 4.3 -> 4.2, 7x7x288 (14K) 4.7 -> 4.9-5.7; the
-#: 7x7x576 blocks (28K values, 166 KB of GEMV weights, ~6 us of the block's ~10.5) 10.5 -> 10.9-12.0
-#: (their gate and Mul in column shares, the second GEMV split with them, 10.8-11.2)
+#: (on the caller between the two jobs) have over ``SPLIT_WEIGHTS_PER_VALUE`` bytes of weights
+#: per value of x. Measured at 2 threads (per-step minimums, interleaved plans, loaded 2-core
+#: machine), caller alone -> row shares: MobileNetV3-small 56x56x16 10.9 -> 7.3 us, 14x14x240
+#: 10.4 -> 8.0, 14x14x144 6.4 -> 5.6, 14x14x120 5.3 -> 5.0, 14x14x96 (19K values) 4.3 -> 4.2,
+#: 7x7x288 (14K) 4.7 -> 4.9-5.7; its 7x7x576 blocks (28K values, 166 KB of GEMV weights, ~5 us of
+#: the block's ~10.5) 10.5 -> 10.9-12.0 (with their gate and Mul in column shares, the second GEMV
+#: split with them, 10.8-11.2); DB-640's 20x20x480 (192K values, 115 KB) 43 -> 30, its 80x80 and
+#: 40x40 blocks 42-80 -> 32-57 (the Mul had split by itself there, after the caller's mean)
 SPLIT_VALUES = 1 << 14
-SPLIT_MAX_WEIGHTS = 1 << 16
+SPLIT_WEIGHTS_PER_VALUE = 2
 #: the int8 conv steps whose ``Int8ConvArgs`` a GEMV takes over (the GEMM; the stem kernel, which
 #: serves convs on <= 4 input channels: a narrow block's second conv)
 CONV_FNS = ("ei_int8_conv", "ei_int8_stem")
@@ -120,12 +122,13 @@ def _gemv(conv_args, w: np.ndarray, keep: list) -> Optional[GemvArgs]:
 def _row_shares(pool_step, pa, ma, threads: int, weight_bytes: int) -> Optional[Tuple[int, int, int]]:
     """(parts, rows, cols) when the fused step sums and gates x in row shares, one a thread
     (src/se.c): x NHWC of batch 1 with at least ``SPLIT_VALUES`` values, GEMVs of at most
-    ``SPLIT_MAX_WEIGHTS`` bytes, the Mul a gate over x's pixels (shape (1, 1, H W, C)); else None."""
+    ``SPLIT_WEIGHTS_PER_VALUE`` bytes of weights per value of x, the Mul a gate over x's pixels
+    (shape (1, 1, H W, C)); else None."""
     x = pool_step.native_keep[2][0] if len(pool_step.native_keep[2]) else None
     if threads < 2 or not isinstance(x, np.ndarray) or x.ndim != 4 or not pa.nhwc or pa.n != 1:
         return None
     rows, cols = int(x.shape[1]), int(x.shape[2])
-    if x.size < SPLIT_VALUES or weight_bytes > SPLIT_MAX_WEIGHTS or rows < 2 \
+    if x.size < SPLIT_VALUES or weight_bytes > SPLIT_WEIGHTS_PER_VALUE * x.size or rows < 2 \
             or tuple(ma.shape) != (1, 1, rows * cols, int(pa.c)):
         return None
     return min(threads, rows), rows, cols
