@@ -105,6 +105,51 @@ def test_fused_block_is_bit_exact(monkeypatch, c, cr, h, w, relu, act, gate_firs
                     np.testing.assert_array_equal(got[t], want[t], err_msg=f"{t}: threads={threads} mask={mask}")
 
 
+@pytest.mark.parametrize("c,cr,h,w,threads", [
+    (16, 8, 56, 56, 2),         # MobileNetV3's first block: the 16- / 32-channel run sums
+    (576, 144, 7, 7, 2),        # its last ones: an odd row count, 3 and 4 rows
+    (240, 64, 14, 14, 2),
+    (40, 16, 9, 5, 3),          # C not a multiple of 16, 9 rows in 3 shares
+    (17, 5, 3, 4, 4),           # fewer rows than threads: a share a row
+    (8, 8, 2, 24, 3),           # a gate of 8 channels (the Mul's narrow path), 2 rows
+    (100, 24, 1, 30, 2),        # one row: not split
+    (600, 120, 5, 7, 3),        # 600 channels: a ragged last vector, 5 rows in 3 shares
+])
+def test_row_shares_are_bit_exact(monkeypatch, c, cr, h, w, threads):
+    """At 2+ threads the fused step sums and gates x in row shares, one a thread (the mean:
+    the shares' int32 sums added, then divided); every tensor of the block as the unfused
+    plan's, on every ISA path, whatever thread runs which share."""
+    monkeypatch.setattr(se, "SPLIT_VALUES", 0)          # small shapes and large GEMVs too
+    monkeypatch.setattr(se, "SPLIT_WEIGHTS_PER_VALUE", 1 << 30)
+    x = np.random.default_rng(c * h).integers(-128, 128, (1, h, w, c), dtype=np.int8)
+    x[0, :, :, 0] = -128                                # a channel at the int16 lanes' extreme
+    make = se_graph(h * w, c, cr, (h, w), relu=True, act="HardSigmoid", gate_first=c % 2 == 1)
+    _, want = buffers(make, x, fuse=False, monkeypatch=monkeypatch)
+    for mask in MASKS:
+        ex, got = buffers(make, x, fuse=True, threads=threads, mask=mask, monkeypatch=monkeypatch)
+        assert ex.steps[0].native_keep[1].parts == (min(threads, h) if h > 1 else 1)
+        for _ in range(3):                              # shares taken by other threads on later runs
+            for t in (t for t in BLOCK_TENSORS if t in want):
+                np.testing.assert_array_equal(got[t], want[t], err_msg=f"{t}: threads={threads} mask={mask}")
+            got = {k: np.array(v) for k, v in ex.run_views({"x": x}).items()}
+
+
+@pytest.mark.parametrize("c,cr,h,threads,parts", [
+    (240, 64, 14, 2, 2), (16, 8, 56, 2, 2),            # MobileNetV3's mean- and Mul-bound blocks: split
+    (240, 64, 14, 1, 1),                                # one thread: the steps as they are
+    (576, 144, 7, 2, 1),                                # GEMV-bound (166 KB of weights): the caller alone
+    (288, 72, 7, 2, 1),                                 # under SPLIT_VALUES
+    (480, 120, 20, 2, 2),                               # DB-640's: 115 KB of weights, but 192K values
+])
+def test_row_shares_by_size(monkeypatch, c, cr, h, threads, parts):
+    """The default rule (fuse_int8_se.SPLIT_VALUES, SPLIT_WEIGHTS_PER_VALUE) on MobileNetV3's and
+    DB-640's shapes."""
+    x = np.zeros((1, h, h, c), np.int8)
+    ex, _ = buffers(se_graph(0, c, cr, (h, h), relu=True, act="HardSigmoid", gate_first=False), x, fuse=True,
+                    threads=threads, monkeypatch=monkeypatch)
+    assert ex.steps[0].native_keep[1].parts == parts
+
+
 @pytest.mark.parametrize("reader", ["gate_output", "mean_output"])
 def test_block_with_another_reader_stays_apart(monkeypatch, reader):
     """An intermediate tensor that a graph output also reads keeps its own steps."""

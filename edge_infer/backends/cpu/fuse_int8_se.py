@@ -10,6 +10,9 @@ native steps, this module puts one step in their place (``ei_se_s8``, native/src
 the mean and the Mul steps' own kernels on their own argument structs, and the two GEMVs on
 weights packed here for them, with the convs' own folded bias, multipliers, clamp and table
 (read back from the conv steps' argument structs), so the bytes are those of the four steps.
+At 2+ threads, where x is large enough and the GEMVs small enough beside it (``SPLIT_VALUES``,
+``SPLIT_WEIGHTS_PER_VALUE``), the step sums x and gates it in row shares, one a thread, where the
+depthwise conv before it wrote them (int32 partial sums added, then divided as the pool does).
 
 The decision belongs to the CPU backend and is made after the plan's steps are prepared: the
 saved graph, its exports and the other backends keep the four nodes, the arena keeps their
@@ -37,6 +40,18 @@ MAX_K = 4096
 #: 14x14x240 gates: 12.1 us at 2 threads split, 10.6 on one; 56x56x16 about even; best of 40,
 #: loaded machine). The unfused Mul keeps its own split (src/int8_ops.c).
 MUL_PAR_VALUES = 1 << 17
+#: at 2+ threads, x of at least ``SPLIT_VALUES`` values is summed and gated in row shares, one a
+#: thread, where the depthwise conv before the block wrote them (src/se.c), unless the two GEMVs
+#: (on the caller between the two jobs) have over ``SPLIT_WEIGHTS_PER_VALUE`` bytes of weights
+#: per value of x. Measured at 2 threads (per-step minimums, interleaved plans, loaded 2-core
+#: machine), caller alone -> row shares: MobileNetV3-small 56x56x16 10.9 -> 7.3 us, 14x14x240
+#: 10.4 -> 8.0, 14x14x144 6.4 -> 5.6, 14x14x120 5.3 -> 5.0, 14x14x96 (19K values) 4.3 -> 4.2,
+#: 7x7x288 (14K) 4.7 -> 4.9-5.7; its 7x7x576 blocks (28K values, 166 KB of GEMV weights, ~5 us of
+#: the block's ~10.5) 10.5 -> 10.9-12.0 (with their gate and Mul in column shares, the second GEMV
+#: split with them, 10.8-11.2); DB-640's 20x20x480 (192K values, 115 KB) 43 -> 30, its 80x80 and
+#: 40x40 blocks 42-80 -> 32-57 (the Mul had split by itself there, after the caller's mean)
+SPLIT_VALUES = 1 << 14
+SPLIT_WEIGHTS_PER_VALUE = 2
 #: the int8 conv steps whose ``Int8ConvArgs`` a GEMV takes over (the GEMM; the stem kernel, which
 #: serves convs on <= 4 input channels: a narrow block's second conv)
 CONV_FNS = ("ei_int8_conv", "ei_int8_stem")
@@ -53,7 +68,7 @@ class GemvArgs(ctypes.Structure):
 class SeArgs(ctypes.Structure):
     """``ei_se_s8_args`` of src/se.c."""
     _fields_ = [("pool_fn", _P), ("pool", _P), ("mul_fn", _P), ("mul", _P), ("g1", GemvArgs), ("g2", GemvArgs),
-                ("threads", _I), ("pad_", _I)]
+                ("sums", _P), ("rows", ctypes.c_int64), ("cols", ctypes.c_int64), ("threads", _I), ("parts", _I)]
 
 
 def _symbol(name: str) -> Optional[int]:
@@ -104,6 +119,21 @@ def _gemv(conv_args, w: np.ndarray, keep: list) -> Optional[GemvArgs]:
     return GemvArgs(a.x, a.y, *ptr[:5], ptr[5] if lut is not None else None, None, m, k, a.zp_y, a.lo, a.hi, 0)
 
 
+def _row_shares(pool_step, pa, ma, threads: int, weight_bytes: int) -> Optional[Tuple[int, int, int]]:
+    """(parts, rows, cols) when the fused step sums and gates x in row shares, one a thread
+    (src/se.c): x NHWC of batch 1 with at least ``SPLIT_VALUES`` values, GEMVs of at most
+    ``SPLIT_WEIGHTS_PER_VALUE`` bytes of weights per value of x, the Mul a gate over x's pixels
+    (shape (1, 1, H W, C)); else None."""
+    x = pool_step.native_keep[2][0] if len(pool_step.native_keep[2]) else None
+    if threads < 2 or not isinstance(x, np.ndarray) or x.ndim != 4 or not pa.nhwc or pa.n != 1:
+        return None
+    rows, cols = int(x.shape[1]), int(x.shape[2])
+    if x.size < SPLIT_VALUES or weight_bytes > SPLIT_WEIGHTS_PER_VALUE * x.size or rows < 2 \
+            or tuple(ma.shape) != (1, 1, rows * cols, int(pa.c)):
+        return None
+    return min(threads, rows), rows, cols
+
+
 def _readers(nodes: List[Node]) -> Dict[str, int]:
     out: Dict[str, int] = {}
     for n in nodes:
@@ -147,8 +177,14 @@ def _fuse_at(graph: Graph, nodes: List[Node], steps: List[Callable[[], None]], k
         gemvs.append(g)
     pool_fn, pool_args = steps[k].native_step
     mul_fn, mul_args = steps[k + 3].native_step
-    args = SeArgs(pool_fn, pool_args, mul_fn, mul_args, *gemvs, max(1, int(ma.threads)), 0)
-    if int(np.prod(list(ma.shape))) < MUL_PAR_VALUES:
+    threads = max(1, int(ma.threads))
+    args = SeArgs(pool_fn, pool_args, mul_fn, mul_args, *gemvs, None, 0, 0, threads, 1)
+    shares = _row_shares(steps[k], pa, ma, threads, int(a1.m * a1.c + a2.m * a2.c))
+    if shares is not None:
+        sums = np.zeros((shares[0], int(pa.c)), np.int32)
+        keep.append(sums)
+        args.sums, args.parts, args.rows, args.cols = sums.ctypes.data, *shares
+    elif int(np.prod(list(ma.shape))) < MUL_PAR_VALUES:
         ma.threads = 1
     # the GEMVs' requantization constants in the SIMD layout, made once here
     size = native.function("ei_se_consts_size", ctypes.c_void_p, restype=ctypes.c_int64)(ctypes.addressof(args))

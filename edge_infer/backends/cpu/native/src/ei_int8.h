@@ -266,5 +266,11 @@ void ei_rq_run(int simd, const ei_rq *rq, const int32_t *acc, int ch0, int n, in
 /* the SIMD flag kernels pass to ei_rq_run, from the current ISA mask */
 int ei_rq_simd(void);
 
+/* pieces of the int8 global average pool (int8_misc.c) and broadcast Mul (int8_ops.c) that the
+ * fused squeeze-excite step (se.c) runs in its own thread shares; args: the steps' own structs */
+void ei_global_pool_s8_sums(const void *args, int64_t q0, int64_t q1, int32_t *acc);
+void ei_global_pool_s8_store(const void *args, const int32_t *acc);
+void ei_int8_bcast_rows(const void *args, int64_t r0, int64_t r1);
+
 
 #endif

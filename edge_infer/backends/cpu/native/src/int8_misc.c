@@ -215,6 +215,39 @@ EI_API void ei_global_pool_s8(const ei_global_pool_s8_args *a) {
     ei_parallel_for(rows, 1, global_s8_range, (void *)a, t);
 }
 
+/* The mean in two halves, for the fused squeeze-excite step (se.c), which sums each thread's
+ * share of positions where the layer before wrote it and adds the shares: an NHWC average
+ * (op 1 or 2) of batch 1. acc[j] = sum of x[q][j] over positions q0 .. q1 - 1, all c channels
+ * (exact int32: p 128 < 2^31); the same sums as global_s8_range's, in the same int16 lanes */
+void ei_global_pool_s8_sums(const void *args, int64_t q0, int64_t q1, int32_t *acc) {
+    const ei_global_pool_s8_args *a = (const ei_global_pool_s8_args *)args;
+    const int8_t *x = a->x + q0 * a->c;
+#if defined(__x86_64__)
+    if (ei_has(EI_AVX512)) {
+        if (a->c == 16 || a->c == 32) sum_s8_run_avx512(x, a->c, q1 - q0, acc);
+        else sum_s8_avx512(x, a->c, q1 - q0, a->c, acc);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < a->c; j++) acc[j] = 0;
+    for (int64_t q = q0; q < q1; q++, x += a->c)
+        for (int64_t j = 0; j < a->c; j++) acc[j] += x[j];
+}
+
+/* y = the mean of the sums acc (all positions, c channels), as global_s8_range stores it */
+void ei_global_pool_s8_store(const void *args, const int32_t *acc) {
+    const ei_global_pool_s8_args *a = (const ei_global_pool_s8_args *)args;
+#if defined(__x86_64__)
+    if ((a->op == 2 || a->p < (1 << 22)) && ei_has(EI_AVX512)) {
+        mean_store_avx512(a, acc, a->c, a->y);
+        return;
+    }
+#endif
+    ei_divn dn = divn_make(a->p > 0 ? a->p : 1);
+    for (int64_t j = 0; j < a->c; j++)
+        a->y[j] = a->op == 2 ? requant_mean(a, acc[j]) : rounded_mean_d(acc[j], a->p, dn);
+}
+
 typedef struct {
     const int8_t *x; int8_t *y;
     int64_t n, c, h, w, oh, ow;

@@ -365,13 +365,26 @@ static void mul_range_avx512(void *vctx, int64_t r0, int64_t r1) {
 }
 #endif
 
-EI_API void ei_int8_bcast(const ei_int8_bcast_args *a) {
-    bcast_ctx c = { a, ei_rq_simd() };
-    ei_range_fn fn = bcast_range;
+/* the row kernel of these args under the current ISA mask */
+static ei_range_fn bcast_fn(const ei_int8_bcast_args *a) {
 #if defined(__x86_64__)
     if (a->op == 1 && ei_has(EI_AVX512) && a->sa[3] >= 0 && a->sa[3] <= 1 && a->sb[3] >= 0 && a->sb[3] <= 1)
-        fn = mul_range_avx512;
+        return mul_range_avx512;
 #endif
+    return bcast_range;
+}
+
+/* rows r0 .. r1 - 1 (of the collapsed outer dims) of ei_int8_bcast, on the calling thread: the
+ * fused squeeze-excite step (se.c) runs the gated Mul in its own row shares */
+void ei_int8_bcast_rows(const void *args, int64_t r0, int64_t r1) {
+    const ei_int8_bcast_args *a = (const ei_int8_bcast_args *)args;
+    bcast_ctx c = { a, ei_rq_simd() };
+    if (r1 > r0) bcast_fn(a)(&c, r0, r1);
+}
+
+EI_API void ei_int8_bcast(const ei_int8_bcast_args *a) {
+    bcast_ctx c = { a, ei_rq_simd() };
+    ei_range_fn fn = bcast_fn(a);
     int64_t rows = a->shape[0] * a->shape[1] * a->shape[2], total = rows * a->shape[3];
     if (total <= 0) return;
     int64_t grain = EI_MAX((int64_t)1, 4096 / EI_MAX(a->shape[3], (int64_t)1));

@@ -11,6 +11,8 @@
  * the prepare checks |bias| + K 2^14 < 2^31), MBQM per output channel, + zp_y, the clamp, then
  * the fused activation's 256-entry table (ei_rq_run and ei_lut_inplace, the conv epilogues'
  * own). The mean, hidden and gate tensors are written where the unfused plan writes them.
+ * At 2+ threads (parts > 1, decided at prepare by fuse_int8_se.py) the mean and the Mul run as
+ * two jobs over row shares instead (below).
  *
  * GEMV weights are packed at prepare (Python) in blocks of 16 output channels x 4 inputs:
  * wp[ob][kq][l][j] = w[16 ob + l][4 kq + j] (zero padded), so with AVX-512 VNNI one vpdpbusd
@@ -45,7 +47,9 @@ typedef struct {
     ei_step_fn pool_fn; const void *pool;      /* the mean: GlobalAveragePool's step */
     ei_step_fn mul_fn; const void *mul;        /* the gated Mul's step */
     ei_se_gemv g1, g2;
-    int32_t threads, pad_;
+    int32_t *sums;              /* parts > 1: parts x g1.k int32, the shares' channel sums (scratch) */
+    int64_t rows, cols;         /* parts > 1: x's image rows and columns (NHWC, batch 1) */
+    int32_t threads, parts;     /* parts > 1: the mean and the Mul in that many row shares */
 } ei_se_s8_args;
 
 static void gemv_plain(const ei_se_gemv *g, const int8_t *x, int32_t *acc) {
@@ -176,14 +180,58 @@ static void gemv_run(const ei_se_gemv *g, int simd, int threads) {
     if (g->lut) ei_lut_inplace(g->lut, g->y, g->m, 1, g->m);
 }
 
+/* Row shares at 2+ threads: the depthwise conv before the block split x's rows into equal runs,
+ * one a thread (src/depthwise.c; the pool's slot s takes share s first, runtime.c), so each
+ * thread sums and gates the rows in its own L2: share i is rows rows i / parts .. rows (i + 1) /
+ * parts, the depthwise's runs whenever its chunks are a multiple of the threads. The mean is
+ * the shares' int32 sums added (exact) and divided on the caller as ei_global_pool_s8 does; the
+ * GEMVs run on the caller between the two jobs (the hidden vector and the gate are tiny).
+ * The mean's job is what lets the Mul's pay: with the mean on the caller (it reads the worker's
+ * rows, and they move to the caller's core) the Mul in row shares measured no faster than on
+ * one thread (MobileNetV3 at 2 threads, the step's phases timed in place, min of ~400 runs:
+ * 56x56x16 Mul 9.1 us alone, 9.4 split after a caller's mean, 5.2 after the mean's job; the
+ * mean's job costs ~0.2-0.4 us more than the caller's mean). */
+static void share_of(const ei_se_s8_args *a, int64_t i, int64_t *q0, int64_t *q1) {
+    *q0 = a->cols * (a->rows * i / a->parts);
+    *q1 = a->cols * (a->rows * (i + 1) / a->parts);
+}
+
+static void mean_shares(void *ctx, int64_t b, int64_t e) {
+    const ei_se_s8_args *a = (const ei_se_s8_args *)ctx;
+    for (int64_t i = b; i < e; i++) {
+        int64_t q0, q1;
+        share_of(a, i, &q0, &q1);
+        ei_global_pool_s8_sums(a->pool, q0, q1, a->sums + i * a->g1.k);
+    }
+}
+
+static void mul_shares(void *ctx, int64_t b, int64_t e) {     /* the Mul's rows are x's pixels */
+    const ei_se_s8_args *a = (const ei_se_s8_args *)ctx;
+    for (int64_t i = b; i < e; i++) {
+        int64_t q0, q1;
+        share_of(a, i, &q0, &q1);
+        ei_int8_bcast_rows(a->mul, q0, q1);
+    }
+}
+
 EI_API void ei_se_s8(const ei_se_s8_args *a) {
     EI_CHECK(a->g1.k >= 1 && a->g1.k <= SE_MAX_K && a->g1.m >= 1 && a->g1.m <= SE_MAX_K);
     EI_CHECK(a->g2.k == a->g1.m && a->g2.m >= 1 && a->g2.m <= SE_MAX_K);
+    EI_CHECK(a->parts <= 1 || (a->sums != NULL && a->parts <= a->rows && a->cols >= 1));
     int simd = ei_rq_simd();
-    a->pool_fn(a->pool);
+    if (a->parts > 1) {
+        ei_parallel_for(a->parts, 1, mean_shares, (void *)a, a->parts);
+        const int64_t c = a->g1.k;
+        for (int64_t i = 1; i < a->parts; i++)
+            for (int64_t j = 0; j < c; j++) a->sums[j] += a->sums[i * c + j];
+        ei_global_pool_s8_store(a->pool, a->sums);
+    } else {
+        a->pool_fn(a->pool);
+    }
     gemv_run(&a->g1, simd, a->threads);
     gemv_run(&a->g2, simd, a->threads);
-    a->mul_fn(a->mul);
+    if (a->parts > 1) ei_parallel_for(a->parts, 1, mul_shares, (void *)a, a->parts);
+    else a->mul_fn(a->mul);
 }
 
 /* bytes of the AVX-512 requantization constants of both GEMVs (0: none are used here) */
