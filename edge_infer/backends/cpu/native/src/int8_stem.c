@@ -108,8 +108,13 @@ EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
     /* where the GEMM runs on AMX (K >= 17, kernels.AMX_MIN_K) its tiles take the multiplies off
      * the vector ports: from 32 channels on it beat these rows (1 thread, loaded machine,
      * 3 -> 32 3x3/2 at 320: 251 against 328 us; 3 -> 16 at 224: 90 against 81 us; without AMX
-     * the VNNI GEMM took 420 and 230 us, AVX2 1895 and 779 against the stem's 885 and 235) */
-    if (a->m > 16 && a->kh * a->kw * a->c >= 17 && ei_int8_kind_runs(KIND_AMX)) return -1;
+     * the VNNI GEMM took 420 and 230 us, AVX2 1895 and 779 against the stem's 885 and 235).
+     * With these rows on AMX tiles too (row_amx), on an int8 input 3 -> 32 and 3 -> 48 at 320
+     * are a draw (274 and 415 us against the GEMM's 270 and 413; 32 at 224: 138 / 140), 16
+     * channels the stem's (640: 520 against 736 us), 64 the GEMM's (578 against 483). On the
+     * graph's float input the stem also takes the QuantizeLinear (and NCHW Transpose) steps
+     * in (ei_int8_stem_q), which the GEMM cannot: the GEMM keeps more than 48 channels. */
+    if (a->m > 48 && a->kh * a->kw * a->c >= 17 && ei_int8_kind_runs(KIND_AMX)) return -1;
     if (stem_kind_runs(KIND_VNNI)) return KIND_VNNI;
     if (stem_kind_runs(KIND_AVX2)) return KIND_AVX2;
 #elif defined(__aarch64__)
