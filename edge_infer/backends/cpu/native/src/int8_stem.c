@@ -333,6 +333,18 @@ VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
     for (int i = 0; i < 4; i++) s->lut4[i] = a->lut ? _mm512_loadu_si512(a->lut + 64 * i) : _mm512_setzero_si512();
 }
 
+/* the epilogue of n (a multiple of 4) accumulators of block b (its bias included), the VNNI
+ * and the AMX rows': requantized and packed, p[h] holding acc[4h] .. acc[4h + 3]'s bytes */
+VNNI_TARGET __attribute__((always_inline))
+static inline void vnni_requant(const stem_ctx *s, int b, const __m512i *acc, int n, __m512i *p) {
+    const ei_vq16 *k = &s->vq[b];
+    const ei_vqc *vc = &s->vc[b];
+    const int left = vc->left;
+    for (int h = 0; h < n / 4; h++)
+        p[h] = ei_vq_pack4(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
+                           ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
+}
+
 /* NPX pixels' 16 channels of block b from the bias, requantized and packed: pixel i's tap
  * group gi is 4 bytes at gp[gi] + at + min(i, last) * step; p[h] holds pixels 4h .. 4h + 3.
  * Inlined with step a constant (the common stems), the 16 addresses are one register plus
@@ -340,9 +352,6 @@ VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
  * registers (8 pixels at runtime offsets before, GCC moving each accumulator twice around
  * every vpdpbusd: 85 us for MobileNetV3's 224 stem). Now the requantization is most of it:
  * per 9 groups x 16 vpdpbusd, 16 vectors of ~14 instructions each. */
-VNNI_TARGET __attribute__((always_inline))
-static inline void vnni_requant(const stem_ctx *s, int b, const __m512i *acc, int n, __m512i *p);
-
 VNNI_TARGET __attribute__((always_inline))
 static inline void vnni_block(const stem_ctx *s, int b, const uint8_t *const *gp, int64_t at, int64_t step,
                               int last, __m512i *p) {
@@ -358,18 +367,6 @@ static inline void vnni_block(const stem_ctx *s, int b, const uint8_t *const *gp
             acc[i] = dpbusd(acc[i], _mm512_set1_epi32(load32(x + EI_MIN(i, last) * step)), wv);
     }
     vnni_requant(s, b, acc, NPX, p);
-}
-
-/* the epilogue of n (a multiple of 4) accumulators of block b (its bias included), the VNNI
- * and the AMX rows': requantized and packed, p[h] holding acc[4h] .. acc[4h + 3]'s bytes */
-VNNI_TARGET __attribute__((always_inline))
-static inline void vnni_requant(const stem_ctx *s, int b, const __m512i *acc, int n, __m512i *p) {
-    const ei_vq16 *k = &s->vq[b];
-    const ei_vqc *vc = &s->vc[b];
-    const int left = vc->left;
-    for (int h = 0; h < n / 4; h++)
-        p[h] = ei_vq_pack4(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
-                           ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
 }
 
 /* pixels first .. first + np - 1 of p (block b's 16 channels each) into the output row y */
@@ -479,7 +476,8 @@ static void amx_tiles_prepare(const stem_ctx *s, stem_tiles *t) {
     }
 }
 
-/* tile C = sum over kernel rows of A . B, stored to cbuf (rows of cb bytes) */
+/* tile C = sum over kernel rows of A . B, stored to cbuf (rows of cb bytes); reads amx_sums'
+ * kh, lines, at, step, w, gb */
 #define AMX_KROWS(C)                                                                             \
     do {                                                                                         \
         _tile_zero(C);                                                                           \
