@@ -2,7 +2,7 @@
 VNNI kind's rows are computed with tdpbusd on the line buffers read as A tiles, and they give the
 bytes of the VNNI rows, the scalar rows and a direct numpy convolution (MBQM requantization,
 clamp, activation table) on seeded random geometries: 8 / 16 / 24 / 32 / 40 / 64 output channels,
-rows narrower than 16 pixels, strides 1 to 3, 3x3 to 7x7 kernels, 1 and 2 threads, under every
+rows narrower than 16 pixels, strides 1 to 3, 1x1 to 7x7 kernels and kernel rows of 64 bytes, 1 and 2 threads, under every
 ISA mask. On machines without AMX the same cases check the other kinds."""
 import ctypes
 
@@ -91,6 +91,8 @@ CASES = [  # c, m, h, w, kh, kw, sh, sw, pt, pl
     (2, 64, 11, 40, 7, 7, 3, 3, 3, 3),      # 64 channels (the most), stride 3
     (3, 16, 6, 1, 3, 3, 1, 1, 1, 1),        # one pixel a row
     (3, 16, 5, 16, 3, 3, 1, 1, 1, 1),       # exactly 16 pixels a row
+    (4, 16, 6, 40, 2, 16, 1, 1, 1, 7),      # kernel rows of 64 values: whole 64-byte A tile rows
+    (3, 32, 9, 50, 1, 1, 2, 2, 0, 0),       # a strided 1x1: one k-group
 ]
 
 
