@@ -1,9 +1,9 @@
 """The int8 stem's rows on AMX tiles (native/src/int8_stem.c row_amx): where this CPU runs AMX the
 VNNI kind's rows are computed with tdpbusd on the line buffers read as A tiles, and they give the
 bytes of the VNNI rows, the scalar rows and a direct numpy convolution (MBQM requantization,
-clamp, activation table) on seeded random geometries: 8 / 16 / 24 / 32 / 40 / 64 output channels,
-rows narrower than 16 pixels, strides 1 to 3, 1x1 to 7x7 kernels and kernel rows of 64 bytes, 1 and 2 threads, under every
-ISA mask. On machines without AMX the same cases check the other kinds."""
+clamp, activation table) on seeded random geometries: 5 to 64 output channels, rows narrower
+than 16 pixels, strides 1 to 3, 1x1 to 7x7 kernels and kernel rows of 64 bytes, 1 and 2 threads,
+under every ISA mask. On machines without AMX the same cases check the other kinds."""
 import ctypes
 
 import numpy as np
