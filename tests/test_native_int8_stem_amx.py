@@ -43,8 +43,8 @@ def _case(seed, c, m, h, w, kh, kw, sh, sw, pt, pl, threads, lut):
              y=np.zeros((1, oh, ow, m), np.int8))
     zp_y = int(rng.integers(-128, 128))
     a = kernels.Int8ConvArgs(zp_x=int(rng.integers(-128, 128)), zp_y=zp_y, lo=zp_y if seed % 3 == 0 else -128, hi=127,
-                             n=1, c=c, h=h, w=w, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=1, dw=1, pt=pt, pl=pl,
-                             threads=threads)
+                             n=1, c=c, h=h, w=w, m=m, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=1, dw=1,
+                             pt=pt, pl=pl, threads=threads)
     return a, d
 
 
