@@ -108,8 +108,13 @@ EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
     /* where the GEMM runs on AMX (K >= 17, kernels.AMX_MIN_K) its tiles take the multiplies off
      * the vector ports: from 32 channels on it beat these rows (1 thread, loaded machine,
      * 3 -> 32 3x3/2 at 320: 251 against 328 us; 3 -> 16 at 224: 90 against 81 us; without AMX
-     * the VNNI GEMM took 420 and 230 us, AVX2 1895 and 779 against the stem's 885 and 235) */
-    if (a->m > 16 && a->kh * a->kw * a->c >= 17 && ei_int8_kind_runs(KIND_AMX)) return -1;
+     * the VNNI GEMM took 420 and 230 us, AVX2 1895 and 779 against the stem's 885 and 235).
+     * With these rows on AMX tiles too (row_amx), on an int8 input 3 -> 32 and 3 -> 48 at 320
+     * are a draw (274 and 415 us against the GEMM's 270 and 413; 32 at 224: 138 / 140), 16
+     * channels the stem's (640: 520 against 736 us), 64 the GEMM's (578 against 483). On the
+     * graph's float input the stem also takes the QuantizeLinear (and NCHW Transpose) steps
+     * in (ei_int8_stem_q), which the GEMM cannot: the GEMM keeps more than 48 channels. */
+    if (a->m > 48 && a->kh * a->kw * a->c >= 17 && ei_int8_kind_runs(KIND_AMX)) return -1;
     if (stem_kind_runs(KIND_VNNI)) return KIND_VNNI;
     if (stem_kind_runs(KIND_AVX2)) return KIND_AVX2;
 #elif defined(__aarch64__)
@@ -117,6 +122,18 @@ EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
     if (stem_kind_runs(KIND_NEON)) return KIND_NEON;
 #endif
     return KIND_SCALAR;
+}
+
+/* the rows ei_int8_stem runs args of a->kind (as ei_int8_stem_kind chose it) with on this
+ * machine now, ISA mask included, for plan notes and tests */
+EI_API const char *ei_int8_stem_path(const ei_int8_conv_args *a) {
+    static const char *const names[] = { "scalar", "AVX2 vpmaddwd", "NEON smlal", "NEON sdot", "AVX-512 VNNI vpdpbusd" };
+    int kind = stem_kind_runs(a->kind) ? a->kind : KIND_SCALAR;
+#if defined(__x86_64__)
+    if (kind == KIND_VNNI && ei_int8_kind_runs(KIND_AMX))
+        return a->m <= 8 ? "AMX tdpbusd, 8-channel tiles" : "AMX tdpbusd";
+#endif
+    return kind >= 0 && kind <= KIND_VNNI ? names[kind] : names[0];
 }
 
 /* packed weights: int32 bias correction per channel (mb * 16), then the kind's layout */
@@ -232,6 +249,15 @@ static void build_line(const ei_int8_conv_args *a, const stem_geo *g, const int8
 
 /* ---- per-kind rows: out = the output row (ow * m int8), lines = kh line buffers ---- */
 
+#if defined(__x86_64__)
+/* an AMX tile configuration (ldtilecfg's 64 bytes, palette 1) */
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} stem_tiles;
+#endif
+
 typedef struct {
     const ei_int8_conv_args *a;
     stem_geo g;
@@ -250,6 +276,10 @@ typedef struct {
     ei_vqc vc[STEM_MAX_M / 16];
     __m512i lut4[4];
     int vbmi_lut;
+    /* the AMX rows (row_amx): their tile configuration; half: 8 channels or fewer, their
+     * constants in lanes 0..7 and again in 8..15 (two pixels a vector) */
+    int amx, half;
+    stem_tiles tiles;
 #endif
 } stem_ctx;
 
@@ -291,12 +321,28 @@ static int has_vbmi(void);
 VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
     const ei_int8_conv_args *a = s->a;
     for (int b = 0; b < s->g.mb; b++) {
-        int left = ei_vq16_prepare(&s->vq[b], s->bias + 16 * b, s->corr + 16 * b, s->mult + 16 * b,
-                                   s->shift + 16 * b, 16);
+        int32_t bias[16], corr[16], mult[16], shift[16];
+        for (int j = 0; j < 16; j++) {      /* a half block: channel j % 8 in lane j */
+            int ch = 16 * b + (s->half ? j % 8 : j);
+            bias[j] = s->bias[ch]; corr[j] = s->corr[ch]; mult[j] = s->mult[ch]; shift[j] = s->shift[ch];
+        }
+        int left = ei_vq16_prepare(&s->vq[b], bias, corr, mult, shift, 16);
         ei_vqc_prepare(&s->vc[b], NULL, a->zp_y, a->lo, a->hi, left);
     }
     s->vbmi_lut = a->lut && has_vbmi();
     for (int i = 0; i < 4; i++) s->lut4[i] = a->lut ? _mm512_loadu_si512(a->lut + 64 * i) : _mm512_setzero_si512();
+}
+
+/* the epilogue of n (a multiple of 4) accumulators of block b (its bias included), the VNNI
+ * and the AMX rows': requantized and packed, p[h] holding acc[4h] .. acc[4h + 3]'s bytes */
+VNNI_TARGET __attribute__((always_inline))
+static inline void vnni_requant(const stem_ctx *s, int b, const __m512i *acc, int n, __m512i *p) {
+    const ei_vq16 *k = &s->vq[b];
+    const ei_vqc *vc = &s->vc[b];
+    const int left = vc->left;
+    for (int h = 0; h < n / 4; h++)
+        p[h] = ei_vq_pack4(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
+                           ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
 }
 
 /* NPX pixels' 16 channels of block b from the bias, requantized and packed: pixel i's tap
@@ -309,12 +355,9 @@ VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
 VNNI_TARGET __attribute__((always_inline))
 static inline void vnni_block(const stem_ctx *s, int b, const uint8_t *const *gp, int64_t at, int64_t step,
                               int last, __m512i *p) {
-    const ei_vq16 *k = &s->vq[b];
-    const ei_vqc *vc = &s->vc[b];
-    const int left = vc->left;
     const __m512i *w = (const __m512i *)s->wp + (int64_t)b * s->g.groups;
     __m512i acc[NPX];
-    for (int i = 0; i < NPX; i++) acc[i] = k->bias;
+    for (int i = 0; i < NPX; i++) acc[i] = s->vq[b].bias;
     for (int gi = 0; gi < s->g.groups; gi++) {
         const __m512i wv = _mm512_load_si512(w + gi);
         const uint8_t *x = gp[gi] + at;
@@ -323,9 +366,7 @@ static inline void vnni_block(const stem_ctx *s, int b, const uint8_t *const *gp
         for (int i = 0; i < NPX; i++)
             acc[i] = dpbusd(acc[i], _mm512_set1_epi32(load32(x + EI_MIN(i, last) * step)), wv);
     }
-    for (int h = 0; h < NPX / 4; h++)
-        p[h] = ei_vq_pack4(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
-                           ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
+    vnni_requant(s, b, acc, NPX, p);
 }
 
 /* pixels first .. first + np - 1 of p (block b's 16 channels each) into the output row y */
@@ -401,6 +442,118 @@ static void row_vnni(const stem_ctx *s, const void *const *lines, int8_t *out) {
             int64_t first = ow >= NPX ? EI_MIN(ox0, ow - NPX) : 0;
             fn(s, b, gp, first, (int)EI_MIN((int64_t)NPX, ow - first), out);
         }
+}
+
+/* ---- AMX rows: the line buffers are the A tiles ----
+ * For NPX pixels from `first`, kernel row ky's u8 values are NPX rows of kwc4 bytes, step
+ * (sw * c) apart, in line ky: one tileloadd; its weights are grow 64-byte k-group rows of the
+ * VNNI pack. C (16 pixels x 16 channels int32) = sum over ky of A_ky . B_ky (tdpbusd), stored
+ * to a buffer, then + the bias and the VNNI rows' epilogue (vnni_requant, the table,
+ * vnni_store): the 144 vpdpbusd and broadcast loads of a 3x3x3 block of 16 pixels become 3
+ * tdpbusd. A stem of 8 channels or fewer (s->half) has 8-channel tiles (32-byte rows): its 16
+ * pixels are 8 vectors of two pixels each, half the requantization of 16 lanes.
+ * The steps (16 pixels of one block) are pipelined: a step's tiles are computed into one of two
+ * C tiles and buffers while the previous step's sums are requantized from the other (in turn,
+ * the vector loads waiting on the tile store just before them: MobileNetV3's 224 stem 91 us
+ * against the VNNI rows' 86, pipelined 83, 1 thread, loaded machine). The tiles still take
+ * vector-port time from the epilogue (the stem's lines 31 us, the tiles alone 15, the
+ * epilogue alone 39, both 52): the gain is the vpdpbusd work, not all of the tiles' time.
+ * Tiles: 0, 1 the sums of even / odd steps, 2, 3 A of even / odd kernel rows, 4, 5 their
+ * weights. */
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi,amx-tile,amx-int8")))
+
+AMX_TARGET static void amx_tiles_load(const stem_tiles *t) { _tile_loadconfig(t); }
+
+AMX_TARGET static void amx_tiles_release(void) { _tile_release(); }
+
+static void amx_tiles_prepare(const stem_ctx *s, stem_tiles *t) {
+    const int r = (int)EI_MIN((int64_t)NPX, s->a->ow), cb = s->half ? 32 : 64;
+    memset(t, 0, sizeof *t);
+    t->palette = 1;
+    for (int i = 0; i < 6; i++) {
+        t->rows[i] = (uint8_t)(i < 4 ? r : s->g.grow);
+        t->colsb[i] = (uint16_t)(i == 2 || i == 3 ? s->g.kwc4 : cb);
+    }
+}
+
+/* tile C = sum over kernel rows of A . B, stored to cbuf (rows of cb bytes); reads amx_sums'
+ * kh, lines, at, step, w, gb */
+#define AMX_KROWS(C)                                                                             \
+    do {                                                                                         \
+        _tile_zero(C);                                                                           \
+        int ky = 0;                                                                              \
+        for (; ky + 1 < kh; ky += 2) {                                                           \
+            _tile_loadd(2, lines[ky] + at, step);                                                \
+            _tile_loadd(4, w + ky * gb, 64);                                                     \
+            _tile_dpbusd(C, 2, 4);                                                               \
+            _tile_loadd(3, lines[ky + 1] + at, step);                                            \
+            _tile_loadd(5, w + (ky + 1) * gb, 64);                                               \
+            _tile_dpbusd(C, 3, 5);                                                               \
+        }                                                                                        \
+        if (ky < kh) {                                                                           \
+            _tile_loadd(2, lines[ky] + at, step);                                                \
+            _tile_loadd(4, w + ky * gb, 64);                                                     \
+            _tile_dpbusd(C, 2, 4);                                                               \
+        }                                                                                        \
+        _tile_stored(C, cbuf, cb);                                                               \
+    } while (0)
+
+/* the int32 sums of block b's channels for NPX pixels at line offset at into cbuf, through C
+ * tile odd */
+AMX_TARGET static inline void amx_sums(const stem_ctx *s, const uint8_t *const *lines, int b, int64_t at, int odd,
+                                       int32_t *cbuf) {
+    const int64_t step = (int64_t)s->a->sw * s->a->c, gb = (int64_t)s->g.grow * 64, cb = s->half ? 32 : 64;
+    const int kh = s->a->kh;
+    const int8_t *w = (const int8_t *)s->wp + (int64_t)b * s->g.groups * 64;
+    if (odd) AMX_KROWS(1);
+    else AMX_KROWS(0);
+}
+
+/* pixels first .. first + np - 1 of block b from their sums in cbuf into the output row y */
+AMX_TARGET static inline void amx_epilogue(const stem_ctx *s, int b, const int32_t *cbuf, int64_t first, int np,
+                                           int8_t *y) {
+    const __m512i bias = s->vq[b].bias;
+    __m512i acc[NPX], p[NPX / 4];
+    const int nv = s->half ? NPX / 2 : NPX, np4 = nv / 4;
+    for (int i = 0; i < nv; i++) acc[i] = _mm512_add_epi32(bias, _mm512_load_si512(cbuf + 16 * i));
+    vnni_requant(s, b, acc, nv, p);
+    if (s->vbmi_lut)
+        for (int h = 0; h < np4; h++) p[h] = lut64(s->lut4, p[h]);
+    if (!s->half) { vnni_store(s, b, p, first, np, y); return; }
+    const int64_t m = s->a->m;          /* p[0]: pixels 0..7, p[1]: 8..15, 8 channels each */
+    if (m == 8) {                       /* 8 pixels = 64 contiguous output bytes */
+        for (int h = 0; h < 2 && 8 * h < np; h++) {
+            int n8 = EI_MIN(8, np - 8 * h);
+            _mm512_mask_storeu_epi8(y + (first + 8 * h) * 8, n8 == 8 ? ~0ULL : (1ULL << (8 * n8)) - 1, p[h]);
+        }
+        return;
+    }
+    int8_t tmp[NPX * 8];
+    _mm512_storeu_si512(tmp, p[0]);
+    _mm512_storeu_si512(tmp + 64, p[1]);
+    for (int i = 0; i < np; i++)
+        _mm512_mask_storeu_epi8(y + (first + i) * m, (1ULL << m) - 1,
+                                _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(tmp + 8 * i))));
+}
+
+AMX_TARGET
+static void row_amx(const stem_ctx *s, const void *const *lines_v, int8_t *out) {
+    const uint8_t *const *lines = (const uint8_t *const *)lines_v;
+    const int64_t step = (int64_t)s->a->sw * s->a->c, ow = s->a->ow, nsteps = (ow + NPX - 1) / NPX;
+    const int64_t items = s->g.mb * nsteps;
+    int32_t cbuf[2][NPX * 16] __attribute__((aligned(64)));
+    if (ow < NPX) memset(cbuf, 0, sizeof cbuf);         /* rows past the tiles' are requantized too */
+    /* item j: block j / nsteps, its step j % nsteps; the last step: the NPX pixels ending at
+     * the row's end, as row_vnni */
+#define AMX_FIRST(j) (ow >= NPX ? EI_MIN(((j) % nsteps) * NPX, ow - NPX) : 0)
+    amx_sums(s, lines, 0, 0, 0, cbuf[0]);
+    for (int64_t j = 0; j < items; j++) {
+        if (j + 1 < items)
+            amx_sums(s, lines, (int)((j + 1) / nsteps), AMX_FIRST(j + 1) * step, (int)((j + 1) & 1), cbuf[(j + 1) & 1]);
+        int64_t first = AMX_FIRST(j);
+        amx_epilogue(s, (int)(j / nsteps), cbuf[j & 1], first, (int)EI_MIN((int64_t)NPX, ow - first), out);
+    }
+#undef AMX_FIRST
 }
 
 __attribute__((target("avx2,fma")))
@@ -685,6 +838,12 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     for (int64_t i = 0; i < slots; i++) held[i] = -1;
     int type = line_type(s->kind);
     row_fn fn = row_kernel(s->kind);
+#if defined(__x86_64__)
+    if (s->amx) {                   /* this thread's tiles, for this range of rows */
+        fn = row_amx;
+        amx_tiles_load(&s->tiles);
+    }
+#endif
     for (int64_t r = r0; r < r1; r++) {
         int64_t b = r / a->oh, oy = r % a->oh;
         for (int ky = 0; ky < a->kh; ky++) {
@@ -714,6 +873,9 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
 #endif
         if (a->lut) ei_lut_inplace(a->lut, out, a->ow * a->m, 1, 0);
     }
+#if defined(__x86_64__)
+    if (s->amx) amx_tiles_release();
+#endif
 }
 
 static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
@@ -735,6 +897,10 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     }
 #if defined(__x86_64__)
     s.vbmi_lut = 0;
+    /* the VNNI kind's rows on AMX tiles where this CPU (under the ISA mask) has them */
+    s.amx = s.kind == KIND_VNNI && ei_int8_kind_runs(KIND_AMX);
+    s.half = s.amx && a->m <= 8;
+    if (s.amx) amx_tiles_prepare(&s, &s.tiles);
     if (s.kind == KIND_VNNI) vnni_prepare(&s);
 #endif
     s.f32_vbmi = 0;         /* (after s.kind) */
@@ -782,7 +948,7 @@ EI_API int ei_selftest_int8_stem(void) {
         ei_int8_conv_args a;
         memset(&a, 0, sizeof a);
         a.n = 1 + trial % 2; a.c = 1 + trial % 4; a.h = st_int(1, 19); a.w = st_int(1, 23);
-        a.m = (int[]){ 16, 5, 24, 40, 16, 33 }[trial % 6];
+        a.m = (int[]){ 16, 5, 24, 40, 8, 33 }[trial % 6];
         a.kh = st_int(1, 5); a.kw = st_int(1, 5); a.sh = st_int(1, 3); a.sw = st_int(1, 3); a.dh = st_int(1, 2); a.dw = 1;
         a.pt = st_int(0, 2); a.pl = st_int(0, 2);
         int pb = st_int(0, 2), pr = st_int(0, 2);
@@ -836,11 +1002,11 @@ EI_API int ei_selftest_int8_stem(void) {
             || (ei_int8_stem_scratch(&a) + qrow_bytes(&a)) * a.threads > (int64_t)sizeof scratch) { fails++; continue; }
         /* each kind under an ISA mask that runs it (where this CPU has it; else the scalar rows
          * read its layout) */
-        static const int modes[5][2] = { { KIND_VNNI, -1 }, { KIND_AVX2, EI_AVX2 }, { KIND_DOT, EI_NEON | EI_DOTPROD },
-                                         { KIND_NEON, EI_NEON }, { KIND_SCALAR, 0 } };
+        static const int modes[6][2] = { { KIND_VNNI, -1 }, { KIND_VNNI, ~EI_AMX }, { KIND_AVX2, EI_AVX2 },
+                                         { KIND_DOT, EI_NEON | EI_DOTPROD }, { KIND_NEON, EI_NEON }, { KIND_SCALAR, 0 } };
         int cur = ei_set_isa_mask(-1);
         ei_set_isa_mask(cur);
-        for (int j = 0; j < 5; j++) {
+        for (int j = 0; j < 6; j++) {
             ei_set_isa_mask(cur & modes[j][1]);
             a.kind = modes[j][0];
             ei_int8_stem_pack(&a, w, pack);
