@@ -548,9 +548,85 @@ void dwq_group_row(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, co
     }
 }
 
-/* output rows [r0, r1), every channel group of 16 */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
-static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+static int has_vbmi2(void) {
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi2"); }
+    return v && has_vbmi();
+}
+
+/* the u8 bytes of input column ix, channels c.. (16, or the tail's under m) of a quad row:
+ * the padding where ix falls outside the row (lim 0: a padding row) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__((always_inline))
+__m128i dwq_col(const int8_t *xrow, const int8_t *pad, int ix, unsigned lim, int C, int64_t c, __mmask16 m,
+                const int masked) {
+    const int8_t *p = (unsigned)ix < lim ? xrow + (int64_t)ix * C + c : pad + c;
+    return masked ? _mm_maskz_loadu_epi8(m, p) : _mm_loadu_si128((const __m128i *)p);
+}
+
+/* one channel group's quads across a quad row (stride 1 or 2), each from the one before: lane c
+ * of quad j holds bytes x[j sw - pl + t][c], t = 0..3, so quad j + 1 is quad j shifted right by
+ * sw bytes with the sw new columns' bytes in on top: one vpshrdd of the quad and those bytes
+ * (zero-extended, stride 1; two columns' bytes paired by a vpermb, stride 2). Three or four
+ * ops a quad against four loads, three inserts, a vpermb and a xor for a quad from scratch.
+ * Quads j0 .. j1 - 1 read only columns inside the row: one pointer, no checks. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2"))) static inline __attribute__((always_inline))
+void dwq_shift_group(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, uint8_t *d, int nj, int j0, int j1,
+                     int64_t qb, int64_t c, __mmask16 m, __m512i vpair, const int masked) {
+    const int C = a->c, sw = a->sw;
+    const unsigned lim = xrow ? (unsigned)a->w : 0;
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    __m512i v = _mm512_setzero_si512();
+    /* quad j's new columns start at ix = j sw - pl + 4 - sw; the prologue (j = -1, and -2, -3
+     * at stride 1) shifts in the first quad's other columns */
+#define DWQ_NEW(ix, p0, p1) do {                                                                             \
+        if (sw == 1) v = _mm512_shrdi_epi32(v, _mm512_cvtepu8_epi32(p0), 8);                                  \
+        else v = _mm512_shrdi_epi32(v, _mm512_permutexvar_epi8(vpair, _mm512_inserti32x4(_mm512_castsi128_si512(p0), (p1), 1)), 16); \
+    } while (0)
+#define DWQ_CHECKED(j) do {                                                                                  \
+        const int ix_ = (j) * sw - a->pl + 4 - sw;                                                            \
+        DWQ_NEW(ix_, dwq_col(xrow, pad, ix_, lim, C, c, m, masked), dwq_col(xrow, pad, ix_ + 1, lim, C, c, m, masked)); \
+    } while (0)
+    for (int j = -4 / sw + 1; j < 0; j++) DWQ_CHECKED(j);
+    int j = 0;
+    for (; j < j0; j++) {
+        DWQ_CHECKED(j);
+        _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
+    }
+    const int8_t *p = j < j1 ? xrow + ((int64_t)j * sw - a->pl + 4 - sw) * C + c : pad;
+    for (; j < j1; j++, p += sw * C) {
+        if (masked) DWQ_NEW(0, _mm_maskz_loadu_epi8(m, p), _mm_maskz_loadu_epi8(m, p + C));
+        else DWQ_NEW(0, _mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + C)));
+        _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
+    }
+    for (; j < nj; j++) {
+        DWQ_CHECKED(j);
+        _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
+    }
+#undef DWQ_CHECKED
+#undef DWQ_NEW
+}
+
+/* a quad row (the ring layout [j][group][64]) by shifts: stride 1 or 2, 16 channels or more */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2"))) __attribute__((noinline))
+static void dwq_build_shift(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, uint8_t *q, int nj,
+                            int64_t qb) {
+    const int full = a->c / 16;
+    const __mmask16 tm = (__mmask16)((1u << (a->c - 16 * full)) - 1);
+    uint8_t pi[64];             /* lane c: bytes c and 16 + c (the two columns) in its low half */
+    for (int i = 0; i < 64; i++) pi[i] = (uint8_t)(i % 4 == 1 ? 16 + i / 4 : i / 4);
+    const __m512i vpair = _mm512_loadu_si512(pi);
+    /* quads [j0, j1) read columns j sw - pl + 4 - sw .. j sw - pl + 3, all inside the row */
+    const int sw = a->sw, off = 4 - sw - a->pl;
+    int j0 = off >= 0 ? 0 : (-off + sw - 1) / sw, j1 = xrow ? EI_MIN(nj, (a->w - 3 + a->pl) / sw + ((a->w - 3 + a->pl) % sw > 0)) : 0;
+    if (!xrow || j1 < j0) j0 = j1 = nj;
+    for (int g = 0; g < full; g++) dwq_shift_group(a, xrow, pad, q + 64 * g, nj, j0, j1, qb, 16 * g, 0xFFFF, vpair, 0);
+    if (tm) dwq_shift_group(a, xrow, pad, q + 64 * full, nj, j0, j1, qb, 16 * full, tm, vpair, 1);
+}
+
+/* output rows [r0, r1), every channel group of 16; shift: quad rows by dwq_build_shift where
+ * it applies */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi"))) static inline __attribute__((always_inline))
+void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, const int shift) {
     const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
@@ -576,6 +652,10 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
     /* C = 8 or 16: the four taps of an interior quad are 4 C contiguous bytes, one load; byte
      * 4c + k = byte C k + c */
     const int contig = C == 8 || C == 16;
+    /* quad rows by shifts where they measured faster (one load per quad before, at 8 and 16
+     * channels, too): 3x3, and 5x5 rows of 14 or more (7 wide: the three columns each group's
+     * first quad shifts in, and vpshrdd on port 0 beside ten vpdpbusd, cost more than they save) */
+    const int shifts = shift && !pairs && (a->sw == 1 || a->sw == 2) && (nq == 1 || a->ow >= 14);
     const __mmask64 cmask = C == 16 ? ~0ULL : (1ULL << (4 * C)) - 1;
     for (int i = 0; i < 64; i++) permc[i] = (uint8_t)(i / 4 < C ? C * (i % 4) + i / 4 : 0);
     const __m512i vperm = _mm512_loadu_si512(perm), vpermc = _mm512_loadu_si512(permc);
@@ -596,6 +676,10 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
             if (tag[s] == key) continue;
             tag[s] = key;
             const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
+            if (shifts) {
+                dwq_build_shift(a, xrow, pad, q, nj, qb);
+                continue;
+            }
             for (int j = 0; j < nj; j++) {
                 /* quads inside the row: four pointers C apart; the others tap by tap (padding) */
                 const int8_t *src[4];
@@ -674,6 +758,13 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
         }
     }
 }
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) { dwq_rows_impl(a, r0, r1, scratch, 0); }
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows_shift(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_rows_impl(a, r0, r1, scratch, 1);
+}
 #endif
 
 #if defined(__aarch64__)
@@ -743,7 +834,8 @@ static rows_fn pick(const ei_dw_args *a) {
      * many taps (5x5) or is one load (8 or 16 channels); 3x3 stride 2 on 72 channels measured
      * 37 -> 31-33 us (loaded machine) since the compute loop keeps one channel group's quads in
      * L1 (it had measured slower than tap by tap before) */
-    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16)) return dwq_rows;
+    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16))
+        return has_vbmi2() ? dwq_rows_shift : dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
     if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
@@ -758,6 +850,7 @@ EI_API const char *ei_dw_kernel_name(const ei_dw_args *a) {
     rows_fn f = pick(a);
 #if defined(__x86_64__)
     if (f == dwq_rows) return "AVX-512 VNNI vpdpbusd on 4-tap quads";
+    if (f == dwq_rows_shift) return "AVX-512 VNNI vpdpbusd on 4-tap quads (VBMI2 shifts)";
     if (f == dw8_rows_vnni) return "AVX-512 VNNI vpdpwssd";
     if (f == dw8_rows_avx2 || f == dw_rows_avx2) return "AVX2";
 #elif defined(__aarch64__)
@@ -803,10 +896,73 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
 
 /* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */
 
+#if defined(__x86_64__)
+/* the quad kernels (from scratch and by shifts) on int8 NHWC geometries of their own: kernels
+ * 3, 5 and 7 wide, strides 1 and 2, the channel counts whose quad builds differ (8: pixel
+ * pairs; 16: one load; 24, 72: a masked tail group; 576; random), rows 1 to 20 wide and
+ * padding 0 to k - 1 a side, whole and in two runs of rows; against the scalar instance */
+static int st_quads(void) {
+    static const int cs[] = {8, 16, 24, 72, 576, 0};
+    int fails = 0;
+    if (!has_vbmi()) return 0;
+    for (int trial = 0; trial < 96; trial++) {
+        ei_dw_args a;
+        memset(&a, 0, sizeof a);
+        a.is_int8 = 1; a.n = 1 + (trial % 7 == 3);
+        a.c = cs[trial % 6] ? cs[trial % 6] : 1 + (int)(st_rand() % 100);
+        a.kh = a.kw = 3 + 2 * (int)(st_rand() % 3);
+        a.sh = a.sw = 1 + (trial / 6) % 2; a.dh = a.dw = 1;
+        a.pt = (int)(st_rand() % a.kh); a.pl = (int)(st_rand() % a.kw);
+        a.h = a.kh + (int)(st_rand() % 6); a.w = 1 + (int)(st_rand() % 20);
+        if (a.w + 2 * a.pl < a.kw) a.w = a.kw;
+        int pr = (int)(st_rand() % a.kw), pb = (int)(st_rand() % a.kh);          /* right / bottom */
+        a.oh = (a.h + a.pt + pb - a.kh) / a.sh + 1; a.ow = (a.w + a.pl + pr - a.kw) / a.sw + 1;
+        a.zp_x = (int32_t)(st_rand() % 256) - 128; a.zp_y = (int32_t)(st_rand() % 256) - 128;
+        a.lo = -128 + (trial % 3 == 1) * 30; a.hi = 127; a.threads = 1;
+        int taps = a.kh * a.kw, C = a.c;
+        int64_t xs = (int64_t)a.n * C * a.h * a.w, ys = (int64_t)a.n * C * a.oh * a.ow;
+        int8_t *x = malloc(xs), *z = malloc(ys), *y0 = malloc(ys), *y1 = malloc(ys), *pad = malloc(C);
+        int16_t *wt = malloc((size_t)taps * C * 2);
+        int32_t *bias = malloc(4 * (size_t)C), *mult = malloc(4 * (size_t)C), *shift = malloc(4 * (size_t)C), ztab[256];
+        for (int i = 0; i < 256; i++) ztab[i] = (int32_t)(st_rand() % 300) - 150;
+        for (int64_t i = 0; i < xs; i++) x[i] = (int8_t)st_rand();
+        for (int64_t i = 0; i < ys; i++) z[i] = (int8_t)st_rand();
+        for (int i = 0; i < taps * C; i++) wt[i] = (int16_t)((int32_t)(st_rand() % 255) - 127);
+        for (int i = 0; i < C; i++) {
+            bias[i] = (int32_t)(st_rand() % 40000) - 20000; pad[i] = (int8_t)a.zp_x;
+            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
+            shift[i] = -(int32_t)(7 + st_rand() % 6);
+        }
+        a.x = x; a.wt = wt; a.bias = bias; a.mult = mult; a.shift = shift; a.pad = pad;
+        if (trial % 4 == 2) { a.z = z; a.ztab = ztab; }
+        char *scr = malloc((size_t)ei_dw_scratch(&a));
+        a.scratch = scr;
+        int64_t rows = (int64_t)a.n * a.oh, cut = (int64_t)(st_rand() % (uint32_t)rows);
+        memset(y0, 0, ys);
+        a.y = y0;
+        dw_rows_scalar(&a, 0, rows, scr);
+        static const rows_fn fns[2] = { dwq_rows, dwq_rows_shift };
+        for (int f = 0; f < 1 + has_vbmi2(); f++) {
+            if (!DWQ_OK(&a)) break;
+            memset(y1, 0, ys);
+            a.y = y1;
+            fns[f](&a, 0, cut, scr);
+            fns[f](&a, cut, rows, scr);
+            if (memcmp(y0, y1, ys) != 0) fails++;
+        }
+        free(x); free(z); free(y0); free(y1); free(pad); free(wt); free(bias); free(mult); free(shift); free(scr);
+    }
+    return fails;
+}
+#endif
+
 EI_API int ei_selftest_depthwise(void) {
     int fails = 0;
     st_state = 4242;
     if (!ei_rq_simd()) return 0;
+#if defined(__x86_64__)
+    fails += st_quads();
+#endif
     for (int trial = 0; trial < 48; trial++) {
         ei_dw_args a;
         memset(&a, 0, sizeof a);
@@ -889,6 +1045,12 @@ EI_API int ei_selftest_depthwise(void) {
             memset(y1, 0, ys * es);
             dw_ctx c4 = { &a, dwq_rows, c.rows, 1, c.per };
             dw_range(&c4, 0, c4.rows);
+            if (memcmp(y0, y1, ys * es) != 0) fails++;
+        }
+        if (DWQ_OK(&a) && has_vbmi2()) {
+            memset(y1, 0, ys * es);
+            dw_ctx c5 = { &a, dwq_rows_shift, c.rows, 1, c.per };
+            dw_range(&c5, 0, c5.rows);
             if (memcmp(y0, y1, ys * es) != 0) fails++;
         }
 #endif
