@@ -417,7 +417,7 @@ static int64_t dwq_bytes(const ei_dw_args *a) {
 #if defined(__x86_64__)
     if (!DWQ_OK(a)) return 0;
     int64_t ng = (a->c + 15) / 16, nq = (a->kw + 3) / 4;
-    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + (int64_t)a->kh * DWQ_COLS(a) * ng * 64 + 64;
+    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + ((int64_t)a->kh * DWQ_COLS(a) + 1) * ng * 64 + 64;
 #else
     (void)a;
     return 0;
@@ -612,8 +612,11 @@ static void dwq_build_shift(const ei_dw_args *a, const int8_t *xrow, const int8_
                             int64_t qb) {
     const int full = a->c / 16;
     const __mmask16 tm = (__mmask16)((1u << (a->c - 16 * full)) - 1);
-    uint8_t pi[64];             /* lane c: bytes c and 16 + c (the two columns) in its low half */
-    for (int i = 0; i < 64; i++) pi[i] = (uint8_t)(i % 4 == 1 ? 16 + i / 4 : i / 4);
+    static const uint8_t pi[64] = {     /* lane c: bytes c and 16 + c (the two columns) in its low half */
+#define P2(c) c, 16 + c, 0, 0
+        P2(0), P2(1), P2(2), P2(3), P2(4), P2(5), P2(6), P2(7), P2(8), P2(9), P2(10), P2(11), P2(12), P2(13), P2(14), P2(15)
+#undef P2
+    };
     const __m512i vpair = _mm512_loadu_si512(pi);
     /* quads [j0, j1) read columns j sw - pl + 4 - sw .. j sw - pl + 3, all inside the row */
     const int sw = a->sw, off = 4 - sw - a->pl;
@@ -623,10 +626,104 @@ static void dwq_build_shift(const ei_dw_args *a, const int8_t *xrow, const int8_
     if (tm) dwq_shift_group(a, xrow, pad, q + 64 * full, nj, j0, j1, qb, 16 * full, tm, vpair, 1);
 }
 
-/* output rows [r0, r1), every channel group of 16; shift: quad rows by dwq_build_shift where
- * it applies */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi"))) static inline __attribute__((always_inline))
-void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, const int shift) {
+static const uint8_t dwq_perm[64] = {   /* byte 4c + k of a quad = byte 16k + c of four 16-byte loads */
+#define P4(c) c, 16 + c, 32 + c, 48 + c
+    P4(0), P4(1), P4(2), P4(3), P4(4), P4(5), P4(6), P4(7), P4(8), P4(9), P4(10), P4(11), P4(12), P4(13), P4(14), P4(15)
+#undef P4
+};
+
+/* the from-scratch quads of input columns ix0 .. ix0 + 3, every channel group, at d (groups 64
+ * apart): four 16-byte loads (the padding's outside the row) and one vpermb a group; 16
+ * channels inside the row: one 64-byte load */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) static inline __attribute__((always_inline))
+void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix0, uint8_t *d) {
+    const int C = a->c, full = C / 16;
+    const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
+    const __m512i k80 = _mm512_set1_epi8((char)0x80), vperm = _mm512_loadu_si512(dwq_perm);
+    const int8_t *src[4];
+    if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
+        src[0] = xrow + (int64_t)ix0 * C;
+        if (C == 16) {
+            _mm512_store_si512(d, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, _mm512_loadu_si512(src[0])), k80));
+            return;
+        }
+        src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
+    } else {
+        for (int t = 0; t < 4; t++) {
+            int ix = ix0 + t;
+            src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
+        }
+    }
+    for (int g = 0; g < full; g++) {
+        int c = 16 * g;
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
+        _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+    }
+    if (tm) {
+        int c = 16 * full;
+        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
+        _mm512_store_si512(d + 64 * full, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+    }
+}
+
+/* a quad row from every (4 / sw)-th quad: quad j + 4 / sw holds the four input columns after
+ * quad j's, built from scratch; the quads between, j + k, are bytes k sw .. 3 of quad j's lanes
+ * then bytes 0 .. k sw - 1 of quad j + 4 / sw's: one vpshrdd each. At stride 1 two ops a quad
+ * (a from-scratch build and three shifts per four quads), three at stride 2, against five,
+ * and no chain of shifts from quad to quad. tmp: the last from-scratch quad where it lies past
+ * the row's nj. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2"))) __attribute__((noinline))
+static void dwq_build_blocks(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, uint8_t *q, uint8_t *tmp,
+                             int nj, int64_t qb) {
+    const int sw = a->sw, S = 4 / sw, ng = (a->c + 15) / 16;
+    dwq_quad(a, xrow, pad, -a->pl, q);
+    for (int j = 0; j + 1 < nj; j += S) {
+        const int jn = j + S, kend = EI_MIN(S, nj - j);
+        uint8_t *dn = jn < nj ? q + (int64_t)jn * qb : tmp;
+        const uint8_t *d0 = q + (int64_t)j * qb;
+        dwq_quad(a, xrow, pad, jn * sw - a->pl, dn);
+        for (int g = 0; g < ng; g++) {
+            const __m512i va = _mm512_load_si512(d0 + 64 * g), vb = _mm512_load_si512(dn + 64 * g);
+            uint8_t *d = q + (int64_t)(j + 1) * qb + 64 * g;
+            if (sw == 2) {
+                _mm512_store_si512(d, _mm512_shrdi_epi32(va, vb, 16));
+                continue;
+            }
+            _mm512_store_si512(d, _mm512_shrdi_epi32(va, vb, 8));
+            if (kend > 2) _mm512_store_si512(d + qb, _mm512_shrdi_epi32(va, vb, 16));
+            if (kend > 3) _mm512_store_si512(d + 2 * qb, _mm512_shrdi_epi32(va, vb, 24));
+        }
+    }
+}
+
+/* how dwq_rows builds its quad rows: from scratch; by a chain of shifts (dwq_build_shift); from
+ * every 4 / sw-th quad (dwq_build_blocks). The shifts need VBMI2, stride 1 or 2 and 16 channels
+ * or more (8: pixel pairs) */
+enum { DWQ_SCRATCH, DWQ_CHAIN, DWQ_BLOCKS };
+
+/* the build that measured fastest for these args (1 thread, loaded machine, min us, scratch ->
+ * chain -> blocks): blocks at stride 1 above 32 channels (28x28x88 3x3 23.3 -> 21.6 -> 20.9,
+ * 56x56x144 3x3 137 -> 124 -> 121, 14x14x144 5x5 15.6 -> 15.3 -> 14.8, 7x7x576 5x5 19.4 ->
+ * 19.5 -> 19.2); the chain for 3x3 and rows 14 or more wide otherwise (112x112x16 3x3 stride 2
+ * 21.0 -> 17.1 -> 26.2, 112x112x32 3x3 123 -> 102 -> 112, 56x56x72 stride 2 26.3 -> 23.2 ->
+ * 26.6: the blocks' one 64-byte load at 16 channels straddles cache lines, and at stride 2
+ * they save one op in four); from scratch for 7-wide 5x5 at stride 2 (vpshrdd runs on port 0
+ * beside the ten vpdpbusd a pixel) */
+static int dwq_build_of(const ei_dw_args *a) {
+    if (!has_vbmi2() || DWQ_PAIRS(a) || (a->sw != 1 && a->sw != 2)) return DWQ_SCRATCH;
+    if (a->sw == 1 && a->c > 32) return DWQ_BLOCKS;
+    return a->kw <= 4 || a->ow >= 14 ? DWQ_CHAIN : DWQ_SCRATCH;
+}
+
+/* output rows [r0, r1), every channel group of 16, quad rows built as build says */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
     const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
@@ -652,10 +749,6 @@ void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, c
     /* C = 8 or 16: the four taps of an interior quad are 4 C contiguous bytes, one load; byte
      * 4c + k = byte C k + c */
     const int contig = C == 8 || C == 16;
-    /* quad rows by shifts where they measured faster (one load per quad before, at 8 and 16
-     * channels, too): 3x3, and 5x5 rows of 14 or more (7 wide: the three columns each group's
-     * first quad shifts in, and vpshrdd on port 0 beside ten vpdpbusd, cost more than they save) */
-    const int shifts = shift && !pairs && (a->sw == 1 || a->sw == 2) && (nq == 1 || a->ow >= 14);
     const __mmask64 cmask = C == 16 ? ~0ULL : (1ULL << (4 * C)) - 1;
     for (int i = 0; i < 64; i++) permc[i] = (uint8_t)(i / 4 < C ? C * (i % 4) + i / 4 : 0);
     const __m512i vperm = _mm512_loadu_si512(perm), vpermc = _mm512_loadu_si512(permc);
@@ -676,7 +769,11 @@ void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, c
             if (tag[s] == key) continue;
             tag[s] = key;
             const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
-            if (shifts) {
+            if (build == DWQ_BLOCKS) {
+                dwq_build_blocks(a, xrow, pad, q, ring + kh * qrow, nj, qb);
+                continue;
+            }
+            if (build == DWQ_CHAIN) {
                 dwq_build_shift(a, xrow, pad, q, nj, qb);
                 continue;
             }
@@ -760,10 +857,18 @@ void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, c
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
-static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) { dwq_rows_impl(a, r0, r1, scratch, 0); }
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_rows_impl(a, r0, r1, scratch, DWQ_SCRATCH);
+}
 static void dwq_rows_shift(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    dwq_rows_impl(a, r0, r1, scratch, 1);
+    dwq_rows_impl(a, r0, r1, scratch, dwq_build_of(a));
+}
+/* the self-test's: each shift build wherever it can run */
+static void dwq_rows_chain(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_rows_impl(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_CHAIN);
+}
+static void dwq_rows_blocks(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_rows_impl(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_BLOCKS);
 }
 #endif
 
@@ -835,7 +940,7 @@ static rows_fn pick(const ei_dw_args *a) {
      * 37 -> 31-33 us (loaded machine) since the compute loop keeps one channel group's quads in
      * L1 (it had measured slower than tap by tap before) */
     if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16))
-        return has_vbmi2() ? dwq_rows_shift : dwq_rows;
+        return dwq_build_of(a) != DWQ_SCRATCH ? dwq_rows_shift : dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
     if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
@@ -941,8 +1046,8 @@ static int st_quads(void) {
         memset(y0, 0, ys);
         a.y = y0;
         dw_rows_scalar(&a, 0, rows, scr);
-        static const rows_fn fns[2] = { dwq_rows, dwq_rows_shift };
-        for (int f = 0; f < 1 + has_vbmi2(); f++) {
+        static const rows_fn fns[4] = { dwq_rows, dwq_rows_shift, dwq_rows_chain, dwq_rows_blocks };
+        for (int f = 0; f < (has_vbmi2() ? 4 : 1); f++) {
             if (!DWQ_OK(&a)) break;
             memset(y1, 0, ys);
             a.y = y1;
