@@ -413,11 +413,28 @@ static int has_vbmi(void) {
  * layer ran 2x slower than the fp32 kernel. */
 #define DWQ_PAIRS(a) ((a)->c == 8 && (a)->kw <= 4)
 
+/* output rows a pass of dwq_rows computes channel group by channel group (a band): where the
+ * quad rows of one output row's window far exceed L1, each output row read them all from L2
+ * (207 KB a row at 14x14x576 5x5); a band's quad rows of one group stay in L1 across its
+ * output rows. Up to 512 KB of quad rows, 16 output rows. Measured (1 thread, min us, loaded
+ * machine, one row a pass -> bands): 14x14x576 5x5 69.5 -> 62.9, 7x7x576 5x5 20.0 -> 18.9;
+ * windows of 43-86 KB gained nothing (14x14x240 5x5 26.6 -> 26.5) or lost, since a band's
+ * freshly built quad rows left L1 before their first use (112x112x32 3x3 97 -> 112, 112x112x96
+ * 3x3 stride 2 108 -> 122 with bands above 32 KB) */
+#define DWQ_MAX_BAND 16
+static int dwq_band(const ei_dw_args *a) {
+    const int64_t rowb = (int64_t)DWQ_COLS(a) * ((a->c + 15) / 16) * 64;
+    if (DWQ_PAIRS(a) || a->kh * rowb <= 96 * 1024 || a->sh > 4) return 1;
+    return (int)EI_MAX(1, EI_MIN(EI_MIN(DWQ_MAX_BAND, a->oh), ((1 << 19) / rowb - a->kh) / a->sh + 1));
+}
+/* quad rows in the ring: a band's windows, every row in its own slot */
+#define DWQ_SLOTS(a) ((dwq_band(a) - 1) * (a)->sh + (a)->kh)
+
 static int64_t dwq_bytes(const ei_dw_args *a) {
 #if defined(__x86_64__)
     if (!DWQ_OK(a)) return 0;
     int64_t ng = (a->c + 15) / 16, nq = (a->kw + 3) / 4;
-    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + ((int64_t)a->kh * DWQ_COLS(a) + 1) * ng * 64 + 64;
+    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + ((int64_t)DWQ_SLOTS(a) * DWQ_COLS(a) + 1) * ng * 64 + 64;
 #else
     (void)a;
     return 0;
@@ -753,72 +770,82 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
     for (int i = 0; i < 64; i++) permc[i] = (uint8_t)(i / 4 < C ? C * (i % 4) + i / 4 : 0);
     const __m512i vperm = _mm512_loadu_si512(perm), vpermc = _mm512_loadu_si512(permc);
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
-    int64_t tag[DW8_MAX_TAPS];                          /* (b, iy) built in each slot; -1: none */
-    for (int i = 0; i < kh; i++) tag[i] = -1;
+    const int band = dwq_band(a), ns = DWQ_SLOTS(a);
+    int64_t tag[DW8_MAX_TAPS + (DWQ_MAX_BAND - 1) * 4];  /* (b, iy) built in each slot; -1: none */
+    for (int i = 0; i < ns; i++) tag[i] = -1;
     const int8_t *pad = (const int8_t *)a->pad;
-    for (int64_t row = r0; row < r1; row++) {
-        int b = (int)(row / a->oh), oy = (int)(row % a->oh);
-        const uint8_t *slot[DW8_MAX_TAPS];
-        for (int ky = 0; ky < kh; ky++) {
-            int iy = oy * a->sh - a->pt + ky;
-            int s = ((iy % kh) + kh) % kh;
-            /* the input row a slot holds: b * h + iy; every padding row is the same (all zp_x) */
-            int64_t key = (iy < 0 || iy >= a->h) ? -2 : (int64_t)b * a->h + iy;
-            uint8_t *q = ring + s * qrow;
-            slot[ky] = q;
-            if (tag[s] == key) continue;
-            tag[s] = key;
-            const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
-            if (build == DWQ_BLOCKS) {
-                dwq_build_blocks(a, xrow, pad, q, ring + kh * qrow, nj, qb);
-                continue;
-            }
-            if (build == DWQ_CHAIN) {
-                dwq_build_shift(a, xrow, pad, q, nj, qb);
-                continue;
-            }
-            for (int j = 0; j < nj; j++) {
-                /* quads inside the row: four pointers C apart; the others tap by tap (padding) */
-                const int8_t *src[4];
-                const int ix0 = j * a->sw - a->pl;
-                uint8_t *d = q + (int64_t)j * qb;
-                if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
-                    src[0] = xrow + (int64_t)ix0 * C;
-                    if (contig) {
-                        __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
+    const uint8_t *slots[DWQ_MAX_BAND][DW8_MAX_TAPS];
+    int64_t opixs[DWQ_MAX_BAND];
+    for (int64_t row0 = r0, nb; row0 < r1; row0 += nb) {
+        nb = EI_MIN(EI_MIN((int64_t)band, r1 - row0), (row0 / a->oh + 1) * a->oh - row0);   /* one image */
+        /* the band's quad rows (those not in the ring yet), then its output rows */
+        for (int bi = 0; bi < nb; bi++) {
+            const int64_t row = row0 + bi;
+            int b = (int)(row / a->oh), oy = (int)(row % a->oh);
+            const uint8_t **slot = slots[bi];
+            for (int ky = 0; ky < kh; ky++) {
+                int iy = oy * a->sh - a->pt + ky;
+                int s = ((iy % ns) + ns) % ns;
+                /* the input row a slot holds: b * h + iy; every padding row is the same (all zp_x) */
+                int64_t key = (iy < 0 || iy >= a->h) ? -2 : (int64_t)b * a->h + iy;
+                uint8_t *q = ring + s * qrow;
+                slot[ky] = q;
+                if (tag[s] == key) continue;
+                tag[s] = key;
+                const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
+                if (build == DWQ_BLOCKS) {
+                    dwq_build_blocks(a, xrow, pad, q, ring + ns * qrow, nj, qb);
+                    continue;
+                }
+                if (build == DWQ_CHAIN) {
+                    dwq_build_shift(a, xrow, pad, q, nj, qb);
+                    continue;
+                }
+                for (int j = 0; j < nj; j++) {
+                    /* quads inside the row: four pointers C apart; the others tap by tap (padding) */
+                    const int8_t *src[4];
+                    const int ix0 = j * a->sw - a->pl;
+                    uint8_t *d = q + (int64_t)j * qb;
+                    if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
+                        src[0] = xrow + (int64_t)ix0 * C;
+                        if (contig) {
+                            __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
+                            if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+                            else _mm512_store_si512(d, v);
+                            continue;
+                        }
+                        src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
+                    } else {
+                        for (int t = 0; t < 4; t++) {
+                            int ix = ix0 + t;
+                            src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
+                        }
+                    }
+                    for (int g = 0; g < full; g++) {
+                        int c = 16 * g;
+                        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
+                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
+                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
+                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
+                        _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+                    }
+                    if (tm) {
+                        int c = 16 * full;
+                        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
+                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
+                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
+                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
+                        v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
                         if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                        else _mm512_store_si512(d, v);
-                        continue;
+                        else _mm512_store_si512(d + 64 * full, v);
                     }
-                    src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
-                } else {
-                    for (int t = 0; t < 4; t++) {
-                        int ix = ix0 + t;
-                        src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
-                    }
-                }
-                for (int g = 0; g < full; g++) {
-                    int c = 16 * g;
-                    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
-                    _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
-                }
-                if (tm) {
-                    int c = 16 * full;
-                    __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
-                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
-                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
-                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
-                    v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
-                    if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                    else _mm512_store_si512(d + 64 * full, v);
                 }
             }
+            opixs[bi] = ((int64_t)b * a->oh + oy) * a->ow;
         }
-        int64_t opix0 = ((int64_t)b * a->oh + oy) * a->ow;
-        if (pairs) {
+        for (int bi = 0; bi < nb && pairs; bi++) {      /* (a band of one row) */
+            const uint8_t *const *slot = slots[bi];
+            const int64_t opix0 = opixs[bi];
             for (int ox = 0; ox < a->ow; ox += 8) {
                 const int nv = (EI_MIN(8, a->ow - ox) + 1) / 2;
                 __m512i acc[4] = { vq[0].bias, vq[0].bias, vq[0].bias, vq[0].bias };
@@ -840,18 +867,22 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
                     ei_vq_store(&vc, &vq[0], ox + 2 * j + 1 < a->ow ? (__mmask16)0xFFFF : (__mmask16)0xFF, acc[j],
                                 y + 16 * j, z ? z + 16 * j : NULL);
             }
-            continue;
         }
-        /* one group's quads of the kh rows across the row, then the next group's: those stay in
-         * L1 (the whole ring of a 240-channel 5x5 layer does not), and quad k = 1 of one block of
-         * four columns is quad k = 0 of the next */
+        if (pairs) continue;
+        /* one group's quads of the band's rows across the rows, then the next group's: those stay
+         * in L1 (the whole ring of a 240-channel 5x5 layer does not), and quad k = 1 of one block
+         * of four columns is quad k = 0 of the next */
         for (int g = 0; g < ng; g++) {
             const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
             /* MobileNet's 3x3 and 5x5 with constant trip counts: unrolled, the addresses constant
              * offsets from the kh row pointers */
-            if (kh == 3 && nq == 1) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 3, 1);
-            else if (kh == 5 && nq == 2) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 5, 2);
-            else dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, kh, nq);
+            for (int bi = 0; bi < nb; bi++) {
+                const uint8_t *const *slot = slots[bi];
+                const int64_t opix0 = opixs[bi];
+                if (kh == 3 && nq == 1) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 3, 1);
+                else if (kh == 5 && nq == 2) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 5, 2);
+                else dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, kh, nq);
+            }
         }
     }
 }
