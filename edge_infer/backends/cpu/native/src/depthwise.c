@@ -545,14 +545,19 @@ void dwq_group_row(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, co
     __m512i wv[16];
     if (hoist)
         for (int i = 0; i < nt; i++) wv[i] = _mm512_loadu_si512(wg + (int64_t)i * ng * 64);
-    for (int ox = 0; ox < a->ow; ox += 4) {
-        const int P = EI_MIN(4, a->ow - ox);
-        int8_t *y = (int8_t *)a->y + (opix0 + ox) * C + 16 * g;
-        const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C + 16 * g : NULL;
+    const uint8_t *sl[DW8_MAX_TAPS];
+    for (int ky = 0; ky < kh; ky++) sl[ky] = slot[ky];
+    const int ow = a->ow;
+    int8_t *const y0 = (int8_t *)a->y + opix0 * C + 16 * g;
+    const int8_t *const z0 = a->z ? (const int8_t *)a->z + opix0 * C + 16 * g : NULL;
+    for (int ox = 0; ox < ow; ox += 4) {
+        const int P = EI_MIN(4, ow - ox);
+        int8_t *y = y0 + (int64_t)ox * C;
+        const int8_t *z = z0 ? z0 + (int64_t)ox * C : NULL;
         const int64_t off = (int64_t)ox * qb + 64 * g;
         __m512i acc[4];
-        if (P == 4) dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, 4);
-        else dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, P);
+        if (P == 4) dwq_acc(acc, k.bias, wv, hoist, wg, sl, off, qb, qstep, ng, kh, nq, 4);
+        else dwq_acc(acc, k.bias, wv, hoist, wg, sl, off, qb, qstep, ng, kh, nq, P);
         if (P == 4 && !vc.ztab) {
             ei_vq_store4(&vc, &k, m, acc[0], acc[1], acc[2], acc[3], y, C);
             continue;
@@ -648,10 +653,16 @@ static const uint8_t dwq_perm[64] = {   /* byte 4c + k of a quad = byte 16k + c 
     P4(0), P4(1), P4(2), P4(3), P4(4), P4(5), P4(6), P4(7), P4(8), P4(9), P4(10), P4(11), P4(12), P4(13), P4(14), P4(15)
 #undef P4
 };
+static const uint8_t dwq_perm8[64] = {  /* 8 channels: byte 4c + k = byte 8k + c of one 32-byte load */
+#define P4(c) c, 8 + c, 16 + c, 24 + c
+    P4(0), P4(1), P4(2), P4(3), P4(4), P4(5), P4(6), P4(7)
+#undef P4
+};
 
 /* the from-scratch quads of input columns ix0 .. ix0 + 3, every channel group, at d (groups 64
- * apart): four 16-byte loads (the padding's outside the row) and one vpermb a group; 16
- * channels inside the row: one 64-byte load */
+ * apart; pixel pairs: 32 bytes): four 16-byte loads (the padding's outside the row) and one
+ * vpermb a group; 8 or 16 channels inside the row: the four taps are 4 C contiguous bytes, one
+ * load */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) static inline __attribute__((always_inline))
 void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix0, uint8_t *d) {
     const int C = a->c, full = C / 16;
@@ -660,8 +671,12 @@ void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix
     const int8_t *src[4];
     if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
         src[0] = xrow + (int64_t)ix0 * C;
-        if (C == 16) {
-            _mm512_store_si512(d, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, _mm512_loadu_si512(src[0])), k80));
+        if (C == 16 || C == 8) {
+            const __m512i v = _mm512_xor_si512(
+                _mm512_permutexvar_epi8(C == 16 ? vperm : _mm512_loadu_si512(dwq_perm8),
+                                        _mm512_maskz_loadu_epi8(C == 16 ? ~0ULL : 0xFFFFFFFFULL, src[0])), k80);
+            if (DWQ_PAIRS(a)) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+            else _mm512_store_si512(d, v);
             return;
         }
         src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
@@ -685,7 +700,9 @@ void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix
         v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
         v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
         v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
-        _mm512_store_si512(d + 64 * full, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+        v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
+        if (DWQ_PAIRS(a)) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+        else _mm512_store_si512(d + 64 * full, v);
     }
 }
 
@@ -760,16 +777,6 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
     for (int c = 0; c < C; c++) left |= a->shift[c] > 0;
     ei_vqc vc;
     ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
-    /* byte 4c + k of a quad = byte 16k + c of the four loaded 16-byte chunks */
-    uint8_t perm[64], permc[64];
-    for (int i = 0; i < 64; i++) perm[i] = (uint8_t)(16 * (i % 4) + i / 4);
-    /* C = 8 or 16: the four taps of an interior quad are 4 C contiguous bytes, one load; byte
-     * 4c + k = byte C k + c */
-    const int contig = C == 8 || C == 16;
-    const __mmask64 cmask = C == 16 ? ~0ULL : (1ULL << (4 * C)) - 1;
-    for (int i = 0; i < 64; i++) permc[i] = (uint8_t)(i / 4 < C ? C * (i % 4) + i / 4 : 0);
-    const __m512i vperm = _mm512_loadu_si512(perm), vpermc = _mm512_loadu_si512(permc);
-    const __m512i k80 = _mm512_set1_epi8((char)0x80);
     const int band = dwq_band(a), ns = DWQ_SLOTS(a);
     int64_t tag[DW8_MAX_TAPS + (DWQ_MAX_BAND - 1) * 4];  /* (b, iy) built in each slot; -1: none */
     for (int i = 0; i < ns; i++) tag[i] = -1;
@@ -801,45 +808,7 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
                     dwq_build_shift(a, xrow, pad, q, nj, qb);
                     continue;
                 }
-                for (int j = 0; j < nj; j++) {
-                    /* quads inside the row: four pointers C apart; the others tap by tap (padding) */
-                    const int8_t *src[4];
-                    const int ix0 = j * a->sw - a->pl;
-                    uint8_t *d = q + (int64_t)j * qb;
-                    if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
-                        src[0] = xrow + (int64_t)ix0 * C;
-                        if (contig) {
-                            __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
-                            if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                            else _mm512_store_si512(d, v);
-                            continue;
-                        }
-                        src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
-                    } else {
-                        for (int t = 0; t < 4; t++) {
-                            int ix = ix0 + t;
-                            src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
-                        }
-                    }
-                    for (int g = 0; g < full; g++) {
-                        int c = 16 * g;
-                        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
-                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
-                        _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
-                    }
-                    if (tm) {
-                        int c = 16 * full;
-                        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
-                        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
-                        v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
-                        if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                        else _mm512_store_si512(d + 64 * full, v);
-                    }
-                }
+                for (int j = 0; j < nj; j++) dwq_quad(a, xrow, pad, j * a->sw - a->pl, q + (int64_t)j * qb);
             }
             opixs[bi] = ((int64_t)b * a->oh + oy) * a->ow;
         }
