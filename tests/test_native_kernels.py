@@ -417,7 +417,10 @@ def test_depthwise_int8_selftest(mode):
     """depthwise.c's self-test: every int8 NHWC kernel this CPU has (AVX2, per-tap VNNI, quads,
     quads split by channel blocks as 2-thread few-row layers run them) against the scalar
     instance, bit for bit, on random geometries (3x3 / 5x5, strides 1-2, dilation, residual
-    tables, fused activation tables, channel tails)."""
+    tables, fused activation tables, channel tails); and the quad kernels with each quad-row
+    build (from scratch, VBMI2 shift chain, every fourth quad) on their own seeded geometries:
+    kernels 3 / 5 / 7, strides 1-2, 8 / 16 / 24 / 72 / 576 / random channels, rows 1-20 wide,
+    padding 0..k-1 a side, bands of output rows, two images, runs split in two."""
     old = native.set_isa_mask(MASKS[mode])
     try:
         assert native.lib.ei_selftest_depthwise() == 0

@@ -394,6 +394,9 @@ static int has_vbmi(void) {
  * 56x56x72 5x5 stride 2 74 -> 60, 48x48x8 3x3 36 -> 22; 3x3 stride 2 146 -> 170 then (since
  * then faster: see pick). The requantization epilogue is now about 40% of the time (a cheap one
  * measured 237 -> 157 us on the first).
+ * With VBMI2 most quads come from other quads by byte shifts instead (dwq_build_of: a chain
+ * across the row, or every 4 / sw-th quad from scratch and one vpshrdd for each between), and
+ * layers whose window of quad rows is far bigger than L1 run in bands of output rows (dwq_band).
  * The u8 offset: sum_taps (x + 128) w = sum x w + 128 sum w; the second term comes off the
  * bias. Padding reads zp_x as everywhere. Exactly the integers of the per-tap kernels.
  *
@@ -600,13 +603,16 @@ void dwq_shift_group(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad,
     __m512i v = _mm512_setzero_si512();
     /* quad j's new columns start at ix = j sw - pl + 4 - sw; the prologue (j = -1, and -2, -3
      * at stride 1) shifts in the first quad's other columns */
-#define DWQ_NEW(ix, p0, p1) do {                                                                             \
+    /* macros, not functions: the second column's bytes p1 are loaded at stride 2 only (at stride
+     * 1 they may lie past the input's end) */
+#define DWQ_NEW(p0, p1) do {                                                                                 \
         if (sw == 1) v = _mm512_shrdi_epi32(v, _mm512_cvtepu8_epi32(p0), 8);                                  \
-        else v = _mm512_shrdi_epi32(v, _mm512_permutexvar_epi8(vpair, _mm512_inserti32x4(_mm512_castsi128_si512(p0), (p1), 1)), 16); \
+        else v = _mm512_shrdi_epi32(                                                                          \
+            v, _mm512_permutexvar_epi8(vpair, _mm512_inserti32x4(_mm512_castsi128_si512(p0), (p1), 1)), 16);  \
     } while (0)
 #define DWQ_CHECKED(j) do {                                                                                  \
         const int ix_ = (j) * sw - a->pl + 4 - sw;                                                            \
-        DWQ_NEW(ix_, dwq_col(xrow, pad, ix_, lim, C, c, m, masked), dwq_col(xrow, pad, ix_ + 1, lim, C, c, m, masked)); \
+        DWQ_NEW(dwq_col(xrow, pad, ix_, lim, C, c, m, masked), dwq_col(xrow, pad, ix_ + 1, lim, C, c, m, masked)); \
     } while (0)
     for (int j = -4 / sw + 1; j < 0; j++) DWQ_CHECKED(j);
     int j = 0;
@@ -616,8 +622,8 @@ void dwq_shift_group(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad,
     }
     const int8_t *p = j < j1 ? xrow + ((int64_t)j * sw - a->pl + 4 - sw) * C + c : pad;
     for (; j < j1; j++, p += sw * C) {
-        if (masked) DWQ_NEW(0, _mm_maskz_loadu_epi8(m, p), _mm_maskz_loadu_epi8(m, p + C));
-        else DWQ_NEW(0, _mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + C)));
+        if (masked) DWQ_NEW(_mm_maskz_loadu_epi8(m, p), _mm_maskz_loadu_epi8(m, p + C));
+        else DWQ_NEW(_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + C)));
         _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
     }
     for (; j < nj; j++) {
@@ -642,7 +648,8 @@ static void dwq_build_shift(const ei_dw_args *a, const int8_t *xrow, const int8_
     const __m512i vpair = _mm512_loadu_si512(pi);
     /* quads [j0, j1) read columns j sw - pl + 4 - sw .. j sw - pl + 3, all inside the row */
     const int sw = a->sw, off = 4 - sw - a->pl;
-    int j0 = off >= 0 ? 0 : (-off + sw - 1) / sw, j1 = xrow ? EI_MIN(nj, (a->w - 3 + a->pl) / sw + ((a->w - 3 + a->pl) % sw > 0)) : 0;
+    const int last = a->w - 3 + a->pl;                  /* quad j reads inside the row while j sw < last */
+    int j0 = off >= 0 ? 0 : (-off + sw - 1) / sw, j1 = xrow ? EI_MIN(nj, last / sw + (last % sw > 0)) : 0;
     if (!xrow || j1 < j0) j0 = j1 = nj;
     for (int g = 0; g < full; g++) dwq_shift_group(a, xrow, pad, q + 64 * g, nj, j0, j1, qb, 16 * g, 0xFFFF, vpair, 0);
     if (tm) dwq_shift_group(a, xrow, pad, q + 64 * full, nj, j0, j1, qb, 16 * full, tm, vpair, 1);
