@@ -622,7 +622,10 @@ void dwq_shift_group(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad,
     }
     const int8_t *p = j < j1 ? xrow + ((int64_t)j * sw - a->pl + 4 - sw) * C + c : pad;
     for (; j < j1; j++, p += sw * C) {
-        if (masked) DWQ_NEW(_mm_maskz_loadu_epi8(m, p), _mm_maskz_loadu_epi8(m, p + C));
+        if (C == 16 && sw == 2)         /* the two columns are 32 contiguous bytes: one load */
+            v = _mm512_shrdi_epi32(
+                v, _mm512_permutexvar_epi8(vpair, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p))), 16);
+        else if (masked) DWQ_NEW(_mm_maskz_loadu_epi8(m, p), _mm_maskz_loadu_epi8(m, p + C));
         else DWQ_NEW(_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + C)));
         _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
     }
