@@ -765,9 +765,11 @@ static int dwq_build_of(const ei_dw_args *a) {
     return a->kw <= 4 || a->ow >= 14 ? DWQ_CHAIN : DWQ_SCRATCH;
 }
 
-/* output rows [r0, r1), every channel group of 16, quad rows built as build says */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
-static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
+/* output rows [r0, r1), every channel group of 16, quad rows built as build says; one_row: bands
+ * of one row, compiled apart (the band loop's unknown bounds had cost 14x14x288 5x5 stride 2
+ * 6.6 -> 7.0 us at 2 threads) */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi"))) static inline __attribute__((always_inline))
+void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build, const int one_row) {
     const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
@@ -787,19 +789,21 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
     for (int c = 0; c < C; c++) left |= a->shift[c] > 0;
     ei_vqc vc;
     ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
-    const int band = dwq_band(a), ns = DWQ_SLOTS(a);
-    int64_t tag[DW8_MAX_TAPS + (DWQ_MAX_BAND - 1) * 4];  /* (b, iy) built in each slot; -1: none */
+    const int band = one_row ? 1 : dwq_band(a), ns = (band - 1) * a->sh + kh;
+    /* variable-length: fixed arrays for 16 rows of 64 taps (8 KB of stack a call) had made
+     * 14x14x288 5x5 stride 2 at 2 threads 6.6 -> 7.5 us */
+    int64_t tag[ns];                                    /* (b, iy) built in each slot; -1: none */
     for (int i = 0; i < ns; i++) tag[i] = -1;
     const int8_t *pad = (const int8_t *)a->pad;
-    const uint8_t *slots[DWQ_MAX_BAND][DW8_MAX_TAPS];
-    int64_t opixs[DWQ_MAX_BAND];
+    const uint8_t *slots[band * kh];                    /* [output row of the band][ky] */
+    int64_t opixs[band];
     for (int64_t row0 = r0, nb; row0 < r1; row0 += nb) {
         nb = EI_MIN(EI_MIN((int64_t)band, r1 - row0), (row0 / a->oh + 1) * a->oh - row0);   /* one image */
         /* the band's quad rows (those not in the ring yet), then its output rows */
         for (int bi = 0; bi < nb; bi++) {
             const int64_t row = row0 + bi;
             int b = (int)(row / a->oh), oy = (int)(row % a->oh);
-            const uint8_t **slot = slots[bi];
+            const uint8_t **slot = slots + bi * kh;
             for (int ky = 0; ky < kh; ky++) {
                 int iy = oy * a->sh - a->pt + ky;
                 int s = ((iy % ns) + ns) % ns;
@@ -823,7 +827,7 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
             opixs[bi] = ((int64_t)b * a->oh + oy) * a->ow;
         }
         for (int bi = 0; bi < nb && pairs; bi++) {      /* (a band of one row) */
-            const uint8_t *const *slot = slots[bi];
+            const uint8_t *const *slot = slots + bi * kh;
             const int64_t opix0 = opixs[bi];
             for (int ox = 0; ox < a->ow; ox += 8) {
                 const int nv = (EI_MIN(8, a->ow - ox) + 1) / 2;
@@ -856,7 +860,7 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
             /* MobileNet's 3x3 and 5x5 with constant trip counts: unrolled, the addresses constant
              * offsets from the kh row pointers */
             for (int bi = 0; bi < nb; bi++) {
-                const uint8_t *const *slot = slots[bi];
+                const uint8_t *const *slot = slots + bi * kh;
                 const int64_t opix0 = opixs[bi];
                 if (kh == 3 && nq == 1) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 3, 1);
                 else if (kh == 5 && nq == 2) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 5, 2);
@@ -867,18 +871,29 @@ static void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scr
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows_one(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
+    dwq_rows_impl(a, r0, r1, scratch, build, 1);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows_band(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
+    dwq_rows_impl(a, r0, r1, scratch, build, 0);
+}
+static void dwq_run(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
+    if (dwq_band(a) == 1) dwq_rows_one(a, r0, r1, scratch, build);
+    else dwq_rows_band(a, r0, r1, scratch, build);
+}
 static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    dwq_rows_impl(a, r0, r1, scratch, DWQ_SCRATCH);
+    dwq_run(a, r0, r1, scratch, DWQ_SCRATCH);
 }
 static void dwq_rows_shift(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    dwq_rows_impl(a, r0, r1, scratch, dwq_build_of(a));
+    dwq_run(a, r0, r1, scratch, dwq_build_of(a));
 }
 /* the self-test's: each shift build wherever it can run */
 static void dwq_rows_chain(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    dwq_rows_impl(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_CHAIN);
+    dwq_run(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_CHAIN);
 }
 static void dwq_rows_blocks(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
-    dwq_rows_impl(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_BLOCKS);
+    dwq_run(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_BLOCKS);
 }
 #endif
 
