@@ -423,11 +423,12 @@ static int has_vbmi(void) {
  * machine, one row a pass -> bands): 14x14x576 5x5 69.5 -> 62.9, 7x7x576 5x5 20.0 -> 18.9;
  * windows of 43-86 KB gained nothing (14x14x240 5x5 26.6 -> 26.5) or lost, since a band's
  * freshly built quad rows left L1 before their first use (112x112x32 3x3 97 -> 112, 112x112x96
- * 3x3 stride 2 108 -> 122 with bands above 32 KB) */
+ * 3x3 stride 2 108 -> 122 with bands above 32 KB). One thread only: at 2, each thread's run of 3-4
+ * rows of a 7x7x576 layer measured 12.7-12.9 -> 13.2-13.4 us with bands. */
 #define DWQ_MAX_BAND 16
 static int dwq_band(const ei_dw_args *a) {
     const int64_t rowb = (int64_t)DWQ_COLS(a) * ((a->c + 15) / 16) * 64;
-    if (DWQ_PAIRS(a) || a->kh * rowb <= 96 * 1024 || a->sh > 4) return 1;
+    if (DWQ_PAIRS(a) || a->kh * rowb <= 96 * 1024 || a->sh > 4 || a->threads > 1) return 1;
     return (int)EI_MAX(1, EI_MIN(EI_MIN(DWQ_MAX_BAND, a->oh), ((1 << 19) / rowb - a->kh) / a->sh + 1));
 }
 /* quad rows in the ring: a band's windows, every row in its own slot */
