@@ -396,16 +396,23 @@ def test_depthwise_fp32_nhwc_selftest(mode):
 @pytest.mark.parametrize("c,hw,k,stride,residual", [
     (8, (24, 96), 3, 1, False), (16, (56, 56), 3, 2, False), (24, (28, 29), 3, 1, True), (72, (14, 14), 5, 2, False),
     (96, (7, 10), 5, 1, True), (40, (9, 6), 5, 1, False), (33, (3, 5), 3, 1, True), (8, (23, 50), 3, 2, True),
-    (16, (9, 31), 5, 2, False), (8, (11, 13), 3, 1, True), (8, (6, 7), 3, 2, False), (8, (5, 3), 3, 1, False)])
+    (16, (9, 31), 5, 2, False), (8, (11, 13), 3, 1, True), (8, (6, 7), 3, 2, False), (8, (5, 3), 3, 1, False),
+    (16, (112, 112), 3, 2, False), (72, (56, 56), 3, 2, True), (88, (28, 28), 3, 1, False),
+    (240, (14, 14), 5, 1, True), (576, (14, 14), 5, 1, False), (576, (7, 7), 5, 1, True)])
 def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
     """int8 depthwise layers of MobileNet-v2/v3 sizes (the VNNI kernel's blocks of four output
     pixels over interior and border columns, channel tails under masks, widths that leave 1-3
-    pixels after the last block; 8 channels: pixel pairs, odd widths end in half a pair) bit for bit against the numpy kernel, on every ISA path."""
+    pixels after the last block; 8 channels: pixel pairs, odd widths end in half a pair; with
+    VBMI2 the quad rows by shifts, chained or from every fourth quad; 576-channel 5x5 layers, which
+    at one thread run in bands of output rows) bit for bit against the numpy kernel, on every ISA
+    path, at 2 threads and (the large layers) at 1."""
     rng = np.random.default_rng(c * 100 + k)
     g, feeds = depthwise_case(rng, "int8", 1, c, hw[0], hw[1], k, stride, k // 2, 1, "NHWC", "Relu", residual)
     res = run_three_ways(g, feeds, threads=2)
     assert "depthwise" in res["native"][1]
     assert_native_matches(res)
+    if c * hw[0] * hw[1] >= 28000:
+        assert_native_matches(run_three_ways(g, feeds, threads=1))
 
 
 @pytest.mark.parametrize("mode", ["native", "base"])
@@ -413,7 +420,10 @@ def test_depthwise_int8_selftest(mode):
     """depthwise.c's self-test: every int8 NHWC kernel this CPU has (AVX2, per-tap VNNI, quads,
     quads split by channel blocks as 2-thread few-row layers run them) against the scalar
     instance, bit for bit, on random geometries (3x3 / 5x5, strides 1-2, dilation, residual
-    tables, fused activation tables, channel tails)."""
+    tables, fused activation tables, channel tails); and the quad kernels with each quad-row
+    build (from scratch, VBMI2 shift chain, every fourth quad) on their own seeded geometries:
+    kernels 3 / 5 / 7, strides 1-2, 8 / 16 / 24 / 72 / 576 / random channels, rows 1-20 wide,
+    padding 0..k-1 a side, bands of output rows, two images, runs split in two."""
     old = native.set_isa_mask(MASKS[mode])
     try:
         assert native.lib.ei_selftest_depthwise() == 0

@@ -394,6 +394,9 @@ static int has_vbmi(void) {
  * 56x56x72 5x5 stride 2 74 -> 60, 48x48x8 3x3 36 -> 22; 3x3 stride 2 146 -> 170 then (since
  * then faster: see pick). The requantization epilogue is now about 40% of the time (a cheap one
  * measured 237 -> 157 us on the first).
+ * With VBMI2 most quads come from other quads by byte shifts instead (dwq_build_of: a chain
+ * across the row, or every 4 / sw-th quad from scratch and one vpshrdd for each between), and
+ * layers whose window of quad rows is far bigger than L1 run in bands of output rows (dwq_band).
  * The u8 offset: sum_taps (x + 128) w = sum x w + 128 sum w; the second term comes off the
  * bias. Padding reads zp_x as everywhere. Exactly the integers of the per-tap kernels.
  *
@@ -413,11 +416,29 @@ static int has_vbmi(void) {
  * layer ran 2x slower than the fp32 kernel. */
 #define DWQ_PAIRS(a) ((a)->c == 8 && (a)->kw <= 4)
 
+/* output rows a pass of dwq_rows computes channel group by channel group (a band): where the
+ * quad rows of one output row's window far exceed L1, each output row read them all from L2
+ * (207 KB a row at 14x14x576 5x5); a band's quad rows of one group stay in L1 across its
+ * output rows. Up to 512 KB of quad rows, 16 output rows. Measured (1 thread, min us, loaded
+ * machine, one row a pass -> bands): 14x14x576 5x5 69.5 -> 62.9, 7x7x576 5x5 20.0 -> 18.9;
+ * windows of 43-86 KB gained nothing (14x14x240 5x5 26.6 -> 26.5) or lost, since a band's
+ * freshly built quad rows left L1 before their first use (112x112x32 3x3 97 -> 112, 112x112x96
+ * 3x3 stride 2 108 -> 122 with bands above 32 KB). One thread only: at 2, each thread's run of 3-4
+ * rows of a 7x7x576 layer measured 12.7-12.9 -> 13.2-13.4 us with bands. */
+#define DWQ_MAX_BAND 16
+static int dwq_band(const ei_dw_args *a) {
+    const int64_t rowb = (int64_t)DWQ_COLS(a) * ((a->c + 15) / 16) * 64;
+    if (DWQ_PAIRS(a) || a->kh * rowb <= 96 * 1024 || a->sh > 4 || a->threads > 1) return 1;
+    return (int)EI_MAX(1, EI_MIN(EI_MIN(DWQ_MAX_BAND, a->oh), ((1 << 19) / rowb - a->kh) / a->sh + 1));
+}
+/* quad rows in the ring: a band's windows, every row in its own slot */
+#define DWQ_SLOTS(a) ((dwq_band(a) - 1) * (a)->sh + (a)->kh)
+
 static int64_t dwq_bytes(const ei_dw_args *a) {
 #if defined(__x86_64__)
     if (!DWQ_OK(a)) return 0;
     int64_t ng = (a->c + 15) / 16, nq = (a->kw + 3) / 4;
-    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + (int64_t)a->kh * DWQ_COLS(a) * ng * 64 + 64;
+    return (int64_t)a->kh * nq * ng * 64 + ng * 64 + ((int64_t)DWQ_SLOTS(a) * DWQ_COLS(a) + 1) * ng * 64 + 64;
 #else
     (void)a;
     return 0;
@@ -528,14 +549,19 @@ void dwq_group_row(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, co
     __m512i wv[16];
     if (hoist)
         for (int i = 0; i < nt; i++) wv[i] = _mm512_loadu_si512(wg + (int64_t)i * ng * 64);
-    for (int ox = 0; ox < a->ow; ox += 4) {
-        const int P = EI_MIN(4, a->ow - ox);
-        int8_t *y = (int8_t *)a->y + (opix0 + ox) * C + 16 * g;
-        const int8_t *z = a->z ? (const int8_t *)a->z + (opix0 + ox) * C + 16 * g : NULL;
+    const uint8_t *sl[DW8_MAX_TAPS];
+    for (int ky = 0; ky < kh; ky++) sl[ky] = slot[ky];
+    const int ow = a->ow;
+    int8_t *const y0 = (int8_t *)a->y + opix0 * C + 16 * g;
+    const int8_t *const z0 = a->z ? (const int8_t *)a->z + opix0 * C + 16 * g : NULL;
+    for (int ox = 0; ox < ow; ox += 4) {
+        const int P = EI_MIN(4, ow - ox);
+        int8_t *y = y0 + (int64_t)ox * C;
+        const int8_t *z = z0 ? z0 + (int64_t)ox * C : NULL;
         const int64_t off = (int64_t)ox * qb + 64 * g;
         __m512i acc[4];
-        if (P == 4) dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, 4);
-        else dwq_acc(acc, k.bias, wv, hoist, wg, slot, off, qb, qstep, ng, kh, nq, P);
+        if (P == 4) dwq_acc(acc, k.bias, wv, hoist, wg, sl, off, qb, qstep, ng, kh, nq, 4);
+        else dwq_acc(acc, k.bias, wv, hoist, wg, sl, off, qb, qstep, ng, kh, nq, P);
         if (P == 4 && !vc.ztab) {
             ei_vq_store4(&vc, &k, m, acc[0], acc[1], acc[2], acc[3], y, C);
             continue;
@@ -548,9 +574,203 @@ void dwq_group_row(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, co
     }
 }
 
-/* output rows [r0, r1), every channel group of 16 */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
-static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+static int has_vbmi2(void) {
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi2"); }
+    return v && has_vbmi();
+}
+
+/* the u8 bytes of input column ix, channels c.. (16, or the tail's under m) of a quad row:
+ * the padding where ix falls outside the row (lim 0: a padding row) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__((always_inline))
+__m128i dwq_col(const int8_t *xrow, const int8_t *pad, int ix, unsigned lim, int C, int64_t c, __mmask16 m,
+                const int masked) {
+    const int8_t *p = (unsigned)ix < lim ? xrow + (int64_t)ix * C + c : pad + c;
+    return masked ? _mm_maskz_loadu_epi8(m, p) : _mm_loadu_si128((const __m128i *)p);
+}
+
+/* one channel group's quads across a quad row (stride 1 or 2), each from the one before: lane c
+ * of quad j holds bytes x[j sw - pl + t][c], t = 0..3, so quad j + 1 is quad j shifted right by
+ * sw bytes with the sw new columns' bytes in on top: one vpshrdd of the quad and those bytes
+ * (zero-extended, stride 1; two columns' bytes paired by a vpermb, stride 2). Three or four
+ * ops a quad against four loads, three inserts, a vpermb and a xor for a quad from scratch.
+ * Quads j0 .. j1 - 1 read only columns inside the row: one pointer, no checks. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2"))) static inline __attribute__((always_inline))
+void dwq_shift_group(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, uint8_t *d, int nj, int j0, int j1,
+                     int64_t qb, int64_t c, __mmask16 m, __m512i vpair, const int masked) {
+    const int C = a->c, sw = a->sw;
+    const unsigned lim = xrow ? (unsigned)a->w : 0;
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    __m512i v = _mm512_setzero_si512();
+    /* quad j's new columns start at ix = j sw - pl + 4 - sw; the prologue (j = -1, and -2, -3
+     * at stride 1) shifts in the first quad's other columns */
+    /* macros, not functions: the second column's bytes p1 are loaded at stride 2 only (at stride
+     * 1 they may lie past the input's end) */
+#define DWQ_NEW(p0, p1) do {                                                                                 \
+        if (sw == 1) v = _mm512_shrdi_epi32(v, _mm512_cvtepu8_epi32(p0), 8);                                  \
+        else v = _mm512_shrdi_epi32(                                                                          \
+            v, _mm512_permutexvar_epi8(vpair, _mm512_inserti32x4(_mm512_castsi128_si512(p0), (p1), 1)), 16);  \
+    } while (0)
+#define DWQ_CHECKED(j) do {                                                                                  \
+        const int ix_ = (j) * sw - a->pl + 4 - sw;                                                            \
+        DWQ_NEW(dwq_col(xrow, pad, ix_, lim, C, c, m, masked), dwq_col(xrow, pad, ix_ + 1, lim, C, c, m, masked)); \
+    } while (0)
+    for (int j = -4 / sw + 1; j < 0; j++) DWQ_CHECKED(j);
+    int j = 0;
+    for (; j < j0; j++) {
+        DWQ_CHECKED(j);
+        _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
+    }
+    const int8_t *p = j < j1 ? xrow + ((int64_t)j * sw - a->pl + 4 - sw) * C + c : pad;
+    for (; j < j1; j++, p += sw * C) {
+        if (C == 16 && sw == 2)         /* the two columns are 32 contiguous bytes: one load */
+            v = _mm512_shrdi_epi32(
+                v, _mm512_permutexvar_epi8(vpair, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p))), 16);
+        else if (masked) DWQ_NEW(_mm_maskz_loadu_epi8(m, p), _mm_maskz_loadu_epi8(m, p + C));
+        else DWQ_NEW(_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + C)));
+        _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
+    }
+    for (; j < nj; j++) {
+        DWQ_CHECKED(j);
+        _mm512_store_si512(d + j * qb, _mm512_xor_si512(v, k80));
+    }
+#undef DWQ_CHECKED
+#undef DWQ_NEW
+}
+
+/* a quad row (the ring layout [j][group][64]) by shifts: stride 1 or 2, 16 channels or more */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2"))) __attribute__((noinline))
+static void dwq_build_shift(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, uint8_t *q, int nj,
+                            int64_t qb) {
+    const int full = a->c / 16;
+    const __mmask16 tm = (__mmask16)((1u << (a->c - 16 * full)) - 1);
+    static const uint8_t pi[64] = {     /* lane c: bytes c and 16 + c (the two columns) in its low half */
+#define P2(c) c, 16 + c, 0, 0
+        P2(0), P2(1), P2(2), P2(3), P2(4), P2(5), P2(6), P2(7), P2(8), P2(9), P2(10), P2(11), P2(12), P2(13), P2(14), P2(15)
+#undef P2
+    };
+    const __m512i vpair = _mm512_loadu_si512(pi);
+    /* quads [j0, j1) read columns j sw - pl + 4 - sw .. j sw - pl + 3, all inside the row */
+    const int sw = a->sw, off = 4 - sw - a->pl;
+    const int last = a->w - 3 + a->pl;                  /* quad j reads inside the row while j sw < last */
+    int j0 = off >= 0 ? 0 : (-off + sw - 1) / sw, j1 = xrow ? EI_MIN(nj, last / sw + (last % sw > 0)) : 0;
+    if (!xrow || j1 < j0) j0 = j1 = nj;
+    for (int g = 0; g < full; g++) dwq_shift_group(a, xrow, pad, q + 64 * g, nj, j0, j1, qb, 16 * g, 0xFFFF, vpair, 0);
+    if (tm) dwq_shift_group(a, xrow, pad, q + 64 * full, nj, j0, j1, qb, 16 * full, tm, vpair, 1);
+}
+
+static const uint8_t dwq_perm[64] = {   /* byte 4c + k of a quad = byte 16k + c of four 16-byte loads */
+#define P4(c) c, 16 + c, 32 + c, 48 + c
+    P4(0), P4(1), P4(2), P4(3), P4(4), P4(5), P4(6), P4(7), P4(8), P4(9), P4(10), P4(11), P4(12), P4(13), P4(14), P4(15)
+#undef P4
+};
+static const uint8_t dwq_perm8[64] = {  /* 8 channels: byte 4c + k = byte 8k + c of one 32-byte load */
+#define P4(c) c, 8 + c, 16 + c, 24 + c
+    P4(0), P4(1), P4(2), P4(3), P4(4), P4(5), P4(6), P4(7)
+#undef P4
+};
+
+/* the from-scratch quads of input columns ix0 .. ix0 + 3, every channel group, at d (groups 64
+ * apart; pixel pairs: 32 bytes): four 16-byte loads (the padding's outside the row) and one
+ * vpermb a group; 8 or 16 channels inside the row: the four taps are 4 C contiguous bytes, one
+ * load */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) static inline __attribute__((always_inline))
+void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix0, uint8_t *d) {
+    const int C = a->c, full = C / 16;
+    const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
+    const __m512i k80 = _mm512_set1_epi8((char)0x80), vperm = _mm512_loadu_si512(dwq_perm);
+    const int8_t *src[4];
+    if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
+        src[0] = xrow + (int64_t)ix0 * C;
+        if (C == 16 || C == 8) {
+            const __m512i v = _mm512_xor_si512(
+                _mm512_permutexvar_epi8(C == 16 ? vperm : _mm512_loadu_si512(dwq_perm8),
+                                        _mm512_maskz_loadu_epi8(C == 16 ? ~0ULL : 0xFFFFFFFFULL, src[0])), k80);
+            if (DWQ_PAIRS(a)) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+            else _mm512_store_si512(d, v);
+            return;
+        }
+        src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
+    } else {
+        for (int t = 0; t < 4; t++) {
+            int ix = ix0 + t;
+            src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
+        }
+    }
+    for (int g = 0; g < full; g++) {
+        int c = 16 * g;
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
+        _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+    }
+    if (tm) {
+        int c = 16 * full;
+        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
+        v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
+        if (DWQ_PAIRS(a)) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+        else _mm512_store_si512(d + 64 * full, v);
+    }
+}
+
+/* a quad row from every (4 / sw)-th quad: quad j + 4 / sw holds the four input columns after
+ * quad j's, built from scratch; the quads between, j + k, are bytes k sw .. 3 of quad j's lanes
+ * then bytes 0 .. k sw - 1 of quad j + 4 / sw's: one vpshrdd each. At stride 1 two ops a quad
+ * (a from-scratch build and three shifts per four quads), three at stride 2, against five,
+ * and no chain of shifts from quad to quad. tmp: the last from-scratch quad where it lies past
+ * the row's nj. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2"))) __attribute__((noinline))
+static void dwq_build_blocks(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, uint8_t *q, uint8_t *tmp,
+                             int nj, int64_t qb) {
+    const int sw = a->sw, S = 4 / sw, ng = (a->c + 15) / 16;
+    dwq_quad(a, xrow, pad, -a->pl, q);
+    for (int j = 0; j + 1 < nj; j += S) {
+        const int jn = j + S, kend = EI_MIN(S, nj - j);
+        uint8_t *dn = jn < nj ? q + (int64_t)jn * qb : tmp;
+        const uint8_t *d0 = q + (int64_t)j * qb;
+        dwq_quad(a, xrow, pad, jn * sw - a->pl, dn);
+        for (int g = 0; g < ng; g++) {
+            const __m512i va = _mm512_load_si512(d0 + 64 * g), vb = _mm512_load_si512(dn + 64 * g);
+            uint8_t *d = q + (int64_t)(j + 1) * qb + 64 * g;
+            if (sw == 2) {
+                _mm512_store_si512(d, _mm512_shrdi_epi32(va, vb, 16));
+                continue;
+            }
+            _mm512_store_si512(d, _mm512_shrdi_epi32(va, vb, 8));
+            if (kend > 2) _mm512_store_si512(d + qb, _mm512_shrdi_epi32(va, vb, 16));
+            if (kend > 3) _mm512_store_si512(d + 2 * qb, _mm512_shrdi_epi32(va, vb, 24));
+        }
+    }
+}
+
+/* how dwq_rows builds its quad rows: from scratch; by a chain of shifts (dwq_build_shift); from
+ * every 4 / sw-th quad (dwq_build_blocks). The shifts need VBMI2, stride 1 or 2 and 16 channels
+ * or more (8: pixel pairs) */
+enum { DWQ_SCRATCH, DWQ_CHAIN, DWQ_BLOCKS };
+
+/* the build that measured fastest for these args (1 thread, loaded machine, min us, scratch ->
+ * chain -> blocks): blocks at stride 1 above 32 channels (28x28x88 3x3 23.3 -> 21.6 -> 20.9,
+ * 56x56x144 3x3 137 -> 124 -> 121, 14x14x144 5x5 15.6 -> 15.3 -> 14.8, 7x7x576 5x5 19.4 ->
+ * 19.5 -> 19.2); the chain for 3x3 and rows 14 or more wide otherwise (112x112x16 3x3 stride 2
+ * 21.0 -> 17.1 -> 26.2, 112x112x32 3x3 123 -> 102 -> 112, 56x56x72 stride 2 26.3 -> 23.2 ->
+ * 26.6: the blocks' one 64-byte load at 16 channels straddles cache lines, and at stride 2
+ * they save one op in four); from scratch for 7-wide 5x5 at stride 2 (vpshrdd runs on port 0
+ * beside the ten vpdpbusd a pixel) */
+static int dwq_build_of(const ei_dw_args *a) {
+    if (!has_vbmi2() || DWQ_PAIRS(a) || (a->sw != 1 && a->sw != 2)) return DWQ_SCRATCH;
+    if (a->sw == 1 && a->c > 32) return DWQ_BLOCKS;
+    return a->kw <= 4 || a->ow >= 14 ? DWQ_CHAIN : DWQ_SCRATCH;
+}
+
+/* output rows [r0, r1), every channel group of 16, quad rows built as build says; one_row: bands
+ * of one row, compiled apart (the band loop's unknown bounds had cost 14x14x288 5x5 stride 2
+ * 6.6 -> 7.0 us at 2 threads) */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi"))) static inline __attribute__((always_inline))
+void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build, const int one_row) {
     const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
@@ -570,74 +790,46 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
     for (int c = 0; c < C; c++) left |= a->shift[c] > 0;
     ei_vqc vc;
     ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
-    /* byte 4c + k of a quad = byte 16k + c of the four loaded 16-byte chunks */
-    uint8_t perm[64], permc[64];
-    for (int i = 0; i < 64; i++) perm[i] = (uint8_t)(16 * (i % 4) + i / 4);
-    /* C = 8 or 16: the four taps of an interior quad are 4 C contiguous bytes, one load; byte
-     * 4c + k = byte C k + c */
-    const int contig = C == 8 || C == 16;
-    const __mmask64 cmask = C == 16 ? ~0ULL : (1ULL << (4 * C)) - 1;
-    for (int i = 0; i < 64; i++) permc[i] = (uint8_t)(i / 4 < C ? C * (i % 4) + i / 4 : 0);
-    const __m512i vperm = _mm512_loadu_si512(perm), vpermc = _mm512_loadu_si512(permc);
-    const __m512i k80 = _mm512_set1_epi8((char)0x80);
-    int64_t tag[DW8_MAX_TAPS];                          /* (b, iy) built in each slot; -1: none */
-    for (int i = 0; i < kh; i++) tag[i] = -1;
+    const int band = one_row ? 1 : dwq_band(a), ns = (band - 1) * a->sh + kh;
+    /* variable-length: fixed arrays for 16 rows of 64 taps (8 KB of stack a call) had made
+     * 14x14x288 5x5 stride 2 at 2 threads 6.6 -> 7.5 us */
+    int64_t tag[ns];                                    /* (b, iy) built in each slot; -1: none */
+    for (int i = 0; i < ns; i++) tag[i] = -1;
     const int8_t *pad = (const int8_t *)a->pad;
-    for (int64_t row = r0; row < r1; row++) {
-        int b = (int)(row / a->oh), oy = (int)(row % a->oh);
-        const uint8_t *slot[DW8_MAX_TAPS];
-        for (int ky = 0; ky < kh; ky++) {
-            int iy = oy * a->sh - a->pt + ky;
-            int s = ((iy % kh) + kh) % kh;
-            /* the input row a slot holds: b * h + iy; every padding row is the same (all zp_x) */
-            int64_t key = (iy < 0 || iy >= a->h) ? -2 : (int64_t)b * a->h + iy;
-            uint8_t *q = ring + s * qrow;
-            slot[ky] = q;
-            if (tag[s] == key) continue;
-            tag[s] = key;
-            const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
-            for (int j = 0; j < nj; j++) {
-                /* quads inside the row: four pointers C apart; the others tap by tap (padding) */
-                const int8_t *src[4];
-                const int ix0 = j * a->sw - a->pl;
-                uint8_t *d = q + (int64_t)j * qb;
-                if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
-                    src[0] = xrow + (int64_t)ix0 * C;
-                    if (contig) {
-                        __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi8(vpermc, _mm512_maskz_loadu_epi8(cmask, src[0])), k80);
-                        if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                        else _mm512_store_si512(d, v);
-                        continue;
-                    }
-                    src[1] = src[0] + C; src[2] = src[1] + C; src[3] = src[2] + C;
-                } else {
-                    for (int t = 0; t < 4; t++) {
-                        int ix = ix0 + t;
-                        src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
-                    }
+    const uint8_t *slots[band * kh];                    /* [output row of the band][ky] */
+    int64_t opixs[band];
+    for (int64_t row0 = r0, nb; row0 < r1; row0 += nb) {
+        nb = EI_MIN(EI_MIN((int64_t)band, r1 - row0), (row0 / a->oh + 1) * a->oh - row0);   /* one image */
+        /* the band's quad rows (those not in the ring yet), then its output rows */
+        for (int bi = 0; bi < nb; bi++) {
+            const int64_t row = row0 + bi;
+            int b = (int)(row / a->oh), oy = (int)(row % a->oh);
+            const uint8_t **slot = slots + bi * kh;
+            for (int ky = 0; ky < kh; ky++) {
+                int iy = oy * a->sh - a->pt + ky;
+                int s = ((iy % ns) + ns) % ns;
+                /* the input row a slot holds: b * h + iy; every padding row is the same (all zp_x) */
+                int64_t key = (iy < 0 || iy >= a->h) ? -2 : (int64_t)b * a->h + iy;
+                uint8_t *q = ring + s * qrow;
+                slot[ky] = q;
+                if (tag[s] == key) continue;
+                tag[s] = key;
+                const int8_t *xrow = (iy >= 0 && iy < a->h) ? (const int8_t *)a->x + ((int64_t)b * a->h + iy) * a->w * C : NULL;
+                if (build == DWQ_BLOCKS) {
+                    dwq_build_blocks(a, xrow, pad, q, ring + ns * qrow, nj, qb);
+                    continue;
                 }
-                for (int g = 0; g < full; g++) {
-                    int c = 16 * g;
-                    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(src[0] + c)));
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[1] + c)), 1);
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[2] + c)), 2);
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(src[3] + c)), 3);
-                    _mm512_store_si512(d + 64 * g, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+                if (build == DWQ_CHAIN) {
+                    dwq_build_shift(a, xrow, pad, q, nj, qb);
+                    continue;
                 }
-                if (tm) {
-                    int c = 16 * full;
-                    __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(tm, src[0] + c));
-                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[1] + c), 1);
-                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
-                    v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
-                    v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
-                    if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
-                    else _mm512_store_si512(d + 64 * full, v);
-                }
+                for (int j = 0; j < nj; j++) dwq_quad(a, xrow, pad, j * a->sw - a->pl, q + (int64_t)j * qb);
             }
+            opixs[bi] = ((int64_t)b * a->oh + oy) * a->ow;
         }
-        int64_t opix0 = ((int64_t)b * a->oh + oy) * a->ow;
-        if (pairs) {
+        for (int bi = 0; bi < nb && pairs; bi++) {      /* (a band of one row) */
+            const uint8_t *const *slot = slots + bi * kh;
+            const int64_t opix0 = opixs[bi];
             for (int ox = 0; ox < a->ow; ox += 8) {
                 const int nv = (EI_MIN(8, a->ow - ox) + 1) / 2;
                 __m512i acc[4] = { vq[0].bias, vq[0].bias, vq[0].bias, vq[0].bias };
@@ -659,20 +851,50 @@ static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch)
                     ei_vq_store(&vc, &vq[0], ox + 2 * j + 1 < a->ow ? (__mmask16)0xFFFF : (__mmask16)0xFF, acc[j],
                                 y + 16 * j, z ? z + 16 * j : NULL);
             }
-            continue;
         }
-        /* one group's quads of the kh rows across the row, then the next group's: those stay in
-         * L1 (the whole ring of a 240-channel 5x5 layer does not), and quad k = 1 of one block of
-         * four columns is quad k = 0 of the next */
+        if (pairs) continue;
+        /* one group's quads of the band's rows across the rows, then the next group's: those stay
+         * in L1 (the whole ring of a 240-channel 5x5 layer does not), and quad k = 1 of one block
+         * of four columns is quad k = 0 of the next */
         for (int g = 0; g < ng; g++) {
             const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
             /* MobileNet's 3x3 and 5x5 with constant trip counts: unrolled, the addresses constant
              * offsets from the kh row pointers */
-            if (kh == 3 && nq == 1) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 3, 1);
-            else if (kh == 5 && nq == 2) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 5, 2);
-            else dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, kh, nq);
+            for (int bi = 0; bi < nb; bi++) {
+                const uint8_t *const *slot = slots + bi * kh;
+                const int64_t opix0 = opixs[bi];
+                if (kh == 3 && nq == 1) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 3, 1);
+                else if (kh == 5 && nq == 2) dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, 5, 2);
+                else dwq_group_row(a, &vc, &vq[g], wq, slot, opix0, g, m, qb, qstep, ng, kh, nq);
+            }
         }
     }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows_one(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
+    dwq_rows_impl(a, r0, r1, scratch, build, 1);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+static void dwq_rows_band(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
+    dwq_rows_impl(a, r0, r1, scratch, build, 0);
+}
+static void dwq_run(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build) {
+    if (dwq_band(a) == 1) dwq_rows_one(a, r0, r1, scratch, build);
+    else dwq_rows_band(a, r0, r1, scratch, build);
+}
+static void dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_run(a, r0, r1, scratch, DWQ_SCRATCH);
+}
+static void dwq_rows_shift(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_run(a, r0, r1, scratch, dwq_build_of(a));
+}
+/* the self-test's: each shift build wherever it can run */
+static void dwq_rows_chain(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_run(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_CHAIN);
+}
+static void dwq_rows_blocks(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    dwq_run(a, r0, r1, scratch, DWQ_PAIRS(a) || a->sw > 2 ? DWQ_SCRATCH : DWQ_BLOCKS);
 }
 #endif
 
@@ -743,7 +965,8 @@ static rows_fn pick(const ei_dw_args *a) {
      * many taps (5x5) or is one load (8 or 16 channels); 3x3 stride 2 on 72 channels measured
      * 37 -> 31-33 us (loaded machine) since the compute loop keeps one channel group's quads in
      * L1 (it had measured slower than tap by tap before) */
-    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16)) return dwq_rows;
+    if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16))
+        return dwq_build_of(a) != DWQ_SCRATCH ? dwq_rows_shift : dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
     if (ei_has(EI_AVX2)) return dw8 ? dw8_rows_avx2 : dw_rows_avx2;
 #elif defined(__aarch64__)
@@ -758,6 +981,7 @@ EI_API const char *ei_dw_kernel_name(const ei_dw_args *a) {
     rows_fn f = pick(a);
 #if defined(__x86_64__)
     if (f == dwq_rows) return "AVX-512 VNNI vpdpbusd on 4-tap quads";
+    if (f == dwq_rows_shift) return "AVX-512 VNNI vpdpbusd on 4-tap quads (VBMI2 shifts)";
     if (f == dw8_rows_vnni) return "AVX-512 VNNI vpdpwssd";
     if (f == dw8_rows_avx2 || f == dw_rows_avx2) return "AVX2";
 #elif defined(__aarch64__)
@@ -803,10 +1027,73 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
 
 /* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */
 
+#if defined(__x86_64__)
+/* the quad kernels (from scratch and by shifts) on int8 NHWC geometries of their own: kernels
+ * 3, 5 and 7 wide, strides 1 and 2, the channel counts whose quad builds differ (8: pixel
+ * pairs; 16: one load; 24, 72: a masked tail group; 576; random), rows 1 to 20 wide and
+ * padding 0 to k - 1 a side, whole and in two runs of rows; against the scalar instance */
+static int st_quads(void) {
+    static const int cs[] = {8, 16, 24, 72, 576, 0};
+    int fails = 0;
+    if (!has_vbmi()) return 0;
+    for (int trial = 0; trial < 96; trial++) {
+        ei_dw_args a;
+        memset(&a, 0, sizeof a);
+        a.is_int8 = 1; a.n = 1 + (trial % 7 == 3);
+        a.c = cs[trial % 6] ? cs[trial % 6] : 1 + (int)(st_rand() % 100);
+        a.kh = a.kw = 3 + 2 * (int)(st_rand() % 3);
+        a.sh = a.sw = 1 + (trial / 6) % 2; a.dh = a.dw = 1;
+        a.pt = (int)(st_rand() % a.kh); a.pl = (int)(st_rand() % a.kw);
+        a.h = a.kh + (int)(st_rand() % 6); a.w = 1 + (int)(st_rand() % 20);
+        if (a.w + 2 * a.pl < a.kw) a.w = a.kw;
+        int pr = (int)(st_rand() % a.kw), pb = (int)(st_rand() % a.kh);          /* right / bottom */
+        a.oh = (a.h + a.pt + pb - a.kh) / a.sh + 1; a.ow = (a.w + a.pl + pr - a.kw) / a.sw + 1;
+        a.zp_x = (int32_t)(st_rand() % 256) - 128; a.zp_y = (int32_t)(st_rand() % 256) - 128;
+        a.lo = -128 + (trial % 3 == 1) * 30; a.hi = 127; a.threads = 1;
+        int taps = a.kh * a.kw, C = a.c;
+        int64_t xs = (int64_t)a.n * C * a.h * a.w, ys = (int64_t)a.n * C * a.oh * a.ow;
+        int8_t *x = malloc(xs), *z = malloc(ys), *y0 = malloc(ys), *y1 = malloc(ys), *pad = malloc(C);
+        int16_t *wt = malloc((size_t)taps * C * 2);
+        int32_t *bias = malloc(4 * (size_t)C), *mult = malloc(4 * (size_t)C), *shift = malloc(4 * (size_t)C), ztab[256];
+        for (int i = 0; i < 256; i++) ztab[i] = (int32_t)(st_rand() % 300) - 150;
+        for (int64_t i = 0; i < xs; i++) x[i] = (int8_t)st_rand();
+        for (int64_t i = 0; i < ys; i++) z[i] = (int8_t)st_rand();
+        for (int i = 0; i < taps * C; i++) wt[i] = (int16_t)((int32_t)(st_rand() % 255) - 127);
+        for (int i = 0; i < C; i++) {
+            bias[i] = (int32_t)(st_rand() % 40000) - 20000; pad[i] = (int8_t)a.zp_x;
+            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
+            shift[i] = -(int32_t)(7 + st_rand() % 6);
+        }
+        a.x = x; a.wt = wt; a.bias = bias; a.mult = mult; a.shift = shift; a.pad = pad;
+        if (trial % 4 == 2) { a.z = z; a.ztab = ztab; }
+        char *scr = malloc((size_t)ei_dw_scratch(&a));
+        a.scratch = scr;
+        int64_t rows = (int64_t)a.n * a.oh, cut = (int64_t)(st_rand() % (uint32_t)rows);
+        memset(y0, 0, ys);
+        a.y = y0;
+        dw_rows_scalar(&a, 0, rows, scr);
+        static const rows_fn fns[4] = { dwq_rows, dwq_rows_shift, dwq_rows_chain, dwq_rows_blocks };
+        for (int f = 0; f < (has_vbmi2() ? 4 : 1); f++) {
+            if (!DWQ_OK(&a)) break;
+            memset(y1, 0, ys);
+            a.y = y1;
+            fns[f](&a, 0, cut, scr);
+            fns[f](&a, cut, rows, scr);
+            if (memcmp(y0, y1, ys) != 0) fails++;
+        }
+        free(x); free(z); free(y0); free(y1); free(pad); free(wt); free(bias); free(mult); free(shift); free(scr);
+    }
+    return fails;
+}
+#endif
+
 EI_API int ei_selftest_depthwise(void) {
     int fails = 0;
     st_state = 4242;
     if (!ei_rq_simd()) return 0;
+#if defined(__x86_64__)
+    fails += st_quads();
+#endif
     for (int trial = 0; trial < 48; trial++) {
         ei_dw_args a;
         memset(&a, 0, sizeof a);
@@ -889,6 +1176,12 @@ EI_API int ei_selftest_depthwise(void) {
             memset(y1, 0, ys * es);
             dw_ctx c4 = { &a, dwq_rows, c.rows, 1, c.per };
             dw_range(&c4, 0, c4.rows);
+            if (memcmp(y0, y1, ys * es) != 0) fails++;
+        }
+        if (DWQ_OK(&a) && has_vbmi2()) {
+            memset(y1, 0, ys * es);
+            dw_ctx c5 = { &a, dwq_rows_shift, c.rows, 1, c.per };
+            dw_range(&c5, 0, c5.rows);
             if (memcmp(y0, y1, ys * es) != 0) fails++;
         }
 #endif
