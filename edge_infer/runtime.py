@@ -332,7 +332,9 @@ class Runtime:
         """Run the model. ``feeds``: {input name: array}, or a bare array for one-input models.
         Returns {output name: array}, arrays of their own (a later run does not change them).
         Safe to call from many threads at once: each concurrent run gets its own plan (own
-        arena); weights are shared read-only. The feeds are never written."""
+        arena); weights are shared read-only. The feeds are never written; on the CPU backend a
+        C-contiguous float input may be read in place during the run instead of copied first,
+        so another thread must not write it while the call is in progress."""
         # fast path: arrays whose (shape, dtype) per input already passed the checks, and the
         # pool of their shapes, found with one dict lookup (``_fast``; emptied when a shape's
         # plans are dropped)

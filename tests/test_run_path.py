@@ -1,8 +1,10 @@
 """The per-call path of ``Runtime.run`` on the CPU backend: the checked fast path (one dict
-lookup per call) and the plan pool without a lock on the common path. The contracts kept: a
-wrong feed raises the same InputError after a shape was cached, outputs never alias the arena,
-the caller's input is never written, and any C-contiguous, Fortran-ordered, read-only or sliced
-input computes what a plain copy computes (onnxruntime the oracle for fp32).
+lookup per call), the plan pool without a lock on the common path, and plans that read the
+caller's input array in place (backends/cpu/direct_input.py). The contracts kept: a wrong
+feed raises the same InputError after a shape was cached, outputs never alias the arena, the
+caller's input is never written, and any C-contiguous (aligned as numpy aligns, or as the
+arena), Fortran-ordered, read-only or sliced input computes what a plain copy computes
+(onnxruntime the oracle for fp32).
 """
 import os
 import sys
@@ -42,6 +44,16 @@ def textdir(tmp_path_factory):
     return model, g3, q, name, xs[3:]
 
 
+def _misaligned(x):
+    """A C-contiguous copy of ``x`` starting 16 bytes past a 64-byte boundary (as numpy's own
+    allocations often do): a kernel assuming the arena's alignment shows here."""
+    raw = np.empty(x.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + 16
+    out = raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
+    out[...] = x
+    return out
+
+
 def _copy_path_input(x):
     """The same values in an array the plan cannot read in place (not C-contiguous)."""
     return np.asfortranarray(x) if x.ndim > 1 and max(x.shape) > 1 else x.astype(np.float64)
@@ -53,9 +65,15 @@ def test_inputs_of_any_layout_match_copy_and_oracle(textdir, kind, threads):
     model, g3, q, name, xs = textdir
     rt = Runtime(g3 if kind == "fp32" else q, backend="cpu", threads=threads)
     ex = rt.plan({name: SHAPE})
+    if native.lib is not None:
+        assert ex.direct_inputs == [name]     # the reader is a READS_IN_PLACE kernel
     for x in xs:
         keep = x.copy()
         got = rt.run(x)
+        np.testing.assert_array_equal(x, keep)                 # the caller's input is not written
+        odd = _misaligned(x)                                   # 16 bytes past a 64-byte boundary
+        for k, v in rt.run(odd).items():
+            np.testing.assert_array_equal(v, got[k])
         np.testing.assert_array_equal(x, keep)                 # the caller's input is not written
         copied = rt.run({name: _copy_path_input(x)})
         for k in got:
@@ -164,10 +182,37 @@ def test_later_tensor_in_the_input_bytes_does_not_write_the_callers_array():
     rt = Runtime(g, backend="cpu", threads=1)
     ex = rt.plan({"x": (1, 64)})
     assert ex.arena_plan.offsets["y"] == ex.arena_plan.offsets["x"]
+    assert ex.direct_inputs == []             # its reader (Relu) is not a READS_IN_PLACE kernel
     for k in range(3):
         x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(1, 64) * (k + 1)
         keep = x.copy()
         np.testing.assert_allclose(rt.run(x)["y"], np.maximum(keep, 0) + g.tensors["b"].data, rtol=1e-6)
+        np.testing.assert_array_equal(x, keep)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_quantize_reads_the_callers_input_in_place(threads):
+    """An int8 graph's input QuantizeLinear (ei_quantize_f32) reads the caller's array: the
+    bytes of a copying run, for arena-aligned and numpy-aligned arrays, input unchanged."""
+    from edge_infer.ir import Graph
+    g = Graph("quantize")
+    g.add_input("x", "float32", (1, 3, 64, 64))
+    g.add_const("s", np.array(0.02, np.float32))
+    g.add_const("z", np.array(3, np.int8))
+    g.add_node("QuantizeLinear", ["x", "s", "z"], ["q"])
+    g.outputs = ["q"]
+    rt = Runtime(g, backend="cpu", threads=threads)
+    ex = rt.plan({"x": (1, 3, 64, 64)})
+    assert ex.direct_inputs == ["x"] and ex.nodes[0].op == "QuantizeLinear"
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x = rng.uniform(-3, 3, (1, 3, 64, 64)).astype(np.float32)
+        keep = x.copy()
+        want = rt.run(np.asfortranarray(x))["q"]
+        np.testing.assert_array_equal(want, np.clip(np.round(x / np.float32(0.02)) + 3, -128, 127).astype(np.int8))
+        for arr in (x, _misaligned(x)):
+            np.testing.assert_array_equal(rt.run(arr)["q"], want)
         np.testing.assert_array_equal(x, keep)
 
 

@@ -21,6 +21,7 @@ from .registry import TABLE
 from .fuse_int8_activation import fuse_int8_activations
 from .fuse_int8_se import fuse_squeeze_excite
 from .fuse_int8_input import fuse_int8_inputs
+from .direct_input import address, input_fields, point
 from .kernels.conv_native import residual_in_place, winograd_choice
 from .kernels.elementwise import INPLACE_SAFE
 from .native.kernels import aligned
@@ -394,6 +395,13 @@ class CpuExecutable(Executable):
         self.scratch_repeats = ctx.roles.repeats
         self._in = [(name, self.buffers[name]) for name in graph.inputs if name in self.buffers]
         self._out = [(name, self.buffers.get(name, graph.tensors[name].data)) for name in graph.outputs]
+        #: per input: (name, arena buffer, its readers' fields holding its address or None, the
+        #: address): ``run`` points those fields at a caller's matching array for the run
+        #: instead of copying it (direct_input.py)
+        direct = input_fields(graph, self.nodes, self.steps, self.buffers, self.arena_plan) \
+            if native.lib is not None else None
+        self.direct_inputs = sorted(direct or ())
+        self._in_direct = [(name, buf, (direct or {}).get(name), buf.ctypes.data) for name, buf in self._in]
 
     def step_summary(self) -> dict:
         slow = [n for n, st in zip(self.nodes, self.steps) if getattr(st, "native_step", None) is None]
@@ -421,9 +429,23 @@ class CpuExecutable(Executable):
         return self.buffers
 
     def run(self, feeds):
-        self._feed(feeds)
-        for step in self.run_steps:
-            step()
+        moved = None
+        for name, buf, fields, home in self._in_direct:
+            arr = feeds[name]
+            # the caller's array read in place: same dtype and shape, C-contiguous, aligned
+            if fields is not None and type(arr) is np.ndarray and arr.dtype == buf.dtype and \
+                    arr.shape == buf.shape and arr.flags.c_contiguous and arr.flags.aligned:
+                point(fields, address(arr))
+                moved = [(fields, home)] if moved is None else moved + [(fields, home)]
+            else:
+                np.copyto(buf, arr, casting="same_kind")
+        try:
+            for step in self.run_steps:
+                step()
+        finally:
+            if moved is not None:     # back at the arena: run_views / run_profiled copy into it
+                for fields, home in moved:
+                    point(fields, home)
         return {name: np.array(buf) for name, buf in self._out}
 
     def run_profiled(self, feeds):

@@ -133,6 +133,7 @@ def native_step(fn_name: str, args: ctypes.Structure, *keep) -> Callable[[], Non
         fn(addr)
     run.native_step = (ctypes.cast(fn, ctypes.c_void_p).value, addr)
     run.native_keep = (fn, args, keep)
+    run.native_name = fn_name
     return run
 
 
