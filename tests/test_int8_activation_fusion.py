@@ -61,8 +61,10 @@ def plan(make, feeds, *, native_on: bool, fuse: bool, monkeypatch, threads: int 
 
 
 def conv_act_graph(x, xq, w, ws, bias, midq, yq, *, op, attrs, stride, pad, group, nhwc, relu=False, z=None, zq=None,
-                   extra_reader=False):
-    """x -> Conv (FusedConv with Relu and / or residual z) -> ``op`` -> y (int8 NCHW or NHWC)."""
+                   extra_reader=False, gate=None):
+    """x -> Conv (FusedConv with Relu and / or residual z) -> ``op`` -> y (int8 NCHW or NHWC).
+    ``gate`` = (hq, gate_first): ``op`` writes h (parameters hq) and y = Mul(mid, h) (or
+    Mul(h, mid)): HardSwish / SiLU as onnxruntime's QDQ quantizer writes them."""
     def make():
         g = Graph("conv_act")
         g.add_input("x", "int8", x.shape).quant = qd(*xq)
@@ -80,7 +82,12 @@ def conv_act_graph(x, xq, w, ws, bias, midq, yq, *, op, attrs, stride, pad, grou
                 ins.append("z")
         g.add_node("FusedConv" if relu or z is not None else "Conv", ins, ["mid"], **cattrs)
         g.tensors["mid"].quant = qd(*midq)
-        g.add_node(op, ["mid"], ["y"], **attrs)
+        if gate is None:
+            g.add_node(op, ["mid"], ["y"], **attrs)
+        else:
+            g.add_node(op, ["mid"], ["h"], **attrs)
+            g.tensors["h"].quant = qd(*gate[0])
+            g.add_node("Mul", ["h", "mid"] if gate[1] else ["mid", "h"], ["y"])
         g.tensors["y"].quant = qd(*yq)
         g.outputs = ["y"] + (["mid"] if extra_reader else [])
         return g
@@ -167,27 +174,6 @@ def test_intermediate_with_another_reader_is_not_fused(monkeypatch, graph_output
         np.testing.assert_array_equal(got[k], want[k])
 
 
-def conv_gated_graph(x, xq, w, ws, bias, midq, hq, yq, *, op, attrs, group, gate_first):
-    """x -> Conv -> mid -> ``op`` -> h; y = Mul(mid, h) (or Mul(h, mid)): HardSwish / SiLU as
-    onnxruntime's QDQ quantizer writes them, each step with its own parameters (int8 NHWC)."""
-    def make():
-        g = Graph("conv_gated")
-        g.add_input("x", "int8", x.shape).quant = qd(*xq)
-        g.add_const("w", w).quant = {"scale": [float(v) for v in ws], "zero_point": [0] * len(ws), "axis": 0}
-        g.add_const("b", bias)
-        k = w.shape[2]
-        g.add_node("Conv", ["x", "w", "b"], ["mid"], kernel_shape=[k, k], strides=[1, 1], pads=[k // 2] * 4,
-                   group=group, data_layout="NHWC")
-        g.tensors["mid"].quant = qd(*midq)
-        g.add_node(op, ["mid"], ["h"], **attrs)
-        g.tensors["h"].quant = qd(*hq)
-        g.add_node("Mul", ["h", "mid"] if gate_first else ["mid", "h"], ["y"])
-        g.tensors["y"].quant = qd(*yq)
-        g.outputs = ["y"]
-        return g
-    return make
-
-
 @settings(**SETTINGS)
 @given(op=st.sampled_from(["HardSigmoid", "Sigmoid", "Tanh"]), c=st.integers(1, 40), m=st.integers(1, 70),
        hw=st.integers(1, 10), k=st.sampled_from([1, 3, 5]), depthwise=st.booleans(), gate_first=st.booleans(),
@@ -209,8 +195,8 @@ def test_fused_gated_activation_is_bit_exact(monkeypatch, isa, op, c, m, hw, k, 
     yq = (float(rng.uniform(0.01, 0.1)), int(rng.integers(-60, 60)))
     attrs = {"alpha": 1 / 6, "beta": 0.5} if op == "HardSigmoid" else {}
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    make = conv_gated_graph(nhwc, xq, w, ws, bias, midq, hq, yq, op=op, attrs=attrs, group=group,
-                            gate_first=gate_first)
+    make = conv_act_graph(nhwc, xq, w, ws, bias, midq, yq, op=op, attrs=attrs, stride=1, pad=k // 2, group=group,
+                          nhwc=True, gate=(hq, gate_first))
     fn = {"HardSigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1), "Sigmoid": ACTIVATIONS["Sigmoid"],
           "Tanh": np.tanh}[op]
     mid = ref.conv2d(x, xq, w, ws, bias, midq, pads=(k // 2,) * 4, group=group)
@@ -235,10 +221,10 @@ def test_gated_activation_with_other_readers_is_not_fused(monkeypatch, other):
     three steps; the outputs stay the unfused plan's."""
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (1, 5, 5, 8), dtype=np.int8)
-    base = conv_gated_graph(x, (0.05, 3), rng.integers(-127, 128, (16, 8, 1, 1), dtype=np.int8),
-                            np.full(16, 0.01, np.float32), np.zeros(16, np.int32), (0.1, 0), (1 / 256, -128),
-                            (0.05, -5), op="HardSigmoid", attrs={"alpha": 1 / 6, "beta": 0.5}, group=1,
-                            gate_first=False)
+    base = conv_act_graph(x, (0.05, 3), rng.integers(-127, 128, (16, 8, 1, 1), dtype=np.int8),
+                          np.full(16, 0.01, np.float32), np.zeros(16, np.int32), (0.1, 0), (0.05, -5),
+                          op="HardSigmoid", attrs={"alpha": 1 / 6, "beta": 0.5}, stride=1, pad=0, group=1, nhwc=True,
+                          gate=((1 / 256, -128), False))
 
     def make():
         g = base()
