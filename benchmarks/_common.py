@@ -8,7 +8,8 @@ Model names (``model_path``):
   models shipped with onnx, with seeded random weights (tests/onnx_models.py);
 * ``digits``: the bundled digits CNN;
 * the families users deploy (tests/family_models.py, ``FAMILIES``): ``mnv3`` (MobileNetV3-small
-  classifier, 224x224), ``mnv3_textdir`` (the OCR text-direction classifier, 48x192), ``db640``
+  classifier, 224x224), ``mnv3_large`` (MobileNetV3-large, 224x224), ``mnv3_textdir`` (the OCR
+  text-direction classifier, 48x192), ``db640``
   (DB text detector, 640x640), ``yolo320`` and ``yolo640`` (YOLOv8n with the exporters' output).
 
 Inputs (``model_inputs``): the family models get random pixels mapped the way their
@@ -44,7 +45,8 @@ GROUPS = {"core": CORE_MODELS, "families": FAMILY_MODELS, "zoo": ZOO_MODELS}
 
 #: input preprocessing of each family: (recipe name, mean, std) applied to pixels in [0, 1]
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-FAMILY_RECIPES = {"mnv3": ("imagenet", *_IMAGENET), "db640": ("imagenet", *_IMAGENET),
+FAMILY_RECIPES = {"mnv3": ("imagenet", *_IMAGENET), "mnv3_large": ("imagenet", *_IMAGENET),
+                  "db640": ("imagenet", *_IMAGENET),
                   "mnv3_textdir": ("symmetric_range", (0.5,) * 3, (0.5,) * 3),
                   "yolo320": ("yolo", (0.0,) * 3, (1.0,) * 3), "yolo640": ("yolo", (0.0,) * 3, (1.0,) * 3)}
 

@@ -7,7 +7,8 @@ benchmarks (benchmarks/compare.py --families, benchmarks/native_bench.py).
   GlobalAveragePool -> 1x1 conv -> Relu -> 1x1 conv -> HardSigmoid -> broadcast Mul, 1x1
   project, residual Add), Relu and HardSwish mixed as in the paper, 1x1 conv + GAP + 1x1 conv +
   HardSwish + Gemm head. ``hw=(48, 192), width=0.35, classes=2`` is the text-direction
-  classifier of OCR pipelines (``text_direction_classifier``).
+  classifier of OCR pipelines (``text_direction_classifier``); ``mobilenetv3_large_classifier``
+  the large one (its block table, last conv 960, head 1280).
 * ``db_text_detector``: a DB text detector (PP-OCR-style): MobileNetV3-large x0.5 backbone,
   FPN (1x1 lateral convs, nearest Resize x2 + Add top-down, 3x3 smoothing, the four levels
   upsampled to 1/4 and concatenated), DB probability head (3x3 conv - BatchNormalization - Relu,
@@ -214,17 +215,25 @@ def mobilenetv3_classifier(hw: Tuple[int, int] = (224, 224), width: float = 1.0,
     return _normalized(lambda size: _mnv3_graph(size, width, classes, seed), hw, seed)
 
 
-def _mnv3_graph(hw, width, classes, seed):
+def mobilenetv3_large_classifier(hw: Tuple[int, int] = (224, 224), width: float = 1.0, classes: int = 1000,
+                                 seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV3-large at ``width`` (torchvision's table: last conv 960, head 1280), as
+    ``mobilenetv3_classifier``."""
+    return _normalized(lambda size: _mnv3_graph(size, width, classes, seed, MNV3_LARGE, 960, 1280), hw, seed)
+
+
+def _mnv3_graph(hw, width, classes, seed, table=MNV3_SMALL, last=576, head=1024):
     b = _Builder(seed)
-    x, c, _ = _mnv3_backbone(b, "input", MNV3_SMALL, width)
-    last = _divisible(576 * width)
+    x, c, _ = _mnv3_backbone(b, "input", table, width)
+    last = _divisible(last * width)
     x = b.act(b.conv(x, c, last), "HS")
     x = b.node("GlobalAveragePool", [x])
-    x = b.act(b.conv(x, last, 1024), "HS")          # torchvision: Linear 1024, as a 1x1 conv here
+    x = b.act(b.conv(x, last, head), "HS")          # torchvision: Linear 1024 / 1280, as a 1x1 conv here
     x = b.node("Flatten", [x], axis=1)
-    w = b.const(b.rng.standard_normal((classes, 1024)) * math.sqrt(1 / 1024), "fc_weight")
+    w = b.const(b.rng.standard_normal((classes, head)) * math.sqrt(1 / head), "fc_weight")
     y = b.node("Gemm", [x, w, b.const(np.zeros(classes), "fc_bias")], transB=1)
-    return b.model("mobilenetv3_small", "input", [1, 3, *hw], [(y, [1, classes])]), b.targets
+    name = "mobilenetv3_small" if table is MNV3_SMALL else "mobilenetv3_large"
+    return b.model(name, "input", [1, 3, *hw], [(y, [1, classes])]), b.targets
 
 
 def text_direction_classifier(hw: Tuple[int, int] = (48, 192), seed: int = 0) -> onnx.ModelProto:
@@ -355,6 +364,7 @@ def _yolo_graph(hw, width, classes, seed):
 FAMILIES = {
     "mnv3": lambda: mobilenetv3_classifier((224, 224)),
     "mnv3_textdir": lambda: text_direction_classifier((48, 192)),
+    "mnv3_large": lambda: mobilenetv3_large_classifier((224, 224)),
     "db640": lambda: db_text_detector((640, 640)),
     "yolo320": lambda: yolo_detector(320),
     "yolo640": lambda: yolo_detector(640),
