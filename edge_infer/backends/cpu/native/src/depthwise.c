@@ -674,19 +674,21 @@ static const uint8_t dwq_perm8[64] = {  /* 8 channels: byte 4c + k = byte 8k + c
  * apart; pixel pairs: 32 bytes): four 16-byte loads (the padding's outside the row) and one
  * vpermb a group; 8 or 16 channels inside the row: the four taps are 4 C contiguous bytes, one
  * load */
+/* (C, w, pairs: the args' channels, width and DWQ_PAIRS, as values: read through the args they
+ * were loaded again after every quad's stores, which may alias them: 160x160x8 3x3 116 -> 154 us) */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) static inline __attribute__((always_inline))
-void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix0, uint8_t *d) {
-    const int C = a->c, full = C / 16;
+void dwq_quad(const int C, const int w, const int pairs, const int8_t *xrow, const int8_t *pad, int ix0, uint8_t *d) {
+    const int full = C / 16;
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     const __m512i k80 = _mm512_set1_epi8((char)0x80), vperm = _mm512_loadu_si512(dwq_perm);
     const int8_t *src[4];
-    if (xrow && ix0 >= 0 && ix0 + 3 < a->w) {
+    if (xrow && ix0 >= 0 && ix0 + 3 < w) {
         src[0] = xrow + (int64_t)ix0 * C;
         if (C == 16 || C == 8) {
             const __m512i v = _mm512_xor_si512(
                 _mm512_permutexvar_epi8(C == 16 ? vperm : _mm512_loadu_si512(dwq_perm8),
                                         _mm512_maskz_loadu_epi8(C == 16 ? ~0ULL : 0xFFFFFFFFULL, src[0])), k80);
-            if (DWQ_PAIRS(a)) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+            if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
             else _mm512_store_si512(d, v);
             return;
         }
@@ -694,7 +696,7 @@ void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix
     } else {
         for (int t = 0; t < 4; t++) {
             int ix = ix0 + t;
-            src[t] = (xrow && ix >= 0 && ix < a->w) ? xrow + (int64_t)ix * C : pad;
+            src[t] = (xrow && ix >= 0 && ix < w) ? xrow + (int64_t)ix * C : pad;
         }
     }
     for (int g = 0; g < full; g++) {
@@ -712,7 +714,7 @@ void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix
         v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[2] + c), 2);
         v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(tm, src[3] + c), 3);
         v = _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80);
-        if (DWQ_PAIRS(a)) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+        if (pairs) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
         else _mm512_store_si512(d + 64 * full, v);
     }
 }
@@ -726,13 +728,13 @@ void dwq_quad(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, int ix
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2"))) __attribute__((noinline))
 static void dwq_build_blocks(const ei_dw_args *a, const int8_t *xrow, const int8_t *pad, uint8_t *q, uint8_t *tmp,
                              int nj, int64_t qb) {
-    const int sw = a->sw, S = 4 / sw, ng = (a->c + 15) / 16;
-    dwq_quad(a, xrow, pad, -a->pl, q);
+    const int sw = a->sw, S = 4 / sw, ng = (a->c + 15) / 16, C = a->c, w = a->w, pl = a->pl, pairs = DWQ_PAIRS(a);
+    dwq_quad(C, w, pairs, xrow, pad, -pl, q);
     for (int j = 0; j + 1 < nj; j += S) {
         const int jn = j + S, kend = EI_MIN(S, nj - j);
         uint8_t *dn = jn < nj ? q + (int64_t)jn * qb : tmp;
         const uint8_t *d0 = q + (int64_t)j * qb;
-        dwq_quad(a, xrow, pad, jn * sw - a->pl, dn);
+        dwq_quad(C, w, pairs, xrow, pad, jn * sw - pl, dn);
         for (int g = 0; g < ng; g++) {
             const __m512i va = _mm512_load_si512(d0 + 64 * g), vb = _mm512_load_si512(dn + 64 * g);
             uint8_t *d = q + (int64_t)(j + 1) * qb + 64 * g;
@@ -772,6 +774,7 @@ static int dwq_build_of(const ei_dw_args *a) {
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi"))) static inline __attribute__((always_inline))
 void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, int build, const int one_row) {
     const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh;
+    const int W = a->w, SW = a->sw, PL = a->pl;         /* the from-scratch builds read these per quad */
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     char *base = (char *)(((uintptr_t)scratch + ((int64_t)C * 4 + 63) / 64 * 64 + 63) & ~(uintptr_t)63);
     const char *cs = (const char *)a->consts;
@@ -823,7 +826,7 @@ void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, i
                     dwq_build_shift(a, xrow, pad, q, nj, qb);
                     continue;
                 }
-                for (int j = 0; j < nj; j++) dwq_quad(a, xrow, pad, j * a->sw - a->pl, q + (int64_t)j * qb);
+                for (int j = 0; j < nj; j++) dwq_quad(C, W, pairs, xrow, pad, j * SW - PL, q + (int64_t)j * qb);
             }
             opixs[bi] = ((int64_t)b * a->oh + oy) * a->ow;
         }
