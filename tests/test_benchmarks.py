@@ -55,6 +55,6 @@ def test_loop_ops_bench_times_both_sides(capsys):
 
 def test_model_groups_expand_in_order_once():
     import _common
-    assert _common.expand_models("resnet50,families,yolo320") == ["resnet50", "mnv3", "mnv3_textdir", "db640",
-                                                                   "yolo320", "yolo640"]
+    assert _common.expand_models("resnet50,families,yolo320") == ["resnet50", "mnv3", "mnv3_textdir", "mnv3_large",
+                                                                   "db640", "yolo320", "yolo640"]
     assert _common.expand_models("core")[:3] == ["resnet50", "mobilenetv2", "squeezenet"]
