@@ -168,6 +168,34 @@ static void mean_store_avx512(const ei_global_pool_s8_args *a, const int32_t *ac
 #endif
 
 #define CBLOCK 256
+
+/* acc[j] = the sum of x[q c + j] over np positions q, j < cn: NHWC sums, exact in int32 (np 128 <
+ * 2^31), the AVX-512 kernels' int16 lanes where they run */
+static void nhwc_sums(const int8_t *x, int64_t c, int64_t np, int64_t cn, int32_t *acc) {
+#if defined(__x86_64__)
+    if (ei_has(EI_AVX512)) {
+        if ((c == 16 || c == 32) && cn == c) sum_s8_run_avx512(x, c, np, acc);
+        else sum_s8_avx512(x, c, np, cn, acc);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < cn; j++) acc[j] = 0;
+    for (int64_t q = 0; q < np; q++, x += c)
+        for (int64_t j = 0; j < cn; j++) acc[j] += x[j];
+}
+
+/* y[j] = the average (op 1) or requantized mean (op 2) of the sums acc[j], j < cn */
+static void store_means(const ei_global_pool_s8_args *a, const int32_t *acc, int64_t cn, int8_t *y, const ei_divn *dn) {
+#if defined(__x86_64__)
+    /* op 1: |acc| + p / 2 < 2^31 for the int32 lanes (the Python side allows p < 2^24) */
+    if ((a->op == 2 || a->p < (1 << 22)) && ei_has(EI_AVX512)) {
+        mean_store_avx512(a, acc, cn, y);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < cn; j++) y[j] = a->op == 2 ? requant_mean(a, acc[j]) : rounded_mean_d(acc[j], a->p, *dn);
+}
+
 /* rows of (n, channel block): channels accumulate in int32 (p * 128 < 2^31 for p < 2^24) */
 static void global_s8_range(void *ctx, int64_t b, int64_t e) {
     const ei_global_pool_s8_args *a = (const ei_global_pool_s8_args *)ctx;
@@ -177,24 +205,16 @@ static void global_s8_range(void *ctx, int64_t b, int64_t e) {
         int64_t bi = r / nb, c0 = (r % nb) * CBLOCK, cn = EI_MIN(CBLOCK, a->c - c0);
         int32_t acc[CBLOCK];
         int8_t *y = a->y + bi * a->c + c0;
-#if defined(__x86_64__)
-        /* op 1: |acc| + p / 2 < 2^31 for the int32 lanes (the Python side allows p < 2^24) */
-        if (a->nhwc && a->op && (a->op == 2 || a->p < (1 << 22)) && ei_has(EI_AVX512)) {
-            if ((a->c == 16 || a->c == 32) && nb == 1)
-                sum_s8_run_avx512(a->x + bi * a->p * a->c, a->c, a->p, acc);
-            else
-                sum_s8_avx512(a->x + bi * a->p * a->c + c0, a->c, a->p, cn, acc);
-            mean_store_avx512(a, acc, cn, y);
+        if (a->nhwc && a->op) {         /* averages */
+            nhwc_sums(a->x + bi * a->p * a->c + c0, a->c, a->p, cn, acc);
+            store_means(a, acc, cn, y, &dn);
             continue;
         }
-#endif
-        if (a->nhwc) {
+        if (a->nhwc) {                  /* max */
             const int8_t *x = a->x + bi * a->p * a->c + c0;
-            for (int64_t j = 0; j < cn; j++) acc[j] = a->op ? 0 : -128;
-            for (int64_t q = 0; q < a->p; q++, x += a->c) {
-                if (a->op) for (int64_t j = 0; j < cn; j++) acc[j] += x[j];
-                else for (int64_t j = 0; j < cn; j++) acc[j] = x[j] > acc[j] ? x[j] : acc[j];
-            }
+            for (int64_t j = 0; j < cn; j++) acc[j] = -128;
+            for (int64_t q = 0; q < a->p; q++, x += a->c)
+                for (int64_t j = 0; j < cn; j++) acc[j] = x[j] > acc[j] ? x[j] : acc[j];
         } else {
             for (int64_t j = 0; j < cn; j++) {
                 const int8_t *x = a->x + (bi * a->c + c0 + j) * a->p;
@@ -217,35 +237,17 @@ EI_API void ei_global_pool_s8(const ei_global_pool_s8_args *a) {
 
 /* The mean in two halves, for the fused squeeze-excite step (se.c), which sums each thread's
  * share of positions where the layer before wrote it and adds the shares: an NHWC average
- * (op 1 or 2) of batch 1. acc[j] = sum of x[q][j] over positions q0 .. q1 - 1, all c channels
- * (exact int32: p 128 < 2^31); the same sums as global_s8_range's, in the same int16 lanes */
+ * (op 1 or 2) of batch 1. acc[j] = sum of x[q][j] over positions q0 .. q1 - 1, all c channels */
 void ei_global_pool_s8_sums(const void *args, int64_t q0, int64_t q1, int32_t *acc) {
     const ei_global_pool_s8_args *a = (const ei_global_pool_s8_args *)args;
-    const int8_t *x = a->x + q0 * a->c;
-#if defined(__x86_64__)
-    if (ei_has(EI_AVX512)) {
-        if (a->c == 16 || a->c == 32) sum_s8_run_avx512(x, a->c, q1 - q0, acc);
-        else sum_s8_avx512(x, a->c, q1 - q0, a->c, acc);
-        return;
-    }
-#endif
-    for (int64_t j = 0; j < a->c; j++) acc[j] = 0;
-    for (int64_t q = q0; q < q1; q++, x += a->c)
-        for (int64_t j = 0; j < a->c; j++) acc[j] += x[j];
+    nhwc_sums(a->x + q0 * a->c, a->c, q1 - q0, a->c, acc);
 }
 
 /* y = the mean of the sums acc (all positions, c channels), as global_s8_range stores it */
 void ei_global_pool_s8_store(const void *args, const int32_t *acc) {
     const ei_global_pool_s8_args *a = (const ei_global_pool_s8_args *)args;
-#if defined(__x86_64__)
-    if ((a->op == 2 || a->p < (1 << 22)) && ei_has(EI_AVX512)) {
-        mean_store_avx512(a, acc, a->c, a->y);
-        return;
-    }
-#endif
     ei_divn dn = divn_make(a->p > 0 ? a->p : 1);
-    for (int64_t j = 0; j < a->c; j++)
-        a->y[j] = a->op == 2 ? requant_mean(a, acc[j]) : rounded_mean_d(acc[j], a->p, dn);
+    store_means(a, acc, a->c, a->y, &dn);
 }
 
 typedef struct {
