@@ -109,3 +109,18 @@ def yolo_head(seed: int = 2, hw=(32, 32), c: int = 16, bins: int = 16):
 
 
 FAMILIES = {"mnv3": mnv3_block, "db": db_head, "yolo": yolo_head}
+
+
+def quantized_family(tmp_path, make, shape, n: int):
+    """(int8 artifact path, input name, ``n`` seeded feeds) of the graph ``make()``: saved as
+    ONNX, converted with ``quantize="int8"`` calibrated on the first 4 feeds (uniform [-1, 1])."""
+    import onnx
+    import edge_infer
+    src = str(tmp_path / "m.onnx")
+    onnx.save(make(), src)
+    in_name = onnx.load(src).graph.input[0].name
+    rng = np.random.default_rng(0)
+    xs = [{in_name: rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(n)]
+    eim = str(tmp_path / "q.eim")
+    edge_infer.convert(src, eim, quantize="int8", calib=xs[:4], allow_drift=True)
+    return eim, in_name, xs

@@ -186,23 +186,17 @@ def test_family_plans_fused_and_unfused_agree(tmp_path, monkeypatch, family):
     """Whole family graphs quantized: every squeeze-excite block fused (one step instead of four),
     the outputs of the unfused plan's on several inputs, at 1 and 2 threads and on each ISA
     path; the artifact's graph keeps its nodes."""
-    import onnx
-    import edge_infer
     from edge_infer.runtime import Runtime
+    from int8_op_graphs import quantized_family
     make, shape = FAMILY_GRAPHS[family]
-    src = str(tmp_path / "m.onnx")
-    onnx.save(make(), src)
-    in_name = onnx.load(src).graph.input[0].name
-    rng = np.random.default_rng(0)
-    xs = [{in_name: rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(7)]
-    edge_infer.convert(src, str(tmp_path / "q.eim"), quantize="int8", calib=xs[:4], allow_drift=True)
+    eim, in_name, xs = quantized_family(tmp_path, make, shape, 7)
 
     def run(fuse, threads, mask):
         with monkeypatch.context() as m:
             m.setattr(se, "ENABLED", fuse)
             old = native.set_isa_mask(mask)
             try:
-                rt = Runtime(str(tmp_path / "q.eim"), backend="cpu", threads=threads)
+                rt = Runtime(eim, backend="cpu", threads=threads)
                 ex = rt.plan({in_name: shape})
                 return rt, ex, [rt.run(x) for x in xs[4:]]
             finally:
