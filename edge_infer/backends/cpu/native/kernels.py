@@ -438,10 +438,9 @@ def int8_stem_step(ctx, a: ctypes.Structure, w_mk: np.ndarray, keep: Sequence,
         need = int(lib.ei_int8_stem_scratch(addr))
     scr = _thread_scratch(ctx, max(1, int(a.threads)), need)
     a.wpack, a.scratch, a.consts = pack.ctypes.data, scr.ctypes.data, None
-    rows = STEM_KINDS.get(kind, str(kind))      # the rows it runs: AMX tiles for the VNNI kind
-    if hasattr(lib, "ei_int8_stem_path"):
-        lib.ei_int8_stem_path.restype, lib.ei_int8_stem_path.argtypes = ctypes.c_char_p, [_P]
-        rows = lib.ei_int8_stem_path(addr).decode()
+    # the rows it runs (AMX tiles for the VNNI kind where AMX runs)
+    rows = _native.function("ei_int8_stem_path", _P, restype=ctypes.c_char_p)(addr).decode() \
+        if hasattr(lib, "ei_int8_stem_path") else STEM_KINDS.get(kind, str(kind))
     if float_input is not None:
         q.conv = a                  # a copy: the struct embeds the conv args by value
         step = _native.native_step("ei_int8_stem_q", q, pack, scr, float_input[0], *keep)
