@@ -142,7 +142,7 @@ def quantize_options(args) -> dict:
                                 ("--calib-recipe", None if pruning else args.calib_recipe),
                                 ("--keep-float", args.keep_float),
                                 ("--max-accuracy-drop", None if pruning else args.max_accuracy_drop),
-                                ("--report", args.report), ("--task", args.task))
+                                ("--report", args.report), ("--task", args.task), ("--requant", args.requant))
                  if v is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} need(s) --quantize int8" + ("" if pruning else " (or --sparsity)"))
@@ -161,7 +161,7 @@ def quantize_options(args) -> dict:
     return {"quantize": args.quantize, "calib": args.calib, "calib_samples": args.calib_samples,
             "calib_recipe": args.calib_recipe, "calib_method": args.calib_method, "keep_float": keep,
             "max_accuracy_drop": args.max_accuracy_drop, "report": args.report,
-            **({"task": args.task} if args.task else {})}
+            **({"task": args.task} if args.task else {}), **({"requant": args.requant} if args.requant else {})}
 
 
 def cmd_export(args) -> int:
@@ -553,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "float32 until the drop vs fp32 on held-out samples (of --task's metric) is <= X (a fraction); with "
                    "--sparsity also the pruning budget (per-layer sparsity from a sensitivity analysis)")
     c.add_argument("--report", metavar="FILE.json", help="write the quantization accuracy report")
+    c.add_argument("--requant", choices=("fp32", "fixed"), help="int8 conv / matmul output requantization: fp32 "
+                   "(default: a float32 multiplier, one rounding, as onnxruntime and XNNPACK) or fixed (TFLite's "
+                   "reference kernels' fixed point, bit-exact with them)")
     c.add_argument("--task", choices=("auto", "classify", "detect", "segment", "generic"),
                    help="what the int8 accuracy report and --max-accuracy-drop measure: top-1, detection F1, "
                         "map IoU or per-output SQNR (default auto: from the output shapes)")

@@ -117,7 +117,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             disable_passes: Sequence[str] = (), allow_drift: bool = False, target: Optional[str] = None,
             verify_samples: int = 2, layout: str = "auto", quantize: Optional[str] = None,
             calib=None, calib_samples: Optional[int] = None, calib_recipe=None,
-            calib_method: str = "minmax", keep_float: Sequence[str] = (),
+            calib_method: str = "minmax", keep_float: Sequence[str] = (), requant: str = "fp32",
             max_accuracy_drop: Optional[float] = None, report: Union[str, os.PathLike, None] = None,
             sparsity: Optional[float] = None, sparse_pattern: str = "unstructured",
             sparse_layers: Optional[Dict[str, float]] = None, sparse_scope: str = "layer",
@@ -138,7 +138,9 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     (edge_infer/quantize, docs/quantization.md) calibrating on ``calib`` (a folder of
     images, a video, .npy/.npz, an iterable, or "random"), at most ``calib_samples``
     samples, images preprocessed by ``calib_recipe``; ``calib_method`` minmax, ema,
-    percentile, entropy or mse; ``keep_float`` node names stay fp32;
+    percentile, entropy or mse; ``keep_float`` node names stay fp32; ``requant`` the int8
+    Conv / Gemm / MatMul requantization, "fp32" (float32 multiplier, one rounding: onnxruntime's
+    and XNNPACK's) or "fixed" (TFLite's reference kernels, bit-exact with them);
     ``max_accuracy_drop`` (a fraction) keeps the most damaging layers fp32 until the
     drop holds; ``report`` writes the accuracy report as JSON (also in the result);
     ``task`` (auto, classify, detect, segment, generic) picks the metric of the report and
@@ -207,7 +209,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     memory_limit, max_bytes = parse_size(memory_limit), parse_size(max_bytes)
     if quantize is not None:
         from .quantize import check_convert_options
-        check_convert_options(quantize, calib, calib_method, max_accuracy_drop)
+        check_convert_options(quantize, calib, calib_method, max_accuracy_drop, requant)
     pruning = sparsity is not None or bool(sparse_layers)
     if pruning or sparse_max_accuracy_drop is not None:
         from .sparse import check_options
@@ -260,7 +262,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
         optimized, qreport = quantize_model(optimized, calib, calib_samples=calib_samples,
                                             calib_recipe=calib_recipe, calib_method=calib_method,
                                             keep_float=keep_float, max_accuracy_drop=max_accuracy_drop,
-                                            report=report, task=task, metric=metric)
+                                            report=report, task=task, metric=metric, requant=requant)
         check_drift(qreport, allow_drift, report)
     meta = {
         "provenance": {
@@ -289,7 +291,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
             "calib": os.fspath(calib) if isinstance(calib, (str, os.PathLike)) else type(calib).__name__,
             "calib_samples": calib_samples,
             "calib_recipe": calib_recipe if isinstance(calib_recipe, (str, type(None))) else "dict",
-            "calib_method": calib_method, "keep_float": list(keep_float),
+            "calib_method": calib_method, "keep_float": list(keep_float), "requant": requant,
             "max_accuracy_drop": max_accuracy_drop, "task": qreport.get("task")}
         meta["quantization"] = {k: v for k, v in qreport.items() if k != "layers"}   # full: report=
     if sparse_encode:            # last: the weights stay encoded in the artifact and in memory

@@ -70,6 +70,25 @@ def quantize_multiplier(m: float):
     return qf, shift
 
 
+def fp32_multiplier(s_x: float, s_w: float, s_y: float) -> np.float32:
+    """The "fp32" requantization's multiplier: (s_x * s_w) / s_y in float32 arithmetic."""
+    return np.float32(np.float32(np.float32(s_x) * np.float32(s_w)) / np.float32(s_y))
+
+
+def mbqm_fp32(x: int, s) -> int:
+    """The "fp32" requantization (onnxruntime's / XNNPACK's): float32(x) * s rounded to float32,
+    then to the nearest integer, ties to even (Python's round)."""
+    return int(round(float(np.float32(np.float32(x) * np.float32(s)))))
+
+
+def multipliers(s_x: float, ws, s_y: float, requant: str = "fixed"):
+    """Per-channel requantization functions acc -> int of a conv / matmul in mode ``requant``."""
+    if requant == "fp32":
+        return [(lambda acc, f=fp32_multiplier(s_x, w, s_y): mbqm_fp32(acc, f)) for w in ws]
+    pairs = [quantize_multiplier(float(np.float32(s_x)) * float(np.float32(w)) / float(np.float32(s_y))) for w in ws]
+    return [(lambda acc, p=p: mbqm(acc, *p)) for p in pairs]
+
+
 def mbqm_array(x, q, shift) -> np.ndarray:
     """mbqm element-wise (q, shift broadcast) over an integer array: Python ints, one at a time."""
     x = np.asarray(x, np.int64)
@@ -103,8 +122,9 @@ def act_range(act: str, params, s_y: float, zp_y: int):
 # -- kernels ---------------------------------------------------------------------------------
 
 def conv2d(x, xq, w, ws, b, yq, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1,
-           act="", act_params=(), z=None, zq=None) -> np.ndarray:
-    """int8 NCHW conv: loops over (n, m, oh, ow), int64 dot products over (c, kh, kw)."""
+           act="", act_params=(), z=None, zq=None, requant: str = "fixed") -> np.ndarray:
+    """int8 NCHW conv: loops over (n, m, oh, ow), int64 dot products over (c, kh, kw);
+    ``requant``: the output's requantization, "fixed" (TFLite) or "fp32"."""
     s_x, zp_x = xq
     s_y, zp_y = yq
     n, c, h, wd = x.shape
@@ -116,8 +136,7 @@ def conv2d(x, xq, w, ws, b, yq, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1,
     ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw_ + 1
     xp = np.full((n, c, h + pt + pb, wd + pl + pr), zp_x, np.int64)
     xp[:, :, pt:pt + h, pl:pl + wd] = x
-    mults = [quantize_multiplier(float(np.float32(s_x)) * float(np.float32(ws[k])) / float(np.float32(s_y)))
-             for k in range(m)]
+    mults = multipliers(s_x, [ws[k] for k in range(m)], s_y, requant)
     if z is not None:
         qz, shz = quantize_multiplier(float(np.float32(zq[0])) / float(np.float32(s_y)))
     lo, hi = act_range(act, act_params, s_y, zp_y)
@@ -135,14 +154,14 @@ def conv2d(x, xq, w, ws, b, yq, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1,
                     acc = int(np.sum((patch - zp_x) * w64[k]))
                     if b is not None:
                         acc += int(b[k])
-                    v = mbqm(acc, *mults[k])
+                    v = mults[k](acc)
                     if z is not None:
                         v += mbqm(int(z[b_, k, i, j]) - zq[1], qz, shz)
                     y[b_, k, i, j] = min(max(v + zp_y, lo), hi)
     return y
 
 
-def matmul(a, aq, bmat, bs, bias, yq, b_zp: int = 0, act="", act_params=()) -> np.ndarray:
+def matmul(a, aq, bmat, bs, bias, yq, b_zp: int = 0, act="", act_params=(), requant: str = "fixed") -> np.ndarray:
     """int8 (M, K) @ (K, N): int64 dot per output; bs: per-column scales (len N) of B."""
     s_a, zp_a = aq
     s_y, zp_y = yq
@@ -151,11 +170,11 @@ def matmul(a, aq, bmat, bs, bias, yq, b_zp: int = 0, act="", act_params=()) -> n
     lo, hi = act_range(act, act_params, s_y, zp_y)
     y = np.empty((mrows, n), np.int8)
     a64, b64 = a.astype(np.int64), bmat.astype(np.int64)
+    rq = multipliers(s_a, list(bs), s_y, requant)
     for j in range(n):
-        q, sh = quantize_multiplier(float(np.float32(s_a)) * float(np.float32(bs[j])) / float(np.float32(s_y)))
         for i in range(mrows):
             acc = int(np.dot(a64[i] - zp_a, b64[:, j] - b_zp)) + (int(bias[j]) if bias is not None else 0)
-            y[i, j] = min(max(mbqm(acc, q, sh) + zp_y, lo), hi)
+            y[i, j] = min(max(rq[j](acc) + zp_y, lo), hi)
     return y
 
 

@@ -27,8 +27,10 @@ SETTINGS = dict(max_examples=25, deadline=None, suppress_health_check=[HealthChe
 MASKS = [-1, native.AVX2 | native.NEON, 0]
 
 
-def se_graph(rng, c: int, cr: int, hw, *, relu: bool, act: str, gate_first: bool, gate_output: bool = False):
-    """One int8 NHWC squeeze-excite block on input x (1, h, w, c), random weights and parameters."""
+def se_graph(rng, c: int, cr: int, hw, *, relu: bool, act: str, gate_first: bool, gate_output: bool = False,
+             requant: str = "fixed"):
+    """One int8 NHWC squeeze-excite block on input x (1, h, w, c), random weights and parameters;
+    ``requant``: the two convs' requantization mode."""
     def make():
         g = Graph("se")
         r = np.random.default_rng(rng)
@@ -40,7 +42,8 @@ def se_graph(rng, c: int, cr: int, hw, *, relu: bool, act: str, gate_first: bool
                 "scale": [float(v) for v in r.uniform(0.002, 0.02, m).astype(np.float32)], "zero_point": [0] * m,
                 "axis": 0}
             g.add_const("b" + name, r.integers(-4000, 4000, m).astype(np.int32))
-            attrs = {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0] * 4, "group": 1, "data_layout": "NHWC"}
+            attrs = {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0] * 4, "group": 1, "data_layout": "NHWC",
+                     "requant": requant}
             fused = relu and name == "1"
             if fused:
                 attrs.update(activation="Relu", activation_params=[])
@@ -80,15 +83,20 @@ BLOCK_TENSORS = ("mean", "hid", "pre", "gate", "y")
 @settings(**SETTINGS)
 @given(c=st.integers(1, 600), cr=st.integers(1, 160), h=st.integers(1, 9), w=st.integers(1, 9),
        relu=st.booleans(), act=st.sampled_from(["HardSigmoid", "Sigmoid", ""]), gate_first=st.booleans(),
-       seed=st.integers(0, 2 ** 16))
-@example(c=576, cr=144, h=7, w=7, relu=True, act="HardSigmoid", gate_first=False, seed=1).via("MobileNetV3's last")
-@example(c=16, cr=8, h=9, w=9, relu=True, act="HardSigmoid", gate_first=False, seed=2).via("16 channels: one block")
-@example(c=17, cr=5, h=3, w=2, relu=False, act="Sigmoid", gate_first=True, seed=3).via("ragged blocks and quads")
-@example(c=1024, cr=256, h=13, w=13, relu=True, act="HardSigmoid", gate_first=False, seed=4).via(
+       seed=st.integers(0, 2 ** 16), requant=st.sampled_from(["fixed", "fp32"]))
+@example(c=576, cr=144, h=7, w=7, relu=True, act="HardSigmoid", gate_first=False, seed=1,
+         requant="fixed").via("MobileNetV3's last")
+@example(c=576, cr=144, h=7, w=7, relu=True, act="HardSigmoid", gate_first=False, seed=5,
+         requant="fp32").via("MobileNetV3's last, fp32 requantization")
+@example(c=16, cr=8, h=9, w=9, relu=True, act="HardSigmoid", gate_first=False, seed=2,
+         requant="fixed").via("16 channels: one block")
+@example(c=17, cr=5, h=3, w=2, relu=False, act="Sigmoid", gate_first=True, seed=3,
+         requant="fp32").via("ragged blocks and quads")
+@example(c=1024, cr=256, h=13, w=13, relu=True, act="HardSigmoid", gate_first=False, seed=4, requant="fixed").via(
     "256 KB GEMVs and a 173K-value Mul: split over the threads")
-def test_fused_block_is_bit_exact(monkeypatch, c, cr, h, w, relu, act, gate_first, seed):
+def test_fused_block_is_bit_exact(monkeypatch, c, cr, h, w, relu, act, gate_first, seed, requant):
     x = np.random.default_rng(seed).integers(-128, 128, (1, h, w, c), dtype=np.int8)
-    make = se_graph(seed, c, cr, (h, w), relu=relu, act=act, gate_first=gate_first)
+    make = se_graph(seed, c, cr, (h, w), relu=relu, act=act, gate_first=gate_first, requant=requant)
     want_ex, want = buffers(make, x, fuse=False, monkeypatch=monkeypatch)
     assert not want_ex.fused_se and len(want_ex.steps) == 4
     # the unfused native steps against the numpy kernels: the output (the arena holds other

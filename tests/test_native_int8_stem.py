@@ -32,9 +32,10 @@ def _gemm_only(monkeypatch):
     (1, 3, 32, (20, 20), 1, 2, 0, ""),              # a strided 1x1
     (1, 3, 16, (6, 6), 3, 2, 2, "Relu"),            # padding wider than the taps reach
 ])
-def test_stem_matches_numpy_and_gemm(monkeypatch, n, c, m, hw, k, stride, pad, act):
+@pytest.mark.parametrize("requant", ["fixed", "fp32"])
+def test_stem_matches_numpy_and_gemm(monkeypatch, n, c, m, hw, k, stride, pad, act, requant):
     rng = np.random.default_rng(c * 100 + m + k)
-    g, feeds = int8_conv_case(rng, n, c, m, hw[0], hw[1], k, stride, pad, 1, "NHWC", act, False)
+    g, feeds = int8_conv_case(rng, n, c, m, hw[0], hw[1], k, stride, pad, 1, "NHWC", act, False, requant=requant)
     res = run_three_ways(g, feeds)
     assert_native_matches(res)
     for mode in MASKS:

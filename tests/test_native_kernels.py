@@ -94,7 +94,7 @@ def assert_native_matches(res, want_native=True, exact=True):
 
 # -- int8 conv / GEMM ------------------------------------------------------------------------------
 
-def int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residual, big_bias=False):
+def int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residual, big_bias=False, requant="fixed"):
     x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
     wt = rng.integers(-127, 128, (m, c, k, k)).astype(np.int8)
     b = rng.integers(-(1 << 20) if big_bias else -20000, (1 << 20) if big_bias else 20000, m).astype(np.int32)
@@ -110,7 +110,8 @@ def int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residua
         z = rng.integers(-128, 128, (n, m, oh, ow)).astype(np.int8)
         ins.append(("z", t(z), qd(float(np.float32(rng.uniform(0.01, 0.3))), int(rng.integers(-128, 128)))))
     attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, dilations=[dil, dil], group=1,
-                 activation=act, activation_params=[0.0, 6.0] if act == "Clip" else [], data_layout=layout)
+                 activation=act, activation_params=[0.0, 6.0] if act == "Clip" else [], data_layout=layout,
+                 requant=requant)
     return one_node("FusedConv", ins, qd(*yq), attrs, {"w", "b"})
 
 
@@ -118,12 +119,12 @@ def int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residua
 @given(seed=st.integers(0, 2 ** 31), n=st.integers(1, 2), c=st.integers(1, 37), m=st.integers(1, 41),
        h=st.integers(1, 11), w=st.integers(1, 11), k=st.sampled_from([1, 1, 2, 3, 5]), stride=st.integers(1, 2),
        pad=st.integers(0, 2), dil=st.integers(1, 2), layout=st.sampled_from(["NHWC", "NCHW"]),
-       act=st.sampled_from(["", "Relu", "Clip"]), residual=st.booleans())
-def test_int8_conv_random_shapes(seed, n, c, m, h, w, k, stride, pad, dil, layout, act, residual):
+       act=st.sampled_from(["", "Relu", "Clip"]), residual=st.booleans(), requant=st.sampled_from(["fixed", "fp32"]))
+def test_int8_conv_random_shapes(seed, n, c, m, h, w, k, stride, pad, dil, layout, act, residual, requant):
     if h + 2 * pad < dil * (k - 1) + 1 or w + 2 * pad < dil * (k - 1) + 1:
         pad = pad + dil * (k - 1)
     rng = np.random.default_rng(seed)
-    g, feeds = int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residual)
+    g, feeds = int8_conv_case(rng, n, c, m, h, w, k, stride, pad, dil, layout, act, residual, requant=requant)
     assert_native_matches(run_three_ways(g, feeds, threads=1 + seed % 3))
 
 
@@ -256,8 +257,8 @@ def test_int8_conv_falls_back_when_int32_could_overflow():
 @SETTINGS
 @given(seed=st.integers(0, 2 ** 31), rows=st.integers(1, 40), k=st.sampled_from([1, 3, 16, 64, 200, 1500]),
        n=st.integers(1, 70), op=st.sampled_from(["Gemm", "GemmTA", "FusedMatMul", "MatMul3D"]),
-       act=st.sampled_from(["", "Relu"]))
-def test_int8_gemm_random_shapes(seed, rows, k, n, op, act):
+       act=st.sampled_from(["", "Relu"]), requant=st.sampled_from(["fixed", "fp32"]))
+def test_int8_gemm_random_shapes(seed, rows, k, n, op, act, requant):
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (rows, k)).astype(np.int8)
     bm = rng.integers(-127, 128, (k, n)).astype(np.int8)
@@ -266,7 +267,7 @@ def test_int8_gemm_random_shapes(seed, rows, k, n, op, act):
     yq = (float(np.float32(rng.uniform(0.05, 3.0))), int(rng.integers(-128, 128)))
     bs = rng.uniform(0.0005, 0.02, n).astype(np.float32)
     cq = qd(aq[0] * bs, [0] * n, 0)
-    fused = dict(activation=act, activation_params=[])
+    fused = dict(activation=act, activation_params=[], requant=requant)
     if op in ("Gemm", "GemmTA"):
         ta = op == "GemmTA"
         ins = [("a", np.ascontiguousarray(a.T) if ta else a, qd(*aq)),
@@ -278,7 +279,8 @@ def test_int8_gemm_random_shapes(seed, rows, k, n, op, act):
                             qd(*yq), fused, {"b", "c"})
     else:
         a3 = rng.integers(-128, 128, (2, rows, k)).astype(np.int8)
-        g, feeds = one_node("MatMul", [("a", a3, qd(*aq)), ("b", bm, qd(bs, [0] * n, 1))], qd(*yq), {}, {"b"})
+        g, feeds = one_node("MatMul", [("a", a3, qd(*aq)), ("b", bm, qd(bs, [0] * n, 1))], qd(*yq),
+                            {"requant": requant}, {"b"})
     assert_native_matches(run_three_ways(g, feeds, threads=1 + seed % 2))
 
 
@@ -313,7 +315,7 @@ def test_multithreaded_few_row_depthwise():
 
 # -- depthwise -------------------------------------------------------------------------------------
 
-def depthwise_case(rng, dtype, n, c, h, w, k, stride, pad, dil, layout, act, residual, bias=True):
+def depthwise_case(rng, dtype, n, c, h, w, k, stride, pad, dil, layout, act, residual, bias=True, requant="fixed"):
     oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
     ow = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
     nhwc = layout == "NHWC"
@@ -332,8 +334,8 @@ def depthwise_case(rng, dtype, n, c, h, w, k, stride, pad, dil, layout, act, res
         if residual:
             z = rng.integers(-128, 128, (n, c, oh, ow)).astype(np.int8)
             ins.append(("z", t(z), qd(float(np.float32(rng.uniform(0.01, 0.3))), int(rng.integers(-128, 128)))))
-        return one_node("FusedConv", ins, qd(*yq), dict(attrs, activation=act, activation_params=params),
-                        {"w", "b"})
+        return one_node("FusedConv", ins, qd(*yq), dict(attrs, activation=act, activation_params=params,
+                                                        requant=requant), {"w", "b"})
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
@@ -393,6 +395,10 @@ def test_depthwise_fp32_nhwc_selftest(mode):
         assert_native_matches(res, exact=False)
 
 
+FP32_DW_LAYERS = {(8, (24, 96)), (24, (28, 29)), (72, (14, 14)), (33, (3, 5)), (8, (23, 50)), (8, (6, 7)),
+                  (16, (112, 112)), (576, (14, 14)), (96, (7, 10))}
+
+
 @pytest.mark.parametrize("c,hw,k,stride,residual", [
     (8, (24, 96), 3, 1, False), (16, (56, 56), 3, 2, False), (24, (28, 29), 3, 1, True), (72, (14, 14), 5, 2, False),
     (96, (7, 10), 5, 1, True), (40, (9, 6), 5, 1, False), (33, (3, 5), 3, 1, True), (8, (23, 50), 3, 2, True),
@@ -407,7 +413,10 @@ def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
     at one thread run in bands of output rows) bit for bit against the numpy kernel, on every ISA
     path, at 2 threads and (the large layers) at 1."""
     rng = np.random.default_rng(c * 100 + k)
-    g, feeds = depthwise_case(rng, "int8", 1, c, hw[0], hw[1], k, stride, k // 2, 1, "NHWC", "Relu", residual)
+    # both requantization modes: these layers (8-channel pairs, quads, bands, shifts) in "fp32"
+    requant = "fp32" if (c, hw) in FP32_DW_LAYERS else "fixed"
+    g, feeds = depthwise_case(rng, "int8", 1, c, hw[0], hw[1], k, stride, k // 2, 1, "NHWC", "Relu", residual,
+                              requant=requant)
     res = run_three_ways(g, feeds, threads=2)
     assert "depthwise" in res["native"][1]
     assert_native_matches(res)

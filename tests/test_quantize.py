@@ -96,6 +96,31 @@ def test_requantization_bit_exact_random_and_edges():
             assert np.array_equal(got, R.mbqm_array(x, q, sh) + zp), (shifts, zp)
 
 
+def test_fp32_requantization_matches_reference():
+    """The "fp32" mode's Requantizer (float32 multiplier, one rounding half to even) against the
+    reference's scalar Python, ties and int32 extremes included; channels of q 0 give 0."""
+    from edge_infer.backends.cpu.kernels.int8_common import Requantizer
+    from edge_infer.ops.qmath import FP32_SHIFT, fp32_multipliers, fp32_ok
+    rng = np.random.default_rng(11)
+    scales = np.concatenate([rng.uniform(1e-4, 0.05, 5), [0.5, 0.25, 2.0 ** -32, np.nextafter(np.float32(1), 0)]])
+    scales = scales.astype(np.float32)
+    q, sh = fp32_multipliers(scales)
+    assert np.all(sh == FP32_SHIFT) and fp32_ok(scales) and not fp32_ok([1.0]) and not fp32_ok([2.0 ** -33])
+    x = np.concatenate([rng.integers(-(1 << 31), 1 << 31, 200), rng.integers(-3000, 3000, 200),
+                        [0, 1, -1, 3, -3, 5, -5, (1 << 31) - 1, -(1 << 31)]])
+    x = np.broadcast_to(x, (scales.size, x.size)).astype(np.int64)
+    for zp in (0, -7, 127):
+        got = Requantizer(q.reshape(-1, 1), sh.reshape(-1, 1), x.shape, offset=zp)(x.copy())
+        want = np.array([[R.mbqm_fp32(int(v), scales[i]) + zp for v in row] for i, row in enumerate(x)])
+        assert np.array_equal(got, want), zp
+    # halves: x * 0.5 and x * 0.25 on odd x land on .5 / .25 / .75: ties round to even
+    assert R.mbqm_fp32(3, 0.5) == 2 and R.mbqm_fp32(5, 0.5) == 2 and R.mbqm_fp32(-3, 0.5) == -2
+    pad = Requantizer(np.array([[q[0]], [0]]), np.array([[FP32_SHIFT], [0]]), (2, 3))
+    assert np.array_equal(pad(np.array([[1000, -1000, 7], [5, 6, 7]], np.int64)),
+                          [[R.mbqm_fp32(1000, scales[0]), R.mbqm_fp32(-1000, scales[0]), R.mbqm_fp32(7, scales[0])],
+                           [0, 0, 0]])
+
+
 def test_exact_float32_gemm_beyond_2_24():
     """Worst-case int8 products over K = 3000 (partial sums far past 2^24) stay exact."""
     from edge_infer.backends.cpu.kernels.int8_common import ChunkedGemm
@@ -127,9 +152,10 @@ def _conv_case(rng, kind):
     return n, c, group, m, k, h, w, strides, pads
 
 
+@pytest.mark.parametrize("requant", ["fixed", "fp32"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("kind", ["im2col", "depthwise", "pointwise", "grouped"])
-def test_int8_conv_bit_exact(kind, layout):
+def test_int8_conv_bit_exact(kind, layout, requant):
     rng = np.random.default_rng(sum(map(ord, kind)))
     nhwc = layout == "NHWC"
     for trial in range(6):
@@ -151,9 +177,10 @@ def test_int8_conv_bit_exact(kind, layout):
                   ("z", t(z), qd(*zq)) if z is not None else ("", None, None)]
         y = run_one("FusedConv", inputs, qd(*yq), consts={"w", "b"},
                     attrs=dict(kernel_shape=[k, k], strides=strides, pads=pads, dilations=[1, 1],
-                               group=group, activation=act, activation_params=params, data_layout=layout))
+                               group=group, activation=act, activation_params=params, data_layout=layout,
+                               requant=requant))
         want = t(R.conv2d(x, xq, wt, ws, b, yq, strides, pads, (1, 1), group, act, params, z,
-                          zq if z is not None else None))
+                          zq if z is not None else None, requant=requant))
         assert np.array_equal(y, want), (kind, trial)
 
 
@@ -175,7 +202,8 @@ def test_int8_conv_large_k_chunks_and_nhwc():
     assert np.array_equal(y2.transpose(0, 3, 1, 2), want)
 
 
-def test_int8_gemm_and_matmul_bit_exact():
+@pytest.mark.parametrize("requant", ["fixed", "fp32"])
+def test_int8_gemm_and_matmul_bit_exact(requant):
     rng = np.random.default_rng(6)
     for trial in range(6):
         mr, k, n = int(rng.integers(1, 6)), int(rng.integers(1, 40)), int(rng.integers(1, 9))
@@ -185,16 +213,18 @@ def test_int8_gemm_and_matmul_bit_exact():
         aq, yq = rand_q(rng, 0.01, 0.1), rand_q(rng, 0.05, 0.5)
         bs = rng.uniform(0.001, 0.02, n).astype(np.float32)
         act = ["", "Relu"][trial % 2]
-        want = R.matmul(a, aq, bm, bs, bias, yq, act=act)
+        want = R.matmul(a, aq, bm, bs, bias, yq, act=act, requant=requant)
         # Gemm with transB (B stored (N, K), per-channel axis 0)
         ins = [("a", a, qd(*aq)), ("b", np.ascontiguousarray(bm.T), qd(bs, [0] * n, 0)),
                ("c", bias, qd(aq[0] * bs, [0] * n, 0))]
         y = run_one("FusedGemm", ins, qd(*yq), dict(transB=1, alpha=1.0, beta=1.0, transA=0,
-                                                   activation=act, activation_params=[]), consts={"b", "c"})
+                                                   activation=act, activation_params=[], requant=requant),
+                    consts={"b", "c"})
         assert np.array_equal(y, want), trial
         # FusedMatMul: (K, N) per-channel axis 1
         ins = [("a", a, qd(*aq)), ("b", bm, qd(bs, [0] * n, 1)), ("c", bias, qd(aq[0] * bs, [0] * n, 0))]
-        y = run_one("FusedMatMul", ins, qd(*yq), dict(activation=act, activation_params=[]), consts={"b", "c"})
+        y = run_one("FusedMatMul", ins, qd(*yq), dict(activation=act, activation_params=[], requant=requant),
+                    consts={"b", "c"})
         assert np.array_equal(y, want), trial
         # MatMul of two computed int8 tensors (both with zero points)
         bq = rand_q(rng, 0.01, 0.05)

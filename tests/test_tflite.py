@@ -518,7 +518,7 @@ def digits_artifacts(tmp_path_factory):
     d = tmp_path_factory.mktemp("digits")
     fp32, int8 = str(d / "digits.eim"), str(d / "digits_int8.eim")
     edge_infer.convert(digits_model_path(), fp32)
-    edge_infer.convert(digits_model_path(), int8, quantize="int8", calib=X[:100])
+    edge_infer.convert(digits_model_path(), int8, quantize="int8", requant="fixed", calib=X[:100])
     return fp32, int8, X
 
 
@@ -793,7 +793,7 @@ def test_export_residual_int8_within_steps(tmp_path):
     calib = rng.standard_normal((16, 8, 8, 8)).astype(np.float32)
     fp32, int8 = str(tmp_path / "res.eim"), str(tmp_path / "res8.eim")
     edge_infer.convert(src, fp32)
-    edge_infer.convert(src, int8, quantize="int8", calib=calib)
+    edge_infer.convert(src, int8, quantize="int8", requant="fixed", calib=calib)
     xs = rng.standard_normal((10, 1, 8, 8, 8)).astype(np.float32)
     g = load_artifact(fp32)[0]
     data = export_tflite(g)

@@ -159,7 +159,8 @@ def test_int8_standalone_relu_as_add_is_exact(tmp_path):
              numpy_helper.from_array(rng.standard_normal((3, 6, 1, 1)).astype(np.float32), "w2")]
     src = _onnx_file(tmp_path, nodes, (1, 4, 5, 5), (1, 3, 10, 10), inits)
     eim = str(tmp_path / "m.eim")
-    edge_infer.convert(src, eim, quantize="int8", calib=rng.standard_normal((8, 4, 5, 5)).astype(np.float32))
+    edge_infer.convert(src, eim, quantize="int8", requant="fixed",
+                       calib=rng.standard_normal((8, 4, 5, 5)).astype(np.float32))
     g = load_artifact(eim)[0]
     data = export_tflite(g)
     parts, outside, it = delegation(data)
@@ -189,7 +190,8 @@ def test_int8_hard_swish_within_a_step(tmp_path):
     src = _onnx_file(tmp_path, nodes, (1, 4, 8, 8), (1, 6, 8, 8),
                      [numpy_helper.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w")])
     eim = str(tmp_path / "m.eim")
-    edge_infer.convert(src, eim, quantize="int8", calib=rng.standard_normal((8, 4, 8, 8)).astype(np.float32))
+    edge_infer.convert(src, eim, quantize="int8", requant="fixed",
+                       calib=rng.standard_normal((8, 4, 8, 8)).astype(np.float32))
     g = load_artifact(eim)[0]
     data = export_tflite(g)
     parts, outside, it = delegation(data)
@@ -223,7 +225,8 @@ def test_int8_softmax_is_delegated_and_matches_ours(tmp_path):
                      [numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "w"),
                       numpy_helper.from_array(np.eye(2, 8, dtype=np.float32).reshape(2, 8, 1, 1), "w2")])
     eim = str(tmp_path / "m.eim")
-    edge_infer.convert(src, eim, quantize="int8", calib=rng.standard_normal((8, 4, 6, 16)).astype(np.float32))
+    edge_infer.convert(src, eim, quantize="int8", requant="fixed",
+                       calib=rng.standard_normal((8, 4, 6, 16)).astype(np.float32))
     g = load_artifact(eim)[0]
     assert any(n.op == "Softmax" and g.tensors[n.outputs[0]].dtype == "int8" for n in g.nodes)
     data = export_tflite(g)
@@ -275,7 +278,8 @@ def test_int8_average_pool_is_delegated_within_a_step(tmp_path):
                      [numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32), "w"),
                       numpy_helper.from_array(np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1), "w2")])
     eim = str(tmp_path / "m.eim")
-    edge_infer.convert(src, eim, quantize="int8", calib=rng.standard_normal((8, 4, 8, 8)).astype(np.float32))
+    edge_infer.convert(src, eim, quantize="int8", requant="fixed",
+                       calib=rng.standard_normal((8, 4, 8, 8)).astype(np.float32))
     g = load_artifact(eim)[0]
     assert any(n.op == "AveragePool" and g.tensors[n.outputs[0]].dtype == "int8" for n in g.nodes)
     data = export_tflite(g)

@@ -12,6 +12,15 @@ without ``TFLITE_SINGLE_ROUNDING``):
   ``Requantizer`` evaluates it on whole int64 arrays (per-tensor or per-channel ``q``/``shift``)
   with in-place numpy integer ops, into workspaces allocated once at prepare.
 
+Float32 requantization (a node's ``requant`` attribute ``"fp32"``: onnxruntime's and XNNPACK's):
+the multiplier of channel c is the float32 ``s_c = (s_x * s_w[c]) / s_y`` evaluated in float32
+arithmetic (as both compute it), and ``MBQM(x) = rint(float32(x) * s_c)``, one rounding, half to
+even. Such a multiplier travels through every kernel as the same (q, shift) pair as a fixed-point
+one: ``q`` holds the float32's bits and ``shift`` is ``FP32_SHIFT``, a value no fixed-point
+multiplier has (TFLite's shifts lie in [-31, 30]), so a kernel's one requantization routine
+tells the two apart per channel and the kernels' arguments do not change. It needs
+2^-32 <= s_c < 1 (then |x s_c| < 2^31); a node with a multiplier outside keeps "fixed".
+
 Functions taking ``ctx`` read tensors through ``ctx.tensor(name)`` / ``ctx.const(name)`` /
 ``ctx.value(name)``: any backend's prepare context (or, for ``qparams``, a graph).
 """
@@ -26,6 +35,12 @@ from ..errors import UnsupportedOpError
 from ..ir.graph import Node
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: the shift marking a float32 multiplier (q: its bits); native/src/ei_int8.h EI_RQ_FP32
+FP32_SHIFT = 64
+#: a node's requantization modes (its ``requant`` attribute; absent: "fixed", TFLite's)
+REQUANT_MODES = ("fixed", "fp32")
+#: the int8 ops whose output requantization the ``requant`` attribute selects
+REQUANT_OPS = frozenset({"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul"})
 QMIN, QMAX = -128, 127
 #: K-chunk of the exact float32 int8 GEMM: 1024 * 128 * 128 = 2^24
 EXACT_K = 1024
@@ -125,6 +140,35 @@ def quantize_multipliers(ms) -> Tuple[np.ndarray, np.ndarray]:
     return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
 
 
+def requant_mode(node: Node) -> str:
+    """The node's requantization mode: its ``requant`` attribute, "fixed" when absent."""
+    mode = node.attrs.get("requant", "fixed") if node.op in REQUANT_OPS else "fixed"
+    if mode not in REQUANT_MODES:
+        raise UnsupportedOpError(f"{node.op} {node.name!r}: requant={mode!r} is not one of {REQUANT_MODES}")
+    return mode
+
+
+def fp32_scales(s_x: float, s_w, s_y: float) -> np.ndarray:
+    """Per-channel float32 multipliers (s_x * s_w[c]) / s_y in float32 arithmetic (onnxruntime's
+    and XNNPACK's formula, so a QDQ file's outputs match onnxruntime's)."""
+    with np.errstate(all="ignore"):
+        return (np.float32(s_x) * np.asarray(s_w, np.float32).reshape(-1)) / np.float32(s_y)
+
+
+def fp32_ok(scales) -> bool:
+    """Whether float32 multipliers can requantize in the fp32 mode: all in [2^-32, 1)."""
+    s = np.asarray(scales, np.float32)
+    return bool(s.size and np.all(np.isfinite(s)) and np.all(s >= np.float32(2.0 ** -32)) and np.all(s < 1))
+
+
+def fp32_multipliers(scales) -> Tuple[np.ndarray, np.ndarray]:
+    """Float32 multipliers as the kernels' (q, shift) pairs: (their bits as int64, FP32_SHIFT)."""
+    s = np.ascontiguousarray(np.asarray(scales, np.float32).reshape(-1))
+    if not fp32_ok(s):
+        raise ValueError("fp32 requantization needs multipliers in [2^-32, 1)")
+    return s.view(np.int32).astype(np.int64), np.full(s.size, FP32_SHIFT, np.int64)
+
+
 def wrap_int32(a: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Two's complement wrap of int64 values to the int32 range (what C's int32 arithmetic does)."""
     out = a if out is None else out
@@ -162,6 +206,15 @@ class Requantizer:
         shift = np.asarray(shift, np.int64)
         self.q = q
         self.offset = int(offset)
+        fp32 = shift == FP32_SHIFT
+        self.fp32 = None
+        if np.any(fp32):
+            if not np.all(fp32 | ((q == 0) & (shift == 0))):
+                raise ValueError("a float32 multiplier beside fixed-point ones")
+            # channels that only fill (q 0) multiply by 0.0, as in the native kernels
+            self.fp32 = np.where(fp32, q, 0).astype(np.int32).view(np.float32)
+            self.f32 = scratch(ctx, "rq_f32", tuple(shape), np.float32)
+            return
         left = np.maximum(shift, 0)
         right = np.maximum(-shift, 0)
         if np.any(right > 31):
@@ -189,6 +242,15 @@ class Requantizer:
         self.flag2 = alloc(shape, np.bool_) if self.sat else None
 
     def __call__(self, acc: np.ndarray) -> np.ndarray:
+        if self.fp32 is not None:               # rint(float32(x) * s): one rounding, half to even
+            f = self.f32
+            np.copyto(f, acc, casting="unsafe")
+            np.multiply(f, self.fp32, out=f)
+            np.rint(f, out=f)
+            np.copyto(acc, f, casting="unsafe")
+            if self.offset:
+                np.add(acc, self.offset, out=acc)
+            return acc
         if self.left is not None:
             np.left_shift(acc, self.left, out=acc)
             wrap_int32(acc)                                # x * (1 << left_shift) in int32
@@ -267,8 +329,11 @@ def clamp_range(activation: str, params: Sequence[float], scale: float, zp: int)
                              "splits other activations into their own lookup-table op)")
 
 
-def conv_requant_params(s_x: float, s_w: np.ndarray, s_y: float):
-    """Per-channel (q, shift) of s_x * s_w[m] / s_y, computed in double from float32 scales."""
+def conv_requant_params(s_x: float, s_w: np.ndarray, s_y: float, mode: str = "fixed"):
+    """Per-channel (q, shift) of s_x * s_w[m] / s_y: in the "fixed" mode TFLite's, computed in
+    double from float32 scales; in "fp32" the float32 multipliers (``fp32_multipliers``)."""
+    if mode == "fp32":
+        return fp32_multipliers(fp32_scales(s_x, s_w, s_y))
     ms = [float(np.float32(s_x)) * float(sw) / float(np.float32(s_y)) for sw in np.asarray(s_w, np.float32)]
     return quantize_multipliers(ms)
 

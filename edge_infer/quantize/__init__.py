@@ -38,10 +38,11 @@ def quantize_model(graph: Graph, calib, *, calib_samples: Optional[int] = None,
                    keep_float: Sequence[str] = (), max_accuracy_drop: Optional[float] = None,
                    report: Union[str, os.PathLike, None] = None, percentile: float = 99.99,
                    held_out: Optional[float] = None, seed: int = 0, show_progress: bool = False,
-                   log=None, task: Optional[str] = None, metric=None) -> Tuple[Graph, dict]:
+                   log=None, task: Optional[str] = None, metric=None, requant: str = "fp32") -> Tuple[Graph, dict]:
     """Calibrate on ``calib`` and quantize ``graph`` (fp32, optimized) to int8.
 
-    ``task`` / ``metric``: what the report and the budget measure (``metrics.py``).
+    ``task`` / ``metric``: what the report and the budget measure (``metrics.py``). ``requant``:
+    "fp32" (one rounding, as onnxruntime and XNNPACK) or "fixed" (TFLite's reference kernels).
     Returns (int8 graph, report). ``report``: also write the report there as JSON.
     """
     if calib_method not in CALIB_METHODS:
@@ -53,7 +54,7 @@ def quantize_model(graph: Graph, calib, *, calib_samples: Optional[int] = None,
     qgraph, rep = quantize_graph(graph, feeds, method=calib_method, keep_float=keep_float,
                                  max_accuracy_drop=max_accuracy_drop, percentile=percentile,
                                  held_out=held_out, show_progress=show_progress, log=log,
-                                 task=task, metric=metric)
+                                 task=task, metric=metric, requant=requant)
     rep["calibration"]["source"] = calib if isinstance(calib, str) else type(calib).__name__
     if calib_recipe is not None:
         rep["calibration"]["recipe"] = calib_recipe if isinstance(calib_recipe, str) else "dict"
@@ -66,8 +67,12 @@ def quantize_model(graph: Graph, calib, *, calib_samples: Optional[int] = None,
 QUANTIZE_MODES = ("int8",)
 
 
-def check_convert_options(quantize, calib, calib_method: str = "minmax", max_accuracy_drop=None) -> None:
+def check_convert_options(quantize, calib, calib_method: str = "minmax", max_accuracy_drop=None,
+                          requant: str = "fp32") -> None:
     """Refuse bad quantization options before a conversion does any work."""
+    from ..ops.qmath import REQUANT_MODES
+    if requant not in REQUANT_MODES:
+        raise QuantizationError(f"requant={requant!r}: one of {', '.join(REQUANT_MODES)}")
     if quantize not in QUANTIZE_MODES:
         raise QuantizationError(f"quantize={quantize!r}: supported: {', '.join(QUANTIZE_MODES)}")
     if calib is None:

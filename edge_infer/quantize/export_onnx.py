@@ -26,7 +26,7 @@ from ..ir import Graph, Node, claim_name
 OPSET = 21
 IR_ONNX_VERSION = 10
 INT8_DIRECT = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
-_IR_ONLY_ATTRS = ("activation", "activation_params", "data_layout")
+_IR_ONLY_ATTRS = ("activation", "activation_params", "data_layout", "requant")
 _DTYPE_ATTRS = {"Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype",), "RandomUniform": ("dtype",),
                 "RandomNormalLike": ("dtype",), "RandomUniformLike": ("dtype",), "Multinomial": ("dtype",),
                 "Bernoulli": ("dtype",)}

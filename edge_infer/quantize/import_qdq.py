@@ -27,10 +27,10 @@ and rewrites it, in one walk in execution order, into int8 ops on int8 tensors c
   requantization multiplier s_x s_w / s_y outside what the kernels' fixed point represents,
   Gemm alpha != 1 ...); leftover DequantizeLinear of constants become float constants.
 
-Arithmetic: our int8 kernels requantize in TFLite's fixed point, MultiplyByQuantizedMultiplier
-with its two roundings (the first keeps 2^-e of a step for a right shift e); onnxruntime
-multiplies by a float32 scale and rounds once. Values within 2^-(e+1) of a half step can round
-apart: one step, on a fraction of a percent of a layer's values (docs/quantization.md).
+Arithmetic: the imported Conv / Gemm / MatMul nodes requantize as onnxruntime does, a float32
+multiplier (s_x * s_w) / s_y and one rounding (``requant="fp32"``, ``requant_mode.py``), so their
+outputs match onnxruntime's; the other int8 ops (Add, Mul, pools, tables) follow TFLite's
+integer kernels, within a step of onnxruntime's float math (docs/quantization.md).
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ import numpy as np
 
 from ..ir import Graph, Node, claim_name
 from ..ir.shape_inference import infer_shapes
+from .requant_mode import set_requant
 from .quantizer import ANCHOR_OPS, BINARY_OPS, CLAMP_OPS, INT8_OPS, PASS_THROUGH, data_inputs, int8_support
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -630,15 +631,17 @@ def import_qdq(graph: Graph) -> Tuple[Graph, dict]:
     imp = _Importer(g)
     imp.run()
     q = imp.finish()
+    n_fp32 = set_requant(q, "fp32")
     n_qdq = sum(n.op in QDQ_OPS for n in q.nodes)
     float_nodes = {k: v for k, v in imp.reasons.items() if any(n.name == k for n in q.nodes)}
     report = {"source": "pre-quantized ONNX (QDQ / QOperator): the file's scales and zero points",
               "int8_nodes": len(imp.int8_nodes), "float_nodes": float_nodes,
               "qdq_nodes_in": sum(n.op in QDQ_OPS for n in graph.nodes), "qdq_nodes_out": n_qdq,
-              "nodes": len(q.nodes),
+              "nodes": len(q.nodes), "requant_fp32_nodes": n_fp32,
               "weight_bytes": int(sum(t.data.nbytes for t in q.tensors.values() if t.is_const))}
     q.metadata["quantization"] = {"scheme": "int8 (TFLite) with the source's own parameters (QDQ import)",
-                                  "float_nodes": sorted(float_nodes)}
+                                  "float_nodes": sorted(float_nodes), "requant": "fp32",
+                                  "requant_fp32_nodes": n_fp32}
     return q, report
 
 

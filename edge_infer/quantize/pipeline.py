@@ -12,11 +12,13 @@ import numpy as np
 from ..ir import Graph
 from ..ir.shape_inference import infer_shapes
 from ..ops.int8 import ANCHOR_OPS, BINARY_OPS, CLAMP_OPS, CONCAT_OPS, LUT_OPS
+from ..ops.qmath import REQUANT_MODES
 from .budget import layer_sensitivity, search
 from .drift import blame, find_drift
 from .heterogeneous import describe, find_heterogeneous
 from .metrics import TASKS, guess_task
 from .quantizer import QuantizationError, build_int8_graph, calibrate, make_plan, split_activations
+from .requant_mode import set_requant
 from .report import FloatReference, build_report, evaluate
 
 # -- the whole flow -----------------------------------------------------------------------------------
@@ -39,7 +41,8 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
                    percentile: float = 99.99, held_out: Optional[float] = None,
                    eval_feeds: Optional[List[Dict[str, np.ndarray]]] = None,
                    show_progress: bool = False, log: Optional[Callable[[str], None]] = None,
-                   task: Optional[str] = None, metric: Optional[Callable] = None) -> Tuple[Graph, dict]:
+                   task: Optional[str] = None, metric: Optional[Callable] = None,
+                   requant: str = "fp32") -> Tuple[Graph, dict]:
     """Quantize an (optimized, fp32) graph to int8 with ``feeds`` as calibration data.
 
     A ``held_out`` fraction of the feeds (default 0.2, at least one sample when there are two
@@ -48,12 +51,16 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
     picks the accuracy metric; ``metric(reference, candidate)`` (higher is better) replaces it. Concats whose
     inputs' ranges are far apart and that feed an output stay float32 after per-branch int8
     when the held-out metric says so (``heterogeneous.py``). Returns (int8 graph, report dict;
-    see ``report.py``).
+    see ``report.py``). ``requant``: the Conv / Gemm / MatMul requantization, "fp32" (one
+    rounding, onnxruntime's and XNNPACK's) or "fixed" (TFLite's reference kernels, bit-exact with
+    them): ``requant_mode.py``.
     """
     t0 = time.perf_counter()
     say = log or (lambda s: None)
     if not feeds:
         raise QuantizationError("no calibration samples")
+    if requant not in REQUANT_MODES:
+        raise QuantizationError(f"requant={requant!r}: one of {', '.join(REQUANT_MODES)}")
     if task is not None and task not in TASKS:
         raise QuantizationError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
     g = split_activations(graph)
@@ -78,6 +85,7 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
     def attempt(keep, only=None):
         plan = make_plan(g, ranges, keep, only, forced)
         q, names, nqdq = build_int8_graph(g, plan)
+        set_requant(q, requant)
         return plan, q, names, nqdq
 
     def judge(q, names, plan, per_layer=True):
@@ -146,7 +154,10 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
     report["drift"] = {"findings": findings, "blame": blame(report, findings) if findings else []}
     q.metadata["quantization"] = {"scheme": "int8 (TFLite): asymmetric per-tensor activations, symmetric "
                                             "per-channel weights, int32 bias",
-                                  "calib_method": method, "float_nodes": sorted(plan.float_reasons)}
+                                  "calib_method": method, "float_nodes": sorted(plan.float_reasons),
+                                  "requant": requant,
+                                  "requant_fp32_nodes": sum(n.attrs.get("requant") == "fp32" for n in q.nodes)}
+    report["requant"] = q.metadata["quantization"]["requant"]
     return q, report
 
 

@@ -64,7 +64,7 @@ def int8_conv(node: Node, ctx):
     s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
     act = str(node.attrs.get("activation", "") or "") if node.op == "FusedConv" else ""
     lo, hi = I8.clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
-    q, sh = _requant_arrays(ctx, *conv_requant_params(s_x, s_w, s_y))
+    q, sh = _requant_arrays(ctx, *conv_requant_params(s_x, s_w, s_y, I8.requant_mode(node)))
     bname = _opt(node, 2)
     if bname:
         b = ctx.const(bname)
@@ -146,8 +146,7 @@ def _gemm_s8(node, ctx, a, a_name, s_b, b_mat_nk, bias, n_cols, k_len, rows, zp_
         lo, hi = I8.clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
     else:
         lo, hi = -128, 127
-    ms = [float(np.float32(s_a)) * float(sb) / float(np.float32(s_y)) for sb in s_b]
-    q, sh = _requant_arrays(ctx, *I8.quantize_multipliers(ms))
+    q, sh = _requant_arrays(ctx, *conv_requant_params(s_a, s_b, s_y, I8.requant_mode(node)))
     steps = list(extra_steps)
     steps.append(ctx.launch("gemm_s8_nt", gemm_grid(rows, n_cols, batches), (256,),
                             (a, b_mat_nk, bias, q, sh, ctx.dummy(np.int8), ctx.dummy(np.int32), y, i32(rows),

@@ -15,7 +15,7 @@ from ...errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...ops.int8_tables import (LUT_OPS, activation_fn, add_params, lut_table, mul_multiplier, requant_table,
                                 softmax_s8_params)
-from ...ops.qmath import (INT32_MIN, QMAX, QMIN, b_scales, clamp_range, clip_bounds, conv_requant_params,
+from ...ops.qmath import (requant_mode, INT32_MIN, QMAX, QMIN, b_scales, clamp_range, clip_bounds, conv_requant_params,
                           int8_bias, per_tensor, qparams, quantize_multiplier, quantize_multipliers,
                           requantize, round_half_away)
 from ...ops.shapes import channels_last, split_layout
@@ -160,7 +160,7 @@ def int8_conv(node: Node, pc) -> None:
     s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
     act = str(node.attrs.get("activation", "") or "") if node.op == "FusedConv" else ""
     lo, hi = clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
-    q, sh = _q32(*conv_requant_params(s_x, s_w, s_y))
+    q, sh = _q32(*conv_requant_params(s_x, s_w, s_y, requant_mode(node)))
     if bname:
         bc = pc.const(bname)
         if bc is None or bc.dtype != np.int32 or bc.size != m:
@@ -224,7 +224,7 @@ def _int8_mm(node, pc, M, N, K, nb2, A, a_name, B, b_name, b_axis_n, bias_name, 
         lo, hi = clamp_range(act, node.attrs.get("activation_params", []) or [], s_y, zp_y)
     else:
         lo, hi = QMIN, QMAX
-    q, sh = _q32(*quantize_multipliers([float(np.float32(s_a)) * float(sb) / float(np.float32(s_y)) for sb in s_b]))
+    q, sh = _q32(*conv_requant_params(s_a, s_b, s_y, requant_mode(node)))
     bias = (pc.upload(int8_bias(pc, node, bias_name, N)), 0, 1, 0) if bias_name else None
     int8_gemm_launch(node, pc, M, N, K, 1, nb2, A, zp_a, B, zp_b, C, bias, pc.upload(q), pc.upload(sh),
                      (0, 1, 0), zp_y, None, None, lo, hi)

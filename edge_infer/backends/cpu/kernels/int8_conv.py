@@ -37,7 +37,7 @@ from .. import native
 from ..native import kernels as native_kernels
 from .conv import COLS_CAP, band_note, band_rows, bands, padded_input, tap_views, view_as
 from ....ops.conv import conv_geometry
-from ....ops.qmath import conv_requant_params
+from ....ops.qmath import conv_requant_params, requant_mode
 from .int8_common import (EXACT_K, ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor,
                           qparams, quantize_multiplier, requantize, scratch)
 from ..fuse_int8_activation import activation_table, fused_activation
@@ -150,7 +150,7 @@ def _int8_conv(node: Node, ctx, x, x_name: str, fin=None) -> Callable[[], None]:
     if y.size == 0:
         return lambda: None
 
-    q, sh = conv_requant_params(s_x, s_w, s_y)
+    q, sh = conv_requant_params(s_x, s_w, s_y, requant_mode(node))
     bias = folded_bias(ctx, node, w, zp_x, m)
     float_input = (ctx.value(node.inputs[0]), fin.scale, fin.nchw) if fin is not None else None
     step = _native_conv(ctx, node, x=x, y=y, w=w, bias=bias, q=q, shift=sh, zp_x=zp_x, zp_y=zp_y, lo=lo, hi=hi,

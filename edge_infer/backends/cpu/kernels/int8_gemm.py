@@ -23,7 +23,7 @@ from ....ir import Node
 from .. import native
 from ..native import kernels as native_kernels
 from .conv import view_as
-from ....ops.qmath import b_scales as _b_scales, int8_bias as _bias
+from ....ops.qmath import b_scales as _b_scales, conv_requant_params, int8_bias as _bias, requant_mode
 from .int8_common import (ChunkedGemm, Requantizer, clamp_range, int8_kernel, per_tensor, qparams,
                           quantize_multipliers, scratch)
 
@@ -56,8 +56,7 @@ def _int8_matmul(node: Node, ctx, a: np.ndarray, a_name: str, b: np.ndarray, b_n
         act, lo, hi = "", -128, 127
     if y.size == 0:
         return lambda: None
-    ms = [float(np.float32(s_a)) * float(sb) / float(np.float32(s_y)) for sb in s_b]
-    q, sh = quantize_multipliers(ms)
+    q, sh = conv_requant_params(s_a, s_b, s_y, requant_mode(node))
     bias = _bias(ctx, node, bias_name, n)
     if b_const:
         step = _native_matmul(ctx, node, a, b_view(b), y, bias, zp_a, q, sh, zp_y, lo, hi, a_view, act)

@@ -41,6 +41,7 @@ from ....ops.conv import window_attrs
 from ....ops.shapes import channels_last, split_layout
 from ....sparse.encodings import SparseArray, segment_cumsum
 from ..registry import is_int8_node, kernel_for, lookup
+from ....ops.qmath import requant_mode
 from .int8_common import Requantizer, clamp_range, per_tensor, qparams, quantize_multipliers
 
 SPARSE_OPS = ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
@@ -134,7 +135,8 @@ def native_int8_fused(ctx, s: SparseArray, transposed: bool, jobs, zviews, const
     if k * (1 << 14) + int(np.abs(const_term).max(initial=0)) >= (1 << 31):
         return None
     q, sh = np.asarray(q, np.int64).reshape(-1), np.asarray(sh, np.int64).reshape(-1)
-    if not (np.all((q >= 0) & (q < (1 << 31))) and np.all((sh >= -31) & (sh <= 30))):
+    from ..native.kernels import requant_ok
+    if not requant_ok(q, sh):
         return None
     if table is not None and np.abs(table).max() > (1 << 29):
         return None
@@ -560,7 +562,7 @@ def sparse_int8(node: Node, ctx, s: SparseArray) -> Optional[Callable[[], None]]
         if wq.scale.size not in (1, m) or (wq.scale.size == m and m > 1 and wq.axis not in (0, None)):
             return None
         s_w = wq.scale if wq.scale.size == m else np.full(m, wq.s, np.float32)
-        q, sh = conv_requant_params(s_x, s_w, s_y)
+        q, sh = conv_requant_params(s_x, s_w, s_y, requant_mode(node))
         bname = _opt(node, 2)
         b = np.zeros(m, np.int64)
         if bname:
@@ -599,8 +601,7 @@ def sparse_int8(node: Node, ctx, s: SparseArray) -> Optional[Callable[[], None]]
             if wq.scale.size != m or ax != axis_n:
                 return None
             s_w = wq.scale
-        ms = [float(np.float32(s_x)) * float(sw) / float(np.float32(s_y)) for sw in s_w]
-        q, sh = quantize_multipliers(ms)
+        q, sh = conv_requant_params(s_x, s_w, s_y, requant_mode(node))
         bname = _opt(node, 2) if node.op != "MatMul" else ""
         b = np.zeros(m, np.int64)
         if bname:

@@ -19,6 +19,7 @@ import numpy as np
 from ....memory.pages import private_copy
 from ....ops.activations import codes_for
 from ....ops.int8_tables import add_tables
+from ....ops.qmath import FP32_SHIFT
 from .. import native as _native
 from ..kernels.conv_operands import _conv_geometry
 
@@ -67,6 +68,8 @@ def _fn(name, restype, *argtypes):
 
 
 INT32_LIMIT = 1 << 31
+#: float32 bits of 2^-32 and 1.0: an fp32 multiplier's range
+F32_MIN_BITS, F32_ONE_BITS = 0x2F800000, 0x3F800000
 
 
 def _ptr(a: Optional[np.ndarray]) -> Optional[int]:
@@ -90,7 +93,12 @@ def _thread_scratch(ctx, threads: int, need: int) -> np.ndarray:
 
 
 def requant_ok(q: np.ndarray, shift: np.ndarray) -> bool:
+    """Whether the native kernels take these multipliers: TFLite fixed-point ones, or float32
+    ones (shift FP32_SHIFT, q the bits of a float32 in [2^-32, 1); see ops/qmath.py)."""
     q, shift = np.asarray(q, np.int64), np.asarray(shift, np.int64)
+    fp32 = shift == FP32_SHIFT
+    if np.any(fp32):
+        return bool(np.all(fp32) and np.all((q >= F32_MIN_BITS) & (q < F32_ONE_BITS)))
     return bool(np.all((q >= 0) & (q < INT32_LIMIT)) and np.all(shift >= -31) and np.all(shift <= 30))
 
 

@@ -45,6 +45,11 @@ __device__ __forceinline__ int rdbpot(int x, int e) {
 // MultiplyByQuantizedMultiplier(x, q, shift); the left shift wraps in int32 as C++ does on
 // two's complement hardware (done in unsigned arithmetic: no signed-overflow UB).
 __device__ __forceinline__ int mbqm(int x, int q, int shift) {
+    if (shift == 64) {          // a float32 multiplier (ops/qmath.py FP32_SHIFT; q: its bits)
+        union { int i; float f; } s;
+        s.i = q;
+        return (int)rintf((float)x * s.f);      // one rounding, half to even
+    }
     int left = shift > 0 ? shift : 0;
     int right = shift > 0 ? 0 : -shift;
     int xs = (int)((unsigned)x << left);

@@ -44,6 +44,8 @@ inline long floor_shift(long v, int s) {
  * (INT32_MIN, INT32_MAX]: the merged single-division form of int8_common.Requantizer
  * (left shift wrapped to int32 as C does; then floor((xq + c + [xq < 0](2^S - 2c)) / 2^S)). */
 inline long mbqm(long x, long q, int shift) {
+    /* a float32 multiplier (ops/qmath.py FP32_SHIFT; q: its bits): rint(float(x) * s), half to even */
+    if (shift == 64) return (long)rint((float)x * as_float((int)q));
     int left = shift > 0 ? shift : 0;
     int right = shift > 0 ? 0 : -shift;
     if (left) {

@@ -813,8 +813,7 @@ void dwq_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, i
     const int64_t qb = pairs ? 32 : (int64_t)ng * 64;                  /* bytes per quad column */
     const int nj = DWQ_COLS(a), qstep = nq > 1 ? 4 / a->sw : 0;       /* quad k of ox: column ox + k qstep */
     const int64_t qrow = (int64_t)nj * qb;
-    int left = 0;
-    for (int c = 0; c < C; c++) left |= a->shift[c] > 0;
+    int left = ei_rq_flag(a->shift, C);
     ei_vqc vc;
     ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
     const int band = one_row ? 1 : dwq_band(a), ns = (band - 1) * a->sh + kh;

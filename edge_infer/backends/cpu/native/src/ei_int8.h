@@ -14,13 +14,22 @@
  * requantized value is clamped to +-2^30 before the additions: that cannot change the final
  * clamp (|residual| <= 2^29 cannot bring it back into [-128, 127]) and keeps the SIMD int32
  * sums from overflowing.
+ *
+ * A float32 multiplier (requantization mode "fp32", onnxruntime's and XNNPACK's): shift ==
+ * EI_RQ_FP32 and q holds the bits of s, a float32 in [2^-32, 1): MBQM is then rint(float(x) * s),
+ * float32 arithmetic rounded half to even, one rounding instead of TFLite's two. |x| < 2^31 and
+ * s < 1 keep the product inside int32. A node's channels are all of one mode; a channel that
+ * only fills a vector (q = 0, shift 0) gives 0 either way.
  */
 #ifndef EI_INT8_H
 #define EI_INT8_H
 
+#include <math.h>
 #include "edge_native.h"
 
 #define EI_RQ_LIMIT (1 << 30)
+#define EI_RQ_FP32 64           /* the shift of a float32 multiplier (q: its bits) */
+#define EI_VQ_FP32 2            /* ei_vq16_prepare's flag: the 16 channels' q are float32 */
 
 typedef struct {
     const int32_t *bias;    /* per channel, or NULL */
@@ -31,12 +40,26 @@ typedef struct {
 } ei_rq;
 
 static inline int32_t ei_mbqm(int32_t x, int32_t q, int32_t shift) {
+    if (shift == EI_RQ_FP32) {
+        union { int32_t i; float f; } s = { q };
+        return (int32_t)lrintf((float)x * s.f);
+    }
     int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
     x = (int32_t)((uint32_t)x << left);
     int32_t h = (int32_t)(((int64_t)x * q + (1LL << 30)) >> 31);
     int32_t mask = (int32_t)((1u << right) - 1u);
     int32_t rem = h & mask, thr = (mask >> 1) + (h < 0);
     return (h >> right) + (rem > thr);
+}
+
+/* the flag ei_vq_mbqm takes for channels with these shifts (see ei_vq16_prepare) */
+static inline int ei_rq_flag(const int32_t *shift, int n) {
+    int left = 0;
+    for (int c = 0; c < n; c++) {
+        if (shift[c] == EI_RQ_FP32) return EI_VQ_FP32;
+        left |= shift[c] > 0;
+    }
+    return left;
 }
 
 /* one output value from its accumulator (bias already added) */
@@ -53,6 +76,8 @@ static inline int8_t ei_rq_one(int32_t acc, int32_t q, int32_t shift, int32_t zp
 /* 8 channels: MBQM exactly as ei_mbqm, in 32/64-bit lanes */
 __attribute__((target("avx2,fma")))
 static inline __m256i mbqm8(__m256i x, __m256i q, __m256i shift) {
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(shift, _mm256_set1_epi32(EI_RQ_FP32))))
+        return _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(x), _mm256_castsi256_ps(q)));
     const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
     const __m256i nudge = _mm256_set1_epi64x(1LL << 30);
     __m256i left = _mm256_max_epi32(shift, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift), zero);
@@ -114,16 +139,18 @@ typedef struct {
 } ei_vqc;
 
 /* channels 0 .. n - 1 (n <= 16) of bias (or NULL), corr (added to the bias, or NULL), mult and
- * shift; the others get neutral constants. Returns nonzero when a channel shifts left. */
+ * shift; the others get neutral constants. Returns 1 when a channel shifts left, EI_VQ_FP32
+ * when the multipliers are float32 (q: their bits), else 0: the flag ei_vq_mbqm takes. */
 __attribute__((target("avx512f,avx512bw")))
 static inline int ei_vq16_prepare(ei_vq16 *o, const int32_t *bias, const int32_t *corr, const int32_t *mult,
                                   const int32_t *shift, int n) {
     int32_t b[16], q[16], l[16], qo[16];
     int64_t ce[16], dd[16], ss[16], te[8], to[8], de[8], dO[8], se[8], so[8];
-    int left = 0;
+    int left = 0, fp32 = 0;
+    for (int i = 0; i < n; i++) fp32 |= shift[i] == EI_RQ_FP32;
     for (int i = 0; i < 16; i++) {
         int ok = i < n;
-        int32_t sh = ok ? shift[i] : 0;
+        int32_t sh = ok && !fp32 ? shift[i] : 0;
         int e = sh > 0 ? 0 : -sh;
         b[i] = (int32_t)((uint32_t)(ok && bias ? bias[i] : 0) + (uint32_t)(corr ? corr[i] : 0));
         q[i] = ok ? mult[i] : 0;
@@ -143,7 +170,7 @@ static inline int ei_vq16_prepare(ei_vq16 *o, const int32_t *bias, const int32_t
     o->ce = _mm512_loadu_si512(te); o->co = _mm512_loadu_si512(to);
     o->de = _mm512_loadu_si512(de); o->dO = _mm512_loadu_si512(dO);
     o->se = _mm512_loadu_si512(se); o->so = _mm512_loadu_si512(so);
-    return left;
+    return fp32 ? EI_VQ_FP32 : left != 0;
 }
 
 __attribute__((target("avx512f,avx512bw")))
@@ -162,6 +189,8 @@ static inline void ei_vqc_prepare(ei_vqc *c, const int32_t *ztab, int32_t zp_y, 
 /* 16 accumulators (bias included) -> requantized int32 (before zp_y), as ei_mbqm */
 __attribute__((target("avx512f,avx512bw")))
 static inline __m512i ei_vq_mbqm(__m512i x, const ei_vq16 *k, int left) {
+    if (left & EI_VQ_FP32)
+        return _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_castsi512_ps(k->q)));
     const __m512i zero = _mm512_setzero_si512();
     if (left) x = _mm512_sllv_epi32(x, k->left);
     __m512i pe = _mm512_mul_epi32(x, k->q), po = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), k->qo);
@@ -227,6 +256,8 @@ static inline void ei_vq_store4(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, 
 #if defined(__aarch64__)
 #include <arm_neon.h>
 static inline int32x4_t mbqm4(int32x4_t x, int32x4_t q, int32x4_t shift) {
+    if (vmaxvq_u32(vceqq_s32(shift, vdupq_n_s32(EI_RQ_FP32))))
+        return vcvtnq_s32_f32(vmulq_f32(vcvtq_f32_s32(x), vreinterpretq_f32_s32(q)));
     const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
     int32x4_t left = vmaxq_s32(shift, zero), right = vmaxq_s32(vnegq_s32(shift), zero);
     x = vshlq_s32(x, left);

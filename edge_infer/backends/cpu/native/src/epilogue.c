@@ -167,6 +167,12 @@ EI_API int ei_selftest_epilogue(void) {
             mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
             shift[i] = (int32_t)(st_rand() % 24) - 20;
             if (trial % 5 == 0) shift[i] = (int32_t)(st_rand() % 34) - 31;   /* 0..31 right, 2 left */
+            if (trial % 4 == 3) {       /* float32 multipliers in [2^-24, 1) (EI_RQ_FP32), ties included */
+                union { float f; int32_t i; } m = { ldexpf(1.0f + (float)(st_rand() % 4096) / 4096.0f,
+                                                           -1 - (int)(st_rand() % 24)) };
+                mult[i] = m.i;
+                shift[i] = EI_RQ_FP32;
+            }
         }
         for (int i = 0; i < N * 3; i++) z[i] = (int8_t)st_rand();
         ei_rq rq = { (trial & 1) ? bias : NULL, mult, shift, (trial & 2) ? ztab : NULL,

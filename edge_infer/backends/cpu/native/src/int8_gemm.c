@@ -1048,8 +1048,7 @@ static void nchw_rows_u8(const ei_int8_conv_args *a, const plan_t *p, int64_t r0
 __attribute__((target("avx512f,avx512bw")))
 static void nchw_store(const ei_int8_conv_args *a, const plan_t *p, const int32_t *acc, int64_t r0, int nrows,
                        int ch0, int nch, const int32_t *corr) {
-    int left = 0;
-    for (int c = 0; c < nch; c++) left |= a->shift[ch0 + c] > 0;
+    int left = ei_rq_flag(a->shift + ch0, nch);
     ei_vqc vc;
     ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, left);
     const __m512i lane32 = _mm512_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480);

@@ -251,7 +251,7 @@ static void prepare_gemv(ei_se_gemv *g, ei_vq16 *k) {
     for (int32_t o = 0; o < g->m; o += 16)
         left |= ei_vq16_prepare(k + o / 16, NULL, NULL, g->mult + o, g->shift + o, (int)EI_MIN(16, g->m - o));
     g->consts = k;
-    g->left = left != 0;
+    g->left = left;
 }
 #endif
 
