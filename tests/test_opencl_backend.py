@@ -377,14 +377,16 @@ def int8_graph(op, inputs, out_q, attrs=None, n_out_shape=None):
     return g, feeds
 
 
-def int8_conv_graph(C, M, group, kernel, strides, pads, dil, H, W, last, act="", residual=False, per_channel=True):
+def int8_conv_graph(C, M, group, kernel, strides, pads, dil, H, W, last, act="", residual=False, per_channel=True,
+                    requant="fixed"):
     s_x, zp_x = rq()
     s_y, zp_y = rq()
     w = R.integers(-127, 128, (M, C // group, *kernel)).astype(np.int8)
     s_w = R.uniform(0.002, 0.02, M if per_channel else 1).astype(np.float32)
     bias = R.integers(-3000, 3000, M).astype(np.int32)
     xs = (2, H, W, C) if last else (2, C, H, W)
-    attrs = dict(group=group, kernel_shape=list(kernel), strides=list(strides), pads=list(pads), dilations=list(dil))
+    attrs = dict(group=group, kernel_shape=list(kernel), strides=list(strides), pads=list(pads), dilations=list(dil),
+                 requant=requant)
     if last:
         attrs["data_layout"] = "NHWC"
     ins = [("x", i8(*xs), qd(s_x, zp_x), False), ("w", w, qd(s_w, [0] * s_w.size, 0), True),
@@ -403,14 +405,18 @@ def int8_conv_graph(C, M, group, kernel, strides, pads, dil, H, W, last, act="",
 @pytest.mark.parametrize("case", CONV_CASES)
 @pytest.mark.parametrize("last", [False, True])
 def test_int8_conv_bit_exact(case, last):
-    for algo, gemm, act, residual in (("auto", "cpu", "", False), ("direct", "cpu", "Relu", True),
-                                      ("gemm", "cpu", "Clip", True), ("gemm", "tiled", "Relu", True)):
-        g, f = int8_conv_graph(*case, last=last, act=act, residual=residual, per_channel=gemm != "tiled")
+    for algo, gemm, act, residual, requant in (("auto", "cpu", "", False, "fp32"),
+                                               ("direct", "cpu", "Relu", True, "fp32"),
+                                               ("gemm", "cpu", "Clip", True, "fixed"),
+                                               ("gemm", "tiled", "Relu", True, "fp32")):
+        g, f = int8_conv_graph(*case, last=last, act=act, residual=residual, per_channel=gemm != "tiled",
+                               requant=requant)
         check_exact(g, f, conv_algorithm=algo, gemm=gemm)
 
 
+@pytest.mark.parametrize("requant", ["fixed", "fp32"])
 @pytest.mark.parametrize("b_const", [True, False])
-def test_int8_gemm_and_matmul_bit_exact(b_const):
+def test_int8_gemm_and_matmul_bit_exact(b_const, requant):
     s_a, zp_a = rq()
     s_b = R.uniform(0.002, 0.02, 9).astype(np.float32) if b_const else np.float32(0.01)
     bq = qd(s_b, [0] * np.size(s_b), 1) if b_const else qd(s_b, 5)
@@ -418,10 +424,11 @@ def test_int8_gemm_and_matmul_bit_exact(b_const):
     if b_const:
         ins.append(("c", R.integers(-500, 500, 9).astype(np.int32), qd(s_a * s_b, [0] * 9, 0), True))
     g, f = int8_graph("FusedGemm" if b_const else "Gemm", ins, qd(*rq()),
-                      dict(activation="Relu") if b_const else {})
+                      dict(activation="Relu", requant=requant) if b_const else dict(requant=requant))
     for gemm in GEMMS:
         check_exact(g, f, gemm=gemm)
-    g, f = int8_graph("MatMul", [("a", i8(3, 7, 40), qd(s_a, zp_a), False), ("b", i8(40, 9), bq, b_const)], qd(*rq()))
+    g, f = int8_graph("MatMul", [("a", i8(3, 7, 40), qd(s_a, zp_a), False), ("b", i8(40, 9), bq, b_const)], qd(*rq()),
+                      dict(requant=requant))
     for gemm in GEMMS:
         check_exact(g, f, gemm=gemm)
 
