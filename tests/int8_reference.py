@@ -196,13 +196,14 @@ def add(x1, q1, x2, q2, yq, sub: bool = False) -> np.ndarray:
     return y
 
 
-def mul(x1, q1, x2, q2, yq) -> np.ndarray:
+def mul(x1, q1, x2, q2, yq, requant: str = "fixed") -> np.ndarray:
+    """TFLite MUL ("fixed"), or its product requantized with the "fp32" mode's float multiplier."""
     (s1, zp1), (s2, zp2), (s_y, zp_y) = q1, q2, yq
-    q, sh = quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
+    rq = multipliers(s1, [s2], s_y, requant)[0]
     a, b = np.broadcast_arrays(np.asarray(x1, np.int64), np.asarray(x2, np.int64))
     y = np.empty(a.shape, np.int8)
     for idx in np.ndindex(*a.shape):
-        y[idx] = min(max(mbqm((int(a[idx]) - zp1) * (int(b[idx]) - zp2), q, sh) + zp_y, -128), 127)
+        y[idx] = min(max(rq((int(a[idx]) - zp1) * (int(b[idx]) - zp2)) + zp_y, -128), 127)
     return y
 
 

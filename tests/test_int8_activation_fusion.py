@@ -63,8 +63,9 @@ def plan(make, feeds, *, native_on: bool, fuse: bool, monkeypatch, threads: int 
 def conv_act_graph(x, xq, w, ws, bias, midq, yq, *, op, attrs, stride, pad, group, nhwc, relu=False, z=None, zq=None,
                    extra_reader=False, gate=None):
     """x -> Conv (FusedConv with Relu and / or residual z) -> ``op`` -> y (int8 NCHW or NHWC).
-    ``gate`` = (hq, gate_first): ``op`` writes h (parameters hq) and y = Mul(mid, h) (or
-    Mul(h, mid)): HardSwish / SiLU as onnxruntime's QDQ quantizer writes them."""
+    ``gate`` = (hq, gate_first[, requant]): ``op`` writes h (parameters hq) and y = Mul(mid, h) (or
+    Mul(h, mid), requantized in mode ``requant``): HardSwish / SiLU as onnxruntime's QDQ quantizer
+    writes them."""
     def make():
         g = Graph("conv_act")
         g.add_input("x", "int8", x.shape).quant = qd(*xq)
@@ -87,7 +88,8 @@ def conv_act_graph(x, xq, w, ws, bias, midq, yq, *, op, attrs, stride, pad, grou
         else:
             g.add_node(op, ["mid"], ["h"], **attrs)
             g.tensors["h"].quant = qd(*gate[0])
-            g.add_node("Mul", ["h", "mid"] if gate[1] else ["mid", "h"], ["y"])
+            g.add_node("Mul", ["h", "mid"] if gate[1] else ["mid", "h"], ["y"],
+                       requant=gate[2] if len(gate) > 2 else "fixed")
         g.tensors["y"].quant = qd(*yq)
         g.outputs = ["y"] + (["mid"] if extra_reader else [])
         return g
@@ -177,10 +179,13 @@ def test_intermediate_with_another_reader_is_not_fused(monkeypatch, graph_output
 @settings(**SETTINGS)
 @given(op=st.sampled_from(["HardSigmoid", "Sigmoid", "Tanh"]), c=st.integers(1, 40), m=st.integers(1, 70),
        hw=st.integers(1, 10), k=st.sampled_from([1, 3, 5]), depthwise=st.booleans(), gate_first=st.booleans(),
-       seed=st.integers(0, 2 ** 16))
-@example(op="HardSigmoid", c=16, m=72, hw=8, k=1, depthwise=False, gate_first=False, seed=1).via("QDQ HardSwish")
-@example(op="Sigmoid", c=24, m=24, hw=9, k=3, depthwise=True, gate_first=True, seed=2).via("QDQ SiLU, depthwise")
-def test_fused_gated_activation_is_bit_exact(monkeypatch, isa, op, c, m, hw, k, depthwise, gate_first, seed):
+       seed=st.integers(0, 2 ** 16), requant=st.sampled_from(["fixed", "fp32"]))
+@example(op="HardSigmoid", c=16, m=72, hw=8, k=1, depthwise=False, gate_first=False, seed=1,
+         requant="fp32").via("QDQ HardSwish")
+@example(op="Sigmoid", c=24, m=24, hw=9, k=3, depthwise=True, gate_first=True, seed=2,
+         requant="fixed").via("QDQ SiLU, depthwise")
+def test_fused_gated_activation_is_bit_exact(monkeypatch, isa, op, c, m, hw, k, depthwise, gate_first, seed,
+                                             requant):
     """Conv -> act -> Mul(x, act(x)) runs as one conv step whose table gives the three steps'
     bytes (the independent reference: conv loops, TFLite's table, TFLite MUL's integers)."""
     rng = np.random.default_rng(seed)
@@ -196,12 +201,12 @@ def test_fused_gated_activation_is_bit_exact(monkeypatch, isa, op, c, m, hw, k, 
     attrs = {"alpha": 1 / 6, "beta": 0.5} if op == "HardSigmoid" else {}
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     make = conv_act_graph(nhwc, xq, w, ws, bias, midq, yq, op=op, attrs=attrs, stride=1, pad=k // 2, group=group,
-                          nhwc=True, gate=(hq, gate_first))
+                          nhwc=True, gate=(hq, gate_first, requant))
     fn = {"HardSigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1), "Sigmoid": ACTIVATIONS["Sigmoid"],
           "Tanh": np.tanh}[op]
     mid = ref.conv2d(x, xq, w, ws, bias, midq, pads=(k // 2,) * 4, group=group)
     h = ref.lut(mid, midq, hq, fn)
-    want_y = ref.mul(h, hq, mid, midq, yq) if gate_first else ref.mul(mid, midq, h, hq, yq)
+    want_y = ref.mul(h, hq, mid, midq, yq, requant) if gate_first else ref.mul(mid, midq, h, hq, yq, requant)
     want_ex, want = plan(make, {"x": nhwc}, native_on=False, fuse=False, monkeypatch=monkeypatch)
     assert len(want_ex.steps) == 3
     np.testing.assert_array_equal(want["y"], want_y.transpose(0, 2, 3, 1))

@@ -20,6 +20,7 @@ from edge_infer.runtime import specialize
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_native_int8_ops import qd  # noqa: E402
+from edge_infer.ops.qmath import fp32_ok, fp32_scales  # noqa: E402
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason=f"native kernels: {native.why_not}")
 SETTINGS = dict(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -30,7 +31,7 @@ MASKS = [-1, native.AVX2 | native.NEON, 0]
 def se_graph(rng, c: int, cr: int, hw, *, relu: bool, act: str, gate_first: bool, gate_output: bool = False,
              requant: str = "fixed"):
     """One int8 NHWC squeeze-excite block on input x (1, h, w, c), random weights and parameters;
-    ``requant``: the two convs' requantization mode."""
+    ``requant``: the two convs' and the Mul's requantization mode."""
     def make():
         g = Graph("se")
         r = np.random.default_rng(rng)
@@ -54,8 +55,12 @@ def se_graph(rng, c: int, cr: int, hw, *, relu: bool, act: str, gate_first: bool
             g.add_node(act, ["pre"], ["gate"], **({"alpha": 1 / 6, "beta": 0.5} if act == "HardSigmoid" else {}))
             g.tensors["gate"].quant = qd(1 / 256, -128)
         gate = "gate" if act else "pre"
-        g.add_node("Mul", [gate, "x"] if gate_first else ["x", gate], ["y"])
-        g.tensors["y"].quant = qd(float(r.uniform(0.01, 0.1)), int(r.integers(-40, 40)))
+        yq = qd(float(r.uniform(0.01, 0.1)), int(r.integers(-40, 40)))
+        # as the converter writes it: "fp32" where the Mul's multiplier allows it
+        m = fp32_scales(g.tensors["x"].quant["scale"][0], g.tensors[gate].quant["scale"], yq["scale"][0])
+        g.add_node("Mul", [gate, "x"] if gate_first else ["x", gate], ["y"],
+                   requant=requant if fp32_ok(m) else "fixed")
+        g.tensors["y"].quant = yq
         g.outputs = ["y"] + ([gate] if gate_output else [])
         return g
     return make

@@ -100,15 +100,16 @@ def test_lut_activations(monkeypatch, isa, op, shape, sx, zx, seed):
 
 @settings(**SETTINGS)
 @given(c=st.integers(1, 70), hw=st.integers(1, 30), nhwc=st.booleans(), op=st.sampled_from(["Mul", "Add"]),
-       swap=st.booleans(), seed=st.integers(0, 2 ** 16))
-@example(c=8, hw=24, nhwc=True, op="Mul", swap=False, seed=1)      # a gate of 8 channels: 2 rows a vector
-@example(c=4, hw=5, nhwc=True, op="Mul", swap=True, seed=2)
-@example(c=16, hw=7, nhwc=True, op="Mul", swap=False, seed=3)
-@example(c=48, hw=9, nhwc=True, op="Mul", swap=True, seed=4)      # whole vectors: 4 at a time, gate cycling
-@example(c=16, hw=5, nhwc=True, op="Mul", swap=False, seed=5)     # ... and a tail of 2 vectors
-@example(c=120, hw=17, nhwc=True, op="Mul", swap=True, seed=6)   # a gate period of 15 vectors, split over threads
-@example(c=72, hw=3, nhwc=True, op="Mul", swap=False, seed=7)     # period 9 and a masked last vector
-def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swap, seed):
+       swap=st.booleans(), seed=st.integers(0, 2 ** 16), requant=st.sampled_from(["fixed", "fp32"]))
+@example(c=8, hw=24, nhwc=True, op="Mul", swap=False, seed=1, requant="fp32")  # an 8-channel gate: 2 rows a vector
+@example(c=120, hw=17, nhwc=True, op="Mul", swap=True, seed=8, requant="fp32")
+@example(c=4, hw=5, nhwc=True, op="Mul", swap=True, seed=2, requant="fixed")
+@example(c=16, hw=7, nhwc=True, op="Mul", swap=False, seed=3, requant="fixed")
+@example(c=48, hw=9, nhwc=True, op="Mul", swap=True, seed=4, requant="fixed")  # whole vectors, gate cycling
+@example(c=16, hw=5, nhwc=True, op="Mul", swap=False, seed=5, requant="fixed")     # ... and a tail of 2 vectors
+@example(c=120, hw=17, nhwc=True, op="Mul", swap=True, seed=6, requant="fixed")  # gate period 15 vectors, 2 threads
+@example(c=72, hw=3, nhwc=True, op="Mul", swap=False, seed=7, requant="fixed")     # period 9 and a masked last vector
+def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swap, seed, requant):
     rng = np.random.default_rng(seed)
     big, small = ((1, hw, hw + 1, c), (1, 1, 1, c)) if nhwc else ((1, c, hw, hw + 1), (1, c, 1, 1))
     qa, qb, qy = qd(0.03, int(rng.integers(-128, 128))), qd(1 / 256, -128), qd(0.02, int(rng.integers(-20, 20)))
@@ -118,7 +119,7 @@ def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swa
         g = Graph("se")
         g.add_input("a", "int8", big).quant = qa
         g.add_input("b", "int8", small).quant = qb
-        g.add_node(op, ["b", "a"] if swap else ["a", "b"], ["y"])
+        g.add_node(op, ["b", "a"] if swap else ["a", "b"], ["y"], **({"requant": requant} if op == "Mul" else {}))
         g.outputs = ["y"]
         g.tensors["y"].quant = qy
         return g
@@ -128,7 +129,10 @@ def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swa
     x1, x2 = (b, a) if swap else (a, b)
     p1, p2 = (p[1], p[0]) if swap else p
     x1, x2 = np.broadcast_arrays(x1, x2)
-    r = (ref.mul if op == "Mul" else ref.add)(x1, p1, x2, p2, (0.02, qy["zero_point"][0]))
+    if op == "Mul":
+        r = ref.mul(x1, p1, x2, p2, (0.02, qy["zero_point"][0]), requant)
+    else:
+        r = ref.add(x1, p1, x2, p2, (0.02, qy["zero_point"][0]))
     np.testing.assert_array_equal(want["y"], r)
 
 

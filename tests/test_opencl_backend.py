@@ -433,11 +433,13 @@ def test_int8_gemm_and_matmul_bit_exact(b_const, requant):
         check_exact(g, f, gemm=gemm)
 
 
-@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Mul:fp32"])
 @pytest.mark.parametrize("sb", [(2, 5, 6, 7), (7,), (5, 1, 1)])
 def test_int8_binary_bit_exact(op, sb):
+    op, _, requant = op.partition(":")
     for b_const in (False, True):
-        g, f = int8_graph(op, [("a", i8(2, 5, 6, 7), qd(*rq()), False), ("b", i8(*sb), qd(*rq()), b_const)], qd(*rq()))
+        g, f = int8_graph(op, [("a", i8(2, 5, 6, 7), qd(*rq()), False), ("b", i8(*sb), qd(*rq()), b_const)], qd(*rq()),
+                          {"requant": requant} if requant else None)
         check_exact(g, f)
 
 

@@ -121,6 +121,17 @@ def test_fp32_requantization_matches_reference():
                            [0, 0, 0]])
 
 
+@pytest.mark.parametrize("requant,scale_y,why", [("bogus", 0.5, "is not one of"),
+                                                  ("fp32", 1e-5, "needs multipliers in")])
+def test_bad_requant_attribute_is_refused(requant, scale_y, why):
+    """A graph (a hand-made or hostile artifact) asking for an unknown mode, or for "fp32" where
+    a multiplier is 1 or more, gets a clear error naming it, not other bytes."""
+    from edge_infer.errors import EdgeInferError
+    a = np.arange(12, dtype=np.int8).reshape(3, 4)
+    with pytest.raises(EdgeInferError, match=why):
+        run_one("Mul", [("a", a, qd(0.1, 0)), ("b", a, qd(0.1, 0))], qd(scale_y, 0), attrs={"requant": requant})
+
+
 def test_exact_float32_gemm_beyond_2_24():
     """Worst-case int8 products over K = 3000 (partial sums far past 2^24) stay exact."""
     from edge_infer.backends.cpu.kernels.int8_common import ChunkedGemm
@@ -232,16 +243,17 @@ def test_int8_gemm_and_matmul_bit_exact(requant):
         assert np.array_equal(y, R.matmul(a, aq, bm, [bq[0]] * n, None, yq, b_zp=bq[1])), trial
 
 
-@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
-def test_int8_binary_bit_exact(op):
+@pytest.mark.parametrize("op,requant", [("Add", "fixed"), ("Sub", "fixed"), ("Mul", "fixed"), ("Mul", "fp32")])
+def test_int8_binary_bit_exact(op, requant):
     rng = np.random.default_rng(len(op))
     for shapes in [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (3, 1)), ((1, 5), (4, 1))]:
         a = rng.integers(-128, 128, shapes[0]).astype(np.int8)
         b = rng.integers(-128, 128, shapes[1]).astype(np.int8)
         q1, q2, qy = rand_q(rng), rand_q(rng), rand_q(rng, 0.05, 0.4)
         for consts in (None, {"b"}):
-            y = run_one(op, [("a", a, qd(*q1)), ("b", b, qd(*q2))], qd(*qy), consts=consts)
-            want = R.mul(a, q1, b, q2, qy) if op == "Mul" else R.add(a, q1, b, q2, qy, sub=op == "Sub")
+            y = run_one(op, [("a", a, qd(*q1)), ("b", b, qd(*q2))], qd(*qy), consts=consts,
+                        attrs={"requant": requant} if op == "Mul" else {})
+            want = R.mul(a, q1, b, q2, qy, requant) if op == "Mul" else R.add(a, q1, b, q2, qy, sub=op == "Sub")
             assert np.array_equal(y, want), (shapes, consts)
 
 

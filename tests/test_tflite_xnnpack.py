@@ -61,7 +61,10 @@ def family(request, tmp_path_factory):
     inp = g3.inputs[0]
     rng = np.random.default_rng(0)
     xs = [rng.random((1, 3, 64, 64), dtype=np.float32) for _ in range(5)]
-    q, _ = quantize_model(g3, [{inp: x} for x in xs[:4]])
+    # TFLite's own arithmetic ("fixed"): the exported file's, so ours and the file are compared
+    # like for like (the default "fp32" mode only changes our side: 32 against 27 dB on
+    # MobileNetV3's logits)
+    q, _ = quantize_model(g3, [{inp: x} for x in xs[:4]], requant="fixed")
     return request.param, g3, q, xs[4]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir.graph import Node
-from .qmath import QMAX, QMIN, per_tensor, quantize_multiplier, requantize, round_half_away
+from .qmath import QMAX, QMIN, conv_requant_params, per_tensor, quantize_multiplier, requantize, round_half_away
 
 LEFT_SHIFT = 20
 _VALUES = np.arange(QMIN, QMAX + 1, dtype=np.int64)           # -128 .. 127
@@ -102,19 +102,25 @@ def requant_table(s_x: float, zp_x: int, s_y: float, zp_y: int, lo: int = QMIN, 
     return np.clip(r, lo, hi).astype(np.int8)
 
 
-def mul_multiplier(s1: float, s2: float, s_y: float) -> Tuple[int, int]:
-    """(q, shift) of TFLite MUL: the product of the inputs' scales over the output's, each a
-    float32 value, multiplied in double."""
+def mul_multiplier(s1: float, s2: float, s_y: float, mode: str = "fixed") -> Tuple[int, int]:
+    """(q, shift) of an int8 Mul: in the "fixed" mode TFLite MUL's, the product of the inputs'
+    scales over the output's, each a float32 value, multiplied in double; in "fp32" the float32
+    (s1 * s2) / s_y as ``conv_requant_params`` makes it (``ops/qmath.py``)."""
+    if mode == "fp32":
+        q, sh = conv_requant_params(s1, [s2], s_y, "fp32")
+        return int(q[0]), int(sh[0])
     return quantize_multiplier(float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_y)))
 
 
-def gated_table(fn: Callable, s_x: float, zp_x: int, s_h: float, zp_h: int, s_y: float, zp_y: int) -> np.ndarray:
+def gated_table(fn: Callable, s_x: float, zp_x: int, s_h: float, zp_h: int, s_y: float, zp_y: int,
+                mode: str = "fixed") -> np.ndarray:
     """int8 table (index v + 128) of ``Mul(x, act(x))`` with act an int8 table op (x * HardSigmoid(x),
     x * Sigmoid(x): how quantizers that know no HardSwish / SiLU write them): h = act's table at
     (s_h, zp_h), then TFLite MUL's integers, clamp(zp_y + MBQM((v - zp_x)(h - zp_h))). Both steps
-    see only v, so the one table gives the two steps' bytes exactly."""
+    see only v, so the one table gives the two steps' bytes exactly. ``mode``: the Mul's
+    requantization (its ``requant`` attribute)."""
     h = lut_table(fn, s_x, zp_x, s_h, zp_h).astype(np.int64)
-    q, sh = mul_multiplier(s_x, s_h, s_y)
+    q, sh = mul_multiplier(s_x, s_h, s_y, mode)
     r = requantize((_VALUES - zp_x) * (h - zp_h), q, sh) + zp_y
     return np.clip(r, QMIN, QMAX).astype(np.int8)
 

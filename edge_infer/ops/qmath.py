@@ -39,8 +39,9 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 FP32_SHIFT = 64
 #: a node's requantization modes (its ``requant`` attribute; absent: "fixed", TFLite's)
 REQUANT_MODES = ("fixed", "fp32")
-#: the int8 ops whose output requantization the ``requant`` attribute selects
-REQUANT_OPS = frozenset({"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul"})
+#: the int8 ops whose output requantization the ``requant`` attribute selects (Mul: the product
+#: (x1 - zp1)(x2 - zp2) times s1 s2 / s_y, as a conv's accumulator)
+REQUANT_OPS = frozenset({"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "Mul"})
 QMIN, QMAX = -128, 127
 #: K-chunk of the exact float32 int8 GEMM: 1024 * 128 * 128 = 2^24
 EXACT_K = 1024
@@ -165,7 +166,8 @@ def fp32_multipliers(scales) -> Tuple[np.ndarray, np.ndarray]:
     """Float32 multipliers as the kernels' (q, shift) pairs: (their bits as int64, FP32_SHIFT)."""
     s = np.ascontiguousarray(np.asarray(scales, np.float32).reshape(-1))
     if not fp32_ok(s):
-        raise ValueError("fp32 requantization needs multipliers in [2^-32, 1)")
+        raise UnsupportedOpError(f"requant='fp32' needs multipliers in [2^-32, 1); got {s.min():.6g} .. {s.max():.6g} "
+                                 "(the converter keeps such a node 'fixed')")
     return s.view(np.int32).astype(np.int64), np.full(s.size, FP32_SHIFT, np.int64)
 
 

@@ -1,4 +1,4 @@
-"""Which requantization an int8 graph's Conv / Gemm / MatMul nodes use (their ``requant``
+"""Which requantization an int8 graph's Conv / Gemm / MatMul / Mul nodes use (their ``requant``
 attribute, ``ops/qmath.py``): "fp32", a float32 multiplier and one rounding (onnxruntime's and
 XNNPACK's; the quantizer's default and what a QDQ import runs, so its outputs match
 onnxruntime's), or "fixed", TFLite's reference fixed point with two roundings (a TFLite import's,
@@ -26,13 +26,13 @@ def _multipliers(g: Graph, node: Node) -> Optional[np.ndarray]:
         if t is None or t.dtype != "int8" or not t.quant or "scale" not in t.quant:
             return None
         qs.append(np.asarray(t.quant["scale"], np.float32).reshape(-1))
-    if qs[0].size != 1 or qs[2].size != 1:
+    if qs[0].size != 1 or qs[2].size != 1 or (node.op == "Mul" and qs[1].size != 1):
         return None
     return fp32_scales(qs[0][0], qs[1], qs[2][0])
 
 
 def set_requant(g: Graph, mode: str) -> int:
-    """Give every int8 Conv / Gemm / MatMul node of ``g`` requantization ``mode`` where its
+    """Give every int8 Conv / Gemm / MatMul / Mul node of ``g`` requantization ``mode`` where its
     multipliers allow it (in place); returns how many nodes run "fp32"."""
     if mode not in REQUANT_MODES:
         raise QuantizationError(f"requant={mode!r}: one of {', '.join(REQUANT_MODES)}")

@@ -29,7 +29,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...ops.int8_tables import LUT_OPS, activation_fn, by_bits, gated_table, lut_table
-from ...ops.qmath import per_tensor
+from ...ops.qmath import per_tensor, requant_mode
 from .registry import TABLE
 
 #: fuse when plans are prepared (False: every activation stays its own step)
@@ -51,6 +51,7 @@ class FusedActivation:
     via: str
     gate: str = ""
     gate_via: str = ""
+    gate_requant: str = "fixed"
 
 
 class _Consts:
@@ -84,7 +85,7 @@ def activation_table(node: Node, ctx) -> Optional[np.ndarray]:
     fn = activation_fn(fused.op, fused.attrs)
     if fused.gate:
         s_h, zp_h = per_tensor(ctx, fused.gate_via, "gate")
-        return by_bits(gated_table(fn, s_x, zp_x, s_h, zp_h, s_y, zp_y))
+        return by_bits(gated_table(fn, s_x, zp_x, s_h, zp_h, s_y, zp_y, fused.gate_requant))
     return by_bits(lut_table(fn, s_x, zp_x, s_y, zp_y))
 
 
@@ -159,7 +160,7 @@ def fuse_int8_activations(graph: Graph, nodes: List[Node]) -> Tuple[List[Node], 
         conv = out[j]
         attrs = dict(conv.attrs)
         attrs[ATTR] = FusedActivation(act.op, dict(act.attrs), act.name, mid,
-                                      *((out[m].name, act.outputs[0]) if m is not None else ()))
+                                      *((out[m].name, act.outputs[0], requant_mode(out[m])) if m is not None else ()))
         # the conv's step takes the last fused step's place: everything between them ran on
         # other tensors (the intermediate ones had no other reader), and the last step's own
         # inputs were all ready at the conv's position

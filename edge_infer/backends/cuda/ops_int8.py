@@ -297,7 +297,7 @@ def int8_binary(node: Node, ctx):
     if node.op == "Mul":
         op = 1
         (q1, sh1), (q2, sh2) = (0, 0), (0, 0)
-        qy, shy = mul_multiplier(s1, s2, s_y)
+        qy, shy = mul_multiplier(s1, s2, s_y, I8.requant_mode(node))
     else:
         op = 0
         (q1, sh1), (q2, sh2), (qy, shy) = add_params(s1, s2, s_y, node.op == "Sub")

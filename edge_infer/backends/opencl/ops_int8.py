@@ -102,7 +102,7 @@ def int8_binary(node: Node, pc) -> None:
     meta = pc.meta(broadcast_meta(pc.shape(a), pc.shape(b), ys))
     n = int(np.prod(ys))
     if node.op == "Mul":
-        q, sh = mul_multiplier(s1, s2, s_y)
+        q, sh = mul_multiplier(s1, s2, s_y, requant_mode(node))
         _q32(q, sh)
         launch1d(pc, node, "int8", "mul_i8", n, [*pc.ref(a), *pc.ref(b), *pc.ref(y), n, meta, zp1, zp2, q, sh, zp_y])
         pc.note(node, "int8 Mul (TFLite: (x1 - zp1)(x2 - zp2) requantized)")

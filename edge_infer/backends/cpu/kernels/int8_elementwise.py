@@ -27,7 +27,7 @@ from ....memory.pages import private_copy
 from ..native import int8_ops as native_int8
 from ..native import kernels as native_kernels
 from ..native.ops import copy_step, sequence_step
-from ....ops.qmath import clip_bounds as _clip_bounds
+from ....ops.qmath import clip_bounds as _clip_bounds, requant_mode
 from ....ops.int8_tables import (LEFT_SHIFT, LUT_OPS, _VALUES, activation_fn, add_params, add_tables,  # noqa: F401
                                   by_bits, lut_table, mul_multiplier, requant_table)
 from .int8_common import (QMAX, QMIN, Requantizer, int8_kernel, per_tensor, quantize_multiplier,
@@ -173,7 +173,7 @@ def int8_mul(node: Node, ctx) -> Callable[[], None]:
     s1, zp1 = per_tensor(ctx, node.inputs[0], "A")
     s2, zp2 = per_tensor(ctx, node.inputs[1], "B")
     s_y, zp_y = per_tensor(ctx, node.outputs[0], "output")
-    q, sh = mul_multiplier(s1, s2, s_y)
+    q, sh = mul_multiplier(s1, s2, s_y, requant_mode(node))
     step = native_int8.bcast_step("Mul", a, b, y, ctx, zp1=zp1, zp2=zp2, q=q, shift=sh, zp_y=zp_y)
     if step is not None:
         ctx.note(node, f"int8 Mul native{' broadcast' if a.shape != b.shape else ''} (TFLite: (x1 - zp1)(x2 - zp2) "

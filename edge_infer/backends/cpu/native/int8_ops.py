@@ -112,7 +112,8 @@ def lut_step(x: np.ndarray, y: np.ndarray, tables: np.ndarray, ctx=None, per: st
 def bcast_step(op: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, ctx, *, tables=None, zp1=0, zp2=0,
                q=0, shift=0, zp_y=0) -> Optional[Callable[[], None]]:
     """Broadcast int8 Add (``tables``: two int32 (256,) per-value terms) or Mul as one native step."""
-    if not _has("ei_int8_bcast") or not (0 <= int(q) < (1 << 31)) or not -31 <= int(shift) <= 30:
+    from .kernels import requant_ok
+    if not _has("ei_int8_bcast") or not requant_ok([q], [shift]):
         return None
     for arr in (a, b, y):
         if not isinstance(arr, np.ndarray) or arr.dtype != np.int8 or not arr.flags.c_contiguous \
