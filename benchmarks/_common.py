@@ -158,13 +158,15 @@ def timing_table(quiet, busy, n_busy: int, base: str = "") -> List[str]:
         head += f" {n_busy} busy: min ms | median ms | contended / quiet (median) |"
         head += f" {base} / engine (median) |" if base else ""
     rows = [head, "|---|" + "---:|" * (head.count("|") - 2)]
+    small = min(mn for mn, _ in quiet.values()) < 1.0
+    ms = (lambda v: f"{v:.3f}") if small else (lambda v: f"{v:.2f}")    # a 60 us model keeps its digits
     for k, (mn, md) in quiet.items():
-        row = f"| {k} | {mn:.2f} | {md:.2f} |"
+        row = f"| {k} | {ms(mn)} | {ms(md)} |"
         if base:
             row += f" {quiet[base][0] / mn:.2f}x |"
         if busy:
             bm, bd = busy[k]
-            row += f" {bm:.2f} | {bd:.2f} | {bd / md:.2f}x |"
+            row += f" {ms(bm)} | {ms(bd)} | {bd / md:.2f}x |"
             row += f" {busy[base][1] / bd:.2f}x |" if base else ""
         rows.append(row)
     return rows
