@@ -49,7 +49,19 @@ def inspect_artifact(path: str, memory_limit=None, trusted_keys=None) -> dict:
         "target": meta.get("target", {}).get("name"),
         "int8_nodes": sum(1 for n in graph.nodes if any(o and graph.tensors[o].dtype == "int8" for o in n.outputs)),
         "quantization": meta.get("quantization", {}),
+        "requant": _requant_counts(graph),
     }
+
+
+def _requant_counts(graph) -> dict:
+    """{mode: nodes} of the int8 nodes whose output requantization has a mode (ops/qmath.py)."""
+    from .ops.qmath import REQUANT_OPS
+    counts = {}
+    for n in graph.nodes:
+        if n.op in REQUANT_OPS and any(o and graph.tensors[o].dtype == "int8" for o in n.outputs):
+            mode = str(n.attrs.get("requant", "fixed"))
+            counts[mode] = counts.get(mode, 0) + 1
+    return counts
 
 
 def _names_summary(side) -> dict:
@@ -138,6 +150,11 @@ def format_inspect(rep: dict, n_keys: int = 0) -> str:
               + (f" ({q['source']})" if q.get("source") else "")
               + ("; float32: " + "; ".join(f"{k} ({v})" for k, v in list(floats.items())[:6])
                  if isinstance(floats, dict) and floats else ""))
+        rq = rep.get("requant") or {}
+        if rq:
+            out("  requantization: " + ", ".join(
+                f"{v} {k} ({'float32 multiplier, one rounding' if k == 'fp32' else 'TFLite fixed point'})"
+                for k, v in sorted(rq.items())))
     opt = rep["optimization"]
     if opt.get("passes"):
         out(f"  passes (opt level {opt.get('opt_level')}):")

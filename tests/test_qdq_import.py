@@ -12,6 +12,7 @@ layers: the tests assert at most one step at the output and that most outputs ar
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -614,6 +615,7 @@ def test_cli_convert_and_inspect(tmp_path, capsys):
     assert main(["inspect", out]) == 0
     text = capsys.readouterr().out
     assert "int8: " in text and "file's scales" in text
+    assert re.search(r"requantization: \d+ fp32 \(float32 multiplier, one rounding\)", text), text
     if native.lib is not None:
         steps = next(line for line in text.splitlines() if "steps native" in line)
         n, total = (int(v) for v in steps.split("kernels: ")[1].split(" steps")[0].split(" of "))
