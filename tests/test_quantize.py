@@ -102,7 +102,7 @@ def test_fp32_requantization_matches_reference():
     from edge_infer.backends.cpu.kernels.int8_common import Requantizer
     from edge_infer.ops.qmath import FP32_SHIFT, fp32_multipliers, fp32_ok
     rng = np.random.default_rng(11)
-    scales = np.concatenate([rng.uniform(1e-4, 0.05, 5), [0.5, 0.25, 2.0 ** -32, np.nextafter(np.float32(1), 0)]])
+    scales = np.concatenate([rng.uniform(1e-4, 0.05, 5), [0.5, 0.25, 2.0 ** -32, np.nextafter(np.float32(1), np.float32(0))]])
     scales = scales.astype(np.float32)
     q, sh = fp32_multipliers(scales)
     assert np.all(sh == FP32_SHIFT) and fp32_ok(scales) and not fp32_ok([1.0]) and not fp32_ok([2.0 ** -33])
