@@ -7,7 +7,10 @@ alike; min and median printed with the ratios ours int8 / each engine, below 1 w
 faster):
 
 * ours int8: the graph at opt level 3 quantized (edge_infer.quantize, minmax) on ``--calib``
-  seeded random inputs; how many kernels run natively is counted from the plan's notes;
+  seeded random inputs, the default "fp32" requantization (a float32 multiplier, one rounding);
+  how many kernels run natively is counted from the plan's notes;
+* ours int8, fixed requant: the same, quantized with ``requant="fixed"`` (TFLite's fixed point,
+  bit-exact with TFLite's reference kernels): what that exactness costs;
 * ours fp32: the ONNX model converted at opt level 3 (NHWC), CPU backend;
 * onnxruntime fp32 (ORT_ENABLE_ALL) and onnxruntime static int8 QDQ
   (``onnxruntime.quantization.quantize_static``, per-channel int8 weights, int8 activations,
@@ -179,13 +182,18 @@ def build_engines(name: str, threads: int, n_calib: int, n_score: int, tmp: str)
     g.validate()
     g3, _ = optimize_verified(g, 3, samples=1)
     q, _ = quantize_model(g3, [{in_name: x} for x in cal])
+    # the same model in TFLite's fixed-point requantization (--requant fixed): bit-exact with
+    # TFLite's reference kernels, the default "fp32" mode's cost of exactness
+    q_fixed, _ = quantize_model(g3, [{in_name: x} for x in cal], requant="fixed")
     ours32 = Runtime(g3, backend="cpu", threads=threads)
     ours8 = Runtime(q, backend="cpu", threads=threads)
+    ours8_fixed = Runtime(q_fixed, backend="cpu", threads=threads)
     plan = ours8.plan({in_name: held[0].shape})
     n_native = sum("native" in v for v in plan.notes.values())
     n_int8 = sum(1 for nd in q.nodes if q.tensors[nd.outputs[0]].dtype == "int8")
     out_name = g3.outputs[0]
     engines = {"ours int8": lambda x: ours8.run({in_name: x})[out_name],
+               "ours int8, fixed requant": lambda x: ours8_fixed.run({in_name: x})[out_name],
                "ours fp32": lambda x: ours32.run({in_name: x})[out_name]}
     notes = []
     try:
