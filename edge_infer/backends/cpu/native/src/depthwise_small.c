@@ -1,0 +1,215 @@
+/* int8 NHWC depthwise convolution on small images (AVX-512 VNNI + VBMI): the quads of
+ * depthwise.c (vpdpbusd on four kernel columns' x + 128 of 16 channels, transposed by vpermb),
+ * laid out for layers whose whole input fits a few KB a channel group, as MobileNetV3's late
+ * layers (3x12, 2x6 at the text classifier's 48x192; 7x7, 14x14 at 224).
+ *
+ * There the ring of depthwise.c cost more than the multiply-adds: each output row built its
+ * window's quad rows channel group by channel group (padding rows included, 3 of the 5 rows
+ * of a 2x6 5x5 layer's windows), and a small row (6 or 12 columns) paid a row's setup per
+ * group. Here each channel group goes once over the rows [r0, r1): its quad rows of the input
+ * rows those read are built first into a group-local buffer (<= DWS_MAX_QUADS quads, in L1),
+ * then every output row of the group is computed from them. Kernel rows that fall on padding
+ * rows are not multiplied at all: their product with the padding quads, (zp_x + 128) times the
+ * row's weight sums, is a constant of (kernel row, channel) added to the accumulator's start
+ * (made at prepare, `padsum`), the same integers as the quads' vpdpbusd would add.
+ *
+ * Exactly the integers of the per-tap kernels (depthwise.c's self-test and
+ * tests/test_native_kernels.py compare them bit for bit with the scalar instance).
+ */
+#include "depthwise.h"
+#include "ei_int8.h"
+
+#include <string.h>
+
+/* quads of one channel group's input rows: 128 x 64 bytes = 8 KB. Measured (1 thread, loaded
+ * machine, min ns, ring -> this): 3x12x88 5x5 1690 -> 1500, 2x6x200 5x5 1900 -> 1330, 3x12x104
+ * 5x5 stride 2 1010 -> 840, 6x24x32 5x5 stride 2 935 -> 655, 7x7x576 5x5 16.3 -> 14.2 us;
+ * larger inputs lost (28x28x96 5x5 stride 2, 448 quads a group, 9.0 -> 11.6 us; 14x14x240 5x5,
+ * 252, 20.2 -> 21.1) */
+#define DWS_MAX_QUADS 128
+
+/* quad columns of one input row, as depthwise.c's DWQ_COLS: quad j holds input columns
+ * j sw - pl .. j sw - pl + 3; output column ox reads quads ox + k 4 / sw, k < nq */
+static int dws_cols(const ei_dw_args *a) {
+    return a->ow + (a->kw + 3) / 4 * 4 / a->sw - 4 / a->sw;
+}
+
+int dws_fits(const ei_dw_args *a) {
+    if (!a->is_int8 || a->nchw || a->dh != 1 || a->dw != 1 || a->c <= 8 || a->sw > 2 || a->sh > 2) return 0;
+    if (a->kh > 16 || a->kh * ((a->kw + 3) / 4) > 16 || (a->kw > 4 && 4 % a->sw)) return 0;
+    /* kernels of up to 4 columns: the ring's quad rows by shifts (VBMI2) measured faster
+     * (12x48x24 3x3 stride 2 1480 against 1780 ns, 6x24x32 3x3 1080 against 1200) */
+    if (a->kw <= 4) return 0;
+    return (int64_t)a->h * dws_cols(a) <= DWS_MAX_QUADS;
+}
+
+/* a thread slot's quad buffer (none where the kernel cannot run) */
+int64_t dws_scratch(const ei_dw_args *a) {
+#if defined(__x86_64__)
+    return dws_fits(a) ? (int64_t)a->h * dws_cols(a) * 64 + 64 : 0;
+#else
+    (void)a;
+    return 0;
+#endif
+}
+
+int64_t dws_consts_bytes(const ei_dw_args *a) {
+    return dws_fits(a) ? (int64_t)a->kh * ((a->c + 15) / 16) * 64 : 0;
+}
+
+/* padsum[ky][group][16]: (zp_x + 128) times the sum of kernel row ky's weights, per channel */
+void dws_prepare(const ei_dw_args *a, char *out) {
+    const int C = a->c, ng = (C + 15) / 16;
+    const int16_t *w = (const int16_t *)a->wt;
+    int32_t *ps = (int32_t *)out;
+    memset(ps, 0, (size_t)a->kh * ng * 64);
+    for (int ky = 0; ky < a->kh; ky++)
+        for (int c = 0; c < C; c++) {
+            int32_t s = 0;
+            for (int kx = 0; kx < a->kw; kx++) s += (int8_t)w[(int64_t)(ky * a->kw + kx) * C + c];
+            ps[(int64_t)ky * ng * 16 + c] = (a->zp_x + 128) * s;
+        }
+}
+
+#if defined(__x86_64__)
+static const uint8_t dws_perm[64] = {   /* byte 4c + k of a quad = byte 16k + c of four 16-byte loads */
+#define P4(c) c, 16 + c, 32 + c, 48 + c
+    P4(0), P4(1), P4(2), P4(3), P4(4), P4(5), P4(6), P4(7), P4(8), P4(9), P4(10), P4(11), P4(12), P4(13), P4(14), P4(15)
+#undef P4
+};
+
+#define DWS_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+
+/* one input row's quads of channels c.. (16, or the tail's under m) at q, 64 bytes apart:
+ * columns outside the row read padv (zp_x) */
+DWS_T static inline __attribute__((always_inline))
+void dws_build_row(const int8_t *xrow, int W, int C, int c, __mmask16 m, int sw, int pl, int nj, __m128i padv,
+                   uint8_t *q, const int masked) {
+    const __m512i k80 = _mm512_set1_epi8((char)0x80), vperm = _mm512_loadu_si512(dws_perm);
+    /* quads [ja, jb) read four columns inside the row */
+    int ja = (pl + sw - 1) / sw, jb = W - 4 + pl < 0 ? 0 : (W - 4 + pl) / sw + 1;
+    if (ja > nj) ja = nj;
+    if (jb > nj) jb = nj;
+    if (jb < ja) jb = ja;
+    for (int j = 0; j < nj; j++) {
+        const int ix0 = j * sw - pl;
+        __m512i v;
+        if (j >= ja && j < jb) {
+            const int8_t *p = xrow + (int64_t)ix0 * C + c;
+            if (C == 16) {
+                v = _mm512_loadu_si512(p);
+            } else if (masked) {
+                v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(m, p));
+                v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + C), 1);
+                v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + 2 * C), 2);
+                v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + 3 * C), 3);
+            } else {
+                v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + C)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * C)), 2);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * C)), 3);
+            }
+        } else {
+            __m128i col[4];
+            for (int t = 0; t < 4; t++) {
+                const int ix = ix0 + t;
+                col[t] = (unsigned)ix < (unsigned)W ? _mm_maskz_loadu_epi8(m, xrow + (int64_t)ix * C + c) : padv;
+            }
+            v = _mm512_castsi128_si512(col[0]);
+            v = _mm512_inserti32x4(v, col[1], 1);
+            v = _mm512_inserti32x4(v, col[2], 2);
+            v = _mm512_inserti32x4(v, col[3], 3);
+        }
+        _mm512_store_si512(q + (int64_t)j * 64, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+    }
+}
+
+/* P = 2 or 3 vectors of the same 16 channels, no residual (a row's last columns) */
+DWS_T static inline __attribute__((always_inline))
+void dws_store_n(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, const __m512i *acc, int P, int8_t *y, ptrdiff_t ys) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i p = ei_vq_pack4(c, ei_vq_mbqm(acc[0], k, c->left), ei_vq_mbqm(acc[1], k, c->left),
+                            P > 2 ? ei_vq_mbqm(acc[2], k, c->left) : zero, zero);
+    __m128i q[3] = { _mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1), _mm512_extracti32x4_epi32(p, 2) };
+    for (int i = 0; i < P; i++) {
+        if (m == 0xFFFF) _mm_storeu_si128((__m128i *)(y + i * ys), q[i]);
+        else _mm512_mask_storeu_epi8(y + i * ys, (__mmask64)m, _mm512_castsi128_si512(q[i]));
+    }
+}
+
+/* output rows oy0 .. oy1 - 1 of image b, channel group g (its quads of input rows iy0.. at Q) */
+DWS_T static inline __attribute__((always_inline))
+void dws_group_rows(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, const int8_t *wq, const int32_t *padsum,
+                    const uint8_t *Q, int iy0, int nj, int64_t b, int oy0, int oy1, int g, __mmask16 m,
+                    const int kh, const int nq) {
+    const ei_vqc vc = *vcp;
+    const ei_vq16 k = *kp;
+    const int C = a->c, ng = (C + 15) / 16, ow = a->ow, qstep = nq > 1 ? 4 / a->sw : 0;
+    __m512i wv[16];
+    for (int i = 0; i < kh * nq; i++) wv[i] = _mm512_loadu_si512(wq + ((int64_t)i * ng + g) * 64);
+    for (int oy = oy0; oy < oy1; oy++) {
+        const int top = oy * a->sh - a->pt;                     /* input row of kernel row 0 */
+        const int ky0 = top < 0 ? -top : 0, ky1 = EI_MIN(kh, a->h - top);
+        __m512i init = k.bias;
+        for (int ky = 0; ky < kh; ky++)
+            if (ky < ky0 || ky >= ky1) init = _mm512_add_epi32(init, _mm512_loadu_si512(padsum + ((int64_t)ky * ng + g) * 16));
+        const int64_t opix0 = (b * a->oh + oy) * ow;
+        int8_t *const y0 = (int8_t *)a->y + opix0 * C + 16 * g;
+        const int8_t *const z0 = a->z ? (const int8_t *)a->z + opix0 * C + 16 * g : NULL;
+        for (int ox = 0; ox < ow; ox += 4) {
+            const int P = EI_MIN(4, ow - ox);
+            __m512i acc[4] = { init, init, init, init };
+            for (int ky = ky0; ky < ky1; ky++)
+                for (int kq = 0; kq < nq; kq++) {
+                    const __m512i w = wv[ky * nq + kq];
+                    const uint8_t *qp = Q + ((int64_t)(top - iy0 + ky) * nj + ox + kq * qstep) * 64;
+                    if (P == 4) {
+                        for (int j = 0; j < 4; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_load_si512(qp + 64 * j), w);
+                    } else {
+                        for (int j = 0; j < P; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_load_si512(qp + 64 * j), w);
+                    }
+                }
+            int8_t *y = y0 + (int64_t)ox * C;
+            if (!vc.ztab && P == 4) ei_vq_store4(&vc, &k, m, acc[0], acc[1], acc[2], acc[3], y, C);
+            else if (!vc.ztab && P > 1) dws_store_n(&vc, &k, m, acc, P, y, C);
+            else
+                for (int j = 0; j < P; j++)
+                    ei_vq_store(&vc, &k, m, acc[j], y + (int64_t)j * C, z0 ? z0 + (int64_t)(ox + j) * C : NULL);
+        }
+    }
+}
+
+DWS_T void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh, nj = dws_cols(a);
+    const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
+    const ei_vq16 *vq = (const ei_vq16 *)a->consts;
+    const int8_t *wq = (const int8_t *)(vq + ng);
+    const int32_t *padsum = (const int32_t *)((const char *)a->consts + dwq_consts_bytes(a));
+    uint8_t *Q = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    const __m128i padv = _mm_set1_epi8((char)a->zp_x);
+    ei_vqc vc;
+    ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, ei_rq_flag(a->shift, C));
+    for (int64_t row = r0, nr; row < r1; row += nr) {
+        const int64_t b = row / a->oh;
+        const int oy0 = (int)(row % a->oh), oy1 = (int)EI_MIN((int64_t)a->oh, oy0 + (r1 - row));
+        nr = oy1 - oy0;
+        /* the input rows these output rows read */
+        const int iy0 = EI_MAX(0, oy0 * a->sh - a->pt), iy1 = EI_MIN(a->h, (oy1 - 1) * a->sh - a->pt + kh);
+        const int8_t *xb = (const int8_t *)a->x + b * a->h * a->w * C;
+        for (int g = 0; g < ng; g++) {
+            const __mmask16 m = g < full ? (__mmask16)0xFFFF : tm;
+            for (int iy = iy0; iy < iy1; iy++) {
+                uint8_t *q = Q + (int64_t)(iy - iy0) * nj * 64;
+                const int8_t *xrow = xb + (int64_t)iy * a->w * C;
+                if (g < full) dws_build_row(xrow, a->w, C, 16 * g, m, a->sw, a->pl, nj, padv, q, 0);
+                else dws_build_row(xrow, a->w, C, 16 * g, m, a->sw, a->pl, nj, padv, q, 1);
+            }
+            if (kh == 3 && nq == 1) dws_group_rows(a, &vc, &vq[g], wq, padsum, Q, iy0, nj, b, oy0, oy1, g, m, 3, 1);
+            else if (kh == 5 && nq == 2) dws_group_rows(a, &vc, &vq[g], wq, padsum, Q, iy0, nj, b, oy0, oy1, g, m, 5, 2);
+            else dws_group_rows(a, &vc, &vq[g], wq, padsum, Q, iy0, nj, b, oy0, oy1, g, m, kh, nq);
+        }
+    }
+}
+#else
+void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) { (void)a; (void)r0; (void)r1; (void)scratch; }
+#endif
