@@ -995,6 +995,7 @@ static rows_fn pick(const ei_dw_args *a) {
      * L1 (it had measured slower than tap by tap before) */
     /* small images (made at prepare: needs the constants) */
     if (dw8 && DWQ_OK(a) && has_vbmi() && dws_fits(a) && a->consts) return dws_rows;
+    if (dw8 && DWQ_OK(a) && has_vbmi() && dws_pairs_fits(a) && a->consts) return dws_pairs_rows;
     if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16))
         return dwq_build_of(a) != DWQ_SCRATCH ? dwq_rows_shift : dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
@@ -1011,6 +1012,7 @@ EI_API const char *ei_dw_kernel_name(const ei_dw_args *a) {
     rows_fn f = pick(a);
 #if defined(__x86_64__)
     if (f == dws_rows) return "AVX-512 VNNI vpdpbusd on 4-tap quads, small image";
+    if (f == dws_pairs_rows) return "AVX-512 VNNI vpdpbusd on pixel pairs' quads in registers";
     if (f == dwq_rows) return "AVX-512 VNNI vpdpbusd on 4-tap quads";
     if (f == dwq_rows_shift) return "AVX-512 VNNI vpdpbusd on 4-tap quads (VBMI2 shifts)";
     if (f == dw8_rows_vnni) return "AVX-512 VNNI vpdpwssd";
@@ -1059,11 +1061,11 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
 /* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */
 
 #if defined(__x86_64__)
-/* the small-image kernel (depthwise_small.c) where it fits, on the constants ei_dw_prepare
- * makes, its rows in two runs [0, cut) and [cut, rows) (a fused table through dw_range): 1 when
- * it differs from want */
+/* depthwise_small.c's kernels where they fit (small images; 8-channel pixel pairs), on the
+ * constants ei_dw_prepare makes, rows in two runs [0, cut) and [cut, rows) (a fused table
+ * through dw_range): 1 when it differs from want */
 static int st_small(ei_dw_args *a, const int8_t *want, int8_t *y, int64_t ys, int64_t cut) {
-    if (!DWQ_OK(a) || !has_vbmi() || !dws_fits(a)) return 0;
+    if (!DWQ_OK(a) || !has_vbmi() || !(dws_fits(a) || dws_pairs_fits(a))) return 0;
     int64_t cs = ei_dw_consts_size(a), rows = (int64_t)a->n * a->oh;
     char *consts = aligned_alloc(64, (size_t)(cs + 63) / 64 * 64);
     ei_dw_prepare(a, consts);
@@ -1071,7 +1073,7 @@ static int st_small(ei_dw_args *a, const int8_t *want, int8_t *y, int64_t ys, in
     void *y_old = a->y;
     a->y = y;
     memset(y, 0, ys);
-    dw_ctx c = { a, dws_rows, rows, 1, ei_dw_scratch(a) };
+    dw_ctx c = { a, dws_fits(a) ? dws_rows : dws_pairs_rows, rows, 1, ei_dw_scratch(a) };
     dw_range(&c, 0, cut);
     dw_range(&c, cut, rows);
     a->consts = NULL;

@@ -210,6 +210,80 @@ DWS_T void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) 
         }
     }
 }
+
+/* ---- 8 channels, kernels up to 4 columns: two output pixels a vector, quads made in registers ----
+ * A pair of output columns (ox, ox + 1) of one kernel row reads input columns ox sw - pl ..
+ * ox sw - pl + sw + 3: at most 64 bytes of 8 channels, one load; one vpermb puts pixel ox's four
+ * taps in lanes 0..7 and pixel ox + 1's in lanes 8..15 (depthwise.c's pixel-pair layout, whose
+ * constants it uses: weights and epilogue repeated in lanes 8..15), then one vpdpbusd. The ring
+ * stored every quad and read it back (one load, vpermb, xor and store a quad, a quad row per
+ * input row): 24x96x8 3x3 stride 2 took longer than the fp32 kernel. Padding columns come from
+ * the masked load's merge with zp_x, padding rows are the constant padding quad. */
+int dws_pairs_fits(const ei_dw_args *a) {
+    return a->is_int8 && !a->nchw && a->c == 8 && a->kw <= 4 && a->dh == 1 && a->dw == 1 && a->sw <= 4
+           && a->kh <= 16;
+}
+
+DWS_T void dws_pairs_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    (void)scratch;
+    const int sw = a->sw, W = a->w, kh = a->kh, ow = a->ow;
+    const ei_vq16 k = *(const ei_vq16 *)a->consts;
+    const int8_t *wq = (const int8_t *)((const ei_vq16 *)a->consts + 1);     /* [ky][64] */
+    uint8_t idx[64];
+    for (int l = 0; l < 16; l++)
+        for (int t = 0; t < 4; t++) idx[4 * l + t] = (uint8_t)(((l >= 8 ? sw : 0) + t) * 8 + (l & 7));
+    const __m512i vperm = _mm512_loadu_si512(idx), k80 = _mm512_set1_epi8((char)0x80);
+    const __m512i padv = _mm512_set1_epi8((char)a->zp_x), padq = _mm512_xor_si512(padv, k80);
+    __m512i wv[16];
+    for (int ky = 0; ky < kh; ky++) wv[ky] = _mm512_loadu_si512(wq + (int64_t)ky * 64);
+    ei_vqc vc;
+    ei_vqc_prepare(&vc, a->ztab, a->zp_y, a->lo, a->hi, ei_rq_flag(a->shift, 8));
+    const int span = 8 * (sw + 4);                          /* bytes a pair reads: sw + 4 columns */
+    const __mmask64 need = span >= 64 ? ~0ULL : ((1ULL << span) - 1);
+    for (int64_t row = r0; row < r1; row++) {
+        const int64_t b = row / a->oh;
+        const int oy = (int)(row % a->oh), top = oy * a->sh - a->pt;
+        const int8_t *xb = (const int8_t *)a->x + b * a->h * W * 8;
+        int8_t *y = (int8_t *)a->y + row * ow * 8;
+        const int8_t *z = a->z ? (const int8_t *)a->z + row * ow * 8 : NULL;
+        for (int ox = 0; ox < ow; ox += 8) {
+            const int np = (EI_MIN(8, ow - ox) + 1) / 2;     /* pairs; a last odd column: half a pair */
+            __m512i acc[4] = { k.bias, k.bias, k.bias, k.bias };
+            for (int ky = 0; ky < kh; ky++) {
+                const int iy = top + ky;
+                if ((unsigned)iy >= (unsigned)a->h) {
+                    for (int j = 0; j < np; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], padq, wv[ky]);
+                    continue;
+                }
+                const int8_t *xrow = xb + (int64_t)iy * W * 8;
+                for (int j = 0; j < np; j++) {
+                    const int ix0 = (ox + 2 * j) * sw - a->pl;      /* first column the pair reads */
+                    __m512i v;
+                    if (ix0 >= 0 && ix0 + sw + 3 < W) {
+                        v = _mm512_maskz_loadu_epi8(need, xrow + (int64_t)ix0 * 8);
+                    } else {        /* the bytes of columns inside the row, zp_x elsewhere */
+                        const int lo = EI_MAX(0, -ix0), hi = EI_MIN(sw + 3, W - 1 - ix0);   /* columns lo..hi */
+                        __mmask64 m = hi < lo ? 0 : (need >> (8 * lo)) << (8 * lo);
+                        if (hi < lo) m = 0;
+                        else if (8 * (hi + 1) < 64) m &= (1ULL << (8 * (hi + 1))) - 1;
+                        v = _mm512_mask_loadu_epi8(padv, m, xrow + (int64_t)ix0 * 8);
+                    }
+                    acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80), wv[ky]);
+                }
+            }
+            int8_t *yo = y + (int64_t)ox * 8;
+            if (np == 4 && ox + 7 < ow && !vc.ztab) {           /* 8 whole columns: one 64-byte store */
+                ei_vq_store4(&vc, &k, (__mmask16)0xFFFF, acc[0], acc[1], acc[2], acc[3], yo, 16);
+                continue;
+            }
+            for (int j = 0; j < np; j++)
+                ei_vq_store(&vc, &k, ox + 2 * j + 1 < ow ? (__mmask16)0xFFFF : (__mmask16)0xFF, acc[j], yo + 16 * j,
+                            z ? z + (int64_t)(ox + 2 * j) * 8 : NULL);
+        }
+    }
+}
 #else
 void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) { (void)a; (void)r0; (void)r1; (void)scratch; }
+int dws_pairs_fits(const ei_dw_args *a) { (void)a; return 0; }
+void dws_pairs_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) { (void)a; (void)r0; (void)r1; (void)scratch; }
 #endif
