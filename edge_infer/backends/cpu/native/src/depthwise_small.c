@@ -21,12 +21,13 @@
 
 #include <string.h>
 
-/* quads of one channel group's input rows: 128 x 64 bytes = 8 KB. Measured (1 thread, loaded
- * machine, min ns, ring -> this): 3x12x88 5x5 1690 -> 1500, 2x6x200 5x5 1900 -> 1330, 3x12x104
- * 5x5 stride 2 1010 -> 840, 6x24x32 5x5 stride 2 935 -> 655, 7x7x576 5x5 16.3 -> 14.2 us;
- * larger inputs lost (28x28x96 5x5 stride 2, 448 quads a group, 9.0 -> 11.6 us; 14x14x240 5x5,
- * 252, 20.2 -> 21.1) */
-#define DWS_MAX_QUADS 128
+/* quads of one channel group's input rows: 256 x 64 bytes = 16 KB. Measured (1 thread, loaded
+ * machine, min ns, ring -> this, quads by shifts in both): 3x12x88 5x5 1690 -> 1320, 2x6x200
+ * 5x5 1900 -> 1210, 3x12x104 5x5 stride 2 1010 -> 830, 6x24x32 5x5 stride 2 935 -> 640, 14x14x240
+ * 5x5 21.6 -> 19.5 us, 14x14x576 5x5 55-56 -> 46-47 (the ring in bands); a larger input lost
+ * (28x28x96 5x5 stride 2, 448 quads a group, 10.0 -> 11.7 us), and 3x3 kernels measured level
+ * (12x48x24 stride 2, 6x24x32, 14x14x72) */
+#define DWS_MAX_QUADS 256
 
 /* quad columns of one input row, as depthwise.c's DWQ_COLS: quad j holds input columns
  * j sw - pl .. j sw - pl + 3; output column ox reads quads ox + k 4 / sw, k < nq */
@@ -37,8 +38,8 @@ static int dws_cols(const ei_dw_args *a) {
 int dws_fits(const ei_dw_args *a) {
     if (!a->is_int8 || a->nchw || a->dh != 1 || a->dw != 1 || a->c <= 8 || a->sw > 2 || a->sh > 2) return 0;
     if (a->kh > 16 || a->kh * ((a->kw + 3) / 4) > 16 || (a->kw > 4 && 4 % a->sw)) return 0;
-    /* kernels of up to 4 columns: the ring's quad rows by shifts (VBMI2) measured faster
-     * (12x48x24 3x3 stride 2 1480 against 1780 ns, 6x24x32 3x3 1080 against 1200) */
+    /* kernels of up to 4 columns: one quad a pixel and row, as many quads as the ring builds
+     * (before the shifts here: 12x48x24 3x3 stride 2 1480 ring, 1780 ns this) */
     if (a->kw <= 4) return 0;
     return (int64_t)a->h * dws_cols(a) <= DWS_MAX_QUADS;
 }
@@ -80,47 +81,74 @@ static const uint8_t dws_perm[64] = {   /* byte 4c + k of a quad = byte 16k + c 
 
 #define DWS_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 
-/* one input row's quads of channels c.. (16, or the tail's under m) at q, 64 bytes apart:
- * columns outside the row read padv (zp_x) */
+#define DWS_T2 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx512vbmi2")))
+
+/* the quad of input columns ix0 .. ix0 + 3, channels c.. (16, or the tail's under m): four loads
+ * (one at 16 channels), columns outside the row read padv (zp_x), one vpermb, x + 128 */
+DWS_T static inline __attribute__((always_inline))
+__m512i dws_quad(const int8_t *xrow, int W, int C, int c, __mmask16 m, int ix0, __m128i padv, __m512i vperm,
+                 const int masked) {
+    __m512i v;
+    if (ix0 >= 0 && ix0 + 3 < W) {
+        const int8_t *p = xrow + (int64_t)ix0 * C + c;
+        if (C == 16) {
+            v = _mm512_loadu_si512(p);
+        } else if (masked) {
+            v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(m, p));
+            v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + C), 1);
+            v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + 2 * C), 2);
+            v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + 3 * C), 3);
+        } else {
+            v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + C)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * C)), 2);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * C)), 3);
+        }
+    } else {
+        __m128i col[4];
+        for (int t = 0; t < 4; t++) {
+            const int ix = ix0 + t;
+            col[t] = (unsigned)ix < (unsigned)W ? _mm_maskz_loadu_epi8(m, xrow + (int64_t)ix * C + c) : padv;
+        }
+        v = _mm512_castsi128_si512(col[0]);
+        v = _mm512_inserti32x4(v, col[1], 1);
+        v = _mm512_inserti32x4(v, col[2], 2);
+        v = _mm512_inserti32x4(v, col[3], 3);
+    }
+    return _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), _mm512_set1_epi8((char)0x80));
+}
+
+/* one input row's nj quads of channels c.. at q, 64 bytes apart, each from its four columns */
 DWS_T static inline __attribute__((always_inline))
 void dws_build_row(const int8_t *xrow, int W, int C, int c, __mmask16 m, int sw, int pl, int nj, __m128i padv,
                    uint8_t *q, const int masked) {
-    const __m512i k80 = _mm512_set1_epi8((char)0x80), vperm = _mm512_loadu_si512(dws_perm);
-    /* quads [ja, jb) read four columns inside the row */
-    int ja = (pl + sw - 1) / sw, jb = W - 4 + pl < 0 ? 0 : (W - 4 + pl) / sw + 1;
-    if (ja > nj) ja = nj;
-    if (jb > nj) jb = nj;
-    if (jb < ja) jb = ja;
-    for (int j = 0; j < nj; j++) {
-        const int ix0 = j * sw - pl;
-        __m512i v;
-        if (j >= ja && j < jb) {
-            const int8_t *p = xrow + (int64_t)ix0 * C + c;
-            if (C == 16) {
-                v = _mm512_loadu_si512(p);
-            } else if (masked) {
-                v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(m, p));
-                v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + C), 1);
-                v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + 2 * C), 2);
-                v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, p + 3 * C), 3);
-            } else {
-                v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + C)), 1);
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * C)), 2);
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * C)), 3);
-            }
+    const __m512i vperm = _mm512_loadu_si512(dws_perm);
+    for (int j = 0; j < nj; j++)
+        _mm512_store_si512(q + (int64_t)j * 64, dws_quad(xrow, W, C, c, m, j * sw - pl, padv, vperm, masked));
+}
+
+/* the same quads with VBMI2, stride 1 or 2: every (4 / sw)-th from its columns, the ones between
+ * from those two by one vpshrdd each (lane c of quad j + k: bytes k sw .. 3 of quad j's lane, then
+ * bytes 0 .. k sw - 1 of quad j + 4 / sw's), as depthwise.c's dwq_build_blocks */
+DWS_T2 static __attribute__((noinline))
+void dws_build_row_shifts(const int8_t *xrow, int W, int C, int c, __mmask16 m, const int sw, int pl, int nj,
+                          __m128i padv, uint8_t *q, const int masked) {
+    const __m512i vperm = _mm512_loadu_si512(dws_perm);
+    const int S = 4 / sw;
+    __m512i prev = dws_quad(xrow, W, C, c, m, -pl, padv, vperm, masked);
+    _mm512_store_si512(q, prev);
+    for (int j = 0; j + 1 < nj; j += S) {
+        const __m512i next = dws_quad(xrow, W, C, c, m, (j + S) * sw - pl, padv, vperm, masked);
+        if (j + S < nj) _mm512_store_si512(q + (int64_t)(j + S) * 64, next);
+        uint8_t *d = q + (int64_t)(j + 1) * 64;
+        if (sw == 2) {
+            _mm512_store_si512(d, _mm512_shrdi_epi32(prev, next, 16));
         } else {
-            __m128i col[4];
-            for (int t = 0; t < 4; t++) {
-                const int ix = ix0 + t;
-                col[t] = (unsigned)ix < (unsigned)W ? _mm_maskz_loadu_epi8(m, xrow + (int64_t)ix * C + c) : padv;
-            }
-            v = _mm512_castsi128_si512(col[0]);
-            v = _mm512_inserti32x4(v, col[1], 1);
-            v = _mm512_inserti32x4(v, col[2], 2);
-            v = _mm512_inserti32x4(v, col[3], 3);
+            _mm512_store_si512(d, _mm512_shrdi_epi32(prev, next, 8));
+            if (j + 2 < nj) _mm512_store_si512(d + 64, _mm512_shrdi_epi32(prev, next, 16));
+            if (j + 3 < nj) _mm512_store_si512(d + 128, _mm512_shrdi_epi32(prev, next, 24));
         }
-        _mm512_store_si512(q + (int64_t)j * 64, _mm512_xor_si512(_mm512_permutexvar_epi8(vperm, v), k80));
+        prev = next;
     }
 }
 
@@ -179,7 +207,15 @@ void dws_group_rows(const ei_dw_args *a, const ei_vqc *vcp, const ei_vq16 *kp, c
     }
 }
 
-DWS_T void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+static int dws_vbmi2(void) {
+    static int v = -1;
+    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi2"); }
+    return v;
+}
+
+/* rows [r0, r1); shifts: the quads between every (4 / sw)-th by vpshrdd (VBMI2, stride 1 or 2) */
+DWS_T static inline __attribute__((always_inline))
+void dws_rows_impl(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch, const int shifts) {
     const int C = a->c, ng = (C + 15) / 16, full = C / 16, nq = (a->kw + 3) / 4, kh = a->kh, nj = dws_cols(a);
     const __mmask16 tm = (__mmask16)((1u << (C - 16 * full)) - 1);
     const ei_vq16 *vq = (const ei_vq16 *)a->consts;
@@ -201,14 +237,24 @@ DWS_T void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) 
             for (int iy = iy0; iy < iy1; iy++) {
                 uint8_t *q = Q + (int64_t)(iy - iy0) * nj * 64;
                 const int8_t *xrow = xb + (int64_t)iy * a->w * C;
-                if (g < full) dws_build_row(xrow, a->w, C, 16 * g, m, a->sw, a->pl, nj, padv, q, 0);
-                else dws_build_row(xrow, a->w, C, 16 * g, m, a->sw, a->pl, nj, padv, q, 1);
+                const int masked = g >= full;
+                if (shifts && a->sw == 1) dws_build_row_shifts(xrow, a->w, C, 16 * g, m, 1, a->pl, nj, padv, q, masked);
+                else if (shifts) dws_build_row_shifts(xrow, a->w, C, 16 * g, m, 2, a->pl, nj, padv, q, masked);
+                else dws_build_row(xrow, a->w, C, 16 * g, m, a->sw, a->pl, nj, padv, q, masked);
             }
             if (kh == 3 && nq == 1) dws_group_rows(a, &vc, &vq[g], wq, padsum, Q, iy0, nj, b, oy0, oy1, g, m, 3, 1);
             else if (kh == 5 && nq == 2) dws_group_rows(a, &vc, &vq[g], wq, padsum, Q, iy0, nj, b, oy0, oy1, g, m, 5, 2);
             else dws_group_rows(a, &vc, &vq[g], wq, padsum, Q, iy0, nj, b, oy0, oy1, g, m, kh, nq);
         }
     }
+}
+
+DWS_T static void dws_rows_shifts(const ei_dw_args *a, int64_t r0, int64_t r1, char *s) { dws_rows_impl(a, r0, r1, s, 1); }
+DWS_T static void dws_rows_scratch(const ei_dw_args *a, int64_t r0, int64_t r1, char *s) { dws_rows_impl(a, r0, r1, s, 0); }
+
+void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
+    if (dws_vbmi2() && (a->sw == 1 || a->sw == 2)) dws_rows_shifts(a, r0, r1, scratch);
+    else dws_rows_scratch(a, r0, r1, scratch);
 }
 
 /* ---- 8 channels, kernels up to 4 columns: two output pixels a vector, quads made in registers ----
