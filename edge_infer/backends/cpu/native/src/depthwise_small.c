@@ -13,6 +13,11 @@
  * row's weight sums, is a constant of (kernel row, channel) added to the accumulator's start
  * (made at prepare, `padsum`), the same integers as the quads' vpdpbusd would add.
  *
+ * Tried and dropped: 16-32 channels with kernels up to 4 wide, each pixel's quads made in
+ * registers from its 4 C contiguous bytes (two loads, a vpermt2b a group) instead of the ring's
+ * stored quad rows: slower everywhere (12x48x24 3x3 stride 2 1450 -> 1590 ns, 6x24x32 1100 ->
+ * 1410, 56x56x16 9.4 -> 16.6 us): the ring builds a quad once for kh / sh rows.
+ *
  * Exactly the integers of the per-tap kernels (depthwise.c's self-test and
  * tests/test_native_kernels.py compare them bit for bit with the scalar instance).
  */
