@@ -980,7 +980,8 @@ static void dw_range(void *vctx, int64_t r0, int64_t r1) {
     const dw_ctx *c = (const dw_ctx *)vctx;
     const ei_dw_args *a = c->a;
     c->fn(a, r0, r1, (char *)a->scratch + (int64_t)ei_pool_slot() * c->per);
-    if (a->is_int8 && a->lut) {     /* the fused activation over the rows just stored (contiguous) */
+    /* the fused activation over the rows just stored (contiguous), unless the kernel applied it */
+    if (a->is_int8 && a->lut && !(c->fn == dws_rows && dws_lut_in_regs(a))) {
         int64_t row = (int64_t)a->ow * (a->nchw ? 1 : a->c);
         ei_lut_inplace(a->lut, (int8_t *)a->y + r0 * row, (r1 - r0) * row, 1, 0);
     }

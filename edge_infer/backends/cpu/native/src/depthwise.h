@@ -36,6 +36,7 @@ int64_t dws_scratch(const ei_dw_args *a);
 int64_t dws_consts_bytes(const ei_dw_args *a);
 void dws_prepare(const ei_dw_args *a, char *out);
 void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+int dws_lut_in_regs(const ei_dw_args *a);
 int64_t dwq_consts_bytes(const ei_dw_args *a);
 int dws_pairs_fits(const ei_dw_args *a);
 void dws_pairs_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
