@@ -12,6 +12,8 @@
  * rows are not multiplied at all: their product with the padding quads, (zp_x + 128) times the
  * row's weight sums, is a constant of (kernel row, channel) added to the accumulator's start
  * (made at prepare, `padsum`), the same integers as the quads' vpdpbusd would add.
+ * Also here: 8 channels with kernels up to 4 wide at any size (dws_pairs_rows, below), two
+ * pixels' quads a vector made in registers, never stored.
  *
  * Tried and dropped: 16-32 channels with kernels up to 4 wide, each pixel's quads made in
  * registers from its 4 C contiguous bytes (two loads, a vpermt2b a group) instead of the ring's
