@@ -424,6 +424,47 @@ def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
         assert_native_matches(run_three_ways(g, feeds, threads=1))
 
 
+#: (c, (h, w), k, stride, pad, batch, residual, kernel): int8 depthwise layers about the bounds of
+#: depthwise_small.c's kernels where the CPU has VBMI: "small image" (5x5 and wider, at most 256
+#: quads a channel group: h * (ow + 4 / stride * (nq - 1)) with nq = ceil(k / 4)), "pairs" (8
+#: channels, kernels up to 4 wide, strides up to 4: a pair of pixels reads sw + 4 columns, 64
+#: bytes at stride 4), "ring" (depthwise.c's quad rows)
+SMALL_DW_LAYERS = [
+    (200, (2, 6), 5, 1, 2, 1, False, "small"), (88, (3, 12), 5, 1, 2, 1, True, "small"),
+    (104, (3, 12), 5, 2, 2, 1, False, "small"), (32, (6, 24), 5, 2, 2, 1, True, "small"),
+    (40, (16, 12), 5, 1, 2, 2, True, "small"), (24, (16, 13), 5, 1, 2, 1, False, "ring"),
+    (17, (4, 9), 7, 1, 3, 1, True, "small"), (576, (7, 7), 5, 1, 2, 1, False, "small"),
+    (33, (1, 1), 5, 1, 2, 2, True, "small"), (16, (5, 3), 5, 2, 4, 1, False, "small"),
+    (24, (12, 48), 3, 2, 1, 1, False, "ring"),
+    (8, (24, 96), 3, 2, 1, 1, False, "pairs"), (8, (23, 50), 3, 2, 1, 2, True, "pairs"),
+    (8, (9, 13), 4, 3, 2, 1, False, "pairs"), (8, (7, 11), 4, 4, 3, 1, True, "pairs"),
+    (8, (6, 7), 4, 1, 0, 1, False, "pairs"), (8, (1, 1), 3, 1, 1, 1, False, "pairs"),
+    (8, (12, 9), 2, 2, 0, 1, True, "pairs")]
+DW_KERNEL_NOTES = {"small": "small image", "pairs": "pixel pairs' quads in registers"}
+
+
+@pytest.mark.parametrize("c,hw,k,stride,pad,n,residual,kind", SMALL_DW_LAYERS)
+@pytest.mark.parametrize("requant", ["fp32", "fixed"])
+def test_depthwise_int8_small_images(c, hw, k, stride, pad, n, residual, kind, requant):
+    """depthwise_small.c's int8 kernels: small images (each channel group's quads of the whole
+    input, kernel rows on padding rows as a constant) on MobileNetV3's text-classifier layers (2x6,
+    3x12, 6x24) and shapes about its bounds (256 quads a group: 16x12 in, 16x13 out; 3x3 stays on the
+    ring; padding wider than the image, 1x1 images, two images, channel tails, residuals); 8
+    channels as pixel pairs whose quads are made in registers (its 24x96 stride-2 layer, kernels 2
+    to 4 wide, strides 1 to 4, border pairs and a last odd column); bit for bit against the numpy
+    kernel on every ISA path, at 1 and 2 threads, both requantization modes."""
+    rng = np.random.default_rng(c * 31 + hw[0] * 7 + hw[1] + k)
+    g, feeds = depthwise_case(rng, "int8", n, c, hw[0], hw[1], k, stride, pad, 1, "NHWC", "Relu", residual,
+                              requant=requant)
+    for threads in (1, 2):
+        res = run_three_ways(g, feeds, threads=threads)
+        assert_native_matches(res)
+        note = res["native"][1]
+        if "vpdpbusd" in note:              # AVX-512 VNNI + VBMI
+            for other, text in DW_KERNEL_NOTES.items():
+                assert (text in note) == (other == kind), note
+
+
 @pytest.mark.parametrize("mode", ["native", "base"])
 def test_depthwise_int8_selftest(mode):
     """depthwise.c's self-test: every int8 NHWC kernel this CPU has (AVX2, per-tap VNNI, quads,

@@ -36,7 +36,8 @@ static int64_t dwq_bytes(const ei_dw_args *a);
 EI_API int64_t ei_dw_scratch(const ei_dw_args *a) {
     if (!a->is_int8) return 64;
     if (a->nchw) return ((int64_t)a->ow * 16 + 127) / 64 * 64;
-    return ((int64_t)a->c * 4 + 63) / 64 * 64 + 64 + ((int64_t)a->c + 15) / 16 * DW_VQ_BYTES + dwq_bytes(a);
+    return ((int64_t)a->c * 4 + 63) / 64 * 64 + 64 + ((int64_t)a->c + 15) / 16 * DW_VQ_BYTES + dwq_bytes(a)
+           + dws_scratch(a);
 }
 
 #define INLINE static inline __attribute__((always_inline))
@@ -448,7 +449,7 @@ static int64_t dwq_bytes(const ei_dw_args *a) {
 #if defined(__x86_64__)
 /* the constants of dwq_rows: ng ei_vq16 (the bias less 128 sum w), then the packed weights,
  * then the corrections */
-static int64_t dwq_consts_bytes(const ei_dw_args *a) {
+int64_t dwq_consts_bytes(const ei_dw_args *a) {
     int64_t ng = (a->c + 15) / 16, nq = (a->kw + 3) / 4;
     return ng * (int64_t)sizeof(ei_vq16) + (int64_t)a->kh * nq * ng * 64 + ng * 64;
 }
@@ -490,7 +491,7 @@ static void dwq_consts(const ei_dw_args *a, char *out) {
 /* bytes of ei_dw_prepare's constants for these args (0: the kernel makes none) */
 EI_API int64_t ei_dw_consts_size(const ei_dw_args *a) {
 #if defined(__x86_64__)
-    if (DWQ_OK(a) && has_vbmi()) return dwq_consts_bytes(a);
+    if (DWQ_OK(a) && has_vbmi()) return dwq_consts_bytes(a) + dws_consts_bytes(a);
 #endif
     (void)a;
     return 0;
@@ -501,6 +502,7 @@ EI_API int64_t ei_dw_consts_size(const ei_dw_args *a) {
 EI_API void ei_dw_prepare(const ei_dw_args *a, void *out) {
 #if defined(__x86_64__)
     if (ei_dw_consts_size(a) > 0) dwq_consts(a, (char *)out);
+    if (ei_dw_consts_size(a) > 0 && dws_fits(a)) dws_prepare(a, (char *)out + dwq_consts_bytes(a));
 #else
     (void)a; (void)out;
 #endif
@@ -978,7 +980,8 @@ static void dw_range(void *vctx, int64_t r0, int64_t r1) {
     const dw_ctx *c = (const dw_ctx *)vctx;
     const ei_dw_args *a = c->a;
     c->fn(a, r0, r1, (char *)a->scratch + (int64_t)ei_pool_slot() * c->per);
-    if (a->is_int8 && a->lut) {     /* the fused activation over the rows just stored (contiguous) */
+    /* the fused activation over the rows just stored (contiguous), unless the kernel applied it */
+    if (a->is_int8 && a->lut && !(c->fn == dws_rows && dws_lut_in_regs(a))) {
         int64_t row = (int64_t)a->ow * (a->nchw ? 1 : a->c);
         ei_lut_inplace(a->lut, (int8_t *)a->y + r0 * row, (r1 - r0) * row, 1, 0);
     }
@@ -991,6 +994,9 @@ static rows_fn pick(const ei_dw_args *a) {
      * many taps (5x5) or is one load (8 or 16 channels); 3x3 stride 2 on 72 channels measured
      * 37 -> 31-33 us (loaded machine) since the compute loop keeps one channel group's quads in
      * L1 (it had measured slower than tap by tap before) */
+    /* small images (made at prepare: needs the constants) */
+    if (dw8 && DWQ_OK(a) && has_vbmi() && dws_fits(a) && a->consts) return dws_rows;
+    if (dw8 && DWQ_OK(a) && has_vbmi() && dws_pairs_fits(a) && a->consts) return dws_pairs_rows;
     if (dw8 && DWQ_OK(a) && has_vbmi() && (a->sw <= 2 || a->kw > 3 || a->c == 8 || a->c == 16))
         return dwq_build_of(a) != DWQ_SCRATCH ? dwq_rows_shift : dwq_rows;
     if (dw8 && has_vnni()) return dw8_rows_vnni;
@@ -1006,6 +1012,8 @@ static rows_fn pick(const ei_dw_args *a) {
 EI_API const char *ei_dw_kernel_name(const ei_dw_args *a) {
     rows_fn f = pick(a);
 #if defined(__x86_64__)
+    if (f == dws_rows) return "AVX-512 VNNI vpdpbusd on 4-tap quads, small image";
+    if (f == dws_pairs_rows) return "AVX-512 VNNI vpdpbusd on pixel pairs' quads in registers";
     if (f == dwq_rows) return "AVX-512 VNNI vpdpbusd on 4-tap quads";
     if (f == dwq_rows_shift) return "AVX-512 VNNI vpdpbusd on 4-tap quads (VBMI2 shifts)";
     if (f == dw8_rows_vnni) return "AVX-512 VNNI vpdpwssd";
@@ -1054,6 +1062,27 @@ EI_API void ei_depthwise(const ei_dw_args *a) {
 /* ---- self-test: the SIMD instance vs the scalar one, bit for bit ---- */
 
 #if defined(__x86_64__)
+/* depthwise_small.c's kernels where they fit (small images; 8-channel pixel pairs), on the
+ * constants ei_dw_prepare makes, rows in two runs [0, cut) and [cut, rows) (a fused table
+ * through dw_range): 1 when it differs from want */
+static int st_small(ei_dw_args *a, const int8_t *want, int8_t *y, int64_t ys, int64_t cut) {
+    if (!DWQ_OK(a) || !has_vbmi() || !(dws_fits(a) || dws_pairs_fits(a))) return 0;
+    int64_t cs = ei_dw_consts_size(a), rows = (int64_t)a->n * a->oh;
+    char *consts = aligned_alloc(64, (size_t)(cs + 63) / 64 * 64);
+    ei_dw_prepare(a, consts);
+    a->consts = consts;
+    void *y_old = a->y;
+    a->y = y;
+    memset(y, 0, ys);
+    dw_ctx c = { a, dws_fits(a) ? dws_rows : dws_pairs_rows, rows, 1, ei_dw_scratch(a) };
+    dw_range(&c, 0, cut);
+    dw_range(&c, cut, rows);
+    a->consts = NULL;
+    a->y = y_old;
+    free(consts);
+    return memcmp(want, y, ys) != 0;
+}
+
 /* the quad kernels (from scratch and by shifts) on int8 NHWC geometries of their own: kernels
  * 3, 5 and 7 wide, strides 1 and 2, the channel counts whose quad builds differ (8: pixel
  * pairs; 16: one load; 24, 72: a masked tail group; 576; random), rows 1 to 20 wide and
@@ -1107,6 +1136,7 @@ static int st_quads(void) {
             fns[f](&a, cut, rows, scr);
             if (memcmp(y0, y1, ys) != 0) fails++;
         }
+        fails += st_small(&a, y0, y1, ys, cut);
         free(x); free(z); free(y0); free(y1); free(pad); free(wt); free(bias); free(mult); free(shift); free(scr);
     }
     return fails;
@@ -1210,6 +1240,7 @@ EI_API int ei_selftest_depthwise(void) {
             dw_range(&c5, 0, c5.rows);
             if (memcmp(y0, y1, ys * es) != 0) fails++;
         }
+        if (a.is_int8) fails += st_small(&a, (const int8_t *)y0, (int8_t *)y1, ys, c.rows / 2);
 #endif
         free(x); free(z); free(y0); free(y1); free(wt); free(bias); free(pad); free(mult); free(shift); free(scr);
     }

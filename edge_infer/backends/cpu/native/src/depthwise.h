@@ -28,4 +28,17 @@ typedef struct {
                                  * clamped to [lo, hi] first: y = lut[(uint8_t)q] (ei_lut.h), or NULL */
 } ei_dw_args;
 
+/* depthwise_small.c: int8 NHWC layers on small images (AVX-512 VNNI + VBMI); depthwise.c picks it
+ * where dws_fits and ei_dw_prepare made its constants (dwq_consts_bytes of depthwise.c's quad
+ * constants, then dws_consts_bytes of its own) */
+int dws_fits(const ei_dw_args *a);
+int64_t dws_scratch(const ei_dw_args *a);
+int64_t dws_consts_bytes(const ei_dw_args *a);
+void dws_prepare(const ei_dw_args *a, char *out);
+void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+int dws_lut_in_regs(const ei_dw_args *a);
+int64_t dwq_consts_bytes(const ei_dw_args *a);
+int dws_pairs_fits(const ei_dw_args *a);
+void dws_pairs_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+
 #endif
