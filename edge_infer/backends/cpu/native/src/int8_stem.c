@@ -124,6 +124,8 @@ EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
     return KIND_SCALAR;
 }
 
+static int pair_fits(const ei_int8_conv_args *a);
+
 /* the rows ei_int8_stem runs args of a->kind (as ei_int8_stem_kind chose it) with on this
  * machine now, ISA mask included, for plan notes and tests */
 EI_API const char *ei_int8_stem_path(const ei_int8_conv_args *a) {
@@ -131,7 +133,8 @@ EI_API const char *ei_int8_stem_path(const ei_int8_conv_args *a) {
     int kind = stem_kind_runs(a->kind) ? a->kind : KIND_SCALAR;
 #if defined(__x86_64__)
     if (kind == KIND_VNNI && ei_int8_kind_runs(KIND_AMX))
-        return a->m <= 8 ? "AMX tdpbusd, 8-channel tiles" : "AMX tdpbusd";
+        return pair_fits(a) ? "AMX tdpbusd, two pixels a tile row" : a->m <= 8 ? "AMX tdpbusd, 8-channel tiles"
+                                                                           : "AMX tdpbusd";
 #endif
     return kind >= 0 && kind <= KIND_VNNI ? names[kind] : names[0];
 }
@@ -141,9 +144,37 @@ static int64_t corr_bytes(const stem_geo *g) { return (int64_t)g->mb * 16 * 4; }
 
 static int w8_layout(int kind) { return kind == KIND_VNNI || kind == KIND_DOT; }
 
+/* The AMX rows of 8 channels or fewer take two pixels a tile row (row_amx, s->pair): a kernel
+ * row's A row is the pair's bytes, from the first pixel's taps through the second's (sw c +
+ * kw c values, rounded up to 4: at most 64), and its B columns 0..7 the first pixel's channels,
+ * 8..15 the second's (the same weights sw c bytes further on). 32 pixels a step in every tile
+ * operation's 16 rows, no idle B or C columns, against 16 pixels of 8 columns. */
+static int pair_cols(const ei_int8_conv_args *a) { return (a->sw * a->c + a->kw * a->c + 3) & ~3; }
+
+static int pair_fits(const ei_int8_conv_args *a) {
+    return a->kind == KIND_VNNI && a->m <= 8 && pair_cols(a) <= 64;
+}
+
+/* the pair layout's bytes, after the VNNI layout: per kernel row, pair_cols / 4 k-group rows
+ * of 16 columns x 4 bytes */
+static int64_t pair_bytes(const ei_int8_conv_args *a) {
+    return pair_fits(a) ? (int64_t)a->kh * pair_cols(a) * 16 : 0;
+}
+
+static void pair_pack(const ei_int8_conv_args *a, const int8_t *w_mk, int8_t *out) {
+    const int kwc = a->kw * a->c, step = a->sw * a->c, cols = pair_cols(a), K = a->kh * kwc;
+    for (int ky = 0; ky < a->kh; ky++)
+        for (int v = 0; v < cols; v++)
+            for (int n = 0; n < 16; n++) {
+                int ch = n % 8, at = n < 8 ? v : v - step;
+                int8_t w = ch < a->m && at >= 0 && at < kwc ? w_mk[(int64_t)ch * K + ky * kwc + at] : 0;
+                out[(((int64_t)ky * cols / 4 + v / 4) * 16 + n) * 4 + v % 4] = w;
+            }
+}
+
 EI_API int64_t ei_int8_stem_pack_size(const ei_int8_conv_args *a) {
     stem_geo g = stem_geometry(a);
-    return corr_bytes(&g) + (int64_t)g.mb * g.kp * 16 * (w8_layout(a->kind) ? 1 : 2);
+    return corr_bytes(&g) + (int64_t)g.mb * g.kp * 16 * (w8_layout(a->kind) ? 1 : 2) + pair_bytes(a);
 }
 
 /* weight of channel j of block b at padded tap kk (ky * kwc4 + value), from any kind's layout */
@@ -174,6 +205,7 @@ EI_API void ei_int8_stem_pack(const ei_int8_conv_args *a, const int8_t *w_mk, vo
         }
         corr[mm] = a->kind == KIND_VNNI ? (int32_t)(-128 * sum) : 0;     /* u8 = x + 128 */
     }
+    if (pair_fits(a)) pair_pack(a, w_mk, (int8_t *)wp + (int64_t)g.mb * g.kp * 16);
 }
 
 /* line slots a thread keeps: an output row's kh lines span (kh - 1) dh + 1 input rows and the
@@ -280,6 +312,12 @@ typedef struct {
      * constants in lanes 0..7 and again in 8..15 (two pixels a vector) */
     int amx, half;
     stem_tiles tiles;
+    /* pair: two pixels a tile row (pair_fits); held: the B tiles of every kernel row stay in
+     * tiles 4.. for the whole call (one block, kh <= 4); the step's pixels (NPX, 2 NPX with
+     * pair), A's row stride, B's bytes a kernel row and a block, and where B starts */
+    int pair, held;
+    int64_t npx, astep, bky, bblock;
+    const int8_t *bw;
 #endif
 } stem_ctx;
 
@@ -451,86 +489,137 @@ static void row_vnni(const stem_ctx *s, const void *const *lines, int8_t *out) {
  * to a buffer, then + the bias and the VNNI rows' epilogue (vnni_requant, the table,
  * vnni_store): the 144 vpdpbusd and broadcast loads of a 3x3x3 block of 16 pixels become 3
  * tdpbusd. A stem of 8 channels or fewer (s->half) has 8-channel tiles (32-byte rows): its 16
- * pixels are 8 vectors of two pixels each, half the requantization of 16 lanes.
+ * pixels are 8 vectors of two pixels each, half the requantization of 16 lanes; where the
+ * pair's taps fit a 64-byte row (pair_fits) its tile rows hold two pixels instead, 32 pixels
+ * a step in 16 vectors.
+ * Every tile operation costs about a cycle a tile row whatever its K or N (tileloadd,
+ * tdpbusd, tilestored: ~10 to 13 TSC ticks each for 16 rows, measured alone), and they hardly
+ * overlap the vector epilogue, so the rows count tile operations: per step kh A loads, kh
+ * tdpbusd, a zero and a store, the B tiles held for the call where they fit (s->held: 7 steps
+ * of 16 pixels, 3x3 kernel, 362 -> 271 ticks). (A tiles built from the lines with the kernel
+ * rows side by side, one load and one tdpbusd a step, cost more: the vector stores and the
+ * tileloadd waiting on them.)
  * The steps (16 pixels of one block) are pipelined: a step's tiles are computed into one of two
- * C tiles and buffers while the previous step's sums are requantized from the other (in turn,
- * the vector loads waiting on the tile store just before them: MobileNetV3's 224 stem 91 us
- * against the VNNI rows' 86, pipelined 83, 1 thread, loaded machine). The tiles still take
- * vector-port time from the epilogue (the stem's lines 31 us, the tiles alone 15, the
- * epilogue alone 39, both 52): the gain is the vpdpbusd work, not all of the tiles' time.
+ * C tiles and buffers while the previous step's sums are requantized from the other.
  * Tiles: 0, 1 the sums of even / odd steps, 2, 3 A of even / odd kernel rows, 4, 5 their
- * weights. */
+ * weights (4 .. 3 + kh held). */
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi,amx-tile,amx-int8")))
 
 AMX_TARGET static void amx_tiles_load(const stem_tiles *t) { _tile_loadconfig(t); }
 
 AMX_TARGET static void amx_tiles_release(void) { _tile_release(); }
 
-static void amx_tiles_prepare(const stem_ctx *s, stem_tiles *t) {
-    const int r = (int)EI_MIN((int64_t)NPX, s->a->ow), cb = s->half ? 32 : 64;
+/* the AMX rows' geometry in s (pair, held and the strides) and their tile configuration */
+static void amx_prepare(stem_ctx *s, const ei_int8_conv_args *a) {
+    s->pair = pair_fits(a);
+    s->held = a->kh <= 4 && (s->pair || s->g.mb == 1);
+    s->npx = s->pair ? 2 * NPX : NPX;
+    const int64_t step = (int64_t)a->sw * a->c;
+    const int acols = s->pair ? pair_cols(a) : s->g.kwc4, cb = s->half && !s->pair ? 32 : 64;
+    s->astep = s->pair ? 2 * step : step;
+    s->bky = (int64_t)acols / 4 * 64;
+    s->bblock = (int64_t)s->g.groups * 64;
+    s->bw = (const int8_t *)s->wp + (s->pair ? (int64_t)s->g.mb * s->g.kp * 16 : 0);
+    const int r = (int)(s->pair ? (EI_MIN(s->npx, (int64_t)a->ow) + 1) / 2 : EI_MIN((int64_t)NPX, (int64_t)a->ow));
+    stem_tiles *t = &s->tiles;
     memset(t, 0, sizeof *t);
     t->palette = 1;
-    for (int i = 0; i < 6; i++) {
-        t->rows[i] = (uint8_t)(i < 4 ? r : s->g.grow);
-        t->colsb[i] = (uint16_t)(i == 2 || i == 3 ? s->g.kwc4 : cb);
+    for (int i = 0; i < 8; i++) {
+        t->rows[i] = (uint8_t)(i < 4 ? r : acols / 4);
+        t->colsb[i] = (uint16_t)(i == 2 || i == 3 ? acols : cb);
     }
 }
 
+/* the held B tiles (4 + ky) of block 0 */
+AMX_TARGET static void amx_hold_weights(const stem_ctx *s) {
+    const int kh = s->a->kh;
+    _tile_loadd(4, s->bw, 64);
+    if (kh > 1) _tile_loadd(5, s->bw + s->bky, 64);
+    if (kh > 2) _tile_loadd(6, s->bw + 2 * s->bky, 64);
+    if (kh > 3) _tile_loadd(7, s->bw + 3 * s->bky, 64);
+}
+
 /* tile C = sum over kernel rows of A . B, stored to cbuf (rows of cb bytes); reads amx_sums'
- * kh, lines, at, step, w, gb */
+ * kh, lines, at, as, w, bky */
 #define AMX_KROWS(C)                                                                             \
     do {                                                                                         \
         _tile_zero(C);                                                                           \
         int ky = 0;                                                                              \
         for (; ky + 1 < kh; ky += 2) {                                                           \
-            _tile_loadd(2, lines[ky] + at, step);                                                \
-            _tile_loadd(4, w + ky * gb, 64);                                                     \
+            _tile_loadd(2, lines[ky] + at, as);                                                  \
+            _tile_loadd(4, w + ky * bky, 64);                                                    \
             _tile_dpbusd(C, 2, 4);                                                               \
-            _tile_loadd(3, lines[ky + 1] + at, step);                                            \
-            _tile_loadd(5, w + (ky + 1) * gb, 64);                                               \
+            _tile_loadd(3, lines[ky + 1] + at, as);                                              \
+            _tile_loadd(5, w + (ky + 1) * bky, 64);                                              \
             _tile_dpbusd(C, 3, 5);                                                               \
         }                                                                                        \
         if (ky < kh) {                                                                           \
-            _tile_loadd(2, lines[ky] + at, step);                                                \
-            _tile_loadd(4, w + ky * gb, 64);                                                     \
+            _tile_loadd(2, lines[ky] + at, as);                                                  \
+            _tile_loadd(4, w + ky * bky, 64);                                                    \
             _tile_dpbusd(C, 2, 4);                                                               \
         }                                                                                        \
         _tile_stored(C, cbuf, cb);                                                               \
     } while (0)
 
-/* the int32 sums of block b's channels for NPX pixels at line offset at into cbuf, through C
- * tile odd */
+/* the same against the held B tiles */
+#define AMX_HELD(C)                                                                              \
+    do {                                                                                         \
+        _tile_zero(C);                                                                           \
+        _tile_loadd(2, lines[0] + at, as);                                                       \
+        _tile_dpbusd(C, 2, 4);                                                                   \
+        if (kh > 1) {                                                                            \
+            _tile_loadd(3, lines[1] + at, as);                                                   \
+            _tile_dpbusd(C, 3, 5);                                                               \
+        }                                                                                        \
+        if (kh > 2) {                                                                            \
+            _tile_loadd(2, lines[2] + at, as);                                                   \
+            _tile_dpbusd(C, 2, 6);                                                               \
+        }                                                                                        \
+        if (kh > 3) {                                                                            \
+            _tile_loadd(3, lines[3] + at, as);                                                   \
+            _tile_dpbusd(C, 3, 7);                                                               \
+        }                                                                                        \
+        _tile_stored(C, cbuf, cb);                                                               \
+    } while (0)
+
+/* the int32 sums of block b's channels for a step's pixels at line offset at into cbuf,
+ * through C tile odd */
 AMX_TARGET static inline void amx_sums(const stem_ctx *s, const uint8_t *const *lines, int b, int64_t at, int odd,
                                        int32_t *cbuf) {
-    const int64_t step = (int64_t)s->a->sw * s->a->c, gb = (int64_t)s->g.grow * 64, cb = s->half ? 32 : 64;
+    const int64_t as = s->astep, bky = s->bky, cb = s->half && !s->pair ? 32 : 64;
     const int kh = s->a->kh;
-    const int8_t *w = (const int8_t *)s->wp + (int64_t)b * s->g.groups * 64;
+    if (s->held) {
+        if (odd) AMX_HELD(1);
+        else AMX_HELD(0);
+        return;
+    }
+    const int8_t *w = s->bw + (int64_t)b * s->bblock;
     if (odd) AMX_KROWS(1);
     else AMX_KROWS(0);
 }
 
-/* pixels first .. first + np - 1 of block b from their sums in cbuf into the output row y */
+/* pixels first .. first + np - 1 of block b from their sums in cbuf (nv vectors: NPX pixels of
+ * 16 channels, or 2 nv pixels of 8 with s->half) into the output row y */
 AMX_TARGET static inline void amx_epilogue(const stem_ctx *s, int b, const int32_t *cbuf, int64_t first, int np,
-                                           int8_t *y) {
+                                           int8_t *y, int nv) {
     const __m512i bias = s->vq[b].bias;
     __m512i acc[NPX], p[NPX / 4];
-    const int nv = s->half ? NPX / 2 : NPX, np4 = nv / 4;
+    const int np4 = nv / 4;
     for (int i = 0; i < nv; i++) acc[i] = _mm512_add_epi32(bias, _mm512_load_si512(cbuf + 16 * i));
     vnni_requant(s, b, acc, nv, p);
     if (s->vbmi_lut)
         for (int h = 0; h < np4; h++) p[h] = lut64(s->lut4, p[h]);
     if (!s->half) { vnni_store(s, b, p, first, np, y); return; }
-    const int64_t m = s->a->m;          /* p[0]: pixels 0..7, p[1]: 8..15, 8 channels each */
+    const int64_t m = s->a->m;          /* p[0]: pixels 0..7, p[1]: 8..15, .., 8 channels each */
     if (m == 8) {                       /* 8 pixels = 64 contiguous output bytes */
-        for (int h = 0; h < 2 && 8 * h < np; h++) {
+        for (int h = 0; h < np4 && 8 * h < np; h++) {
             int n8 = EI_MIN(8, np - 8 * h);
             _mm512_mask_storeu_epi8(y + (first + 8 * h) * 8, n8 == 8 ? ~0ULL : (1ULL << (8 * n8)) - 1, p[h]);
         }
         return;
     }
-    int8_t tmp[NPX * 8];
-    _mm512_storeu_si512(tmp, p[0]);
-    _mm512_storeu_si512(tmp + 64, p[1]);
+    int8_t tmp[NPX * 16];
+    for (int h = 0; h < np4; h++) _mm512_storeu_si512(tmp + 64 * h, p[h]);
     for (int i = 0; i < np; i++)
         _mm512_mask_storeu_epi8(y + (first + i) * m, (1ULL << m) - 1,
                                 _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(tmp + 8 * i))));
@@ -539,19 +628,20 @@ AMX_TARGET static inline void amx_epilogue(const stem_ctx *s, int b, const int32
 AMX_TARGET
 static void row_amx(const stem_ctx *s, const void *const *lines_v, int8_t *out) {
     const uint8_t *const *lines = (const uint8_t *const *)lines_v;
-    const int64_t step = (int64_t)s->a->sw * s->a->c, ow = s->a->ow, nsteps = (ow + NPX - 1) / NPX;
-    const int64_t items = s->g.mb * nsteps;
+    const int64_t step = (int64_t)s->a->sw * s->a->c, ow = s->a->ow, P = s->npx, nsteps = (ow + P - 1) / P;
+    const int64_t items = (s->pair ? 1 : s->g.mb) * nsteps;
+    const int nv = s->half && !s->pair ? NPX / 2 : NPX;
     int32_t cbuf[2][NPX * 16] __attribute__((aligned(64)));
-    if (ow < NPX) memset(cbuf, 0, sizeof cbuf);         /* rows past the tiles' are requantized too */
-    /* item j: block j / nsteps, its step j % nsteps; the last step: the NPX pixels ending at
-     * the row's end, as row_vnni */
-#define AMX_FIRST(j) (ow >= NPX ? EI_MIN(((j) % nsteps) * NPX, ow - NPX) : 0)
+    if (ow < P) memset(cbuf, 0, sizeof cbuf);           /* rows past the tiles' are requantized too */
+    /* item j: block j / nsteps, its step j % nsteps; the last step: the P pixels ending at the
+     * row's end, as row_vnni */
+#define AMX_FIRST(j) (ow >= P ? EI_MIN(((j) % nsteps) * P, ow - P) : 0)
     amx_sums(s, lines, 0, 0, 0, cbuf[0]);
     for (int64_t j = 0; j < items; j++) {
         if (j + 1 < items)
             amx_sums(s, lines, (int)((j + 1) / nsteps), AMX_FIRST(j + 1) * step, (int)((j + 1) & 1), cbuf[(j + 1) & 1]);
         int64_t first = AMX_FIRST(j);
-        amx_epilogue(s, (int)(j / nsteps), cbuf[j & 1], first, (int)EI_MIN((int64_t)NPX, ow - first), out);
+        amx_epilogue(s, (int)(j / nsteps), cbuf[j & 1], first, (int)EI_MIN(P, ow - first), out, nv);
     }
 #undef AMX_FIRST
 }
@@ -741,42 +831,80 @@ static int has_vbmi(void) {
 /* a VNNI line (u8) of row iy of image b of an NCHW float input in one pass: 16 pixels a step,
  * each plane's 16 values quantized in registers with qdq.c's exact reciprocal test (t = x *
  * (1 / scale); a lane whose t - rint(t), one vreduceps, lies too near a tie sends the step
- * through ei_quantize_row_s8's division), packed with saturation as qdq.c does (+ zp_x + 128
- * in int16 lanes, then to u8: the clamp and the flip to u8 at once), one vpermb to NHWC order.
- * As separate passes (quantize, interleave, flip) the row cost 10 us more than the quantize
- * and transpose steps it replaces (MobileNetV3 224, 1 thread). */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
-static void line_f32_vbmi(const stem_ctx *s, int64_t b, int64_t iy, uint8_t *d, int64_t n) {
+ * through the division, vdivps: rint(x / scale) bit for bit as QuantizeLinear's scalar loop),
+ * packed with saturation as qdq.c does (+ zp_x + 128 in int16 lanes, then to u8: the clamp
+ * and the flip to u8 at once), one vpermb to NHWC order. As separate passes (quantize,
+ * interleave, flip) the row cost 10 us more than the quantize and transpose steps it replaces
+ * (MobileNetV3 224, 1 thread). One function per channel count (the planes in registers, the
+ * constants hoisted: the loop over c had kept q[] on the stack and branched per plane). The
+ * near ties went through ei_quantize_row_s8 a plane at a time (its scalar division: 4% of the
+ * text classifier's stem on random floats, and a pixel mapped from 8-bit values by x / 127.5
+ * - 1 with scale 1 / 127.5 is a tie every time). */
+#define LINE_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
+
+typedef struct {
+    __m512 r, half, tol, s, lo, hi;
+    __m512i zp16, nan_q, idx;
+} line_consts;
+
+/* rint(x / scale) as qdq.c's scalar loop (NaN -> 0 after the zero point: q = -zp), limited to
+ * +-1024, past which the int8 clamp decides anyway */
+LINE_TARGET __attribute__((always_inline))
+static inline __m512i quant_exact(const line_consts *k, __m512 x) {
+    __m512 t = _mm512_roundscale_ps(_mm512_div_ps(x, k->s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    t = _mm512_min_ps(_mm512_max_ps(t, k->lo), k->hi);          /* NaN -> lo, replaced below */
+    __m512i q = _mm512_cvtps_epi32(t);
+    return _mm512_mask_mov_epi32(q, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), k->nan_q);
+}
+
+LINE_TARGET __attribute__((always_inline))
+static inline __m512i quant_fast(const line_consts *k, __m512 x, __mmask16 *ok) {
+    __m512 t = _mm512_mul_ps(x, k->r);
+    __m512 dd = _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    *ok &= _mm512_cmp_ps_mask(dd, _mm512_fnmadd_ps(_mm512_abs_ps(t), k->tol, k->half), _CMP_LT_OQ);
+    return _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* n pixels of C planes (ps floats apart) into d (NHWC u8) */
+LINE_TARGET __attribute__((always_inline))
+static inline void line_f32_planes(const line_consts *k, const float *plane, int64_t ps, uint8_t *d, int64_t n,
+                                   const int C) {
+    for (int64_t p0 = 0; p0 < n; p0 += 16) {
+        const int np = (int)EI_MIN((int64_t)16, n - p0);
+        const __mmask16 lm = np == 16 ? 0xFFFF : (__mmask16)((1u << np) - 1);
+        __m512 x[4];
+        __m512i q[4];
+        __mmask16 ok = 0xFFFF;
+        for (int ch = 0; ch < C; ch++) {
+            x[ch] = _mm512_maskz_loadu_ps(lm, plane + ch * ps + p0);
+            q[ch] = quant_fast(k, x[ch], &ok);
+        }
+        if (ok != 0xFFFF)               /* a near tie, NaN, inf or |t| >= 2^20: the division */
+            for (int ch = 0; ch < C; ch++) q[ch] = quant_exact(k, x[ch]);
+        /* byte 16 j + 4 ch + k: channel ch of pixel 4 j + k (the packs work per 128-bit lane) */
+        __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[C > 1 ? 1 : 0]), k->zp16);
+        __m512i hi = C > 2 ? _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[C > 3 ? 3 : 2]), k->zp16) : lo;
+        const __mmask64 sm = np * C == 64 ? ~0ULL : (1ULL << (np * C)) - 1;
+        _mm512_mask_storeu_epi8(d + p0 * C, sm, _mm512_permutexvar_epi8(k->idx, _mm512_packus_epi16(lo, hi)));
+    }
+}
+
+LINE_TARGET static void line_f32_vbmi(const stem_ctx *s, int64_t b, int64_t iy, uint8_t *d, int64_t n) {
     const ei_int8_conv_args *a = s->a;
     const int c = a->c;
     const float *plane = s->q->xf + ((b * c) * a->h + iy) * a->w;
     const int64_t ps = (int64_t)a->h * a->w;
-    const __m512 r = _mm512_set1_ps(1.0f / s->q->scale), half = _mm512_set1_ps(0.5f), tol = _mm512_set1_ps(0x1p-21f);
-    const __m512i zp16 = _mm512_set1_epi16((short)(a->zp_x + 128)), idx = _mm512_loadu_si512(s->ilv.i01);
-    for (int64_t p0 = 0; p0 < n; p0 += 16) {
-        int np = (int)EI_MIN((int64_t)16, n - p0);
-        __mmask16 lm = (__mmask16)((1u << np) - 1);
-        __m512i q[4] = { _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512() };
-        __mmask16 ok = 0xFFFF;
-        for (int ch = 0; ch < c; ch++) {
-            __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(lm, plane + ch * ps + p0), r);
-            q[ch] = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512 dd = _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            ok &= _mm512_cmp_ps_mask(dd, _mm512_fnmadd_ps(_mm512_abs_ps(t), tol, half), _CMP_LT_OQ);
-        }
-        if (ok != 0xFFFF) {             /* the exact division for these pixels */
-            int8_t tmp[4 * 16];
-            for (int ch = 0; ch < c; ch++)
-                ei_quantize_row_s8(plane + ch * ps + p0, np, s->q->scale, s->q->zp, tmp + 16 * ch);
-            for (int i = 0; i < np; i++)
-                for (int ch = 0; ch < c; ch++) d[(p0 + i) * c + ch] = (uint8_t)(tmp[16 * ch + i] ^ 0x80);
-            continue;
-        }
-        /* byte 16 j + 4 ch + k: channel ch of pixel 4 j + k (the packs work per 128-bit lane) */
-        __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp16);
-        __m512i hi = c > 2 ? _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[c > 3 ? 3 : 2]), zp16) : lo;
-        __mmask64 sm = np * c == 64 ? ~0ULL : (1ULL << (np * c)) - 1;
-        _mm512_mask_storeu_epi8(d + p0 * c, sm, _mm512_permutexvar_epi8(idx, _mm512_packus_epi16(lo, hi)));
+    line_consts k;
+    k.r = _mm512_set1_ps(1.0f / s->q->scale); k.half = _mm512_set1_ps(0.5f); k.tol = _mm512_set1_ps(0x1p-21f);
+    k.s = _mm512_set1_ps(s->q->scale); k.lo = _mm512_set1_ps(-1024.0f); k.hi = _mm512_set1_ps(1024.0f);
+    k.zp16 = _mm512_set1_epi16((short)(a->zp_x + 128));
+    k.nan_q = _mm512_set1_epi32(-a->zp_x);
+    k.idx = _mm512_loadu_si512(s->ilv.i01);
+    switch (c) {
+    case 1: line_f32_planes(&k, plane, ps, d, n, 1); break;
+    case 2: line_f32_planes(&k, plane, ps, d, n, 2); break;
+    case 3: line_f32_planes(&k, plane, ps, d, n, 3); break;
+    default: line_f32_planes(&k, plane, ps, d, n, 4); break;
     }
 }
 #endif
@@ -842,6 +970,7 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     if (s->amx) {                   /* this thread's tiles, for this range of rows */
         fn = row_amx;
         amx_tiles_load(&s->tiles);
+        if (s->held) amx_hold_weights(s);
     }
 #endif
     for (int64_t r = r0; r < r1; r++) {
@@ -900,7 +1029,7 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     /* the VNNI kind's rows on AMX tiles where this CPU (under the ISA mask) has them */
     s.amx = s.kind == KIND_VNNI && ei_int8_kind_runs(KIND_AMX);
     s.half = s.amx && a->m <= 8;
-    if (s.amx) amx_tiles_prepare(&s, &s.tiles);
+    if (s.amx) amx_prepare(&s, a);
     if (s.kind == KIND_VNNI) vnni_prepare(&s);
 #endif
     s.f32_vbmi = 0;         /* (after s.kind) */
