@@ -307,7 +307,7 @@ typedef struct {
     ei_vq16 vq[STEM_MAX_M / 16];
     ei_vqc vc[STEM_MAX_M / 16];
     __m512i lut4[4];
-    int vbmi_lut;
+    int vbmi_lut, clamp;       /* clamp: [lo, hi] narrower than int8's */
     /* the AMX rows (row_amx): their tile configuration; half: 8 channels or fewer, their
      * constants in lanes 0..7 and again in 8..15 (two pixels a vector) */
     int amx, half;
@@ -368,6 +368,7 @@ VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
         ei_vqc_prepare(&s->vc[b], NULL, a->zp_y, a->lo, a->hi, left);
     }
     s->vbmi_lut = a->lut && has_vbmi();
+    s->clamp = a->lo > -128 || a->hi < 127;
     for (int i = 0; i < 4; i++) s->lut4[i] = a->lut ? _mm512_loadu_si512(a->lut + 64 * i) : _mm512_setzero_si512();
 }
 
@@ -378,9 +379,11 @@ static inline void vnni_requant(const stem_ctx *s, int b, const __m512i *acc, in
     const ei_vq16 *k = &s->vq[b];
     const ei_vqc *vc = &s->vc[b];
     const int left = vc->left;
-    for (int h = 0; h < n / 4; h++)
-        p[h] = ei_vq_pack4(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
-                           ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
+    for (int h = 0; h < n / 4; h++) {
+        p[h] = ei_vq_pack4_full(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
+                                ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
+        if (s->clamp) p[h] = _mm512_min_epi8(_mm512_max_epi8(p[h], vc->lo8), vc->hi8);
+    }
 }
 
 /* NPX pixels' 16 channels of block b from the bias, requantized and packed: pixel i's tap
@@ -963,6 +966,7 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     int8_t *qrow = (int8_t *)(scr + slots * s->g.lb);     /* the float input's row, quantized */
     const void *lines[64];
     int64_t held[64];                           /* per slot: the line's (b, iy + pt), or -1 */
+    char filled[64] = { 0 };                    /* per slot: zp_x written around the image */
     for (int64_t i = 0; i < slots; i++) held[i] = -1;
     int type = line_type(s->kind);
     row_fn fn = row_kernel(s->kind);
@@ -981,7 +985,10 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
             void *l = scr + slot * s->g.lb;
             if (held[slot] != tag && s->f32_vbmi && iy >= 0 && iy < a->h) {
 #if defined(__x86_64__)
-                build_line(a, &s->g, NULL, type, l);            /* zp_x everywhere, then the image */
+                /* zp_x everywhere once, then the image's columns: the padding on either side
+                 * keeps its zp_x (every line writer leaves it or rewrites it so) */
+                if (!filled[slot]) build_line(a, &s->g, NULL, type, l);
+                filled[slot] = 1;
                 line_f32_vbmi(s, b, iy, (uint8_t *)l + (int64_t)a->pl * a->c, line_cols(a, &s->g));
                 held[slot] = tag;
 #endif
