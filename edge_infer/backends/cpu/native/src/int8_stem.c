@@ -832,9 +832,14 @@ static int has_vbmi(void) {
 
 #if defined(__x86_64__)
 /* a VNNI line (u8) of row iy of image b of an NCHW float input in one pass: 16 pixels a step,
- * each plane's 16 values quantized in registers with qdq.c's exact reciprocal test (t = x *
- * (1 / scale); a lane whose t - rint(t), one vreduceps, lies too near a tie sends the step
- * through the division, vdivps: rint(x / scale) bit for bit as QuantizeLinear's scalar loop),
+ * each plane's 16 values quantized in registers, exactly as qdq.c's division: with r_lo <=
+ * 1 / scale <= r_hi two adjacent floats, x r_lo and x r_hi bracket x / scale, and so (rounding
+ * is monotonic) do their float products fl(x r_lo), fl(x r_hi) bracket fl(x / scale); where
+ * both round to the same integer q (and q is not the conversion's 0x80000000: NaN, infinities,
+ * |t| >= 2^31), rint(fl(x / scale)) = q, ties included. Other lanes send the step through the
+ * division, vdivps: rint(x / scale) bit for bit as QuantizeLinear's scalar loop. (Two
+ * multiplies, two conversions and two compares a plane: qdq.c's distance test, t - rint(t)
+ * against 0.5 - |t| 2^-21, took three more instructions.) The values are
  * packed with saturation as qdq.c does (+ zp_x + 128 in int16 lanes, then to u8: the clamp
  * and the flip to u8 at once), one vpermb to NHWC order. As separate passes (quantize,
  * interleave, flip) the row cost 10 us more than the quantize and transpose steps it replaces
@@ -846,9 +851,21 @@ static int has_vbmi(void) {
 #define LINE_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
 
 typedef struct {
-    __m512 r, half, tol, s, lo, hi;
-    __m512i zp16, nan_q, idx;
+    __m512 r_lo, r_hi, s, lo, hi;
+    __m512i zp16, nan_q, idx, bad;
 } line_consts;
+
+/* the adjacent floats around 1 / s (equal when it is one): r s compared with 1 in double, exact */
+static void recip_bracket(float s, float *lo, float *hi) {
+    float r = 1.0f / s;
+    double e = (double)r * (double)s;               /* r > 1 / s exactly iff e > 1 for s > 0 */
+    int above = s > 0 ? e > 1.0 : e < 1.0;
+    *lo = *hi = r;
+    if (e != 1.0) {
+        if (above) *lo = nextafterf(r, -INFINITY);
+        else *hi = nextafterf(r, INFINITY);
+    }
+}
 
 /* rint(x / scale) as qdq.c's scalar loop (NaN -> 0 after the zero point: q = -zp), limited to
  * +-1024, past which the int8 clamp decides anyway */
@@ -862,10 +879,11 @@ static inline __m512i quant_exact(const line_consts *k, __m512 x) {
 
 LINE_TARGET __attribute__((always_inline))
 static inline __m512i quant_fast(const line_consts *k, __m512 x, __mmask16 *ok) {
-    __m512 t = _mm512_mul_ps(x, k->r);
-    __m512 dd = _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    *ok &= _mm512_cmp_ps_mask(dd, _mm512_fnmadd_ps(_mm512_abs_ps(t), k->tol, k->half), _CMP_LT_OQ);
-    return _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x, k->r_lo), rn);
+    __m512i q2 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x, k->r_hi), rn);
+    *ok = _mm512_mask_cmpneq_epi32_mask(_mm512_mask_cmpeq_epi32_mask(*ok, q, q2), q, k->bad);
+    return q;
 }
 
 /* n pixels of C planes (ps floats apart) into d (NHWC u8) */
@@ -882,7 +900,7 @@ static inline void line_f32_planes(const line_consts *k, const float *plane, int
             x[ch] = _mm512_maskz_loadu_ps(lm, plane + ch * ps + p0);
             q[ch] = quant_fast(k, x[ch], &ok);
         }
-        if (ok != 0xFFFF)               /* a near tie, NaN, inf or |t| >= 2^20: the division */
+        if (ok != 0xFFFF)               /* a near tie, NaN, inf or |t| >= 2^31: the division */
             for (int ch = 0; ch < C; ch++) q[ch] = quant_exact(k, x[ch]);
         /* byte 16 j + 4 ch + k: channel ch of pixel 4 j + k (the packs work per 128-bit lane) */
         __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[C > 1 ? 1 : 0]), k->zp16);
@@ -898,7 +916,10 @@ LINE_TARGET static void line_f32_vbmi(const stem_ctx *s, int64_t b, int64_t iy, 
     const float *plane = s->q->xf + ((b * c) * a->h + iy) * a->w;
     const int64_t ps = (int64_t)a->h * a->w;
     line_consts k;
-    k.r = _mm512_set1_ps(1.0f / s->q->scale); k.half = _mm512_set1_ps(0.5f); k.tol = _mm512_set1_ps(0x1p-21f);
+    float r_lo, r_hi;
+    recip_bracket(s->q->scale, &r_lo, &r_hi);
+    k.r_lo = _mm512_set1_ps(r_lo); k.r_hi = _mm512_set1_ps(r_hi);
+    k.bad = _mm512_set1_epi32(INT32_MIN);
     k.s = _mm512_set1_ps(s->q->scale); k.lo = _mm512_set1_ps(-1024.0f); k.hi = _mm512_set1_ps(1024.0f);
     k.zp16 = _mm512_set1_epi16((short)(a->zp_x + 128));
     k.nan_q = _mm512_set1_epi32(-a->zp_x);
