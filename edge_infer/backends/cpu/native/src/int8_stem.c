@@ -39,8 +39,13 @@
 /* a row split's slots: ~7 ns an output pixel per 16-channel block (MobileNetV3-small 224:
  * 6.6 ns, the 48x192 text classifier's 8 channels: 7.2 ns, half its lanes idle), one slot per
  * 4 us as the int8 conv's (int8_gemm.c SLOT_NS). The output-bytes threshold before (32 KB)
- * kept the text classifier's 16.6 us stem, 18 KB of output, on one thread. */
+ * kept the text classifier's 16.6 us stem, 18 KB of output, on one thread. The AMX rows on a
+ * float input: ~5 ns (MobileNetV3 224, in its plan), ~3 ns with two pixels a tile row (the
+ * text classifier, 7.4 us: at 2 threads its split runs took 14 us, the worker not yet
+ * spinning at a plan's first step, and the pool ran it alone in 93% of runs anyway). */
 #define STEM_PIXEL_NS 7
+#define STEM_AMX_PIXEL_NS 5
+#define STEM_PAIR_PIXEL_NS 3
 #define STEM_SLOT_NS 4000
 
 /* the stem on a float input (ei_int8_stem_q): xf quantized as QuantizeLinear does (per tensor:
@@ -1057,6 +1062,7 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     /* the VNNI kind's rows on AMX tiles where this CPU (under the ISA mask) has them */
     s.amx = s.kind == KIND_VNNI && ei_int8_kind_runs(KIND_AMX);
     s.half = s.amx && a->m <= 8;
+    s.pair = s.held = 0;
     if (s.amx) amx_prepare(&s, a);
     if (s.kind == KIND_VNNI) vnni_prepare(&s);
 #endif
@@ -1069,7 +1075,11 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     }
 #endif
     int64_t rows = (int64_t)a->n * a->oh;
-    int64_t slots = rows * a->ow * s.g.mb * STEM_PIXEL_NS / STEM_SLOT_NS;
+    int pixel_ns = STEM_PIXEL_NS;
+#if defined(__x86_64__)
+    if (s.amx) pixel_ns = s.pair ? STEM_PAIR_PIXEL_NS : STEM_AMX_PIXEL_NS;
+#endif
+    int64_t slots = rows * a->ow * s.g.mb * pixel_ns / STEM_SLOT_NS;
     int64_t grain = EI_MAX((int64_t)1, 4096 / EI_MAX((int64_t)a->ow * a->m, (int64_t)1));
     ei_parallel_for(rows, grain, stem_rows, &s, (int)EI_MAX((int64_t)1, EI_MIN((int64_t)a->threads, slots)));
 }
