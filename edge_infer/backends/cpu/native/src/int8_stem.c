@@ -22,6 +22,7 @@
  */
 #include "int8_gemm.h"
 #include "ei_lut.h"
+#include "ei_quant.h"
 #include "selftest_rng.h"
 
 #include <math.h>
@@ -837,59 +838,22 @@ static int has_vbmi(void) {
 
 #if defined(__x86_64__)
 /* a VNNI line (u8) of row iy of image b of an NCHW float input in one pass: 16 pixels a step,
- * each plane's 16 values quantized in registers, exactly as qdq.c's division: with r_lo <=
- * 1 / scale <= r_hi two adjacent floats, x r_lo and x r_hi bracket x / scale, and so (rounding
- * is monotonic) do their float products fl(x r_lo), fl(x r_hi) bracket fl(x / scale); where
- * both round to the same integer q (and q is not the conversion's 0x80000000: NaN, infinities,
- * |t| >= 2^31), rint(fl(x / scale)) = q, ties included. Other lanes send the step through the
- * division, vdivps: rint(x / scale) bit for bit as QuantizeLinear's scalar loop. (Two
- * multiplies, two conversions and two compares a plane: qdq.c's distance test, t - rint(t)
- * against 0.5 - |t| 2^-21, took three more instructions.) The values are
- * packed with saturation as qdq.c does (+ zp_x + 128 in int16 lanes, then to u8: the clamp
- * and the flip to u8 at once), one vpermb to NHWC order. As separate passes (quantize,
- * interleave, flip) the row cost 10 us more than the quantize and transpose steps it replaces
- * (MobileNetV3 224, 1 thread). One function per channel count (the planes in registers, the
- * constants hoisted: the loop over c had kept q[] on the stack and branched per plane). The
- * near ties went through ei_quantize_row_s8 a plane at a time (its scalar division: 4% of the
- * text classifier's stem on random floats, and a pixel mapped from 8-bit values by x / 127.5
- * - 1 with scale 1 / 127.5 is a tie every time). */
+ * each plane's 16 values quantized in registers exactly as qdq.c's division (ei_quant.h: the
+ * bracket test, vdivps for the steps it does not decide), packed with saturation as qdq.c
+ * does (+ zp_x + 128 in int16 lanes, then to u8: the clamp and the flip to u8 at once), one
+ * vpermb to NHWC order. As separate passes (quantize, interleave, flip) the row cost 10 us more
+ * than the quantize and transpose steps it replaces (MobileNetV3 224, 1 thread). One function
+ * per channel count (the planes in registers, the constants hoisted: the loop over c had kept
+ * q[] on the stack and branched per plane). The steps the test did not decide went through
+ * ei_quantize_row_s8 a plane at a time (its scalar division: 4% of the text classifier's stem
+ * on random floats; on 8-bit pixels mapped to [-1, 1] with scale 1 / 127.5, all ties, 406 us
+ * instead of 11.7). */
 #define LINE_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
 
 typedef struct {
-    __m512 r_lo, r_hi, s, lo, hi;
-    __m512i zp16, nan_q, idx, bad;
+    ei_q16 q;
+    __m512i zp16, idx;
 } line_consts;
-
-/* the adjacent floats around 1 / s (equal when it is one): r s compared with 1 in double, exact */
-static void recip_bracket(float s, float *lo, float *hi) {
-    float r = 1.0f / s;
-    double e = (double)r * (double)s;               /* r > 1 / s exactly iff e > 1 for s > 0 */
-    int above = s > 0 ? e > 1.0 : e < 1.0;
-    *lo = *hi = r;
-    if (e != 1.0) {
-        if (above) *lo = nextafterf(r, -INFINITY);
-        else *hi = nextafterf(r, INFINITY);
-    }
-}
-
-/* rint(x / scale) as qdq.c's scalar loop (NaN -> 0 after the zero point: q = -zp), limited to
- * +-1024, past which the int8 clamp decides anyway */
-LINE_TARGET __attribute__((always_inline))
-static inline __m512i quant_exact(const line_consts *k, __m512 x) {
-    __m512 t = _mm512_roundscale_ps(_mm512_div_ps(x, k->s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    t = _mm512_min_ps(_mm512_max_ps(t, k->lo), k->hi);          /* NaN -> lo, replaced below */
-    __m512i q = _mm512_cvtps_epi32(t);
-    return _mm512_mask_mov_epi32(q, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), k->nan_q);
-}
-
-LINE_TARGET __attribute__((always_inline))
-static inline __m512i quant_fast(const line_consts *k, __m512 x, __mmask16 *ok) {
-    const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x, k->r_lo), rn);
-    __m512i q2 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x, k->r_hi), rn);
-    *ok = _mm512_mask_cmpneq_epi32_mask(_mm512_mask_cmpeq_epi32_mask(*ok, q, q2), q, k->bad);
-    return q;
-}
 
 /* n pixels of C planes (ps floats apart) into d (NHWC u8) */
 LINE_TARGET __attribute__((always_inline))
@@ -904,10 +868,10 @@ static inline void line_f32_planes(const line_consts *k, const float *plane, int
         for (int ch = 0; ch < C; ch++) {
             if (pf) _mm_prefetch((const char *)(plane + ch * ps + p0 + pf), _MM_HINT_T0);
             x[ch] = _mm512_maskz_loadu_ps(lm, plane + ch * ps + p0);
-            q[ch] = quant_fast(k, x[ch], &ok);
+            q[ch] = ei_q16_fast(&k->q, x[ch], &ok);
         }
         if (ok != 0xFFFF)               /* a near tie, NaN, inf or |t| >= 2^31: the division */
-            for (int ch = 0; ch < C; ch++) q[ch] = quant_exact(k, x[ch]);
+            for (int ch = 0; ch < C; ch++) q[ch] = ei_q16_exact(&k->q, x[ch]);
         /* byte 16 j + 4 ch + k: channel ch of pixel 4 j + k (the packs work per 128-bit lane) */
         __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[C > 1 ? 1 : 0]), k->zp16);
         __m512i hi = C > 2 ? _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[C > 3 ? 3 : 2]), k->zp16) : lo;
@@ -926,13 +890,8 @@ LINE_TARGET static void line_f32_vbmi(const stem_ctx *s, int64_t b, int64_t iy, 
      * classifier's 110 KB lost 0.3 us to the prefetches) */
     const int64_t pf = iy + 2 < a->h && ps * c * 4 > (1 << 18) ? 2 * (int64_t)a->w : 0;
     line_consts k;
-    float r_lo, r_hi;
-    recip_bracket(s->q->scale, &r_lo, &r_hi);
-    k.r_lo = _mm512_set1_ps(r_lo); k.r_hi = _mm512_set1_ps(r_hi);
-    k.bad = _mm512_set1_epi32(INT32_MIN);
-    k.s = _mm512_set1_ps(s->q->scale); k.lo = _mm512_set1_ps(-1024.0f); k.hi = _mm512_set1_ps(1024.0f);
+    ei_q16_prepare(&k.q, s->q->scale, a->zp_x);
     k.zp16 = _mm512_set1_epi16((short)(a->zp_x + 128));
-    k.nan_q = _mm512_set1_epi32(-a->zp_x);
     k.idx = _mm512_loadu_si512(s->ilv.i01);
     switch (c) {
     case 1: line_f32_planes(&k, plane, ps, d, n, 1, pf); break;
