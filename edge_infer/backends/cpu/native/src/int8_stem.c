@@ -20,23 +20,12 @@
  *   NEON / scalar int16 lines, [block][k][16 ch] int16 weights, vmlal_n_s16 / plain loops
  * Rows of output are split over the thread pool; each thread slot has its own line buffers.
  */
-#include "int8_gemm.h"
+#include "int8_stem.h"
 #include "ei_lut.h"
-#include "ei_quant.h"
-#include "selftest_rng.h"
 
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#elif defined(__aarch64__)
-#include <arm_neon.h>
-#endif
-
-#define STEM_MAX_C 4
-#define STEM_MAX_M 64          /* four 16-channel blocks: the epilogue constants stay on the stack */
-#define STEM_MAX_KW 16
 /* a row split's slots: ~7 ns an output pixel per 16-channel block (MobileNetV3-small 224:
  * 6.6 ns, the 48x192 text classifier's 8 channels: 7.2 ns, half its lanes idle), one slot per
  * 4 us as the int8 conv's (int8_gemm.c SLOT_NS). The output-bytes threshold before (32 KB)
@@ -48,29 +37,6 @@
 #define STEM_AMX_PIXEL_NS 5
 #define STEM_PAIR_PIXEL_NS 3
 #define STEM_SLOT_NS 4000
-
-/* the stem on a float input (ei_int8_stem_q): xf quantized as QuantizeLinear does (per tensor:
- * rint(x / scale) + zp, clamped, NaN -> 0; qdq.c, bit for bit) while the line buffers are
- * filled, so a plan needs neither the int8 copy of its input nor the NHWC one. xf is
- * (n, c, h, w) with nchw, else (n, h, w, c); conv.x is not read, conv.zp_x == zp. */
-typedef struct {
-    ei_int8_conv_args conv;
-    const float *xf;
-    float scale, zp;
-    int32_t nchw;
-} ei_int8_stem_q_args;
-
-/* qdq.c: n values quantized to int8 per tensor, exactly as the QuantizeLinear kernels */
-void ei_quantize_row_s8(const float *x, int64_t n, float scale, float zp, int8_t *y);
-
-/* interleave_vbmi's byte indices: channels 0 / 1 and 2 / 3 of the planes, the bytes of 2 / 3 */
-typedef struct { uint8_t i01[64], i23[64]; uint64_t hi; } stem_ilv;
-
-typedef struct {
-    int kwc, kwc4, grow;       /* a kernel row's values, rounded up to 4, its 4-value groups */
-    int groups, kp, mb;        /* groups of the whole kernel, padded K (kh * kwc4), 16-channel blocks */
-    int64_t wn, lb;            /* line positions ((ow - 1) * sw + kw), one line's bytes (64-aligned) */
-} stem_geo;
 
 static stem_geo stem_geometry(const ei_int8_conv_args *a) {
     stem_geo g;
@@ -97,7 +63,7 @@ static int stem_kind_runs(int kind) {
 }
 
 /* whether the stem kernel computes these args at all */
-static int stem_fits(const ei_int8_conv_args *a) {
+int ei_stem_fits(const ei_int8_conv_args *a) {
     if (a->in_nchw || a->out_nchw || a->z || a->c < 1 || a->c > STEM_MAX_C || a->m < 1 || a->m > STEM_MAX_M)
         return 0;
     if (a->kh < 1 || a->kh > 64 || a->kw < 1 || a->kw > STEM_MAX_KW || a->sh < 1 || a->sw < 1 || a->dh < 1 || a->dw != 1
@@ -109,7 +75,7 @@ static int stem_fits(const ei_int8_conv_args *a) {
 /* the kind this machine runs the stem with now (ISA mask included), or -1 when the stem kernel
  * does not take these args or the GEMM is faster here (the GEMM serves) */
 EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
-    if (!stem_fits(a)) return -1;
+    if (!ei_stem_fits(a)) return -1;
 #if defined(__x86_64__)
     /* where the GEMM runs on AMX (K >= 17, kernels.AMX_MIN_K) its tiles take the multiplies off
      * the vector ports: from 32 channels on it beat these rows (1 thread, loaded machine,
@@ -242,11 +208,6 @@ static void xor80_avx512(uint8_t *d, const int8_t *s, int64_t n) {
 }
 #endif
 
-/* the image columns a line takes: [0, line_cols) of a row (line positions pl ..) */
-static int64_t line_cols(const ei_int8_conv_args *a, const stem_geo *g) {
-    return EI_MAX((int64_t)0, EI_MIN(g->wn, (int64_t)a->pl + a->w) - a->pl);
-}
-
 /* line position p holds input column p - pl of the row src (int8 NHWC from column 0; NULL: a
  * row outside the image), zp_x outside the image */
 static void build_line(const ei_int8_conv_args *a, const stem_geo *g, const int8_t *src, int type, void *dst) {
@@ -287,46 +248,6 @@ static void build_line(const ei_int8_conv_args *a, const stem_geo *g, const int8
 
 /* ---- per-kind rows: out = the output row (ow * m int8), lines = kh line buffers ---- */
 
-#if defined(__x86_64__)
-/* an AMX tile configuration (ldtilecfg's 64 bytes, palette 1) */
-typedef struct __attribute__((aligned(64))) {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} stem_tiles;
-#endif
-
-typedef struct {
-    const ei_int8_conv_args *a;
-    stem_geo g;
-    int kind, layout;          /* the rows run; the packed weights' kind */
-    const ei_int8_stem_q_args *q;       /* a float input quantized into the lines, or NULL */
-    stem_ilv ilv;
-    int f32_vbmi;              /* the VNNI lines of an NCHW float input: line_f32_vbmi */
-    int64_t slot_bytes;        /* a thread slot's scratch: line slots (+ the quantized row) */
-    const int32_t *corr;
-    const void *wp;
-    int32_t bias[STEM_MAX_M], mult[STEM_MAX_M], shift[STEM_MAX_M];   /* padded to whole blocks */
-#if defined(__x86_64__)
-    /* the VNNI rows' requantization constants per 16-channel block, and the activation table
-     * in four vectors where VBMI looks it up in registers (vbmi_lut), made once a call */
-    ei_vq16 vq[STEM_MAX_M / 16];
-    ei_vqc vc[STEM_MAX_M / 16];
-    __m512i lut4[4];
-    int vbmi_lut, clamp;       /* clamp: [lo, hi] narrower than int8's */
-    /* the AMX rows (row_amx): their tile configuration; half: 8 channels or fewer, their
-     * constants in lanes 0..7 and again in 8..15 (two pixels a vector) */
-    int amx, half;
-    stem_tiles tiles;
-    /* pair: two pixels a tile row (pair_fits); held: the B tiles of every kernel row stay in
-     * tiles 4.. for the whole call (one block, kh <= 4); the step's pixels (NPX, 2 NPX with
-     * pair), A's row stride, B's bytes a kernel row and a block, and where B starts */
-    int pair, held;
-    int64_t npx, astep, bky, bblock;
-    const int8_t *bw;
-#endif
-} stem_ctx;
-
 static void row_scalar(const stem_ctx *s, const void *const *lines, int8_t *out) {
     const ei_int8_conv_args *a = s->a;
     const stem_geo *g = &s->g;
@@ -360,8 +281,6 @@ static inline __m512i dpbusd(__m512i acc, __m512i x, __m512i w) {
     return acc;
 }
 
-static int has_vbmi(void);
-
 VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
     const ei_int8_conv_args *a = s->a;
     for (int b = 0; b < s->g.mb; b++) {
@@ -373,7 +292,7 @@ VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
         int left = ei_vq16_prepare(&s->vq[b], bias, corr, mult, shift, 16);
         ei_vqc_prepare(&s->vc[b], NULL, a->zp_y, a->lo, a->hi, left);
     }
-    s->vbmi_lut = a->lut && has_vbmi();
+    s->vbmi_lut = a->lut && ei_stem_has_vbmi();
     s->clamp = a->lo > -128 || a->hi < 127;
     for (int i = 0; i < 4; i++) s->lut4[i] = a->lut ? _mm512_loadu_si512(a->lut + 64 * i) : _mm512_setzero_si512();
 }
@@ -785,169 +704,6 @@ static row_fn row_kernel(int kind) {
     return row_scalar;
 }
 
-/* ---- a float input's rows: quantized, then (NCHW) interleaved into NHWC order ---- */
-
-/* the plane rows' stride in the quantized-row scratch (64-byte over-reads stay inside) */
-static int64_t plane_stride(const ei_int8_conv_args *a) { return ((int64_t)a->w + 64 + 63) / 64 * 64; }
-
-/* bytes after a slot's lines: the NHWC row (+ 64) and c quantized plane rows */
-static int64_t qrow_bytes(const ei_int8_conv_args *a) {
-    return ((int64_t)a->w * a->c + 64 + 63) / 64 * 64 + (int64_t)a->c * plane_stride(a);
-}
-
-#if defined(__x86_64__)
-/* the byte indices of interleave_vbmi for c channels, made once a call */
-static void interleave_index(int c, stem_ilv *t) {
-    const int P = 64 / c;
-    t->hi = 0;
-    for (int e = 0; e < 64; e++) {
-        int px = e / c < P ? e / c : P - 1, ch = e % c;
-        t->i01[e] = (uint8_t)((ch == 1 ? 64 : 0) + px);
-        t->i23[e] = (uint8_t)((ch == 3 ? 64 : 0) + px);
-        if (ch >= 2) t->hi |= 1ULL << e;
-    }
-}
-
-/* d[p * c + ch] = planes[ch * ps + p] for p < n, c = 2 .. 4: 64 / c pixels a step, two
- * vpermt2b and a blend (the interleave of 3 planes: 1.5 instructions per 16 pixels) */
-__attribute__((target("avx512f,avx512bw,avx512vbmi")))
-static void interleave_vbmi(const stem_ilv *t8, const int8_t *planes, int64_t ps, int c, int64_t n, int8_t *d) {
-    const int P = 64 / c;
-    const uint64_t hi = t8->hi;
-    const __m512i x01 = _mm512_loadu_si512(t8->i01), x23 = _mm512_loadu_si512(t8->i23);
-    for (int64_t p0 = 0; p0 < n; p0 += P) {
-        int np = (int)EI_MIN((int64_t)P, n - p0);
-        __mmask64 lm = (1ULL << np) - 1, sm = np * c == 64 ? ~0ULL : (1ULL << (np * c)) - 1;
-        __m512i s0 = _mm512_maskz_loadu_epi8(lm, planes + p0), s1 = _mm512_maskz_loadu_epi8(lm, planes + ps + p0);
-        __m512i t = _mm512_permutex2var_epi8(s0, x01, s1);
-        if (c > 2) {
-            __m512i s2 = _mm512_maskz_loadu_epi8(lm, planes + 2 * ps + p0);
-            __m512i s3 = c > 3 ? _mm512_maskz_loadu_epi8(lm, planes + 3 * ps + p0) : s2;
-            t = _mm512_mask_blend_epi8(hi, t, _mm512_permutex2var_epi8(s2, x23, s3));
-        }
-        _mm512_mask_storeu_epi8(d + p0 * c, sm, t);
-    }
-}
-
-static int has_vbmi(void) {
-    static int v = -1;
-    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw"); }
-    return v && ei_has(EI_AVX512);
-}
-#endif
-
-#if defined(__x86_64__)
-/* a VNNI line (u8) of row iy of image b of an NCHW float input in one pass: 16 pixels a step,
- * each plane's 16 values quantized in registers exactly as qdq.c's division (ei_quant.h: the
- * bracket test, vdivps for the steps it does not decide), packed with saturation as qdq.c
- * does (+ zp_x + 128 in int16 lanes, then to u8: the clamp and the flip to u8 at once), one
- * vpermb to NHWC order. As separate passes (quantize, interleave, flip) the row cost 10 us more
- * than the quantize and transpose steps it replaces (MobileNetV3 224, 1 thread). One function
- * per channel count (the planes in registers, the constants hoisted: the loop over c had kept
- * q[] on the stack and branched per plane). The steps the test did not decide went through
- * ei_quantize_row_s8 a plane at a time (its scalar division: 4% of the text classifier's stem
- * on random floats; on 8-bit pixels mapped to [-1, 1] with scale 1 / 127.5, all ties, 406 us
- * instead of 11.7). */
-#define LINE_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
-
-typedef struct {
-    ei_q16 q;
-    __m512i zp16, idx;
-} line_consts;
-
-/* n pixels of C planes (ps floats apart) into d (NHWC u8) */
-LINE_TARGET __attribute__((always_inline))
-static inline void line_f32_planes(const line_consts *k, const float *plane, int64_t ps, uint8_t *d, int64_t n,
-                                   const int C, int64_t pf) {
-    for (int64_t p0 = 0; p0 < n; p0 += 16) {
-        const int np = (int)EI_MIN((int64_t)16, n - p0);
-        const __mmask16 lm = np == 16 ? 0xFFFF : (__mmask16)((1u << np) - 1);
-        __m512 x[4];
-        __m512i q[4];
-        __mmask16 ok = 0xFFFF;
-        for (int ch = 0; ch < C; ch++) {
-            if (pf) _mm_prefetch((const char *)(plane + ch * ps + p0 + pf), _MM_HINT_T0);
-            x[ch] = _mm512_maskz_loadu_ps(lm, plane + ch * ps + p0);
-            q[ch] = ei_q16_fast(&k->q, x[ch], &ok);
-        }
-        if (ok != 0xFFFF)               /* a near tie, NaN, inf or |t| >= 2^31: the division */
-            for (int ch = 0; ch < C; ch++) q[ch] = ei_q16_exact(&k->q, x[ch]);
-        /* byte 16 j + 4 ch + k: channel ch of pixel 4 j + k (the packs work per 128-bit lane) */
-        __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[C > 1 ? 1 : 0]), k->zp16);
-        __m512i hi = C > 2 ? _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[C > 3 ? 3 : 2]), k->zp16) : lo;
-        const __mmask64 sm = np * C == 64 ? ~0ULL : (1ULL << (np * C)) - 1;
-        _mm512_mask_storeu_epi8(d + p0 * C, sm, _mm512_permutexvar_epi8(k->idx, _mm512_packus_epi16(lo, hi)));
-    }
-}
-
-LINE_TARGET static void line_f32_vbmi(const stem_ctx *s, int64_t b, int64_t iy, uint8_t *d, int64_t n) {
-    const ei_int8_conv_args *a = s->a;
-    const int c = a->c;
-    const float *plane = s->q->xf + ((b * c) * a->h + iy) * a->w;
-    const int64_t ps = (int64_t)a->h * a->w;
-    /* the row after next prefetched while this one is made, where the input is past L2's
-     * share (MobileNetV3 224's 600 KB, in its plan: the stem 62 -> 59 us; the text
-     * classifier's 110 KB lost 0.3 us to the prefetches) */
-    const int64_t pf = iy + 2 < a->h && ps * c * 4 > (1 << 18) ? 2 * (int64_t)a->w : 0;
-    line_consts k;
-    ei_q16_prepare(&k.q, s->q->scale, a->zp_x);
-    k.zp16 = _mm512_set1_epi16((short)(a->zp_x + 128));
-    k.idx = _mm512_loadu_si512(s->ilv.i01);
-    switch (c) {
-    case 1: line_f32_planes(&k, plane, ps, d, n, 1, pf); break;
-    case 2: line_f32_planes(&k, plane, ps, d, n, 2, pf); break;
-    case 3: line_f32_planes(&k, plane, ps, d, n, 3, pf); break;
-    default: line_f32_planes(&k, plane, ps, d, n, 4, pf); break;
-    }
-}
-#endif
-
-/* the byte index of line_f32_vbmi: NHWC byte e (channel e % c of pixel e / c) from the packs */
-static void pixel_index(int c, stem_ilv *t) {
-    for (int e = 0; e < 64; e++) {
-        int px = e < 16 * c ? e / c : 0, ch = e % c;
-        t->i01[e] = (uint8_t)((px / 4) * 16 + ch * 4 + px % 4);
-    }
-}
-
-static void interleave(const stem_ctx *s, const int8_t *planes, int64_t ps, int c, int64_t n, int8_t *d) {
-    int64_t p = 0;
-    (void)s;
-#if defined(__x86_64__)
-    if (c > 1 && has_vbmi()) { interleave_vbmi(&s->ilv, planes, ps, c, n, d); return; }
-#elif defined(__aarch64__)
-    if (ei_has(EI_NEON))            /* the structure stores interleave 16 pixels at once */
-        for (; p + 16 <= n; p += 16) {
-            const int8_t *s = planes + p;
-            if (c == 2) vst2q_s8(d + 2 * p, (int8x16x2_t){ { vld1q_s8(s), vld1q_s8(s + ps) } });
-            else if (c == 3) vst3q_s8(d + 3 * p, (int8x16x3_t){ { vld1q_s8(s), vld1q_s8(s + ps), vld1q_s8(s + 2 * ps) } });
-            else if (c == 4)
-                vst4q_s8(d + 4 * p, (int8x16x4_t){ { vld1q_s8(s), vld1q_s8(s + ps), vld1q_s8(s + 2 * ps), vld1q_s8(s + 3 * ps) } });
-            else break;
-        }
-#endif
-    for (; p < n; p++)
-        for (int ch = 0; ch < c; ch++) d[p * c + ch] = planes[ch * ps + p];
-}
-
-/* row iy of image b of the float input, its first line_cols columns quantized into qrow (NHWC) */
-static const int8_t *quantized_row(const stem_ctx *s, int64_t b, int64_t iy, int8_t *qrow) {
-    const ei_int8_conv_args *a = s->a;
-    const ei_int8_stem_q_args *q = s->q;
-    const int c = a->c;
-    const int64_t n = line_cols(a, &s->g);
-    if (!q->nchw || c == 1) {
-        ei_quantize_row_s8(q->xf + ((b * a->h + iy) * a->w) * c, n * c, q->scale, q->zp, qrow);
-        return qrow;
-    }
-    const int64_t ps = plane_stride(a);
-    int8_t *planes = qrow + ((int64_t)a->w * c + 64 + 63) / 64 * 64;
-    for (int ch = 0; ch < c; ch++)
-        ei_quantize_row_s8(q->xf + (((b * c + ch) * a->h + iy) * a->w), n, q->scale, q->zp, planes + ch * ps);
-    interleave(s, planes, ps, c, n, qrow);
-    return qrow;
-}
-
 static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     const stem_ctx *s = (const stem_ctx *)vctx;
     const ei_int8_conv_args *a = s->a;
@@ -957,6 +713,7 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     const void *lines[64];
     int64_t held[64];                           /* per slot: the line's (b, iy + pt), or -1 */
     char filled[64] = { 0 };                    /* per slot: zp_x written around the image */
+    (void)filled;                               /* (x86 only: the VBMI lines) */
     for (int64_t i = 0; i < slots; i++) held[i] = -1;
     int type = line_type(s->kind);
     row_fn fn = row_kernel(s->kind);
@@ -979,14 +736,14 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
                  * keeps its zp_x (every line writer leaves it or rewrites it so) */
                 if (!filled[slot]) build_line(a, &s->g, NULL, type, l);
                 filled[slot] = 1;
-                line_f32_vbmi(s, b, iy, (uint8_t *)l + (int64_t)a->pl * a->c, line_cols(a, &s->g));
+                ei_stem_line_f32(s, b, iy, (uint8_t *)l + (int64_t)a->pl * a->c, line_cols(a, &s->g));
                 held[slot] = tag;
 #endif
             }
             if (held[slot] != tag) {
                 const int8_t *src = NULL;
                 if (iy >= 0 && iy < a->h)
-                    src = s->q ? quantized_row(s, b, iy, qrow) : a->x + ((b * a->h + iy) * a->w) * a->c;
+                    src = s->q ? ei_stem_quantized_row(s, b, iy, qrow) : a->x + ((b * a->h + iy) * a->w) * a->c;
                 build_line(a, &s->g, src, type, l);
                 held[slot] = tag;
             }
@@ -1005,11 +762,11 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
 }
 
 static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
-    EI_CHECK(stem_fits(a));
+    EI_CHECK(ei_stem_fits(a));
     stem_ctx s;
     s.a = a;
     s.q = q;
-    s.slot_bytes = line_slots(a) * stem_geometry(a).lb + (q ? qrow_bytes(a) : 0);
+    s.slot_bytes = line_slots(a) * stem_geometry(a).lb + (q ? ei_stem_qrow_bytes(a) : 0);
     s.g = stem_geometry(a);
     /* weights packed for a kind this CPU (under the ISA mask) cannot run: the scalar rows read
      * any layout (the u8 bias correction is the VNNI rows' alone) */
@@ -1030,14 +787,7 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     if (s.amx) amx_prepare(&s, a);
     if (s.kind == KIND_VNNI) vnni_prepare(&s);
 #endif
-    s.f32_vbmi = 0;         /* (after s.kind) */
-#if defined(__x86_64__)
-    if (q && q->nchw && a->c > 1) interleave_index(a->c, &s.ilv);
-    if (q && q->nchw && s.kind == KIND_VNNI && has_vbmi() && fabsf(q->scale) > 0x1p-120f && fabsf(q->scale) < 0x1p120f) {
-        s.f32_vbmi = 1;             /* 1 / scale normal: the reciprocal test holds (qdq.c) */
-        pixel_index(a->c, &s.ilv);
-    }
-#endif
+    ei_stem_input_prepare(&s);         /* (after s.kind) */
     int64_t rows = (int64_t)a->n * a->oh;
     int pixel_ns = STEM_PIXEL_NS;
 #if defined(__x86_64__)
@@ -1053,7 +803,7 @@ EI_API void ei_int8_stem(const ei_int8_conv_args *a) { stem_run(a, NULL); }
 
 /* a thread slot's scratch for ei_int8_stem_q: the lines and a quantized row */
 EI_API int64_t ei_int8_stem_q_scratch(const ei_int8_stem_q_args *q) {
-    return ei_int8_stem_scratch(&q->conv) + qrow_bytes(&q->conv);
+    return ei_int8_stem_scratch(&q->conv) + ei_stem_qrow_bytes(&q->conv);
 }
 
 /* the stem on q->xf (float32), quantized with q->scale / q->zp as its line buffers fill;
@@ -1061,99 +811,4 @@ EI_API int64_t ei_int8_stem_q_scratch(const ei_int8_stem_q_args *q) {
 EI_API void ei_int8_stem_q(const ei_int8_stem_q_args *q) {
     EI_CHECK(q->xf != NULL && (float)q->conv.zp_x == q->zp);
     stem_run(&q->conv, q);
-}
-
-/* ---- self-test: the dispatched kind (and every layout read by the scalar rows) against a
- * plain direct convolution + ei_rq_one + table, seeded random cases ---- */
-
-EI_API int ei_selftest_int8_stem(void) {
-    int fails = 0;
-    st_state = 1717;
-    enum { XN = 2 * 4 * 19 * 23, YN = 2 * 12 * 23 * 40, WN = 40 * 5 * 5 * 4 };
-    static int8_t x[XN], xq[XN], y0[YN], y1[YN], w[WN], lut[256];
-    static float xf[XN], xh[XN];        /* the float input, NCHW and NHWC (ei_int8_stem_q) */
-    static int32_t bias[40], mult[40], shift[40];
-    static char pack[1 << 16] __attribute__((aligned(64))), scratch[1 << 16] __attribute__((aligned(64)));
-    for (int i = 0; i < 256; i++) lut[i] = (int8_t)st_rand();
-    for (int trial = 0; trial < 24; trial++) {
-        ei_int8_conv_args a;
-        memset(&a, 0, sizeof a);
-        a.n = 1 + trial % 2; a.c = 1 + trial % 4; a.h = st_int(1, 19); a.w = st_int(1, 23);
-        a.m = (int[]){ 16, 5, 24, 40, 8, 33 }[trial % 6];
-        a.kh = st_int(1, 5); a.kw = st_int(1, 5); a.sh = st_int(1, 3); a.sw = st_int(1, 3); a.dh = st_int(1, 2); a.dw = 1;
-        a.pt = st_int(0, 2); a.pl = st_int(0, 2);
-        int pb = st_int(0, 2), pr = st_int(0, 2);
-        int64_t eh = (int64_t)a.h + a.pt + pb - (int64_t)a.dh * (a.kh - 1) - 1, ew = (int64_t)a.w + a.pl + pr - a.kw;
-        if (eh < 0 || ew < 0) continue;
-        a.oh = (int32_t)(eh / a.sh + 1); a.ow = (int32_t)(ew / a.sw + 1);
-        a.zp_x = st_int(-128, 127); a.zp_y = st_int(-128, 127);
-        a.lo = trial % 3 == 0 ? a.zp_y : -128; a.hi = 127;
-        a.threads = 1 + trial % 2;
-        a.lut = trial % 2 ? lut : NULL;
-        int K = a.kh * a.kw * a.c;
-        /* x: a float input quantized (scale 0.02, zp_x; ties, out-of-range values, NaN) */
-        int nx = a.n * a.h * a.w * a.c;
-        for (int i = 0; i < nx; i++) {
-            xf[i] = ((float)st_rand() / 4294967296.0f - 0.5f) * 6.0f;
-            if (i % 7 == 3) xf[i] = (float)st_int(-150, 150) * 0.02f + 0.01f;
-        }
-        if (nx > 4) { xf[1] = NAN; xf[2] = 1e30f; xf[3] = -INFINITY; }
-        ei_quantize_row_s8(xf, nx, 0.02f, (float)a.zp_x, xq);
-        for (int b = 0; b < a.n; b++)           /* NCHW -> NHWC, floats and quantized values */
-            for (int ch = 0; ch < a.c; ch++)
-                for (int i = 0; i < a.h * a.w; i++) {
-                    x[(b * a.h * a.w + i) * a.c + ch] = xq[(b * a.c + ch) * a.h * a.w + i];
-                    xh[(b * a.h * a.w + i) * a.c + ch] = xf[(b * a.c + ch) * a.h * a.w + i];
-                }
-        for (int i = 0; i < a.m * K; i++) w[i] = (int8_t)(st_int(-127, 127));
-        for (int i = 0; i < a.m; i++) {
-            bias[i] = st_int(-100000, 100000);
-            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
-            shift[i] = st_int(-12, 1);
-        }
-        a.x = x; a.bias = bias; a.mult = mult; a.shift = shift;
-        for (int64_t b = 0; b < a.n; b++)
-            for (int64_t oy = 0; oy < a.oh; oy++)
-                for (int64_t ox = 0; ox < a.ow; ox++)
-                    for (int mm = 0; mm < a.m; mm++) {
-                        int32_t acc = bias[mm];
-                        for (int ky = 0; ky < a.kh; ky++)
-                            for (int kx = 0; kx < a.kw; kx++)
-                                for (int ci = 0; ci < a.c; ci++) {
-                                    int64_t iy = oy * a.sh - a.pt + ky * a.dh, ix = ox * a.sw - a.pl + kx;
-                                    int32_t v = iy >= 0 && iy < a.h && ix >= 0 && ix < a.w
-                                        ? x[((b * a.h + iy) * a.w + ix) * a.c + ci] : a.zp_x;
-                                    acc += v * w[mm * K + (ky * a.kw + kx) * a.c + ci];
-                                }
-                        int8_t q = ei_rq_one(acc, mult[mm], shift[mm], a.zp_y, 0, a.lo, a.hi);
-                        y0[((b * a.oh + oy) * a.ow + ox) * a.m + mm] = a.lut ? lut[(uint8_t)q] : q;
-                    }
-        size_t ny = (size_t)a.n * a.oh * a.ow * a.m;
-        if (!stem_fits(&a) || ei_int8_stem_pack_size(&a) > (int64_t)sizeof pack
-            || (ei_int8_stem_scratch(&a) + qrow_bytes(&a)) * a.threads > (int64_t)sizeof scratch) { fails++; continue; }
-        /* each kind under an ISA mask that runs it (where this CPU has it; else the scalar rows
-         * read its layout) */
-        static const int modes[6][2] = { { KIND_VNNI, -1 }, { KIND_VNNI, ~EI_AMX }, { KIND_AVX2, EI_AVX2 },
-                                         { KIND_DOT, EI_NEON | EI_DOTPROD }, { KIND_NEON, EI_NEON }, { KIND_SCALAR, 0 } };
-        int cur = ei_set_isa_mask(-1);
-        ei_set_isa_mask(cur);
-        for (int j = 0; j < 6; j++) {
-            ei_set_isa_mask(cur & modes[j][1]);
-            a.kind = modes[j][0];
-            ei_int8_stem_pack(&a, w, pack);
-            a.wpack = pack; a.scratch = scratch; a.y = y1;
-            memset(y1, 0, ny);
-            ei_int8_stem(&a);
-            fails += memcmp(y0, y1, ny) != 0;
-            for (int nchw = 0; nchw < 2; nchw++) {       /* the float input, quantized in the lines */
-                ei_int8_stem_q_args q = { a, nchw ? xf : xh, 0.02f, (float)a.zp_x, nchw };
-                q.conv.x = NULL;
-                memset(y1, 0, ny);
-                ei_int8_stem_q(&q);
-                fails += memcmp(y0, y1, ny) != 0;
-            }
-            ei_set_isa_mask(cur);
-        }
-    }
-    return fails;
 }
