@@ -83,7 +83,7 @@ CASES = [  # c, m, h, w, kh, kw, sh, sw, pt, pl
     (3, 16, 31, 64, 3, 3, 2, 2, 1, 1),      # MobileNetV3's stem, rows of 32 pixels
     (3, 16, 9, 33, 3, 3, 2, 2, 1, 1),       # rows of 17: the last step recomputes 15 pixels
     (3, 8, 12, 20, 3, 3, 2, 2, 1, 1),       # the text classifier's 8 channels, rows of 10 (< 16)
-    (3, 5, 7, 40, 3, 3, 1, 1, 1, 1),        # 5 channels: 8-channel tiles, masked pixel stores
+    (3, 5, 7, 40, 3, 3, 1, 1, 1, 1),        # 5 channels: two pixels a tile row, masked pixel stores
     (3, 24, 12, 21, 3, 3, 1, 1, 1, 1),      # 1.5 channel blocks, stride 1
     (3, 32, 15, 37, 5, 5, 2, 2, 2, 2),      # two blocks, 5x5 (kernel rows of 15 values)
     (1, 8, 20, 45, 7, 7, 2, 2, 3, 3),       # one channel, 7x7 (rows of 7 values -> 8)
@@ -93,6 +93,13 @@ CASES = [  # c, m, h, w, kh, kw, sh, sw, pt, pl
     (3, 16, 5, 16, 3, 3, 1, 1, 1, 1),       # exactly 16 pixels a row
     (4, 16, 6, 40, 2, 16, 1, 1, 1, 7),      # kernel rows of 64 values: whole 64-byte A tile rows
     (3, 32, 9, 50, 1, 1, 2, 2, 0, 0),       # a strided 1x1: one k-group
+    (3, 8, 9, 139, 3, 3, 2, 2, 1, 1),       # two pixels a tile row: 70 pixels, a last step of 32 from 38
+    (3, 8, 5, 61, 3, 3, 2, 2, 1, 1),        # an odd row of 31 (< 32): the last pair's second pixel unused
+    (4, 8, 9, 70, 4, 7, 2, 2, 2, 3),        # pairs of 4 kernel rows of 36 bytes (held B tiles 4..7)
+    (2, 3, 12, 44, 5, 3, 1, 1, 2, 1),       # pairs with 5 kernel rows: their B tiles loaded each step
+    (4, 6, 6, 40, 2, 16, 1, 1, 1, 7),       # a pair would take 68 bytes: 8-channel tiles of one pixel
+    (3, 16, 12, 40, 5, 5, 1, 1, 2, 2),      # one block, 5 kernel rows: not held
+    (1, 16, 10, 37, 4, 4, 1, 1, 1, 1),      # one block, 4 kernel rows held
 ]
 
 
@@ -123,7 +130,7 @@ def test_stem_rows_match_direct_conv_under_every_mask(case, threads):
 @pytest.mark.parametrize("m,hw", [(16, (40, 56)), (8, (24, 70))])
 def test_plan_notes_name_the_amx_rows(m, hw):
     """In a plan, the stem conv's note names the rows it runs: AMX tiles where the machine has
-    them (8-channel tiles for 8 channels), the VNNI rows with AMX masked off; same bytes."""
+    them (two pixels a tile row for 8 channels), the VNNI rows with AMX masked off; same bytes."""
     rng = np.random.default_rng(m)
     g, feeds = int8_conv_case(rng, 1, 3, m, hw[0], hw[1], 3, 2, 1, 1, "NHWC", "Relu", False)
     res = run_three_ways(g, feeds)
@@ -132,5 +139,5 @@ def test_plan_notes_name_the_amx_rows(m, hw):
         assert "native stem conv" in res[mode][1], (mode, res[mode][1])
     if not _has_amx():
         pytest.skip("no AMX on this machine")
-    assert "AMX tdpbusd" + (", 8-channel tiles" if m <= 8 else "") in res["native"][1], res["native"][1]
+    assert "AMX tdpbusd" + (", two pixels a tile row" if m <= 8 else "") in res["native"][1], res["native"][1]
     assert "AVX-512 VNNI vpdpbusd" in res["no_amx"][1], res["no_amx"][1]

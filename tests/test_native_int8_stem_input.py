@@ -7,6 +7,8 @@ the int8 range; NHWC float inputs (no Transpose); the prologue path when the ker
 conv at prepare; and what must not be folded."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edge_infer.backends.cpu import CpuBackend, native
 from edge_infer.backends.cpu import fuse_int8_input as fusion
@@ -180,3 +182,64 @@ def test_inspect_lists_the_folded_input(tmp_path):
     folded = rep["memory"]["fused_inputs"]
     assert any(k for k in folded) and len(set(folded.values())) == 1
     assert "quantized in the stem conv's line buffers" in format_inspect(rep)
+
+
+def _stem_q(x, scale, zp, mask):
+    """y (n, h, w, c) int8 of a 1x1 stem whose channel j reads input channel j with weight 1 and
+    a float32 multiplier 1.0 (zp_y = zp): the quantized NCHW float input itself, as the kernel's
+    line buffers hold it, under ISA mask ``mask``; and the rows it ran."""
+    import ctypes
+    P = ctypes.c_void_p
+    fn = {name: native.function(name, P, restype=res) for name, res in
+          (("ei_int8_stem_kind", ctypes.c_int), ("ei_int8_stem_pack_size", ctypes.c_int64),
+           ("ei_int8_stem_q_scratch", ctypes.c_int64), ("ei_int8_stem_path", ctypes.c_char_p))}
+    pack_fn, run_fn = native.function("ei_int8_stem_pack", P, P, P), native.function("ei_int8_stem_q", P)
+    n, c, h, w = x.shape
+    # the kernels take zp_x's share of the sums in the bias (-zp_x sum_k w)
+    d = dict(w=np.eye(c, dtype=np.int8), bias=np.full(c, -zp, np.int32), mult=np.full(c, 0x3F800000, np.int32),
+             shift=np.full(c, 64, np.int32), y=np.zeros((n, h, w, c), np.int8))
+    a = kernels.Int8ConvArgs(zp_x=zp, zp_y=zp, lo=-128, hi=127, n=n, c=c, h=h, w=w, m=c, oh=h, ow=w, kh=1, kw=1,
+                             sh=1, sw=1, dh=1, dw=1, pt=0, pl=0, threads=1)
+    for k in ("y", "bias", "mult", "shift"):
+        setattr(a, k, d[k].ctypes.data)
+    prev = native.set_isa_mask(mask)
+    try:
+        addr = ctypes.addressof(a)
+        a.kind = fn["ei_int8_stem_kind"](addr)
+        pack = kernels.aligned(int(fn["ei_int8_stem_pack_size"](addr)))
+        pack_fn(addr, d["w"].ctypes.data, pack.ctypes.data)
+        a.wpack = pack.ctypes.data
+        q = kernels.StemQuantArgs(conv=a, xf=x.ctypes.data, scale=scale, zp=float(zp), nchw=1)
+        scratch = kernels.aligned(int(fn["ei_int8_stem_q_scratch"](ctypes.addressof(q))))
+        q.conv.scratch = scratch.ctypes.data
+        run_fn(ctypes.addressof(q))
+        return d["y"], fn["ei_int8_stem_path"](addr).decode()
+    finally:
+        native.set_isa_mask(prev)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), c=st.integers(1, 4), hw=st.tuples(st.integers(1, 5), st.integers(1, 70)),
+       scale=st.sampled_from([np.float32(1 / 127.5), 0.02, 0.018658364191651344, 2.0 ** -7, 3.0, 1e-3, 0.0417]),
+       zp=st.integers(-128, 127))
+def test_line_quantizer_rounds_as_the_division(seed, c, hw, scale, zp):
+    """The float input quantized in the stem's line buffers is rint(x / scale) + zp clamped
+    (NaN -> 0) on every value: random values over and past the int8 range, values at and next to
+    the ties (k + 0.5) scale, 8-bit pixels mapped to [-1, 1] (ties at scale 1 / 127.5), and
+    random bit patterns (NaN, infinities, subnormals, huge), under every ISA mask."""
+    rng = np.random.default_rng(seed)
+    scale = float(np.float32(scale))
+    size = c * hw[0] * hw[1]
+    ties = ((rng.integers(-140, 140, size) + 0.5) * np.float32(scale)).astype(np.float32)
+    kinds = [(rng.standard_normal(size) * 100 * scale).astype(np.float32), ties,
+             np.nextafter(ties, np.float32(np.inf) * rng.choice([-1, 1], size)).astype(np.float32),
+             (rng.integers(0, 256, size).astype(np.float32) / np.float32(127.5) - np.float32(1)),
+             rng.integers(0, 2 ** 32, size, dtype=np.uint64).astype(np.uint32).view(np.float32)]
+    pick = rng.integers(0, len(kinds), size)
+    x = np.choose(pick, kinds).astype(np.float32).reshape(1, c, *hw)
+    with np.errstate(all="ignore"):
+        t = np.rint(x / np.float32(scale)) + np.float32(zp)
+    want = np.where(np.isnan(t), 0, np.clip(t, -128, 127)).astype(np.int8).transpose(0, 2, 3, 1)
+    for mode, mask in MASKS.items():
+        got, path = _stem_q(np.ascontiguousarray(x), scale, zp, mask)
+        np.testing.assert_array_equal(got, want, err_msg=f"{mode} ({path})")

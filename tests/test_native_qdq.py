@@ -107,6 +107,24 @@ def test_quantize_reciprocal_path_exact_near_ties(monkeypatch, isa, scale):
     np.testing.assert_array_equal(got["q"], want["q"])
 
 
+@pytest.mark.parametrize("zp,dtype", [(255, np.uint8), (0, np.uint8), (127, np.int8), (-128, np.int8)])
+@pytest.mark.parametrize("n", [16 * 5 + 3, 64 + 13])
+@pytest.mark.parametrize("scale", [1 / 127.5, 2.0 ** -7])
+def test_quantize_all_ties_and_the_int32_edge(monkeypatch, isa, zp, dtype, n, scale):
+    """8-bit pixels mapped to [-1, 1] by p / 127.5 - 1 at scale 1 / 127.5 (every value a tie:
+    half of them round down to even, half up), and finite values whose x / scale is the last
+    float under +-2^31 (with a power-of-two scale the bracket test passes them: + zp must not
+    wrap in the 16-lane tail), in 64-value blocks and tails."""
+    rng = np.random.default_rng(zp + 256 + n)
+    scale = np.float32(scale)
+    pixels = rng.integers(0, 256, n).astype(np.float32) / np.float32(127.5) - np.float32(1)
+    i = np.arange(n)
+    edge = np.float32(2147483520.0) * scale * np.where(i // 5 % 2, np.float32(-1), np.float32(1))
+    x = np.where(i % 5 == 0, edge, pixels).astype(np.float32).reshape(1, n)     # both signs, blocks and tail
+    got, want = both(monkeypatch, qdq_graph(x.shape, scale, zp, dtype), {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+
+
 def int8_graph(op, shape, attrs, params_out=None):
     def make():
         g = Graph(op)

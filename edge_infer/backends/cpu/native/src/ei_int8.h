@@ -225,15 +225,20 @@ static inline void ei_vq_store(const ei_vqc *c, const ei_vq16 *k, __mmask16 m, _
  * bytes as ei_vq_store's clamp-add-narrow, in a third of its instructions per value: saturating
  * packs to int16, + zp_y saturating, packs to int8, then [lo, hi] in int8 lanes. A value the
  * int16 pack saturates stays outside [-128, 127] after adding |zp_y| <= 128, as it would in
- * int32, so both clamp it alike. (The requantization is most of a pointwise conv's time.) */
+ * int32, so both clamp it alike. (The requantization is most of a pointwise conv's time.)
+ * ei_vq_pack4_full: without the [lo, hi] clamp, for [lo, hi] = [-128, 127]. */
 __attribute__((target("avx512f,avx512bw")))
-static inline __m512i ei_vq_pack4(const ei_vqc *c, __m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+static inline __m512i ei_vq_pack4_full(const ei_vqc *c, __m512i r0, __m512i r1, __m512i r2, __m512i r3) {
     /* the packs work per 128-bit lane: dword 4j + i of the result is r_i's values 4j .. 4j + 3 */
     const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     __m512i a = _mm512_adds_epi16(_mm512_packs_epi32(r0, r1), c->zp16);
     __m512i b = _mm512_adds_epi16(_mm512_packs_epi32(r2, r3), c->zp16);
-    __m512i p = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(a, b));
-    return _mm512_min_epi8(_mm512_max_epi8(p, c->lo8), c->hi8);
+    return _mm512_permutexvar_epi32(order, _mm512_packs_epi16(a, b));
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static inline __m512i ei_vq_pack4(const ei_vqc *c, __m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+    return _mm512_min_epi8(_mm512_max_epi8(ei_vq_pack4_full(c, r0, r1, r2, r3), c->lo8), c->hi8);
 }
 
 /* four vectors with the same 16 channels' constants (k), no residual: requantized and stored

@@ -20,51 +20,23 @@
  *   NEON / scalar int16 lines, [block][k][16 ch] int16 weights, vmlal_n_s16 / plain loops
  * Rows of output are split over the thread pool; each thread slot has its own line buffers.
  */
-#include "int8_gemm.h"
+#include "int8_stem.h"
 #include "ei_lut.h"
-#include "selftest_rng.h"
 
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#elif defined(__aarch64__)
-#include <arm_neon.h>
-#endif
-
-#define STEM_MAX_C 4
-#define STEM_MAX_M 64          /* four 16-channel blocks: the epilogue constants stay on the stack */
-#define STEM_MAX_KW 16
 /* a row split's slots: ~7 ns an output pixel per 16-channel block (MobileNetV3-small 224:
  * 6.6 ns, the 48x192 text classifier's 8 channels: 7.2 ns, half its lanes idle), one slot per
  * 4 us as the int8 conv's (int8_gemm.c SLOT_NS). The output-bytes threshold before (32 KB)
- * kept the text classifier's 16.6 us stem, 18 KB of output, on one thread. */
+ * kept the text classifier's 16.6 us stem, 18 KB of output, on one thread. The AMX rows on a
+ * float input: ~5 ns (MobileNetV3 224, in its plan), ~3 ns with two pixels a tile row (the
+ * text classifier, 7.4 us: at 2 threads its split runs took 14 us, the worker not yet
+ * spinning at a plan's first step, and the pool ran it alone in 93% of runs anyway). */
 #define STEM_PIXEL_NS 7
+#define STEM_AMX_PIXEL_NS 5
+#define STEM_PAIR_PIXEL_NS 3
 #define STEM_SLOT_NS 4000
-
-/* the stem on a float input (ei_int8_stem_q): xf quantized as QuantizeLinear does (per tensor:
- * rint(x / scale) + zp, clamped, NaN -> 0; qdq.c, bit for bit) while the line buffers are
- * filled, so a plan needs neither the int8 copy of its input nor the NHWC one. xf is
- * (n, c, h, w) with nchw, else (n, h, w, c); conv.x is not read, conv.zp_x == zp. */
-typedef struct {
-    ei_int8_conv_args conv;
-    const float *xf;
-    float scale, zp;
-    int32_t nchw;
-} ei_int8_stem_q_args;
-
-/* qdq.c: n values quantized to int8 per tensor, exactly as the QuantizeLinear kernels */
-void ei_quantize_row_s8(const float *x, int64_t n, float scale, float zp, int8_t *y);
-
-/* interleave_vbmi's byte indices: channels 0 / 1 and 2 / 3 of the planes, the bytes of 2 / 3 */
-typedef struct { uint8_t i01[64], i23[64]; uint64_t hi; } stem_ilv;
-
-typedef struct {
-    int kwc, kwc4, grow;       /* a kernel row's values, rounded up to 4, its 4-value groups */
-    int groups, kp, mb;        /* groups of the whole kernel, padded K (kh * kwc4), 16-channel blocks */
-    int64_t wn, lb;            /* line positions ((ow - 1) * sw + kw), one line's bytes (64-aligned) */
-} stem_geo;
 
 static stem_geo stem_geometry(const ei_int8_conv_args *a) {
     stem_geo g;
@@ -91,7 +63,7 @@ static int stem_kind_runs(int kind) {
 }
 
 /* whether the stem kernel computes these args at all */
-static int stem_fits(const ei_int8_conv_args *a) {
+int ei_stem_fits(const ei_int8_conv_args *a) {
     if (a->in_nchw || a->out_nchw || a->z || a->c < 1 || a->c > STEM_MAX_C || a->m < 1 || a->m > STEM_MAX_M)
         return 0;
     if (a->kh < 1 || a->kh > 64 || a->kw < 1 || a->kw > STEM_MAX_KW || a->sh < 1 || a->sw < 1 || a->dh < 1 || a->dw != 1
@@ -103,7 +75,7 @@ static int stem_fits(const ei_int8_conv_args *a) {
 /* the kind this machine runs the stem with now (ISA mask included), or -1 when the stem kernel
  * does not take these args or the GEMM is faster here (the GEMM serves) */
 EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
-    if (!stem_fits(a)) return -1;
+    if (!ei_stem_fits(a)) return -1;
 #if defined(__x86_64__)
     /* where the GEMM runs on AMX (K >= 17, kernels.AMX_MIN_K) its tiles take the multiplies off
      * the vector ports: from 32 channels on it beat these rows (1 thread, loaded machine,
@@ -124,6 +96,8 @@ EI_API int ei_int8_stem_kind(const ei_int8_conv_args *a) {
     return KIND_SCALAR;
 }
 
+static int pair_fits(const ei_int8_conv_args *a);
+
 /* the rows ei_int8_stem runs args of a->kind (as ei_int8_stem_kind chose it) with on this
  * machine now, ISA mask included, for plan notes and tests */
 EI_API const char *ei_int8_stem_path(const ei_int8_conv_args *a) {
@@ -131,7 +105,8 @@ EI_API const char *ei_int8_stem_path(const ei_int8_conv_args *a) {
     int kind = stem_kind_runs(a->kind) ? a->kind : KIND_SCALAR;
 #if defined(__x86_64__)
     if (kind == KIND_VNNI && ei_int8_kind_runs(KIND_AMX))
-        return a->m <= 8 ? "AMX tdpbusd, 8-channel tiles" : "AMX tdpbusd";
+        return pair_fits(a) ? "AMX tdpbusd, two pixels a tile row" : a->m <= 8 ? "AMX tdpbusd, 8-channel tiles"
+                                                                           : "AMX tdpbusd";
 #endif
     return kind >= 0 && kind <= KIND_VNNI ? names[kind] : names[0];
 }
@@ -141,9 +116,37 @@ static int64_t corr_bytes(const stem_geo *g) { return (int64_t)g->mb * 16 * 4; }
 
 static int w8_layout(int kind) { return kind == KIND_VNNI || kind == KIND_DOT; }
 
+/* The AMX rows of 8 channels or fewer take two pixels a tile row (row_amx, s->pair): a kernel
+ * row's A row is the pair's bytes, from the first pixel's taps through the second's (sw c +
+ * kw c values, rounded up to 4: at most 64), and its B columns 0..7 the first pixel's channels,
+ * 8..15 the second's (the same weights sw c bytes further on). 32 pixels a step in every tile
+ * operation's 16 rows, no idle B or C columns, against 16 pixels of 8 columns. */
+static int pair_cols(const ei_int8_conv_args *a) { return (a->sw * a->c + a->kw * a->c + 3) & ~3; }
+
+static int pair_fits(const ei_int8_conv_args *a) {
+    return a->kind == KIND_VNNI && a->m <= 8 && pair_cols(a) <= 64;
+}
+
+/* the pair layout's bytes, after the VNNI layout: per kernel row, pair_cols / 4 k-group rows
+ * of 16 columns x 4 bytes */
+static int64_t pair_bytes(const ei_int8_conv_args *a) {
+    return pair_fits(a) ? (int64_t)a->kh * pair_cols(a) * 16 : 0;
+}
+
+static void pair_pack(const ei_int8_conv_args *a, const int8_t *w_mk, int8_t *out) {
+    const int kwc = a->kw * a->c, step = a->sw * a->c, cols = pair_cols(a), K = a->kh * kwc;
+    for (int ky = 0; ky < a->kh; ky++)
+        for (int v = 0; v < cols; v++)
+            for (int n = 0; n < 16; n++) {
+                int ch = n % 8, at = n < 8 ? v : v - step;
+                int8_t w = ch < a->m && at >= 0 && at < kwc ? w_mk[(int64_t)ch * K + ky * kwc + at] : 0;
+                out[(((int64_t)ky * cols / 4 + v / 4) * 16 + n) * 4 + v % 4] = w;
+            }
+}
+
 EI_API int64_t ei_int8_stem_pack_size(const ei_int8_conv_args *a) {
     stem_geo g = stem_geometry(a);
-    return corr_bytes(&g) + (int64_t)g.mb * g.kp * 16 * (w8_layout(a->kind) ? 1 : 2);
+    return corr_bytes(&g) + (int64_t)g.mb * g.kp * 16 * (w8_layout(a->kind) ? 1 : 2) + pair_bytes(a);
 }
 
 /* weight of channel j of block b at padded tap kk (ky * kwc4 + value), from any kind's layout */
@@ -174,6 +177,7 @@ EI_API void ei_int8_stem_pack(const ei_int8_conv_args *a, const int8_t *w_mk, vo
         }
         corr[mm] = a->kind == KIND_VNNI ? (int32_t)(-128 * sum) : 0;     /* u8 = x + 128 */
     }
+    if (pair_fits(a)) pair_pack(a, w_mk, (int8_t *)wp + (int64_t)g.mb * g.kp * 16);
 }
 
 /* line slots a thread keeps: an output row's kh lines span (kh - 1) dh + 1 input rows and the
@@ -203,11 +207,6 @@ static void xor80_avx512(uint8_t *d, const int8_t *s, int64_t n) {
     }
 }
 #endif
-
-/* the image columns a line takes: [0, line_cols) of a row (line positions pl ..) */
-static int64_t line_cols(const ei_int8_conv_args *a, const stem_geo *g) {
-    return EI_MAX((int64_t)0, EI_MIN(g->wn, (int64_t)a->pl + a->w) - a->pl);
-}
 
 /* line position p holds input column p - pl of the row src (int8 NHWC from column 0; NULL: a
  * row outside the image), zp_x outside the image */
@@ -249,40 +248,6 @@ static void build_line(const ei_int8_conv_args *a, const stem_geo *g, const int8
 
 /* ---- per-kind rows: out = the output row (ow * m int8), lines = kh line buffers ---- */
 
-#if defined(__x86_64__)
-/* an AMX tile configuration (ldtilecfg's 64 bytes, palette 1) */
-typedef struct __attribute__((aligned(64))) {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} stem_tiles;
-#endif
-
-typedef struct {
-    const ei_int8_conv_args *a;
-    stem_geo g;
-    int kind, layout;          /* the rows run; the packed weights' kind */
-    const ei_int8_stem_q_args *q;       /* a float input quantized into the lines, or NULL */
-    stem_ilv ilv;
-    int f32_vbmi;              /* the VNNI lines of an NCHW float input: line_f32_vbmi */
-    int64_t slot_bytes;        /* a thread slot's scratch: line slots (+ the quantized row) */
-    const int32_t *corr;
-    const void *wp;
-    int32_t bias[STEM_MAX_M], mult[STEM_MAX_M], shift[STEM_MAX_M];   /* padded to whole blocks */
-#if defined(__x86_64__)
-    /* the VNNI rows' requantization constants per 16-channel block, and the activation table
-     * in four vectors where VBMI looks it up in registers (vbmi_lut), made once a call */
-    ei_vq16 vq[STEM_MAX_M / 16];
-    ei_vqc vc[STEM_MAX_M / 16];
-    __m512i lut4[4];
-    int vbmi_lut;
-    /* the AMX rows (row_amx): their tile configuration; half: 8 channels or fewer, their
-     * constants in lanes 0..7 and again in 8..15 (two pixels a vector) */
-    int amx, half;
-    stem_tiles tiles;
-#endif
-} stem_ctx;
-
 static void row_scalar(const stem_ctx *s, const void *const *lines, int8_t *out) {
     const ei_int8_conv_args *a = s->a;
     const stem_geo *g = &s->g;
@@ -316,8 +281,6 @@ static inline __m512i dpbusd(__m512i acc, __m512i x, __m512i w) {
     return acc;
 }
 
-static int has_vbmi(void);
-
 VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
     const ei_int8_conv_args *a = s->a;
     for (int b = 0; b < s->g.mb; b++) {
@@ -329,7 +292,8 @@ VNNI_TARGET static void vnni_prepare(stem_ctx *s) {
         int left = ei_vq16_prepare(&s->vq[b], bias, corr, mult, shift, 16);
         ei_vqc_prepare(&s->vc[b], NULL, a->zp_y, a->lo, a->hi, left);
     }
-    s->vbmi_lut = a->lut && has_vbmi();
+    s->vbmi_lut = a->lut && ei_stem_has_vbmi();
+    s->clamp = a->lo > -128 || a->hi < 127;
     for (int i = 0; i < 4; i++) s->lut4[i] = a->lut ? _mm512_loadu_si512(a->lut + 64 * i) : _mm512_setzero_si512();
 }
 
@@ -340,9 +304,11 @@ static inline void vnni_requant(const stem_ctx *s, int b, const __m512i *acc, in
     const ei_vq16 *k = &s->vq[b];
     const ei_vqc *vc = &s->vc[b];
     const int left = vc->left;
-    for (int h = 0; h < n / 4; h++)
-        p[h] = ei_vq_pack4(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
-                           ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
+    for (int h = 0; h < n / 4; h++) {
+        p[h] = ei_vq_pack4_full(vc, ei_vq_mbqm(acc[4 * h], k, left), ei_vq_mbqm(acc[4 * h + 1], k, left),
+                                ei_vq_mbqm(acc[4 * h + 2], k, left), ei_vq_mbqm(acc[4 * h + 3], k, left));
+        if (s->clamp) p[h] = _mm512_min_epi8(_mm512_max_epi8(p[h], vc->lo8), vc->hi8);
+    }
 }
 
 /* NPX pixels' 16 channels of block b from the bias, requantized and packed: pixel i's tap
@@ -451,86 +417,137 @@ static void row_vnni(const stem_ctx *s, const void *const *lines, int8_t *out) {
  * to a buffer, then + the bias and the VNNI rows' epilogue (vnni_requant, the table,
  * vnni_store): the 144 vpdpbusd and broadcast loads of a 3x3x3 block of 16 pixels become 3
  * tdpbusd. A stem of 8 channels or fewer (s->half) has 8-channel tiles (32-byte rows): its 16
- * pixels are 8 vectors of two pixels each, half the requantization of 16 lanes.
+ * pixels are 8 vectors of two pixels each, half the requantization of 16 lanes; where the
+ * pair's taps fit a 64-byte row (pair_fits) its tile rows hold two pixels instead, 32 pixels
+ * a step in 16 vectors.
+ * Every tile operation costs about a cycle a tile row whatever its K or N (tileloadd,
+ * tdpbusd, tilestored: ~10 to 13 TSC ticks each for 16 rows, measured alone), and they hardly
+ * overlap the vector epilogue, so the rows count tile operations: per step kh A loads, kh
+ * tdpbusd, a zero and a store, the B tiles held for the call where they fit (s->held: 7 steps
+ * of 16 pixels, 3x3 kernel, 362 -> 271 ticks). (A tiles built from the lines with the kernel
+ * rows side by side, one load and one tdpbusd a step, cost more: the vector stores and the
+ * tileloadd waiting on them.)
  * The steps (16 pixels of one block) are pipelined: a step's tiles are computed into one of two
- * C tiles and buffers while the previous step's sums are requantized from the other (in turn,
- * the vector loads waiting on the tile store just before them: MobileNetV3's 224 stem 91 us
- * against the VNNI rows' 86, pipelined 83, 1 thread, loaded machine). The tiles still take
- * vector-port time from the epilogue (the stem's lines 31 us, the tiles alone 15, the
- * epilogue alone 39, both 52): the gain is the vpdpbusd work, not all of the tiles' time.
+ * C tiles and buffers while the previous step's sums are requantized from the other.
  * Tiles: 0, 1 the sums of even / odd steps, 2, 3 A of even / odd kernel rows, 4, 5 their
- * weights. */
+ * weights (4 .. 3 + kh held). */
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi,amx-tile,amx-int8")))
 
 AMX_TARGET static void amx_tiles_load(const stem_tiles *t) { _tile_loadconfig(t); }
 
 AMX_TARGET static void amx_tiles_release(void) { _tile_release(); }
 
-static void amx_tiles_prepare(const stem_ctx *s, stem_tiles *t) {
-    const int r = (int)EI_MIN((int64_t)NPX, s->a->ow), cb = s->half ? 32 : 64;
+/* the AMX rows' geometry in s (pair, held and the strides) and their tile configuration */
+static void amx_prepare(stem_ctx *s, const ei_int8_conv_args *a) {
+    s->pair = pair_fits(a);
+    s->held = a->kh <= 4 && (s->pair || s->g.mb == 1);
+    s->npx = s->pair ? 2 * NPX : NPX;
+    const int64_t step = (int64_t)a->sw * a->c;
+    const int acols = s->pair ? pair_cols(a) : s->g.kwc4, cb = s->half && !s->pair ? 32 : 64;
+    s->astep = s->pair ? 2 * step : step;
+    s->bky = (int64_t)acols / 4 * 64;
+    s->bblock = (int64_t)s->g.groups * 64;
+    s->bw = (const int8_t *)s->wp + (s->pair ? (int64_t)s->g.mb * s->g.kp * 16 : 0);
+    const int r = (int)(s->pair ? (EI_MIN(s->npx, (int64_t)a->ow) + 1) / 2 : EI_MIN((int64_t)NPX, (int64_t)a->ow));
+    stem_tiles *t = &s->tiles;
     memset(t, 0, sizeof *t);
     t->palette = 1;
-    for (int i = 0; i < 6; i++) {
-        t->rows[i] = (uint8_t)(i < 4 ? r : s->g.grow);
-        t->colsb[i] = (uint16_t)(i == 2 || i == 3 ? s->g.kwc4 : cb);
+    for (int i = 0; i < 8; i++) {
+        t->rows[i] = (uint8_t)(i < 4 ? r : acols / 4);
+        t->colsb[i] = (uint16_t)(i == 2 || i == 3 ? acols : cb);
     }
 }
 
+/* the held B tiles (4 + ky) of block 0 */
+AMX_TARGET static void amx_hold_weights(const stem_ctx *s) {
+    const int kh = s->a->kh;
+    _tile_loadd(4, s->bw, 64);
+    if (kh > 1) _tile_loadd(5, s->bw + s->bky, 64);
+    if (kh > 2) _tile_loadd(6, s->bw + 2 * s->bky, 64);
+    if (kh > 3) _tile_loadd(7, s->bw + 3 * s->bky, 64);
+}
+
 /* tile C = sum over kernel rows of A . B, stored to cbuf (rows of cb bytes); reads amx_sums'
- * kh, lines, at, step, w, gb */
+ * kh, lines, at, as, w, bky */
 #define AMX_KROWS(C)                                                                             \
     do {                                                                                         \
         _tile_zero(C);                                                                           \
         int ky = 0;                                                                              \
         for (; ky + 1 < kh; ky += 2) {                                                           \
-            _tile_loadd(2, lines[ky] + at, step);                                                \
-            _tile_loadd(4, w + ky * gb, 64);                                                     \
+            _tile_loadd(2, lines[ky] + at, as);                                                  \
+            _tile_loadd(4, w + ky * bky, 64);                                                    \
             _tile_dpbusd(C, 2, 4);                                                               \
-            _tile_loadd(3, lines[ky + 1] + at, step);                                            \
-            _tile_loadd(5, w + (ky + 1) * gb, 64);                                               \
+            _tile_loadd(3, lines[ky + 1] + at, as);                                              \
+            _tile_loadd(5, w + (ky + 1) * bky, 64);                                              \
             _tile_dpbusd(C, 3, 5);                                                               \
         }                                                                                        \
         if (ky < kh) {                                                                           \
-            _tile_loadd(2, lines[ky] + at, step);                                                \
-            _tile_loadd(4, w + ky * gb, 64);                                                     \
+            _tile_loadd(2, lines[ky] + at, as);                                                  \
+            _tile_loadd(4, w + ky * bky, 64);                                                    \
             _tile_dpbusd(C, 2, 4);                                                               \
         }                                                                                        \
         _tile_stored(C, cbuf, cb);                                                               \
     } while (0)
 
-/* the int32 sums of block b's channels for NPX pixels at line offset at into cbuf, through C
- * tile odd */
+/* the same against the held B tiles */
+#define AMX_HELD(C)                                                                              \
+    do {                                                                                         \
+        _tile_zero(C);                                                                           \
+        _tile_loadd(2, lines[0] + at, as);                                                       \
+        _tile_dpbusd(C, 2, 4);                                                                   \
+        if (kh > 1) {                                                                            \
+            _tile_loadd(3, lines[1] + at, as);                                                   \
+            _tile_dpbusd(C, 3, 5);                                                               \
+        }                                                                                        \
+        if (kh > 2) {                                                                            \
+            _tile_loadd(2, lines[2] + at, as);                                                   \
+            _tile_dpbusd(C, 2, 6);                                                               \
+        }                                                                                        \
+        if (kh > 3) {                                                                            \
+            _tile_loadd(3, lines[3] + at, as);                                                   \
+            _tile_dpbusd(C, 3, 7);                                                               \
+        }                                                                                        \
+        _tile_stored(C, cbuf, cb);                                                               \
+    } while (0)
+
+/* the int32 sums of block b's channels for a step's pixels at line offset at into cbuf,
+ * through C tile odd */
 AMX_TARGET static inline void amx_sums(const stem_ctx *s, const uint8_t *const *lines, int b, int64_t at, int odd,
                                        int32_t *cbuf) {
-    const int64_t step = (int64_t)s->a->sw * s->a->c, gb = (int64_t)s->g.grow * 64, cb = s->half ? 32 : 64;
+    const int64_t as = s->astep, bky = s->bky, cb = s->half && !s->pair ? 32 : 64;
     const int kh = s->a->kh;
-    const int8_t *w = (const int8_t *)s->wp + (int64_t)b * s->g.groups * 64;
+    if (s->held) {
+        if (odd) AMX_HELD(1);
+        else AMX_HELD(0);
+        return;
+    }
+    const int8_t *w = s->bw + (int64_t)b * s->bblock;
     if (odd) AMX_KROWS(1);
     else AMX_KROWS(0);
 }
 
-/* pixels first .. first + np - 1 of block b from their sums in cbuf into the output row y */
+/* pixels first .. first + np - 1 of block b from their sums in cbuf (nv vectors: NPX pixels of
+ * 16 channels, or 2 nv pixels of 8 with s->half) into the output row y */
 AMX_TARGET static inline void amx_epilogue(const stem_ctx *s, int b, const int32_t *cbuf, int64_t first, int np,
-                                           int8_t *y) {
+                                           int8_t *y, int nv) {
     const __m512i bias = s->vq[b].bias;
     __m512i acc[NPX], p[NPX / 4];
-    const int nv = s->half ? NPX / 2 : NPX, np4 = nv / 4;
+    const int np4 = nv / 4;
     for (int i = 0; i < nv; i++) acc[i] = _mm512_add_epi32(bias, _mm512_load_si512(cbuf + 16 * i));
     vnni_requant(s, b, acc, nv, p);
     if (s->vbmi_lut)
         for (int h = 0; h < np4; h++) p[h] = lut64(s->lut4, p[h]);
     if (!s->half) { vnni_store(s, b, p, first, np, y); return; }
-    const int64_t m = s->a->m;          /* p[0]: pixels 0..7, p[1]: 8..15, 8 channels each */
+    const int64_t m = s->a->m;          /* p[0]: pixels 0..7, p[1]: 8..15, .., 8 channels each */
     if (m == 8) {                       /* 8 pixels = 64 contiguous output bytes */
-        for (int h = 0; h < 2 && 8 * h < np; h++) {
+        for (int h = 0; h < np4 && 8 * h < np; h++) {
             int n8 = EI_MIN(8, np - 8 * h);
             _mm512_mask_storeu_epi8(y + (first + 8 * h) * 8, n8 == 8 ? ~0ULL : (1ULL << (8 * n8)) - 1, p[h]);
         }
         return;
     }
-    int8_t tmp[NPX * 8];
-    _mm512_storeu_si512(tmp, p[0]);
-    _mm512_storeu_si512(tmp + 64, p[1]);
+    int8_t tmp[NPX * 16];
+    for (int h = 0; h < np4; h++) _mm512_storeu_si512(tmp + 64 * h, p[h]);
     for (int i = 0; i < np; i++)
         _mm512_mask_storeu_epi8(y + (first + i) * m, (1ULL << m) - 1,
                                 _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(tmp + 8 * i))));
@@ -539,19 +556,20 @@ AMX_TARGET static inline void amx_epilogue(const stem_ctx *s, int b, const int32
 AMX_TARGET
 static void row_amx(const stem_ctx *s, const void *const *lines_v, int8_t *out) {
     const uint8_t *const *lines = (const uint8_t *const *)lines_v;
-    const int64_t step = (int64_t)s->a->sw * s->a->c, ow = s->a->ow, nsteps = (ow + NPX - 1) / NPX;
-    const int64_t items = s->g.mb * nsteps;
+    const int64_t step = (int64_t)s->a->sw * s->a->c, ow = s->a->ow, P = s->npx, nsteps = (ow + P - 1) / P;
+    const int64_t items = (s->pair ? 1 : s->g.mb) * nsteps;
+    const int nv = s->half && !s->pair ? NPX / 2 : NPX;
     int32_t cbuf[2][NPX * 16] __attribute__((aligned(64)));
-    if (ow < NPX) memset(cbuf, 0, sizeof cbuf);         /* rows past the tiles' are requantized too */
-    /* item j: block j / nsteps, its step j % nsteps; the last step: the NPX pixels ending at
-     * the row's end, as row_vnni */
-#define AMX_FIRST(j) (ow >= NPX ? EI_MIN(((j) % nsteps) * NPX, ow - NPX) : 0)
+    if (ow < P) memset(cbuf, 0, sizeof cbuf);           /* rows past the tiles' are requantized too */
+    /* item j: block j / nsteps, its step j % nsteps; the last step: the P pixels ending at the
+     * row's end, as row_vnni */
+#define AMX_FIRST(j) (ow >= P ? EI_MIN(((j) % nsteps) * P, ow - P) : 0)
     amx_sums(s, lines, 0, 0, 0, cbuf[0]);
     for (int64_t j = 0; j < items; j++) {
         if (j + 1 < items)
             amx_sums(s, lines, (int)((j + 1) / nsteps), AMX_FIRST(j + 1) * step, (int)((j + 1) & 1), cbuf[(j + 1) & 1]);
         int64_t first = AMX_FIRST(j);
-        amx_epilogue(s, (int)(j / nsteps), cbuf[j & 1], first, (int)EI_MIN((int64_t)NPX, ow - first), out);
+        amx_epilogue(s, (int)(j / nsteps), cbuf[j & 1], first, (int)EI_MIN(P, ow - first), out, nv);
     }
 #undef AMX_FIRST
 }
@@ -686,147 +704,6 @@ static row_fn row_kernel(int kind) {
     return row_scalar;
 }
 
-/* ---- a float input's rows: quantized, then (NCHW) interleaved into NHWC order ---- */
-
-/* the plane rows' stride in the quantized-row scratch (64-byte over-reads stay inside) */
-static int64_t plane_stride(const ei_int8_conv_args *a) { return ((int64_t)a->w + 64 + 63) / 64 * 64; }
-
-/* bytes after a slot's lines: the NHWC row (+ 64) and c quantized plane rows */
-static int64_t qrow_bytes(const ei_int8_conv_args *a) {
-    return ((int64_t)a->w * a->c + 64 + 63) / 64 * 64 + (int64_t)a->c * plane_stride(a);
-}
-
-#if defined(__x86_64__)
-/* the byte indices of interleave_vbmi for c channels, made once a call */
-static void interleave_index(int c, stem_ilv *t) {
-    const int P = 64 / c;
-    t->hi = 0;
-    for (int e = 0; e < 64; e++) {
-        int px = e / c < P ? e / c : P - 1, ch = e % c;
-        t->i01[e] = (uint8_t)((ch == 1 ? 64 : 0) + px);
-        t->i23[e] = (uint8_t)((ch == 3 ? 64 : 0) + px);
-        if (ch >= 2) t->hi |= 1ULL << e;
-    }
-}
-
-/* d[p * c + ch] = planes[ch * ps + p] for p < n, c = 2 .. 4: 64 / c pixels a step, two
- * vpermt2b and a blend (the interleave of 3 planes: 1.5 instructions per 16 pixels) */
-__attribute__((target("avx512f,avx512bw,avx512vbmi")))
-static void interleave_vbmi(const stem_ilv *t8, const int8_t *planes, int64_t ps, int c, int64_t n, int8_t *d) {
-    const int P = 64 / c;
-    const uint64_t hi = t8->hi;
-    const __m512i x01 = _mm512_loadu_si512(t8->i01), x23 = _mm512_loadu_si512(t8->i23);
-    for (int64_t p0 = 0; p0 < n; p0 += P) {
-        int np = (int)EI_MIN((int64_t)P, n - p0);
-        __mmask64 lm = (1ULL << np) - 1, sm = np * c == 64 ? ~0ULL : (1ULL << (np * c)) - 1;
-        __m512i s0 = _mm512_maskz_loadu_epi8(lm, planes + p0), s1 = _mm512_maskz_loadu_epi8(lm, planes + ps + p0);
-        __m512i t = _mm512_permutex2var_epi8(s0, x01, s1);
-        if (c > 2) {
-            __m512i s2 = _mm512_maskz_loadu_epi8(lm, planes + 2 * ps + p0);
-            __m512i s3 = c > 3 ? _mm512_maskz_loadu_epi8(lm, planes + 3 * ps + p0) : s2;
-            t = _mm512_mask_blend_epi8(hi, t, _mm512_permutex2var_epi8(s2, x23, s3));
-        }
-        _mm512_mask_storeu_epi8(d + p0 * c, sm, t);
-    }
-}
-
-static int has_vbmi(void) {
-    static int v = -1;
-    if (v < 0) { __builtin_cpu_init(); v = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw"); }
-    return v && ei_has(EI_AVX512);
-}
-#endif
-
-#if defined(__x86_64__)
-/* a VNNI line (u8) of row iy of image b of an NCHW float input in one pass: 16 pixels a step,
- * each plane's 16 values quantized in registers with qdq.c's exact reciprocal test (t = x *
- * (1 / scale); a lane whose t - rint(t), one vreduceps, lies too near a tie sends the step
- * through ei_quantize_row_s8's division), packed with saturation as qdq.c does (+ zp_x + 128
- * in int16 lanes, then to u8: the clamp and the flip to u8 at once), one vpermb to NHWC order.
- * As separate passes (quantize, interleave, flip) the row cost 10 us more than the quantize
- * and transpose steps it replaces (MobileNetV3 224, 1 thread). */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi")))
-static void line_f32_vbmi(const stem_ctx *s, int64_t b, int64_t iy, uint8_t *d, int64_t n) {
-    const ei_int8_conv_args *a = s->a;
-    const int c = a->c;
-    const float *plane = s->q->xf + ((b * c) * a->h + iy) * a->w;
-    const int64_t ps = (int64_t)a->h * a->w;
-    const __m512 r = _mm512_set1_ps(1.0f / s->q->scale), half = _mm512_set1_ps(0.5f), tol = _mm512_set1_ps(0x1p-21f);
-    const __m512i zp16 = _mm512_set1_epi16((short)(a->zp_x + 128)), idx = _mm512_loadu_si512(s->ilv.i01);
-    for (int64_t p0 = 0; p0 < n; p0 += 16) {
-        int np = (int)EI_MIN((int64_t)16, n - p0);
-        __mmask16 lm = (__mmask16)((1u << np) - 1);
-        __m512i q[4] = { _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512() };
-        __mmask16 ok = 0xFFFF;
-        for (int ch = 0; ch < c; ch++) {
-            __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(lm, plane + ch * ps + p0), r);
-            q[ch] = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512 dd = _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            ok &= _mm512_cmp_ps_mask(dd, _mm512_fnmadd_ps(_mm512_abs_ps(t), tol, half), _CMP_LT_OQ);
-        }
-        if (ok != 0xFFFF) {             /* the exact division for these pixels */
-            int8_t tmp[4 * 16];
-            for (int ch = 0; ch < c; ch++)
-                ei_quantize_row_s8(plane + ch * ps + p0, np, s->q->scale, s->q->zp, tmp + 16 * ch);
-            for (int i = 0; i < np; i++)
-                for (int ch = 0; ch < c; ch++) d[(p0 + i) * c + ch] = (uint8_t)(tmp[16 * ch + i] ^ 0x80);
-            continue;
-        }
-        /* byte 16 j + 4 ch + k: channel ch of pixel 4 j + k (the packs work per 128-bit lane) */
-        __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp16);
-        __m512i hi = c > 2 ? _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[c > 3 ? 3 : 2]), zp16) : lo;
-        __mmask64 sm = np * c == 64 ? ~0ULL : (1ULL << (np * c)) - 1;
-        _mm512_mask_storeu_epi8(d + p0 * c, sm, _mm512_permutexvar_epi8(idx, _mm512_packus_epi16(lo, hi)));
-    }
-}
-#endif
-
-/* the byte index of line_f32_vbmi: NHWC byte e (channel e % c of pixel e / c) from the packs */
-static void pixel_index(int c, stem_ilv *t) {
-    for (int e = 0; e < 64; e++) {
-        int px = e < 16 * c ? e / c : 0, ch = e % c;
-        t->i01[e] = (uint8_t)((px / 4) * 16 + ch * 4 + px % 4);
-    }
-}
-
-static void interleave(const stem_ctx *s, const int8_t *planes, int64_t ps, int c, int64_t n, int8_t *d) {
-    int64_t p = 0;
-    (void)s;
-#if defined(__x86_64__)
-    if (c > 1 && has_vbmi()) { interleave_vbmi(&s->ilv, planes, ps, c, n, d); return; }
-#elif defined(__aarch64__)
-    if (ei_has(EI_NEON))            /* the structure stores interleave 16 pixels at once */
-        for (; p + 16 <= n; p += 16) {
-            const int8_t *s = planes + p;
-            if (c == 2) vst2q_s8(d + 2 * p, (int8x16x2_t){ { vld1q_s8(s), vld1q_s8(s + ps) } });
-            else if (c == 3) vst3q_s8(d + 3 * p, (int8x16x3_t){ { vld1q_s8(s), vld1q_s8(s + ps), vld1q_s8(s + 2 * ps) } });
-            else if (c == 4)
-                vst4q_s8(d + 4 * p, (int8x16x4_t){ { vld1q_s8(s), vld1q_s8(s + ps), vld1q_s8(s + 2 * ps), vld1q_s8(s + 3 * ps) } });
-            else break;
-        }
-#endif
-    for (; p < n; p++)
-        for (int ch = 0; ch < c; ch++) d[p * c + ch] = planes[ch * ps + p];
-}
-
-/* row iy of image b of the float input, its first line_cols columns quantized into qrow (NHWC) */
-static const int8_t *quantized_row(const stem_ctx *s, int64_t b, int64_t iy, int8_t *qrow) {
-    const ei_int8_conv_args *a = s->a;
-    const ei_int8_stem_q_args *q = s->q;
-    const int c = a->c;
-    const int64_t n = line_cols(a, &s->g);
-    if (!q->nchw || c == 1) {
-        ei_quantize_row_s8(q->xf + ((b * a->h + iy) * a->w) * c, n * c, q->scale, q->zp, qrow);
-        return qrow;
-    }
-    const int64_t ps = plane_stride(a);
-    int8_t *planes = qrow + ((int64_t)a->w * c + 64 + 63) / 64 * 64;
-    for (int ch = 0; ch < c; ch++)
-        ei_quantize_row_s8(q->xf + (((b * c + ch) * a->h + iy) * a->w), n, q->scale, q->zp, planes + ch * ps);
-    interleave(s, planes, ps, c, n, qrow);
-    return qrow;
-}
-
 static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     const stem_ctx *s = (const stem_ctx *)vctx;
     const ei_int8_conv_args *a = s->a;
@@ -835,6 +712,8 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     int8_t *qrow = (int8_t *)(scr + slots * s->g.lb);     /* the float input's row, quantized */
     const void *lines[64];
     int64_t held[64];                           /* per slot: the line's (b, iy + pt), or -1 */
+    char filled[64] = { 0 };                    /* per slot: zp_x written around the image */
+    (void)filled;                               /* (x86 only: the VBMI lines) */
     for (int64_t i = 0; i < slots; i++) held[i] = -1;
     int type = line_type(s->kind);
     row_fn fn = row_kernel(s->kind);
@@ -842,6 +721,7 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
     if (s->amx) {                   /* this thread's tiles, for this range of rows */
         fn = row_amx;
         amx_tiles_load(&s->tiles);
+        if (s->held) amx_hold_weights(s);
     }
 #endif
     for (int64_t r = r0; r < r1; r++) {
@@ -852,15 +732,18 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
             void *l = scr + slot * s->g.lb;
             if (held[slot] != tag && s->f32_vbmi && iy >= 0 && iy < a->h) {
 #if defined(__x86_64__)
-                build_line(a, &s->g, NULL, type, l);            /* zp_x everywhere, then the image */
-                line_f32_vbmi(s, b, iy, (uint8_t *)l + (int64_t)a->pl * a->c, line_cols(a, &s->g));
+                /* zp_x everywhere once, then the image's columns: the padding on either side
+                 * keeps its zp_x (every line writer leaves it or rewrites it so) */
+                if (!filled[slot]) build_line(a, &s->g, NULL, type, l);
+                filled[slot] = 1;
+                ei_stem_line_f32(s, b, iy, (uint8_t *)l + (int64_t)a->pl * a->c, line_cols(a, &s->g));
                 held[slot] = tag;
 #endif
             }
             if (held[slot] != tag) {
                 const int8_t *src = NULL;
                 if (iy >= 0 && iy < a->h)
-                    src = s->q ? quantized_row(s, b, iy, qrow) : a->x + ((b * a->h + iy) * a->w) * a->c;
+                    src = s->q ? ei_stem_quantized_row(s, b, iy, qrow) : a->x + ((b * a->h + iy) * a->w) * a->c;
                 build_line(a, &s->g, src, type, l);
                 held[slot] = tag;
             }
@@ -879,11 +762,11 @@ static void stem_rows(void *vctx, int64_t r0, int64_t r1) {
 }
 
 static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
-    EI_CHECK(stem_fits(a));
+    EI_CHECK(ei_stem_fits(a));
     stem_ctx s;
     s.a = a;
     s.q = q;
-    s.slot_bytes = line_slots(a) * stem_geometry(a).lb + (q ? qrow_bytes(a) : 0);
+    s.slot_bytes = line_slots(a) * stem_geometry(a).lb + (q ? ei_stem_qrow_bytes(a) : 0);
     s.g = stem_geometry(a);
     /* weights packed for a kind this CPU (under the ISA mask) cannot run: the scalar rows read
      * any layout (the u8 bias correction is the VNNI rows' alone) */
@@ -900,19 +783,17 @@ static void stem_run(const ei_int8_conv_args *a, const ei_int8_stem_q_args *q) {
     /* the VNNI kind's rows on AMX tiles where this CPU (under the ISA mask) has them */
     s.amx = s.kind == KIND_VNNI && ei_int8_kind_runs(KIND_AMX);
     s.half = s.amx && a->m <= 8;
-    if (s.amx) amx_tiles_prepare(&s, &s.tiles);
+    s.pair = s.held = 0;
+    if (s.amx) amx_prepare(&s, a);
     if (s.kind == KIND_VNNI) vnni_prepare(&s);
 #endif
-    s.f32_vbmi = 0;         /* (after s.kind) */
-#if defined(__x86_64__)
-    if (q && q->nchw && a->c > 1) interleave_index(a->c, &s.ilv);
-    if (q && q->nchw && s.kind == KIND_VNNI && has_vbmi() && fabsf(q->scale) > 0x1p-120f && fabsf(q->scale) < 0x1p120f) {
-        s.f32_vbmi = 1;             /* 1 / scale normal: the reciprocal test holds (qdq.c) */
-        pixel_index(a->c, &s.ilv);
-    }
-#endif
+    ei_stem_input_prepare(&s);         /* (after s.kind) */
     int64_t rows = (int64_t)a->n * a->oh;
-    int64_t slots = rows * a->ow * s.g.mb * STEM_PIXEL_NS / STEM_SLOT_NS;
+    int pixel_ns = STEM_PIXEL_NS;
+#if defined(__x86_64__)
+    if (s.amx) pixel_ns = s.pair ? STEM_PAIR_PIXEL_NS : STEM_AMX_PIXEL_NS;
+#endif
+    int64_t slots = rows * a->ow * s.g.mb * pixel_ns / STEM_SLOT_NS;
     int64_t grain = EI_MAX((int64_t)1, 4096 / EI_MAX((int64_t)a->ow * a->m, (int64_t)1));
     ei_parallel_for(rows, grain, stem_rows, &s, (int)EI_MAX((int64_t)1, EI_MIN((int64_t)a->threads, slots)));
 }
@@ -922,7 +803,7 @@ EI_API void ei_int8_stem(const ei_int8_conv_args *a) { stem_run(a, NULL); }
 
 /* a thread slot's scratch for ei_int8_stem_q: the lines and a quantized row */
 EI_API int64_t ei_int8_stem_q_scratch(const ei_int8_stem_q_args *q) {
-    return ei_int8_stem_scratch(&q->conv) + qrow_bytes(&q->conv);
+    return ei_int8_stem_scratch(&q->conv) + ei_stem_qrow_bytes(&q->conv);
 }
 
 /* the stem on q->xf (float32), quantized with q->scale / q->zp as its line buffers fill;
@@ -930,99 +811,4 @@ EI_API int64_t ei_int8_stem_q_scratch(const ei_int8_stem_q_args *q) {
 EI_API void ei_int8_stem_q(const ei_int8_stem_q_args *q) {
     EI_CHECK(q->xf != NULL && (float)q->conv.zp_x == q->zp);
     stem_run(&q->conv, q);
-}
-
-/* ---- self-test: the dispatched kind (and every layout read by the scalar rows) against a
- * plain direct convolution + ei_rq_one + table, seeded random cases ---- */
-
-EI_API int ei_selftest_int8_stem(void) {
-    int fails = 0;
-    st_state = 1717;
-    enum { XN = 2 * 4 * 19 * 23, YN = 2 * 12 * 23 * 40, WN = 40 * 5 * 5 * 4 };
-    static int8_t x[XN], xq[XN], y0[YN], y1[YN], w[WN], lut[256];
-    static float xf[XN], xh[XN];        /* the float input, NCHW and NHWC (ei_int8_stem_q) */
-    static int32_t bias[40], mult[40], shift[40];
-    static char pack[1 << 16] __attribute__((aligned(64))), scratch[1 << 16] __attribute__((aligned(64)));
-    for (int i = 0; i < 256; i++) lut[i] = (int8_t)st_rand();
-    for (int trial = 0; trial < 24; trial++) {
-        ei_int8_conv_args a;
-        memset(&a, 0, sizeof a);
-        a.n = 1 + trial % 2; a.c = 1 + trial % 4; a.h = st_int(1, 19); a.w = st_int(1, 23);
-        a.m = (int[]){ 16, 5, 24, 40, 8, 33 }[trial % 6];
-        a.kh = st_int(1, 5); a.kw = st_int(1, 5); a.sh = st_int(1, 3); a.sw = st_int(1, 3); a.dh = st_int(1, 2); a.dw = 1;
-        a.pt = st_int(0, 2); a.pl = st_int(0, 2);
-        int pb = st_int(0, 2), pr = st_int(0, 2);
-        int64_t eh = (int64_t)a.h + a.pt + pb - (int64_t)a.dh * (a.kh - 1) - 1, ew = (int64_t)a.w + a.pl + pr - a.kw;
-        if (eh < 0 || ew < 0) continue;
-        a.oh = (int32_t)(eh / a.sh + 1); a.ow = (int32_t)(ew / a.sw + 1);
-        a.zp_x = st_int(-128, 127); a.zp_y = st_int(-128, 127);
-        a.lo = trial % 3 == 0 ? a.zp_y : -128; a.hi = 127;
-        a.threads = 1 + trial % 2;
-        a.lut = trial % 2 ? lut : NULL;
-        int K = a.kh * a.kw * a.c;
-        /* x: a float input quantized (scale 0.02, zp_x; ties, out-of-range values, NaN) */
-        int nx = a.n * a.h * a.w * a.c;
-        for (int i = 0; i < nx; i++) {
-            xf[i] = ((float)st_rand() / 4294967296.0f - 0.5f) * 6.0f;
-            if (i % 7 == 3) xf[i] = (float)st_int(-150, 150) * 0.02f + 0.01f;
-        }
-        if (nx > 4) { xf[1] = NAN; xf[2] = 1e30f; xf[3] = -INFINITY; }
-        ei_quantize_row_s8(xf, nx, 0.02f, (float)a.zp_x, xq);
-        for (int b = 0; b < a.n; b++)           /* NCHW -> NHWC, floats and quantized values */
-            for (int ch = 0; ch < a.c; ch++)
-                for (int i = 0; i < a.h * a.w; i++) {
-                    x[(b * a.h * a.w + i) * a.c + ch] = xq[(b * a.c + ch) * a.h * a.w + i];
-                    xh[(b * a.h * a.w + i) * a.c + ch] = xf[(b * a.c + ch) * a.h * a.w + i];
-                }
-        for (int i = 0; i < a.m * K; i++) w[i] = (int8_t)(st_int(-127, 127));
-        for (int i = 0; i < a.m; i++) {
-            bias[i] = st_int(-100000, 100000);
-            mult[i] = (int32_t)((1u << 30) + (st_rand() & ((1u << 30) - 1)));
-            shift[i] = st_int(-12, 1);
-        }
-        a.x = x; a.bias = bias; a.mult = mult; a.shift = shift;
-        for (int64_t b = 0; b < a.n; b++)
-            for (int64_t oy = 0; oy < a.oh; oy++)
-                for (int64_t ox = 0; ox < a.ow; ox++)
-                    for (int mm = 0; mm < a.m; mm++) {
-                        int32_t acc = bias[mm];
-                        for (int ky = 0; ky < a.kh; ky++)
-                            for (int kx = 0; kx < a.kw; kx++)
-                                for (int ci = 0; ci < a.c; ci++) {
-                                    int64_t iy = oy * a.sh - a.pt + ky * a.dh, ix = ox * a.sw - a.pl + kx;
-                                    int32_t v = iy >= 0 && iy < a.h && ix >= 0 && ix < a.w
-                                        ? x[((b * a.h + iy) * a.w + ix) * a.c + ci] : a.zp_x;
-                                    acc += v * w[mm * K + (ky * a.kw + kx) * a.c + ci];
-                                }
-                        int8_t q = ei_rq_one(acc, mult[mm], shift[mm], a.zp_y, 0, a.lo, a.hi);
-                        y0[((b * a.oh + oy) * a.ow + ox) * a.m + mm] = a.lut ? lut[(uint8_t)q] : q;
-                    }
-        size_t ny = (size_t)a.n * a.oh * a.ow * a.m;
-        if (!stem_fits(&a) || ei_int8_stem_pack_size(&a) > (int64_t)sizeof pack
-            || (ei_int8_stem_scratch(&a) + qrow_bytes(&a)) * a.threads > (int64_t)sizeof scratch) { fails++; continue; }
-        /* each kind under an ISA mask that runs it (where this CPU has it; else the scalar rows
-         * read its layout) */
-        static const int modes[6][2] = { { KIND_VNNI, -1 }, { KIND_VNNI, ~EI_AMX }, { KIND_AVX2, EI_AVX2 },
-                                         { KIND_DOT, EI_NEON | EI_DOTPROD }, { KIND_NEON, EI_NEON }, { KIND_SCALAR, 0 } };
-        int cur = ei_set_isa_mask(-1);
-        ei_set_isa_mask(cur);
-        for (int j = 0; j < 6; j++) {
-            ei_set_isa_mask(cur & modes[j][1]);
-            a.kind = modes[j][0];
-            ei_int8_stem_pack(&a, w, pack);
-            a.wpack = pack; a.scratch = scratch; a.y = y1;
-            memset(y1, 0, ny);
-            ei_int8_stem(&a);
-            fails += memcmp(y0, y1, ny) != 0;
-            for (int nchw = 0; nchw < 2; nchw++) {       /* the float input, quantized in the lines */
-                ei_int8_stem_q_args q = { a, nchw ? xf : xh, 0.02f, (float)a.zp_x, nchw };
-                q.conv.x = NULL;
-                memset(y1, 0, ny);
-                ei_int8_stem_q(&q);
-                fails += memcmp(y0, y1, ny) != 0;
-            }
-            ei_set_isa_mask(cur);
-        }
-    }
-    return fails;
 }

@@ -12,6 +12,7 @@
  */
 #pragma GCC optimize("fp-contract=off", "no-math-errno")
 #include "simd_f32.h"
+#include "ei_quant.h"
 
 #include <math.h>
 #include <string.h>
@@ -117,40 +118,37 @@ static VATTR void dequant_span_simd(const ei_qdq_axis_args *a, qdq_span sp) {
 #endif
 
 #if defined(__x86_64__)
-/* One scale (per tensor, or a channel's inner run) with AVX-512: rint(x / s) through
- * t = x * (1 / s), exact. t = fl(x * fl(1/s)) is within |t| 2^-23 (1 + 2^-22) of x / s (two
- * roundings of 2^-24), so a lane whose t lies closer than 0.5 - |t| 2^-21 to its nearest
- * integer n has x / s closer than 0.5 to n too: rint(x / s) = n. 64 values whose lanes do not
- * all pass (a near tie, about one block in 500 on images; inf / NaN, whose distance is NaN;
- * |t| >= 2^20, where no lane passes) go through the scalar division. The zero point is added in
- * saturating int16 lanes and the int8 / uint8 narrowing saturates: the clamp, for free.
- * (MobileNetV3's 1x3x224x224 input: 34 us with AVX2 division; 26 us with the per-lane
- * distance test and float clamps this replaced, on a loaded machine.) The scale must keep
- * 1 / s normal (the caller checks). */
+/* One scale (per tensor, or a channel's inner run) with AVX-512: rint(x / s) exactly, 16 lanes
+ * by ei_quant.h's bracket test (x times the two floats around 1 / s convert to one integer);
+ * 64 values whose lanes do not all pass (NaN, inf, |t| >= 2^31, and the few near ties whose
+ * two products straddle a half-integer) go through vdivps (ei_q16_exact). The zero point is
+ * added in saturating int16 lanes and the int8 / uint8 narrowing saturates: the clamp, for
+ * free. (MobileNetV3's 1x3x224x224 input: 34 us with AVX2 division; 26 us with the per-lane
+ * distance test and float clamps, then ~16 us with a distance test whose failures, every
+ * exact tie, went to the scalar division: 638 us on 8-bit pixels mapped to [-1, 1] at scale
+ * 1 / 127.5, all ties; now 12.8 us, 30 on those ties, whose blocks still take the division
+ * where a lane's two products straddle the half-integer; 1x3x48x192: 2.6, ties 6.4 us, was
+ * 3.4 and 116.) The scale must keep 1 / s normal (the caller checks). */
 __attribute__((target("avx512f,avx512bw,avx512dq")))
 static void quant_span_avx512(const ei_qdq_axis_args *a, qdq_span sp) {
     const float *x = (const float *)a->x + sp.off;
     char *y = (char *)a->y + sp.off;
-    const __m512 r = _mm512_set1_ps(1.0f / sp.s[0]), half = _mm512_set1_ps(0.5f), tol = _mm512_set1_ps(0x1p-21f);
+    ei_q16 k;
+    ei_q16_prepare(&k, sp.s[0], (int32_t)sp.z[0]);
     const __m512i zp16 = _mm512_set1_epi16((short)sp.z[0]);
     /* the packs work per 128-bit lane: dword 4j + i of the result holds vector i's values 4j .. 4j + 3 */
     const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     int64_t i = 0;
     for (; i + 64 <= sp.n; i += 64) {
+        __m512 v[4];
         __m512i q[4];
         __mmask16 ok = 0xFFFF;
         for (int j = 0; j < 4; j++) {
-            __m512 t = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * j), r);
-            q[j] = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512 d = _mm512_abs_ps(_mm512_sub_ps(t, _mm512_cvtepi32_ps(q[j])));
-            ok &= _mm512_cmp_ps_mask(d, _mm512_fnmadd_ps(_mm512_abs_ps(t), tol, half), _CMP_LT_OQ);
+            v[j] = _mm512_loadu_ps(x + i + 16 * j);
+            q[j] = ei_q16_fast(&k, v[j], &ok);
         }
-        if (ok != 0xFFFF) {
-            qdq_span part = sp;
-            part.n = i + 64;
-            quant_span_scalar(a, part, i);
-            continue;
-        }
+        if (ok != 0xFFFF)
+            for (int j = 0; j < 4; j++) q[j] = ei_q16_exact(&k, v[j]);
         __m512i lo = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp16);
         __m512i hi = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zp16);
         __m512i p = a->is_u8 ? _mm512_packus_epi16(lo, hi) : _mm512_packs_epi16(lo, hi);
@@ -158,19 +156,16 @@ static void quant_span_avx512(const ei_qdq_axis_args *a, qdq_span sp) {
     }
     /* the last < 64 values 16 lanes at a time under a mask (the scalar division took 32 of a
      * 224-wide row's values: most of a row's time, where the int8 stem quantizes row by row) */
-    const __m512i zp32 = _mm512_set1_epi32((int)sp.z[0]);
+    const __m512i zp32 = _mm512_set1_epi32((int)sp.z[0]), lim_lo = _mm512_set1_epi32(-1024),
+                  lim_hi = _mm512_set1_epi32(1024);
     for (; i < sp.n; i += 16) {
         __mmask16 m = sp.n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (sp.n - i)) - 1);
-        __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), r);
-        __m512i q = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 d = _mm512_abs_ps(_mm512_sub_ps(t, _mm512_cvtepi32_ps(q)));
-        if (_mm512_cmp_ps_mask(d, _mm512_fnmadd_ps(_mm512_abs_ps(t), tol, half), _CMP_LT_OQ) != 0xFFFF) {
-            qdq_span part = sp;
-            part.n = EI_MIN(sp.n, i + 16);
-            quant_span_scalar(a, part, i);
-            continue;
-        }
-        q = _mm512_add_epi32(q, zp32);      /* |q| < 2^20: the narrowing saturates = the clamp */
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __mmask16 ok = 0xFFFF;
+        __m512i q = ei_q16_fast(&k, v, &ok);
+        if (ok != 0xFFFF) q = ei_q16_exact(&k, v);
+        /* the bracket passes any |q| < 2^31: limited first, so that + zp cannot wrap */
+        q = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, lim_lo), lim_hi), zp32);
         __m128i b = a->is_u8 ? _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()))
                              : _mm512_cvtsepi32_epi8(q);
         _mm512_mask_storeu_epi8(y + i, (__mmask64)m, _mm512_castsi128_si512(b));
