@@ -586,3 +586,33 @@ def test_int8_zoo_model_bit_exact_with_and_without_native(tmp_path):
     rng = np.random.default_rng(0)
     feeds = {name: rng.standard_normal(tuple(q.tensors[name].shape)).astype(np.float32)}
     _compare_with_numpy_subprocess(eim, feeds, tmp_path, min_native=20)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_int8_fully_connected_split_follows_whether_weights_stay_cached(monkeypatch, cached):
+    """A batch-1 fully-connected layer's thread slots: where the plan's int8 weights fit in half an
+    L2 (``kernels.weights_cached``: the text classifier's 205 KB head) they stay in cache between
+    runs and the layer (2 us) runs on one slot, where a split measured slower; otherwise its
+    weights stream from memory and it splits (MobileNetV3-small's heads: 21.7 -> 10.3 us)."""
+    from edge_infer.backends.cpu.native import kernels
+    assert kernels.l2_bytes() >= 64 << 10
+    rng = np.random.default_rng(3)
+    k, n = 200, 1024
+    a = rng.integers(-128, 128, (1, k)).astype(np.int8)
+    b = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    bs = rng.uniform(0.0005, 0.002, n).astype(np.float32)
+    g, feeds = one_node("FusedGemm", [("a", a, qd(0.02, 3)), ("b", b, qd(bs, [0] * n, 0)),
+                                      ("c", rng.integers(-500, 500, n).astype(np.int32), qd(0.02 * bs, [0] * n, 0))],
+                        qd(0.5, -3), dict(transB=1, alpha=1.0, beta=1.0, transA=0, activation="", activation_params=[]),
+                        {"b", "c"})
+    assert kernels.weights_cached(type("Ctx", (), {"graph": g, "plan_facts": {}})()) is True   # 205 KB
+    monkeypatch.setattr(kernels, "weights_cached", lambda ctx: cached)
+    ex = CpuExecutable(specialize(g, {"a": a.shape}), 2)
+    ex.run(feeds)
+    native.pool_stats(reset=True, forget=True)
+    for _ in range(5):
+        y = ex.run(feeds)["y"]
+    jobs = native.pool_stats()["jobs"] + native.pool_stats()["serial_jobs"]
+    assert (jobs == 0) == cached, jobs
+    res = run_three_ways(g, feeds)
+    assert np.array_equal(res["native"][0], y)

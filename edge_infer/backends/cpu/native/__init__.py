@@ -19,7 +19,7 @@ import warnings
 from typing import Callable, Dict, Optional, Tuple
 
 #: must equal EI_ABI_VERSION in src/edge_native.h
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 #: feature bits of src/edge_native.h
 AVX2, AVX512, NEON, DOTPROD, AMX = 1, 2, 4, 8, 16

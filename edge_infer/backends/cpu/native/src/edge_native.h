@@ -20,7 +20,7 @@
 #define EI_API __attribute__((visibility("default")))
 
 /* bumped whenever a struct or signature seen by Python changes; the loader checks it */
-#define EI_ABI_VERSION 3
+#define EI_ABI_VERSION 4
 
 /* ISA feature bits */
 #define EI_AVX2     (1 << 0)   /* with FMA */

@@ -1291,7 +1291,8 @@ static double conv_ns(const ei_int8_conv_args *a, const plan_t *p) {
     static const double mac_per_ns[N_KINDS] = { 2, 60, 15, 40, 150, 1500 };   /* by kind */
     double outs = (double)p->R * a->m;
     double rate = a->kind >= 0 && a->kind < N_KINDS ? mac_per_ns[a->kind] : 2;
-    return (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2) + (double)a->m * p->K * 0.04;
+    return (double)p->R * a->m * p->K / rate + outs * (a->z ? 0.45 : 0.2)
+           + (a->weights_cached ? 0.0 : (double)a->m * p->K * 0.04);
 }
 
 static int64_t conv_slots(const ei_int8_conv_args *a, const plan_t *p) {

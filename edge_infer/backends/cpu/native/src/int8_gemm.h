@@ -27,6 +27,8 @@ typedef struct {
     int32_t threads;
     const int8_t *lut;          /* 256-entry activation table applied to each requantized output,
                                  * clamped to [lo, hi] first: y = lut[(uint8_t)q] (ei_lut.h), or NULL */
+    int32_t weights_cached;     /* the plan's weights stay in cache from run to run (they fit in
+                                 * half an L2): reading a layer's weights costs no memory streaming */
 } ei_int8_conv_args;
 
 EI_API int ei_int8_gemm_kind(void);
