@@ -518,11 +518,19 @@ def cmd_demo(args) -> int:
     return run_demo(runs=args.runs)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a user error as one line on stderr and exit status 2 (argparse's own
+    printed the whole usage first: 18 lines for a mistyped --calib-method); -h still shows it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help shows the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="edge-infer", description="Convert models on a workstation; run them on the edge.")
+    p = _Parser(prog="edge-infer", description="Convert models on a workstation; run them on the edge.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"edge_infer {__import__('edge_infer').__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     c = sub.add_parser("convert", help="convert an ONNX or TFLite model to an .eim artifact")
     c.add_argument("model")

@@ -207,3 +207,16 @@ def test_microbenchmark_that_crashes_makes_the_backend_unavailable(tmp_path, mon
     monkeypatch.setattr(probe_guard, "MEASURE_CODE", "raise SystemExit('must not run again')")
     again = picker.pick(g, "auto", ("opencl", "cpu"), 1, estimate=True)
     assert "crashed (SIGSEGV)" in next(e for e in again.report["candidates"] if e["name"] == "opencl")["reason"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["convert", "m.onnx", "--quantize", "int8", "--calib", "random", "--requant", "bogus"],
+    ["convert", "m.onnx", "--calib-method", "median"], ["bogus"], ["convert"]])
+def test_argument_errors_are_one_line(capsys, argv):
+    """A mistyped option value, command or a missing argument: one line naming it, exit 2
+    (argparse printed its whole usage first)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error:" in err[0] and "--help" in err[0], err
