@@ -109,6 +109,10 @@ def test_lut_activations(monkeypatch, isa, op, shape, sx, zx, seed):
 @example(c=16, hw=5, nhwc=True, op="Mul", swap=False, seed=5, requant="fixed")     # ... and a tail of 2 vectors
 @example(c=120, hw=17, nhwc=True, op="Mul", swap=True, seed=6, requant="fixed")  # gate period 15 vectors, 2 threads
 @example(c=72, hw=3, nhwc=True, op="Mul", swap=False, seed=7, requant="fixed")     # period 9 and a masked last vector
+@example(c=200, hw=2, nhwc=True, op="Mul", swap=False, seed=9, requant="fp32")     # the text classifier's: period 25
+@example(c=88, hw=3, nhwc=True, op="Mul", swap=True, seed=10, requant="fp32")     # period 11
+@example(c=1, hw=9, nhwc=True, op="Mul", swap=False, seed=11, requant="fixed")    # 1- and 2-channel gates: period 1
+@example(c=2, hw=6, nhwc=True, op="Mul", swap=True, seed=12, requant="fp32")
 def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swap, seed, requant):
     rng = np.random.default_rng(seed)
     big, small = ((1, hw, hw + 1, c), (1, 1, 1, c)) if nhwc else ((1, c, hw, hw + 1), (1, c, 1, 1))

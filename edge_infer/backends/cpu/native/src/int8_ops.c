@@ -269,16 +269,19 @@ static void mul_rows_avx512(const ei_int8_bcast_args *a, int64_t r0, int64_t r1)
              * of it takes gate vector i % period (lane l: channel (16 i + l) % n); four at a
              * time through ei_vq_pack4, one 64-byte store (with n = 120 the per-row loop below
              * spent a masked vector per row: 0.35 ns a value against 0.18) */
-            for (int v = 0, ch = 0; v < period; v++) {
-                if (n % 16 == 0) {
-                    gv[v] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pg + 16 * v)));
-                } else {                        /* no division per lane: 36 vectors' took 2 us */
-                    int32_t g[16];
-                    for (int l = 0; l < 16; l++, ch = ch + 1 == n ? 0 : ch + 1) g[l] = pg[ch];
-                    gv[v] = _mm512_loadu_si512(g);
-                }
-                gv[v] = _mm512_and_si512(_mm512_sub_epi32(gv[v], zg), low16);
+            /* the period's 16 period = lcm(n, 16) bytes: the gate repeated (16 / gcd(n, 16)
+             * copies), then one load a vector (lanes filled one by one and the vector reloaded
+             * took ~a sixth of the text classifier's 2x6x200 gate Mul: a store-forwarding stall
+             * per vector) */
+            _Alignas(64) int8_t rep[16 * GATE_VECS];
+            const int8_t *src = pg;
+            if (n % 16) {
+                for (int64_t o = 0; o < 16 * (int64_t)period; o += n) memcpy(rep + o, pg, (size_t)n);
+                src = rep;
             }
+            for (int v = 0; v < period; v++)
+                gv[v] = _mm512_and_si512(_mm512_sub_epi32(_mm512_cvtepi8_epi32(
+                            _mm_loadu_si128((const __m128i *)(src + 16 * v))), zg), low16);
             nv = period;
             for (int v = nv; v < nv + 3; v++) gv[v] = gv[v % nv];
             const int8_t *pa = px + r0 * n;
