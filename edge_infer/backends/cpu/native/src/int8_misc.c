@@ -144,11 +144,9 @@ static void sum_s8_run_avx512(const int8_t *x, int64_t c, int64_t p, int32_t *ac
 __attribute__((target("avx512f,avx512bw")))
 static void mean_store_avx512(const ei_global_pool_s8_args *a, const int32_t *acc, int64_t cn, int8_t *y) {
     if (a->op == 2) {
-        int32_t q[16], sh[16];
-        for (int i = 0; i < 16; i++) { q[i] = a->mult; sh[i] = a->shift; }
         ei_vq16 k;
         ei_vqc vc;
-        ei_vqc_prepare(&vc, NULL, a->zp_y, -128, 127, ei_vq16_prepare(&k, NULL, NULL, q, sh, 16));
+        ei_vqc_prepare(&vc, NULL, a->zp_y, -128, 127, ei_vq16_prepare1(&k, a->mult, a->shift));
         const __m512i off = _mm512_set1_epi32((int32_t)(a->p * a->zp_x));
         for (int64_t j = 0; j < cn; j += 16) {
             __mmask16 m = cn - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cn - j)) - 1);

@@ -239,10 +239,8 @@ static void bcast_range(void *vctx, int64_t r0, int64_t r1) {
 
 __attribute__((target("avx512f,avx512bw")))
 static void mul_rows_avx512(const ei_int8_bcast_args *a, int64_t r0, int64_t r1) {
-    int32_t q[16], sh[16];
-    for (int i = 0; i < 16; i++) { q[i] = a->q; sh[i] = a->shift; }
     ei_vq16 k;
-    int left = ei_vq16_prepare(&k, NULL, NULL, q, sh, 16);
+    int left = ei_vq16_prepare1(&k, a->q, a->shift);
     ei_vqc vc;
     ei_vqc_prepare(&vc, NULL, a->zp_y, a->lo, a->hi, left);
     const __m512i za = _mm512_set1_epi32(a->zp1), zb = _mm512_set1_epi32(a->zp2);
