@@ -140,6 +140,36 @@ def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swa
     np.testing.assert_array_equal(want["y"], r)
 
 
+@pytest.mark.parametrize("c,hw", [(8, 12), (200, 3), (48, 5)])
+def test_gate_mul_with_a_multiplier_above_one(monkeypatch, isa, c, hw):
+    """A gate Mul whose output scale is below the product's (multiplier 0.03 / 256 / 1e-5 ~ 11.7:
+    a left shift in the fixed-point requantization), values near the zero points so most
+    products stay in range, others saturate: the broadcast constants of the tensor-wide
+    multiplier (ei_vq16_prepare1) against the numpy kernel and the reference."""
+    rng = np.random.default_rng(c)
+    big, small = (1, hw, hw + 1, c), (1, 1, 1, c)
+    qa, qb, qy = qd(0.03, 5), qd(1 / 256, -128), qd(1e-5, -3)
+    a = (5 + rng.integers(-3, 4, big)).astype(np.int8)
+    b = (-128 + rng.integers(0, 4, small)).astype(np.int8)
+    a.reshape(-1)[:c] = 127                             # saturating products too
+    b.reshape(-1)[: c // 2] = 127
+
+    def make():
+        g = Graph("se")
+        g.add_input("a", "int8", big).quant = qa
+        g.add_input("b", "int8", small).quant = qb
+        g.add_node("Mul", ["a", "b"], ["y"], requant="fixed")
+        g.outputs = ["y"]
+        g.tensors["y"].quant = qy
+        return g
+    got, want = both(monkeypatch, make, {"a": a, "b": b})
+    np.testing.assert_array_equal(got["y"], want["y"])
+    x1, x2 = np.broadcast_arrays(a, b)
+    r = ref.mul(x1, (0.03, 5), x2, (1 / 256, -128), (1e-5, -3), "fixed")
+    np.testing.assert_array_equal(want["y"], r)
+    assert len(np.unique(r)) > 8 and (r == 127).any() and (r == -128).any()
+
+
 @settings(**SETTINGS)
 @given(c=st.integers(1, 12), h=st.integers(1, 9), w=st.integers(1, 9), fy=st.integers(1, 3), fx=st.integers(1, 3),
        nhwc=st.booleans(), ctm=st.sampled_from(["half_pixel", "align_corners", "asymmetric"]),
