@@ -109,6 +109,10 @@ def test_lut_activations(monkeypatch, isa, op, shape, sx, zx, seed):
 @example(c=16, hw=5, nhwc=True, op="Mul", swap=False, seed=5, requant="fixed")     # ... and a tail of 2 vectors
 @example(c=120, hw=17, nhwc=True, op="Mul", swap=True, seed=6, requant="fixed")  # gate period 15 vectors, 2 threads
 @example(c=72, hw=3, nhwc=True, op="Mul", swap=False, seed=7, requant="fixed")     # period 9 and a masked last vector
+@example(c=200, hw=2, nhwc=True, op="Mul", swap=False, seed=9, requant="fp32")     # the text classifier's: period 25
+@example(c=88, hw=3, nhwc=True, op="Mul", swap=True, seed=10, requant="fp32")     # period 11
+@example(c=1, hw=9, nhwc=True, op="Mul", swap=False, seed=11, requant="fixed")    # 1- and 2-channel gates: period 1
+@example(c=2, hw=6, nhwc=True, op="Mul", swap=True, seed=12, requant="fp32")
 def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swap, seed, requant):
     rng = np.random.default_rng(seed)
     big, small = ((1, hw, hw + 1, c), (1, 1, 1, c)) if nhwc else ((1, c, hw, hw + 1), (1, c, 1, 1))
@@ -134,6 +138,36 @@ def test_broadcast_mul_add_squeeze_excite(monkeypatch, isa, c, hw, nhwc, op, swa
     else:
         r = ref.add(x1, p1, x2, p2, (0.02, qy["zero_point"][0]))
     np.testing.assert_array_equal(want["y"], r)
+
+
+@pytest.mark.parametrize("c,hw", [(8, 12), (200, 3), (48, 5)])
+def test_gate_mul_with_a_multiplier_above_one(monkeypatch, isa, c, hw):
+    """A gate Mul whose output scale is below the product's (multiplier 0.03 / 256 / 1e-5 ~ 11.7:
+    a left shift in the fixed-point requantization), values near the zero points so most
+    products stay in range, others saturate: the broadcast constants of the tensor-wide
+    multiplier (ei_vq16_prepare1) against the numpy kernel and the reference."""
+    rng = np.random.default_rng(c)
+    big, small = (1, hw, hw + 1, c), (1, 1, 1, c)
+    qa, qb, qy = qd(0.03, 5), qd(1 / 256, -128), qd(1e-5, -3)
+    a = (5 + rng.integers(-3, 4, big)).astype(np.int8)
+    b = (-128 + rng.integers(0, 4, small)).astype(np.int8)
+    a.reshape(-1)[:c] = 127                             # saturating products too
+    b.reshape(-1)[: c // 2] = 127
+
+    def make():
+        g = Graph("se")
+        g.add_input("a", "int8", big).quant = qa
+        g.add_input("b", "int8", small).quant = qb
+        g.add_node("Mul", ["a", "b"], ["y"], requant="fixed")
+        g.outputs = ["y"]
+        g.tensors["y"].quant = qy
+        return g
+    got, want = both(monkeypatch, make, {"a": a, "b": b})
+    np.testing.assert_array_equal(got["y"], want["y"])
+    x1, x2 = np.broadcast_arrays(a, b)
+    r = ref.mul(x1, (0.03, 5), x2, (1 / 256, -128), (1e-5, -3), "fixed")
+    np.testing.assert_array_equal(want["y"], r)
+    assert len(np.unique(r)) > 8 and (r == 127).any() and (r == -128).any()
 
 
 @settings(**SETTINGS)

@@ -169,12 +169,14 @@ def test_int8_global_average_pool_mobilenet_sizes(monkeypatch, hw, c):
 
 
 @pytest.mark.parametrize("hw,c", [((56, 56), 16), ((112, 112), 32), ((7, 7), 576), ((14, 14), 240),
-                                  ((3, 12), 96), ((2, 6), 17), ((23, 23), 200), ((17, 19), 300)])
+                                  ((3, 12), 96), ((2, 6), 17), ((23, 23), 200), ((17, 19), 300),
+                                  ((12, 48), 8), ((96, 96), 8), ((80, 80), 4), ((64, 67), 2), ((97, 101), 1)])
 @pytest.mark.parametrize("requant", [False, True], ids=["rounded", "requantized"])
 def test_int8_squeeze_excite_means_simd_and_scalar(monkeypatch, isa, hw, c, requant):
     """The squeeze-excite means of MobileNetV3 (NHWC): the int16 partial sums (flushed every 256
-    positions: 56x56 and 112x112 have 12 and 49 flushes), the 16 / 32-channel runs and the
-    vector epilogues, TFLite's rounded mean and the requantized one (other output parameters),
+    positions: 56x56 and 112x112 have 12 and 49 flushes), the runs of 1-32 channels (narrow
+    ones: 8 of the text classifier's 12x48 gate, and 1-8 channels over several flushes and a
+    masked tail) and the vector epilogues, TFLite's rounded mean and the requantized one (other output parameters),
     on random values and every channel's extremes (all -128 in channel 0: the int16 lanes'
     limit)."""
     rng = np.random.default_rng(c + hw[0])

@@ -173,6 +173,24 @@ static inline int ei_vq16_prepare(ei_vq16 *o, const int32_t *bias, const int32_t
     return fp32 ? EI_VQ_FP32 : left != 0;
 }
 
+/* ei_vq16_prepare with one multiplier and shift in all 16 lanes and no bias (a tensor-wide
+ * requantization: the gate Mul, the requantized mean), from broadcasts: the per-lane arrays
+ * stored one by one and reloaded cost a store-forwarding stall per vector on every call */
+__attribute__((target("avx512f,avx512bw")))
+static inline int ei_vq16_prepare1(ei_vq16 *o, int32_t mult, int32_t shift) {
+    int fp32 = shift == EI_RQ_FP32;
+    int32_t sh = fp32 ? 0 : shift, e = sh > 0 ? 0 : -sh, l = sh > 0 ? sh : 0;
+    int64_t ce = (1LL << 30) + (e > 0 ? (1LL << (30 + e)) : 0), dd = e > 0 ? -(1LL << 31) : 0;
+    o->bias = _mm512_setzero_si512();
+    o->q = _mm512_set1_epi32(mult);
+    o->qo = _mm512_set1_epi64((int64_t)(uint32_t)mult);
+    o->left = _mm512_set1_epi32(l);
+    o->ce = o->co = _mm512_set1_epi64(ce);
+    o->de = o->dO = _mm512_set1_epi64(dd);
+    o->se = o->so = _mm512_set1_epi64(31 + e);
+    return fp32 ? EI_VQ_FP32 : l != 0;
+}
+
 __attribute__((target("avx512f,avx512bw")))
 static inline void ei_vqc_prepare(ei_vqc *c, const int32_t *ztab, int32_t zp_y, int32_t lo, int32_t hi, int left) {
     c->ztab = ztab;

@@ -109,11 +109,9 @@ typedef struct { const ei_int8_add_args *a; int simd; } add_ctx;
  * registers as the AVX-512 GEMM epilogue does (ei_vq_store: the same MBQM, bit for bit) */
 __attribute__((target("avx512f,avx512bw")))
 static void add_avx512(const ei_int8_add_args *a, int64_t s0, int64_t s1) {
-    int32_t q[16], sh[16];
-    for (int i = 0; i < 16; i++) { q[i] = a->qy; sh[i] = a->shy; }
     ei_vq16 v;
     ei_vqc c;
-    ei_vqc_prepare(&c, NULL, a->zp_y, a->lo, a->hi, ei_vq16_prepare(&v, NULL, NULL, q, sh, 16));
+    ei_vqc_prepare(&c, NULL, a->zp_y, a->lo, a->hi, ei_vq16_prepare1(&v, a->qy, a->shy));
     for (int64_t s = s0; s < s1; s += 16) {
         int n = (int)EI_MIN((int64_t)16, s1 - s);
         __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);

@@ -102,9 +102,10 @@ static void sum_s8_avx512(const int8_t *x, int64_t c, int64_t p, int64_t cn, int
     }
 }
 
-/* c = 16 or 32 (all channels, 64 % c == 0): the p positions are one run of p c bytes, summed
- * 64 bytes (64 / c positions) a load in int16 lanes as above; lane l holds channel l % c
- * (the per-position loop used a quarter or half of each load: MobileNetV3's 56x56x16 mean) */
+/* c divides 64 (all channels): the p positions are one run of p c bytes, summed 64 bytes
+ * (64 / c positions) a load in int16 lanes as above; lane l holds channel l % c (the
+ * per-position loop used a quarter or half of each load: MobileNetV3's 56x56x16 mean; an
+ * eighth with the text classifier's 12x48x8 gate) */
 __attribute__((target("avx512f,avx512bw,avx512vl")))
 static void sum_s8_run_avx512(const int8_t *x, int64_t c, int64_t p, int32_t *acc) {
     const int64_t n = p * c;
@@ -124,8 +125,16 @@ static void sum_s8_run_avx512(const int8_t *x, int64_t c, int64_t p, int32_t *ac
     if (c == 32) {
         _mm512_storeu_si512(acc, _mm512_add_epi32(s[0], s[2]));
         _mm512_storeu_si512(acc + 16, _mm512_add_epi32(s[1], s[3]));
-    } else {
+    } else if (c == 16) {
         _mm512_storeu_si512(acc, t);
+    } else {                    /* c = 1, 2, 4 or 8: lane l of t holds channel l % c */
+        int32_t u[16];
+        _mm512_storeu_si512(u, t);
+        for (int64_t j = 0; j < c; j++) {
+            int32_t v = 0;
+            for (int64_t l = j; l < 16; l += c) v += u[l];
+            acc[j] = v;
+        }
     }
 }
 
@@ -135,11 +144,9 @@ static void sum_s8_run_avx512(const int8_t *x, int64_t c, int64_t p, int32_t *ac
 __attribute__((target("avx512f,avx512bw")))
 static void mean_store_avx512(const ei_global_pool_s8_args *a, const int32_t *acc, int64_t cn, int8_t *y) {
     if (a->op == 2) {
-        int32_t q[16], sh[16];
-        for (int i = 0; i < 16; i++) { q[i] = a->mult; sh[i] = a->shift; }
         ei_vq16 k;
         ei_vqc vc;
-        ei_vqc_prepare(&vc, NULL, a->zp_y, -128, 127, ei_vq16_prepare(&k, NULL, NULL, q, sh, 16));
+        ei_vqc_prepare(&vc, NULL, a->zp_y, -128, 127, ei_vq16_prepare1(&k, a->mult, a->shift));
         const __m512i off = _mm512_set1_epi32((int32_t)(a->p * a->zp_x));
         for (int64_t j = 0; j < cn; j += 16) {
             __mmask16 m = cn - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cn - j)) - 1);
@@ -174,7 +181,7 @@ static void mean_store_avx512(const ei_global_pool_s8_args *a, const int32_t *ac
 static void nhwc_sums(const int8_t *x, int64_t c, int64_t np, int64_t cn, int32_t *acc) {
 #if defined(__x86_64__)
     if (ei_has(EI_AVX512)) {
-        if ((c == 16 || c == 32) && cn == c) sum_s8_run_avx512(x, c, np, acc);
+        if (c <= 32 && 64 % c == 0 && cn == c) sum_s8_run_avx512(x, c, np, acc);
         else sum_s8_avx512(x, c, np, cn, acc);
         return;
     }
