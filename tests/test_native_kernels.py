@@ -194,22 +194,6 @@ def test_int8_conv_sixteen_channel_panels(m, c, k, hw, residual):
         assert_native_matches(run_three_ways(g, feeds, threads=threads))
 
 
-@pytest.mark.parametrize("c,k,hw,residual,act", [
-    (8, 1, (12, 48), False, "Relu"), (8, 1, (3, 5), False, ""), (16, 1, (1, 7), False, "Clip"), (5, 3, (9, 11), False, "Relu"),
-    (72, 1, (4, 4), False, ""), (8, 1, (1, 1), False, "Relu"), (8, 1, (5, 5), True, "Relu")])
-def test_int8_conv_twenty_four_channels(c, k, hw, residual, act):
-    """M = 24 without a residual: a row pair's 48 outputs as 3 vectors (rows 0 / 0 and 1 / 1),
-    8 rows a pack of 4 (576, 15, 7, 99, 16, 1 pixels: whole packs, a part pair, a lone last row),
-    K up to 72; with a residual the 8 x 32 tile; both requantization modes, bit for bit on every
-    ISA path."""
-    for requant in ("fixed", "fp32"):
-        rng = np.random.default_rng(c * 10 + k + hw[0])
-        g, feeds = int8_conv_case(rng, 1, c, 24, hw[0], hw[1], k, 1, k // 2, 1, "NHWC", act, residual,
-                                  requant=requant)
-        for threads in (1, 2):
-            assert_native_matches(run_three_ways(g, feeds, threads=threads))
-
-
 @pytest.mark.parametrize("c,m,hw,residual", [(40, 240, (14, 14), False), (48, 288, (14, 14), True),
                                               (40, 240, (11, 14), False)])
 def test_int8_conv_amx_row_halves(c, m, hw, residual):

@@ -421,81 +421,6 @@ static void sm_rows(const ei_int8_conv_args *a, const sm_consts *s, int R, const
     }
 }
 
-/* M = 24 without a residual (MobileNetV3's expansions to 24 channels at 0.35 width): the 8 x 32
- * tile multiplied and requantized 32 lanes a row for 24 outputs. Instead a row pair's 48
- * contiguous NHWC outputs are 3 vectors: row 0's channels 0..15, row 0's 16..23 with row 1's
- * 0..7 (the two rows' k-group words merged under a mask), row 1's 8..23, each on its own
- * weights and constants; 8 rows = 12 vectors = 3 ei_vq_pack4 and 3 whole 64-byte stores. */
-typedef struct {
-    ei_vq16 v[3];
-    ei_vqc c;
-    __m512i w[16][3];               /* k-group g, vector f: lane l = channel (16 f + l) % 24's 4 weights */
-} w24_consts;
-
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void w24_prepare(const ei_int8_conv_args *a, int kgr, w24_consts *s) {
-    int K = a->kh * a->kw * a->c;
-    const int32_t *pk = (const int32_t *)a->wpack;                   /* [g][32 channels] words */
-    const int32_t *corr = (const int32_t *)((const char *)a->wpack + panel_bytes(a->kind, K));
-    int32_t b[16], c[16], q[16], sh[16], w[16];
-    int left = 0;
-    for (int f = 0; f < 3; f++) {
-        for (int l = 0; l < 16; l++) {
-            int ch = (16 * f + l) % 24;
-            b[l] = a->bias[ch]; c[l] = corr[ch]; q[l] = a->mult[ch]; sh[l] = a->shift[ch];
-        }
-        left |= ei_vq16_prepare(&s->v[f], b, c, q, sh, 16);
-        for (int g = 0; g < 16; g++) {
-            for (int l = 0; l < 16; l++) w[l] = g < kgr ? pk[g * 32 + (16 * f + l) % 24] : 0;
-            s->w[g][f] = _mm512_loadu_si512(w);
-        }
-    }
-    ei_vqc_prepare(&s->c, NULL, a->zp_y, a->lo, a->hi, left);
-}
-
-/* rows r0 .. r0 + nrows - 1 from the u8 rows ub (stride kgs words, kgr k-groups each) */
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void w24_rows(const ei_int8_conv_args *a, const w24_consts *s, const uint8_t *ub, int kgs, int kgr,
-                     int64_t r0, int nrows) {
-    const int l = s->c.left;
-    int i = 0;
-#define PAIR(r, A0, A1, A2) { \
-        const int32_t *x0 = (const int32_t *)(ub + (int64_t)(r) * kgs * 4), *x1 = x0 + kgs; \
-        A0 = s->v[0].bias; A1 = s->v[1].bias; A2 = s->v[2].bias; \
-        for (int g = 0; g < kgr; g++) { \
-            __m512i b0 = _mm512_set1_epi32(x0[g]), b1 = _mm512_set1_epi32(x1[g]); \
-            A0 = _mm512_dpbusd_epi32(A0, b0, s->w[g][0]); \
-            A1 = _mm512_dpbusd_epi32(A1, _mm512_mask_blend_epi32((__mmask16)0xFF00, b0, b1), s->w[g][1]); \
-            A2 = _mm512_dpbusd_epi32(A2, b1, s->w[g][2]); } }
-    for (; i + 8 <= nrows; i += 8) {
-        __m512i c[12];
-        for (int p = 0; p < 4; p++) PAIR(i + 2 * p, c[3 * p], c[3 * p + 1], c[3 * p + 2])
-        int8_t *y = a->y + (r0 + i) * 24;
-        for (int q = 0; q < 3; q++)
-            _mm512_storeu_si512(y + 64 * q, ei_vq_pack4(&s->c, ei_vq_mbqm(c[4 * q], &s->v[(4 * q) % 3], l),
-                                ei_vq_mbqm(c[4 * q + 1], &s->v[(4 * q + 1) % 3], l),
-                                ei_vq_mbqm(c[4 * q + 2], &s->v[(4 * q + 2) % 3], l),
-                                ei_vq_mbqm(c[4 * q + 3], &s->v[(4 * q + 3) % 3], l)));
-    }
-    for (; i < nrows; i += 2) {         /* a last row alone: its pair's second row is itself, not stored */
-        __m512i c0, c1, c2;
-        const int one = i + 1 == nrows;
-        const int32_t *x0 = (const int32_t *)(ub + (int64_t)i * kgs * 4), *x1 = one ? x0 : x0 + kgs;
-        c0 = s->v[0].bias; c1 = s->v[1].bias; c2 = s->v[2].bias;
-        for (int g = 0; g < kgr; g++) {
-            __m512i b0 = _mm512_set1_epi32(x0[g]), b1 = _mm512_set1_epi32(x1[g]);
-            c0 = _mm512_dpbusd_epi32(c0, b0, s->w[g][0]);
-            c1 = _mm512_dpbusd_epi32(c1, _mm512_mask_blend_epi32((__mmask16)0xFF00, b0, b1), s->w[g][1]);
-            c2 = _mm512_dpbusd_epi32(c2, b1, s->w[g][2]);
-        }
-        int8_t *y = a->y + (r0 + i) * 24;
-        ei_vq_store(&s->c, &s->v[0], (__mmask16)0xFFFF, c0, y, NULL);
-        ei_vq_store(&s->c, &s->v[1], one ? (__mmask16)0x00FF : (__mmask16)0xFFFF, c1, y + 16, NULL);
-        if (!one) ei_vq_store(&s->c, &s->v[2], (__mmask16)0xFFFF, c2, y + 32, NULL);
-    }
-#undef PAIR
-}
-
 /* mk_vnni with the fused epilogue: rows 0 .. nrow - 1 of the tile go to y + r * ys (int8,
  * channels-last), residual z at the same offsets */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -754,7 +679,6 @@ typedef struct {
     int direct_nchw;            /* 1x1, stride 1, no padding, NCHW input: rows read along the planes */
     int sm;                     /* narrow (sm_rows below): rows per 16-lane vector, else 0 */
     int sm_gather;              /* narrow rows too long for one vpermt2d: gathered */
-    int w24;                    /* M = 24 without a residual: row pairs as 3 vectors (w24_rows) */
     int implicit;               /* AMX straight from the input on interior pixels (implicit_block) */
     int kgr;                    /* k-groups holding K (kg without the AMX tile padding) */
     int64_t k4;                 /* bytes between the u8 rows of A (VNNI / AMX) */
@@ -818,7 +742,6 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
     p->k4 = (int64_t)p->kg * 4;
     p->sm = 0;
     p->sm_gather = 0;
-    p->w24 = 0;
     p->implicit = 0;
 #if defined(__x86_64__)
     p->implicit = implicit_ok(a);
@@ -828,8 +751,7 @@ static void make_plan(const ei_int8_conv_args *a, plan_t *p) {
         else if (R * p->kgr <= 32) { p->sm = R; p->k4 = (int64_t)p->kgr * 4; }
         else if (p->kgr <= 16) { p->sm = R; p->sm_gather = 1; }
     }
-    p->w24 = has_consts(a) && a->kind == KIND_VNNI && a->m == 24 && !a->ztab && p->kgr <= 16;
-    if (p->sm || p->w24) p->implicit = 0;
+    if (p->sm) p->implicit = 0;
 #endif
 }
 
@@ -841,7 +763,6 @@ EI_API int64_t ei_int8_conv_consts_size(const ei_int8_conv_args *a) {
         plan_t p;
         make_plan(a, &p);
         if (p.sm) return (int64_t)sizeof(sm_consts);
-        if (p.w24) return (int64_t)sizeof(w24_consts);
         int64_t npan = (a->m + KINDS[a->kind].nr - 1) / KINDS[a->kind].nr;
         return npan * (int64_t)sizeof(vq_panel) + (p.implicit ? npan * implicit_panel_bytes(a) : 0);
     }
@@ -857,7 +778,6 @@ EI_API void ei_int8_conv_prepare(const ei_int8_conv_args *a, void *out) {
         plan_t p;
         make_plan(a, &p);
         if (p.sm) sm_prepare(a, p.kgr, (sm_consts *)out);
-        else if (p.w24) w24_prepare(a, p.kgr, (w24_consts *)out);
         else consts_prepare(a, out);
         if (p.implicit) implicit_prepare(a, (char *)out + (int64_t)p.npan * sizeof(vq_panel));
     }
@@ -1208,10 +1128,6 @@ static void run_block(const conv_ctx *cx, int cb, int64_t r0, int nrows, char *s
             sm_rows(a, (const sm_consts *)a->consts, p->sm, ub, (int)(k4 / 4), p->kgr, r0, nrows, p->sm_gather);
             return;
         }
-        if (p->w24 && a->consts && !a->z) {
-            w24_rows(a, (const w24_consts *)a->consts, ub, (int)(k4 / 4), p->kgr, r0, nrows);
-            return;
-        }
         /* whole blocks of 32 rows (mk_vnni_rq8x2; 16 in mk_vnni_rq16), the ones past nrows reading row 0 */
         for (int i = 0; i < (nrows + 31) / 32 * 32; i++) vrows[i] = ub + (i < nrows ? i : 0) * k4;
 #endif
@@ -1373,7 +1289,6 @@ EI_API const char *ei_int8_conv_path(const ei_int8_conv_args *a) {
     if (!kind_ok(a->kind) || !a->consts) return NULL;
     plan_t p;
     make_plan(a, &p);
-    if (p.w24) return "24 channels: row pairs as 3 vectors";
     if (p.sm) return p.sm_gather ? "narrow: 16 / M rows a vector, gathered" : "narrow: 16 / M rows a vector, vpermt2d";
     if (p.implicit) return "implicit: interior pixels read in place by tdpbssd";
     return NULL;
@@ -1428,7 +1343,6 @@ EI_API void ei_int8_conv(const ei_int8_conv_args *a) {
     make_plan(a, &cx.p);
     if (cx.p.R <= 0 || a->m <= 0) return;
     if (cx.p.sm && !a->consts) { cx.p.sm = 0; cx.p.k4 = (int64_t)cx.p.kg * 4; }    /* the panel kernels' rows */
-    if (!a->consts) cx.p.w24 = 0;
     cx.mk = kernel_of(a->kind);
     cx.simd = ei_rq_simd();
     cx.nslots = conv_nslots(a, &cx.p);
