@@ -161,16 +161,20 @@ def test_int8_conv_1x1_image_and_strided_pointwise():
     (4, 24, 1, (7, 9), "NCHW", False), (2, 16, 1, (5, 13), "NHWC", True), (1, 8, 1, (11, 3), "NHWC", False),
     (8, 64, 1, (6, 7), "NHWC", True), (8, 7, 3, (10, 12), "NHWC", True), (4, 40, 1, (5, 5), "NHWC", False),
     (1, 16, 1, (7, 9), "NHWC", True), (2, 60, 1, (5, 7), "NHWC", False), (4, 6, 3, (6, 9), "NHWC", True),
-    (8, 72, 1, (3, 5), "NHWC", False)])
+    (8, 72, 1, (3, 5), "NHWC", False), (8, 8, 1, (13, 17), "NHWC", False), (2, 8, 1, (9, 15), "NHWC", False)])
 def test_int8_conv_narrow_outputs(m, c, k, hw, layout, residual):
     """M = 1, 2, 4, 8 output channels: 16 / M rows share one 16-lane vector (their words
     permuted out of the u8 rows, padded and compact ones, or gathered where 16 / M rows are more
     than 32 words: M 1 K 16, M 2 K 60, M 4 K 40 / 54) and one requantization; odd pixel counts
-    end in a part vector; K > 64 (M 8, K 72) takes the panels."""
-    rng = np.random.default_rng(m * 100 + c + k)
-    g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], k, 1, k // 2, 1, layout, "Relu", residual)
-    for threads in (1, 2):
-        assert_native_matches(run_three_ways(g, feeds, threads=threads))
+    end in a part vector; without a residual 4 whole vectors a time share one pack (13 x 17 =
+    221 pixels: 27 such blocks of 8 rows and a part vector); K > 64 (M 8, K 72) takes the
+    panels; both requantization modes."""
+    for requant in ("fixed", "fp32"):
+        rng = np.random.default_rng(m * 100 + c + k)
+        g, feeds = int8_conv_case(rng, 1, c, m, hw[0], hw[1], k, 1, k // 2, 1, layout, "Relu", residual,
+                                  requant=requant)
+        for threads in (1, 2):
+            assert_native_matches(run_three_ways(g, feeds, threads=threads))
 
 
 @pytest.mark.parametrize("m,c,k,hw,residual", [
