@@ -138,6 +138,16 @@ typedef struct {
     __m512i zp16, lo8, hi8;         /* ei_vq_pack4: zp_y in int16 lanes, lo and hi in int8 lanes */
 } ei_vqc;
 
+/* one channel's shift as ei_vq16's terms: its left shift l, and for the right shift e the
+ * rounding constant ce (2^30 + nud(h >= 0) * 2^31), the h < 0 difference dd and the total shift ss */
+static inline void ei_vq_shift_terms(int32_t sh, int32_t *l, int64_t *ce, int64_t *dd, int64_t *ss) {
+    int e = sh > 0 ? 0 : -sh;
+    *l = sh > 0 ? sh : 0;
+    *ce = (1LL << 30) + (e > 0 ? (1LL << (30 + e)) : 0);
+    *dd = e > 0 ? -(1LL << 31) : 0;
+    *ss = 31 + e;
+}
+
 /* channels 0 .. n - 1 (n <= 16) of bias (or NULL), corr (added to the bias, or NULL), mult and
  * shift; the others get neutral constants. Returns 1 when a channel shifts left, EI_VQ_FP32
  * when the multipliers are float32 (q: their bits), else 0: the flag ei_vq_mbqm takes. */
@@ -146,19 +156,13 @@ static inline int ei_vq16_prepare(ei_vq16 *o, const int32_t *bias, const int32_t
                                   const int32_t *shift, int n) {
     int32_t b[16], q[16], l[16], qo[16];
     int64_t ce[16], dd[16], ss[16], te[8], to[8], de[8], dO[8], se[8], so[8];
-    int left = 0, fp32 = 0;
-    for (int i = 0; i < n; i++) fp32 |= shift[i] == EI_RQ_FP32;
+    int left = 0, fp32 = ei_rq_flag(shift, n) == EI_VQ_FP32;
     for (int i = 0; i < 16; i++) {
         int ok = i < n;
-        int32_t sh = ok && !fp32 ? shift[i] : 0;
-        int e = sh > 0 ? 0 : -sh;
         b[i] = (int32_t)((uint32_t)(ok && bias ? bias[i] : 0) + (uint32_t)(corr ? corr[i] : 0));
         q[i] = ok ? mult[i] : 0;
-        l[i] = sh > 0 ? sh : 0;
+        ei_vq_shift_terms(ok && !fp32 ? shift[i] : 0, &l[i], &ce[i], &dd[i], &ss[i]);
         left |= l[i];
-        ce[i] = (1LL << 30) + (e > 0 ? (1LL << (30 + e)) : 0);
-        dd[i] = e > 0 ? -(1LL << 31) : 0;
-        ss[i] = 31 + e;
     }
     for (int j = 0; j < 8; j++) {
         te[j] = ce[2 * j]; to[j] = ce[2 * j + 1]; de[j] = dd[2 * j]; dO[j] = dd[2 * j + 1];
@@ -179,15 +183,16 @@ static inline int ei_vq16_prepare(ei_vq16 *o, const int32_t *bias, const int32_t
 __attribute__((target("avx512f,avx512bw")))
 static inline int ei_vq16_prepare1(ei_vq16 *o, int32_t mult, int32_t shift) {
     int fp32 = shift == EI_RQ_FP32;
-    int32_t sh = fp32 ? 0 : shift, e = sh > 0 ? 0 : -sh, l = sh > 0 ? sh : 0;
-    int64_t ce = (1LL << 30) + (e > 0 ? (1LL << (30 + e)) : 0), dd = e > 0 ? -(1LL << 31) : 0;
+    int32_t l;
+    int64_t ce, dd, ss;
+    ei_vq_shift_terms(fp32 ? 0 : shift, &l, &ce, &dd, &ss);
     o->bias = _mm512_setzero_si512();
     o->q = _mm512_set1_epi32(mult);
     o->qo = _mm512_set1_epi64((int64_t)(uint32_t)mult);
     o->left = _mm512_set1_epi32(l);
     o->ce = o->co = _mm512_set1_epi64(ce);
     o->de = o->dO = _mm512_set1_epi64(dd);
-    o->se = o->so = _mm512_set1_epi64(31 + e);
+    o->se = o->so = _mm512_set1_epi64(ss);
     return fp32 ? EI_VQ_FP32 : l != 0;
 }
 

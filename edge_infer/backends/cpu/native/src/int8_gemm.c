@@ -368,6 +368,20 @@ static void sm_prepare(const ei_int8_conv_args *a, int kgr, sm_consts *s) {
     }
 }
 
+/* the accumulators of one vector's rows: nd (<= 32) words of u8 rows at blk, permuted to the
+ * lanes by idx0 + k-group, times the k-groups' weights */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static inline __m512i sm_acc(const sm_consts *s, const int32_t *blk, int nd, int kgr, __m512i idx0) {
+    __m512i b0 = _mm512_maskz_loadu_epi32(nd >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nd) - 1), blk);
+    __m512i b1 = nd > 16 ? _mm512_maskz_loadu_epi32((__mmask16)((1u << (nd - 16)) - 1), blk + 16)
+                         : _mm512_setzero_si512();
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i acc = s->v.bias, idx = idx0;
+    for (int g = 0; g < kgr; g++, idx = _mm512_add_epi32(idx, one))
+        acc = _mm512_dpbusd_epi32(acc, _mm512_permutex2var_epi32(b0, idx, b1), s->w[g]);
+    return acc;
+}
+
 /* rows r0 .. r0 + nrows - 1 from the u8 rows ub (stride kgs words, kgr k-groups each);
  * gather: R * kgs > 32 words (M = 1 over K = 16: a YOLO head's DFL conv), each k-group's
  * lanes gathered from the rows */
@@ -392,29 +406,15 @@ static void sm_rows(const ei_int8_conv_args *a, const sm_consts *s, int R, const
     int i4 = 0;                 /* no residual: 4 whole vectors (4R rows) at a time through ei_vq_pack4 */
     for (; !gather && !a->z && !s->c.ztab && nrows - i4 >= 4 * R; i4 += 4 * R) {
         __m512i acc[4];
-        for (int q = 0; q < 4; q++) {
-            const int32_t *blk = (const int32_t *)(ub + (int64_t)(i4 + q * R) * kgs * 4);
-            __m512i b0 = _mm512_maskz_loadu_epi32(R * kgs >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (R * kgs)) - 1), blk);
-            __m512i b1 = R * kgs > 16 ? _mm512_maskz_loadu_epi32((__mmask16)((1u << (R * kgs - 16)) - 1), blk + 16)
-                                      : _mm512_setzero_si512();
-            __m512i ac = s->v.bias, idx = idx0;
-            for (int g = 0; g < kgr; g++, idx = _mm512_add_epi32(idx, one))
-                ac = _mm512_dpbusd_epi32(ac, _mm512_permutex2var_epi32(b0, idx, b1), s->w[g]);
-            acc[q] = ac;
-        }
+        for (int q = 0; q < 4; q++)
+            acc[q] = sm_acc(s, (const int32_t *)(ub + (int64_t)(i4 + q * R) * kgs * 4), R * kgs, kgr, idx0);
         const int l = s->c.left;
         _mm512_storeu_si512(a->y + (r0 + i4) * M, ei_vq_pack4(&s->c, ei_vq_mbqm(acc[0], &s->v, l),
                             ei_vq_mbqm(acc[1], &s->v, l), ei_vq_mbqm(acc[2], &s->v, l), ei_vq_mbqm(acc[3], &s->v, l)));
     }
     for (int i = i4; !gather && i < nrows; i += R) {
-        int nr = EI_MIN(R, nrows - i), nd = nr * kgs;
-        const int32_t *blk = (const int32_t *)(ub + (int64_t)i * kgs * 4);
-        __m512i b0 = _mm512_maskz_loadu_epi32(nd >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nd) - 1), blk);
-        __m512i b1 = nd > 16 ? _mm512_maskz_loadu_epi32((__mmask16)((1u << (nd - 16)) - 1), blk + 16)
-                             : _mm512_setzero_si512();
-        __m512i acc = s->v.bias, idx = idx0;
-        for (int g = 0; g < kgr; g++, idx = _mm512_add_epi32(idx, one))
-            acc = _mm512_dpbusd_epi32(acc, _mm512_permutex2var_epi32(b0, idx, b1), s->w[g]);
+        int nr = EI_MIN(R, nrows - i);
+        __m512i acc = sm_acc(s, (const int32_t *)(ub + (int64_t)i * kgs * 4), nr * kgs, kgr, idx0);
         __mmask16 m = nr == R ? (__mmask16)0xFFFF : (__mmask16)((1u << (nr * M)) - 1);
         int64_t off = (r0 + i) * M;
         ei_vq_store(&s->c, &s->v, m, acc, a->y + off, a->z ? a->z + off : NULL);
