@@ -139,7 +139,7 @@ def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike, None] = N
     images, a video, .npy/.npz, an iterable, or "random"), at most ``calib_samples``
     samples, images preprocessed by ``calib_recipe``; ``calib_method`` minmax, ema,
     percentile, entropy or mse; ``keep_float`` node names stay fp32; ``requant`` the int8
-    Conv / Gemm / MatMul requantization, "fp32" (float32 multiplier, one rounding: onnxruntime's
+    Conv / Gemm / MatMul / Mul requantization, "fp32" (float32 multiplier, one rounding: onnxruntime's
     and XNNPACK's) or "fixed" (TFLite's reference kernels, bit-exact with them);
     ``max_accuracy_drop`` (a fraction) keeps the most damaging layers fp32 until the
     drop holds; ``report`` writes the accuracy report as JSON (also in the result);

@@ -70,9 +70,8 @@ QUANTIZE_MODES = ("int8",)
 def check_convert_options(quantize, calib, calib_method: str = "minmax", max_accuracy_drop=None,
                           requant: str = "fp32") -> None:
     """Refuse bad quantization options before a conversion does any work."""
-    from ..ops.qmath import REQUANT_MODES
-    if requant not in REQUANT_MODES:
-        raise QuantizationError(f"requant={requant!r}: one of {', '.join(REQUANT_MODES)}")
+    from .requant_mode import check_requant
+    check_requant(requant)
     if quantize not in QUANTIZE_MODES:
         raise QuantizationError(f"quantize={quantize!r}: supported: {', '.join(QUANTIZE_MODES)}")
     if calib is None:

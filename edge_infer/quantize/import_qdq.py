@@ -27,9 +27,9 @@ and rewrites it, in one walk in execution order, into int8 ops on int8 tensors c
   requantization multiplier s_x s_w / s_y outside what the kernels' fixed point represents,
   Gemm alpha != 1 ...); leftover DequantizeLinear of constants become float constants.
 
-Arithmetic: the imported Conv / Gemm / MatMul nodes requantize as onnxruntime does, a float32
-multiplier (s_x * s_w) / s_y and one rounding (``requant="fp32"``, ``requant_mode.py``), so their
-outputs match onnxruntime's; the other int8 ops (Add, Mul, pools, tables) follow TFLite's
+Arithmetic: the imported Conv / Gemm / MatMul / Mul nodes requantize as onnxruntime does, a
+float32 multiplier (s_x * s_w) / s_y and one rounding (``requant="fp32"``, ``requant_mode.py``), so
+the convs' outputs match onnxruntime's; the other int8 ops (Add, pools, tables) follow TFLite's
 integer kernels, within a step of onnxruntime's float math (docs/quantization.md).
 """
 from __future__ import annotations

@@ -12,13 +12,12 @@ import numpy as np
 from ..ir import Graph
 from ..ir.shape_inference import infer_shapes
 from ..ops.int8 import ANCHOR_OPS, BINARY_OPS, CLAMP_OPS, CONCAT_OPS, LUT_OPS
-from ..ops.qmath import REQUANT_MODES
 from .budget import layer_sensitivity, search
 from .drift import blame, find_drift
 from .heterogeneous import describe, find_heterogeneous
 from .metrics import TASKS, guess_task
 from .quantizer import QuantizationError, build_int8_graph, calibrate, make_plan, split_activations
-from .requant_mode import set_requant
+from .requant_mode import check_requant, set_requant
 from .report import FloatReference, build_report, evaluate
 
 # -- the whole flow -----------------------------------------------------------------------------------
@@ -51,7 +50,7 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
     picks the accuracy metric; ``metric(reference, candidate)`` (higher is better) replaces it. Concats whose
     inputs' ranges are far apart and that feed an output stay float32 after per-branch int8
     when the held-out metric says so (``heterogeneous.py``). Returns (int8 graph, report dict;
-    see ``report.py``). ``requant``: the Conv / Gemm / MatMul requantization, "fp32" (one
+    see ``report.py``). ``requant``: the Conv / Gemm / MatMul / Mul requantization, "fp32" (one
     rounding, onnxruntime's and XNNPACK's) or "fixed" (TFLite's reference kernels, bit-exact with
     them): ``requant_mode.py``.
     """
@@ -59,8 +58,7 @@ def quantize_graph(graph: Graph, feeds: List[Dict[str, np.ndarray]], method: str
     say = log or (lambda s: None)
     if not feeds:
         raise QuantizationError("no calibration samples")
-    if requant not in REQUANT_MODES:
-        raise QuantizationError(f"requant={requant!r}: one of {', '.join(REQUANT_MODES)}")
+    check_requant(requant)
     if task is not None and task not in TASKS:
         raise QuantizationError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
     g = split_activations(graph)

@@ -31,11 +31,16 @@ def _multipliers(g: Graph, node: Node) -> Optional[np.ndarray]:
     return fp32_scales(qs[0][0], qs[1], qs[2][0])
 
 
+def check_requant(mode: str) -> None:
+    """Refuse a requantization mode that is not one of ``REQUANT_MODES``."""
+    if mode not in REQUANT_MODES:
+        raise QuantizationError(f"requant={mode!r}: one of {', '.join(REQUANT_MODES)}")
+
+
 def set_requant(g: Graph, mode: str) -> int:
     """Give every int8 Conv / Gemm / MatMul / Mul node of ``g`` requantization ``mode`` where its
     multipliers allow it (in place); returns how many nodes run "fp32"."""
-    if mode not in REQUANT_MODES:
-        raise QuantizationError(f"requant={mode!r}: one of {', '.join(REQUANT_MODES)}")
+    check_requant(mode)
     n = 0
     for node in g.nodes:
         if node.op not in REQUANT_OPS:
