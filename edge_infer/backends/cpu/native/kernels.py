@@ -12,6 +12,7 @@ residual table entries within +-2^29 (see src/ei_int8.h).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from typing import Callable, Optional, Sequence
 
@@ -128,8 +129,9 @@ def threads_of(ctx) -> int:
     return max(1, int(getattr(ctx, "threads", 1) or 1))
 
 
+@functools.lru_cache(maxsize=1)
 def l2_bytes() -> int:
-    """This CPU's L2 cache (Linux sysfs, cpu0; 512 KB where the system does not say)."""
+    """This CPU's L2 cache (Linux sysfs, cpu0, read once; 512 KB where the system does not say)."""
     import glob
     for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
         try:
