@@ -596,6 +596,98 @@ def test_transposes_sink_through_binary_and_keep_outputs():
     assert add.inputs == ["a", "b"]
 
 
+def _round_trips_with_residual(shape=(1, 1, 3, 3)):
+    """BN -> Concat -> two blocks T(id) -> Relu -> T([0,1,3,2]) -> * k -> T([0,1,3,2]), then
+    a residual Add of the second block's output and the first's (a tensor two nodes read):
+    the property test's failing draw, built by hand."""
+    g = Graph("round_trips")
+    g.add_input("x", "float32", shape)
+    add_bn(g, "x", shape[1], "t1", name="bn1")
+    g.add_node("Concat", ["t1", "x"], ["t2"], axis=1)
+    cur = "t2"
+    for k in (3, 4):
+        g.add_const(f"k{k}", np.array(1.5, np.float32))
+        g.add_node("Transpose", [cur], [f"p{k}"], perm=[0, 1, 2, 3])
+        g.add_node("Relu", [f"p{k}"], [f"q{k}"])
+        g.add_node("Transpose", [f"q{k}"], [f"r{k}"], perm=[0, 1, 3, 2])
+        g.add_node("Mul", [f"r{k}", f"k{k}"], [f"m{k}"])
+        g.add_node("Transpose", [f"m{k}"], [f"t{k}"], perm=[0, 1, 3, 2])
+        cur = f"t{k}"
+    g.add_node("Add", ["t4", "t3"], ["t5"])
+    g.outputs = ["t5"]
+    return g
+
+
+def test_transposes_cancel_before_sinking_into_a_shared_residual():
+    # cancel_transposes sank the first block's last Transpose into the Add before it could
+    # cancel with the Transpose that had just sunk below the Mul above it (the sweep's
+    # producer map did not know that one), leaving T(perm [0,1,3,2]) read by both the
+    # second block and the Add, and another below the Add: two Transposes for none
+    g = _round_trips_with_residual()
+    ref = g.copy()
+    fix(g, cancel_transposes)
+    assert ops(g)["Transpose"] == 0
+    assert g.outputs == ["t5"] and any(n.outputs == ["t5"] for n in g.nodes)
+    assert compare(g, ref, [random_inputs(ref, s) for s in range(2)]) == 0
+    opt = ref.copy()
+    optimize(opt, level=2, check=lambda graph, name: graph.validate())
+    assert not any(n.op in ("BatchNormalization", "Transpose") for n in opt.nodes)
+    assert compare(opt, ref, [random_inputs(ref, s) for s in range(2)]) <= 1e-5
+
+
+def test_transposes_cancel_through_ops_whose_input_has_other_readers():
+    # T(p) -> Relu -> T(p^-1) and T(p) -> Add -> T(p^-1) (twice): the first T's output is
+    # also read by a Sigmoid / is a graph output, so that T stays for them, and a copy
+    # sinks through the Relu / Add (whose readers are all Transposes undoing it) and cancels
+    g = Graph()
+    g.add_input("x", "float32", (2, 3, 4, 5))
+    g.add_input("b", "float32", (2, 3, 4, 5))
+    g.add_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])
+    g.add_node("Relu", ["y"], ["r"])
+    g.add_node("Transpose", ["r"], ["w"], perm=[0, 3, 1, 2])
+    g.add_node("Sigmoid", ["y"], ["s"])
+    g.add_node("Transpose", ["x"], ["tx"], perm=[3, 1, 0, 2])
+    g.add_node("Transpose", ["b"], ["tb"], perm=[3, 1, 0, 2])
+    g.add_node("Add", ["tx", "tb"], ["sum"])
+    g.add_node("Transpose", ["sum"], ["u"], perm=[2, 1, 3, 0])
+    g.add_node("Transpose", ["sum"], ["v"], perm=[2, 1, 3, 0])
+    g.add_node("Neg", ["v"], ["nv"])
+    g.outputs = ["w", "s", "tx", "u", "nv"]
+    ref = g.copy()
+    fix(g, cancel_transposes)
+    assert compare(g, ref, [random_inputs(ref, s) for s in range(2)]) == 0
+    assert g.outputs == ref.outputs and {o for n in g.nodes for o in n.outputs} >= set(g.outputs)
+    writer = {n.outputs[0]: n for n in g.nodes}
+    assert writer["w"].op == "Relu" and writer["w"].inputs == ["x"]
+    assert writer["u"].op == "Add" and writer["u"].inputs == ["x", "b"]
+    assert writer["nv"].inputs == ["u"]
+    # left: Sigmoid's transpose (sunk below it) and tx (an output)
+    assert ops(g) == Counter({"Transpose": 2, "Relu": 1, "Sigmoid": 1, "Add": 1, "Neg": 1})
+    assert writer["s"].op == "Transpose" and writer["s"].inputs[0] != "y"
+
+
+def test_identity_transposes_go_without_copying_a_shared_transpose():
+    # T(y, identity) merged into y = T(x, p) (read by the Relu too) became a second T(x, p),
+    # which then sank below the Neg: two transposes where one serves both
+    g = Graph()
+    g.add_input("x", "float32", (2, 3, 4))
+    g.add_node("Transpose", ["x"], ["y"], perm=[1, 2, 0])
+    g.add_node("Relu", ["y"], ["r"])
+    g.add_node("Transpose", ["y"], ["z"], perm=[0, 1, 2])
+    g.add_node("Neg", ["z"], ["n"])
+    g.add_node("Sigmoid", ["x"], ["s"])
+    g.add_node("Transpose", ["s"], ["o1"], perm=[0, 1, 2])    # two identities, both graph
+    g.add_node("Transpose", ["s"], ["o2"], perm=[0, 1, 2])    # outputs, of one tensor
+    g.outputs = ["r", "n", "o1", "o2"]
+    ref = g.copy()
+    fix(g, cancel_transposes)                  # the second output had raised a ValueError
+    assert compare(g, ref, [random_inputs(ref, 0)]) == 0
+    assert g.outputs == ref.outputs and {o for n in g.nodes for o in n.outputs} >= set(g.outputs)
+    writer = {n.outputs[0]: n for n in g.nodes}
+    assert writer["n"].inputs == ["y"] and writer["o1"].op == "Sigmoid"
+    assert ops(g)["Transpose"] == 2            # y, and o2 (a copy of o1 under its own name)
+
+
 # -- cost report -------------------------------------------------------------------------------------
 
 def test_graph_cost_counts():

@@ -3,14 +3,23 @@
 * ``Transpose(Transpose(x, p1), p2)`` reads x directly with the composed perm
   ``p1[p2[i]]`` (the inner one is left to dead-code elimination if nothing else
   reads it); a composed identity disappears, its readers read x.
-* A Transpose with the identity perm is removed; if it writes a graph output, the
-  node producing its input writes that output instead (its other readers follow).
+* A Transpose with the identity perm is removed (never merged into the transpose
+  above it: were that one read by others too, the merge would copy it); if it writes
+  a graph output, the node producing its input writes that output instead (its other
+  readers follow; a second such output of the same tensor keeps its Transpose).
 * Sinking: a Transpose read only by an element-wise unary op (or a binary op whose
   other operand is a constant with a single element) moves below it:
   ``U(T(x)) -> T(U(x))``; and ``B(T(a, p), T(b, p)) -> T(B(a, b), p)`` when a and b
   have the same shape. Sinking does not change the work done, but brings
   transposes next to each other (where they cancel) and next to the consumers a
-  layout pass cares about. Transposes only ever move down, so the pass terminates.
+  layout pass cares about. A Transpose that other nodes read too stays for them
+  while a copy sinks, but only below an op whose readers are all Transposes undoing
+  it: the copy cancels with each, so the count of transposes drops. Transposes only
+  ever move down, so the pass terminates.
+* One sweep keeps its producer/consumer maps current as it sinks (``Rewriter.track``):
+  a transpose that just sank below an op composes with a Transpose reading that op in
+  the same sweep. (With stale maps the reader could sink into a later residual Add
+  first, and the pair no longer met: two transposes were left where none was needed.)
 """
 from __future__ import annotations
 
@@ -64,8 +73,10 @@ def cancel_transposes(graph: Graph) -> int:
             inner = rw.producer(src, "Transpose")
             if inner is not None:
                 p1 = _perm(g, inner)
-                if p1 is not None and len(p1) == len(perm):
-                    composed = [p1[i] for i in perm]
+                composed = [p1[i] for i in perm] if p1 is not None and len(p1) == len(perm) else None
+                # an identity goes as it is (merged into an inner transpose that others
+                # read, it would be a second copy of that one)
+                if composed is not None and perm != list(range(len(perm))):
                     rw.reconnect(node, 0, inner.inputs[0])
                     node.attrs = dict(node.attrs, perm=composed)
                     rw.changes += 1
@@ -80,6 +91,8 @@ def cancel_transposes(graph: Graph) -> int:
                     p = rw.producer(src)
                     if p is not None and src not in g.inputs and src not in rw.outputs:
                         p.outputs[p.outputs.index(src)] = out
+                        # src is gone: a second identity writing an output from it stays
+                        rw.prod[out] = rw.prod.pop(src)
                         rw.dead.add(id(node))
                         rw.rename[src] = out
                         rw.changes += 1
@@ -88,12 +101,12 @@ def cancel_transposes(graph: Graph) -> int:
         if node.op in UNARY and node.inputs:
             t_name = node.inputs[0]
             tr = rw.producer(t_name, "Transpose")
-            if tr is None or not rw.private(t_name, node) or len(node.outputs) != 1:
+            if tr is None or len(node.outputs) != 1:
                 continue
             perm = _perm(g, tr)
-            if perm is None or any(i and not _single_element(g, i, len(perm)) for i in node.inputs[1:]):
+            if perm is None or not _movable(rw, t_name, node, perm) or any(i and not _single_element(g, i, len(perm)) for i in node.inputs[1:]):
                 continue
-            _sink(rw, tr, node, [tr.inputs[0]] + node.inputs[1:], perm)
+            _sink(rw, [tr], node, [tr.inputs[0]] + node.inputs[1:], perm)
             continue
         if node.op in BINARY and len(node.inputs) == 2:
             a, b = node.inputs
@@ -103,9 +116,9 @@ def cancel_transposes(graph: Graph) -> int:
                 sa, sb = static_shape(g, ta.inputs[0]), static_shape(g, tb.inputs[0])
                 if pa is None or pa != pb or sa is None or sa != sb or node.op == "PRelu":
                     continue
-                if not (rw.private(a, node) and rw.private(b, node)):
+                if not (_movable(rw, a, node, pa) and _movable(rw, b, node, pa)):
                     continue
-                _sink(rw, ta, node, [ta.inputs[0], tb.inputs[0]], pa, drop=[tb])
+                _sink(rw, [ta, tb], node, [ta.inputs[0], tb.inputs[0]], pa)
                 continue
             for k, tr in ((0, ta), (1, tb)):
                 other = node.inputs[1 - k]
@@ -113,22 +126,46 @@ def cancel_transposes(graph: Graph) -> int:
                     continue
                 perm = _perm(g, tr)
                 if perm is None or not _single_element(g, other, len(perm)) \
-                        or not rw.private(node.inputs[k], node):
+                        or not _movable(rw, node.inputs[k], node, perm):
                     continue
                 ins = list(node.inputs)
                 ins[k] = tr.inputs[0]
-                _sink(rw, tr, node, ins, perm)
+                _sink(rw, [tr], node, ins, perm)
                 break
     return rw.commit()
 
 
-def _sink(rw: Rewriter, tr: Node, op: Node, new_inputs: List[str], perm: List[int],
-          drop: List[Node] = ()) -> None:
-    """op(T(x), ...) -> T(op(x, ...)): op keeps its name and writes a new tensor; the
-    transpose (same name, same perm) now writes op's old output."""
+def _movable(rw: Rewriter, name: str, reader: Node, perm: List[int]) -> bool:
+    """The Transpose writing ``name`` (perm ``perm``) may sink below ``reader``: reader
+    is its only reader, or every reader of reader's output (no graph output) is a
+    Transpose that undoes ``perm``, so the copy sunk below reader cancels with each
+    (the transpose stays for its other readers; the count of transposes drops)."""
+    if rw.private(name, reader):
+        return True
+    out = reader.outputs[0] if reader.outputs else ""
+    users = rw.cons.get(out, [])
+    return (reader.inputs.count(name) == 1 and bool(users) and out not in rw.outputs
+            and all(rw.alive(u) and u.op == "Transpose" and _undoes(_perm(rw.g, u), perm) for u in users))
+
+
+def _undoes(q: Optional[List[int]], p: List[int]) -> bool:
+    """T(T(x, p), q) is x."""
+    return q is not None and len(q) == len(p) and [p[i] for i in q] == list(range(len(p)))
+
+
+def _sink(rw: Rewriter, trs: List[Node], op: Node, new_inputs: List[str], perm: List[int]) -> None:
+    """op(T(x), ...) -> T(op(x, ...)): op keeps its name and writes a new tensor; a
+    transpose (trs[0]'s name, same perm) now writes op's old output. Each of ``trs``
+    that op alone read goes; one with other readers stays for them."""
     g = rw.g
     out = op.outputs[0]
+    tr = trs[0]
+    gone = [t for t in trs if rw.private(t.outputs[0], op)]
     mid = _new_tensor(g, out, tr.inputs[0])
     new_op = Node(op.op, list(new_inputs), [mid], dict(op.attrs), op.name)
-    new_tr = Node("Transpose", [mid], [out], dict(tr.attrs, perm=list(perm)), tr.name)
-    rw.replace([tr, op] + list(drop), [new_op, new_tr], anchor=op)
+    name = tr.name if any(t is tr for t in gone) or not tr.name else f"{tr.name}_sunk"
+    new_tr = Node("Transpose", [mid], [out], dict(tr.attrs, perm=list(perm)), name)
+    rw.replace(gone + [op], [new_op, new_tr], anchor=op)
+    # the transpose below op must be visible to op's readers in this same sweep: one
+    # that is a Transpose composes with it before it could sink into a later reader
+    rw.track(gone + [op], [new_op, new_tr])

@@ -155,6 +155,20 @@ class Rewriter:
         self.insert.setdefault(id(anchor), []).extend(new)
         self.changes += 1
 
+    def track(self, old: Sequence[Node], new: Sequence[Node]) -> None:
+        """Bring the producer/consumer maps up to date with a ``replace(old, new)``, so
+        later matches of this sweep see the new nodes (and may replace them in turn)."""
+        for n in old:
+            for i in n.inputs:
+                if i and i in self.cons:
+                    self.cons[i] = [c for c in self.cons[i] if c is not n]
+        for n in new:
+            for o in n.outputs:
+                self.prod[o] = n
+            for i in n.inputs:
+                if i:
+                    self.cons.setdefault(i, []).append(n)
+
     def remove_as_alias(self, node: Node, out: str, src: str) -> None:
         """Drop ``node``; readers of its output ``out`` read ``src`` instead."""
         self.dead.add(id(node))
@@ -167,7 +181,8 @@ class Rewriter:
         g = self.g
         nodes = []
         for n in g.nodes:
-            nodes.extend(self.insert.get(id(n), ()))
+            # a node inserted by this sweep may have been replaced again later in it
+            nodes.extend(m for m in self.insert.get(id(n), ()) if id(m) not in self.dead)
             if id(n) not in self.dead:
                 nodes.append(n)
         if self.rename:
