@@ -636,9 +636,10 @@ def test_transposes_cancel_before_sinking_into_a_shared_residual():
 
 
 def test_transposes_cancel_through_ops_whose_input_has_other_readers():
-    # T(p) -> Relu -> T(p^-1) and T(p) -> Add -> T(p^-1) (twice): the first T's output is
-    # also read by a Sigmoid / is a graph output, so that T stays for them, and a copy
-    # sinks through the Relu / Add (whose readers are all Transposes undoing it) and cancels
+    # T(p) -> Relu -> T(p^-1) and T(p) -> Add -> T(p^-1) (twice): each first T's output is
+    # also read by a Sigmoid, so that T stays for it, and a copy sinks through the Relu /
+    # Add (whose readers are all Transposes undoing it) and cancels; a T writing a graph
+    # output gives no copy (the TFLite exporter maps the patterns around it)
     g = Graph()
     g.add_input("x", "float32", (2, 3, 4, 5))
     g.add_input("b", "float32", (2, 3, 4, 5))
@@ -652,7 +653,8 @@ def test_transposes_cancel_through_ops_whose_input_has_other_readers():
     g.add_node("Transpose", ["sum"], ["u"], perm=[2, 1, 3, 0])
     g.add_node("Transpose", ["sum"], ["v"], perm=[2, 1, 3, 0])
     g.add_node("Neg", ["v"], ["nv"])
-    g.outputs = ["w", "s", "tx", "u", "nv"]
+    g.add_node("Sigmoid", ["tx"], ["stx"])
+    g.outputs = ["w", "s", "stx", "u", "nv"]
     ref = g.copy()
     fix(g, cancel_transposes)
     assert compare(g, ref, [random_inputs(ref, s) for s in range(2)]) == 0
@@ -661,9 +663,18 @@ def test_transposes_cancel_through_ops_whose_input_has_other_readers():
     assert writer["w"].op == "Relu" and writer["w"].inputs == ["x"]
     assert writer["u"].op == "Add" and writer["u"].inputs == ["x", "b"]
     assert writer["nv"].inputs == ["u"]
-    # left: Sigmoid's transpose (sunk below it) and tx (an output)
-    assert ops(g) == Counter({"Transpose": 2, "Relu": 1, "Sigmoid": 1, "Add": 1, "Neg": 1})
+    # left: the Sigmoids' transposes (each sunk below its Sigmoid)
+    assert ops(g) == Counter({"Transpose": 2, "Relu": 1, "Sigmoid": 2, "Add": 1, "Neg": 1})
     assert writer["s"].op == "Transpose" and writer["s"].inputs[0] != "y"
+    assert writer["stx"].op == "Transpose"
+    # the same with tx a graph output: its transpose stays, the Add reads it
+    g = ref.copy()
+    g.outputs = ["w", "s", "tx", "u", "nv"]
+    ref = g.copy()
+    fix(g, cancel_transposes)
+    writer = {n.outputs[0]: n for n in g.nodes}
+    assert writer["tx"].op == "Transpose" and writer["tx"].inputs == ["x"]
+    assert compare(g, ref, [random_inputs(ref, s) for s in range(2)]) == 0
 
 
 def test_identity_transposes_go_without_copying_a_shared_transpose():
@@ -687,6 +698,42 @@ def test_identity_transposes_go_without_copying_a_shared_transpose():
     assert writer["n"].inputs == ["y"] and writer["o1"].op == "Sigmoid"
     assert ops(g)["Transpose"] == 2            # y, and o2 (a copy of o1 under its own name)
 
+
+def test_transposes_cancel_over_an_elementwise_region_with_a_residual():
+    # the property test's second draw: T(p) read by a residual Add and by the branch feeding
+    # it (Relu, * k) has two readers at every sinking step; the region below it is
+    # element-wise and ends in the graph output's T(p^-1): both go, the Add writes the output
+    def build(extra_reader=False, wide_const=False):
+        g = Graph("region")
+        g.add_input("x", "float32", (1, 2, 3, 4))
+        g.add_const("k", np.full((1, 1, 1, 3) if wide_const else (), 1.5, np.float32))
+        g.add_node("Relu", ["x"], ["a"])
+        g.add_node("Transpose", ["a"], ["m"], perm=[0, 1, 3, 2])
+        g.add_node("Relu", ["m"], ["q"])
+        g.add_node("Mul", ["q", "k"], ["r"])
+        g.add_node("Add", ["r", "m"], ["s"])
+        g.add_node("Transpose", ["s"], ["out"], perm=[0, 1, 3, 2])
+        g.outputs = ["out"]
+        if extra_reader:                       # a reader that needs the transposed layout
+            g.add_const("w", np.ones((2, 2, 1, 1), np.float32))
+            g.add_node("Conv", ["q", "w"], ["c"], kernel_shape=[1, 1])
+            g.outputs.append("c")
+        return g
+    g = build()
+    ref = g.copy()
+    fix(g, cancel_transposes)
+    assert ops(g)["Transpose"] == 0 and g.outputs == ["out"]
+    writer = {n.outputs[0]: n for n in g.nodes}
+    assert writer["out"].op == "Add" and g.tensors["out"].shape == (1, 2, 3, 4)
+    assert compare(g, ref, [random_inputs(ref, s) for s in range(2)]) == 0
+    # leaving the region another way (a Conv, a constant broadcasting along a permuted axis):
+    # the transposes stay, values unchanged
+    for kw in ({"extra_reader": True}, {"wide_const": True}):
+        g = build(**kw)
+        ref = g.copy()
+        fix(g, cancel_transposes)
+        assert ops(g)["Transpose"] >= 1, kw
+        assert compare(g, ref, [random_inputs(ref, s) for s in range(2)]) == 0
 
 # -- cost report -------------------------------------------------------------------------------------
 

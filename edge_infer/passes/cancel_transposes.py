@@ -16,6 +16,11 @@
   while a copy sinks, but only below an op whose readers are all Transposes undoing
   it: the copy cancels with each, so the count of transposes drops. Transposes only
   ever move down, so the pass terminates.
+* Regions (when nothing above applies): a Transpose whose output reaches, through
+  element-wise ops only (any number of readers, residual Adds inside), nothing but
+  Transposes undoing it, goes with all of them; the ops in between compute in the
+  untransposed layout. Sinking alone cannot do it: a transpose read by a residual
+  Add and by the branch feeding that Add has two readers at every step.
 * One sweep keeps its producer/consumer maps current as it sinks (``Rewriter.track``):
   a transpose that just sank below an op composes with a Transpose reading that op in
   the same sweep. (With stale maps the reader could sink into a later residual Add
@@ -28,7 +33,7 @@ from typing import List, Optional
 from ..ir import Graph, Node
 from ..ops.elementwise import LAYOUT_FREE_UNARY
 from ..ops.tensor import transpose_perm
-from .rewrite import Rewriter, const, static_shape
+from .rewrite import Rewriter, const, ensure_shapes, static_shape
 
 UNARY = LAYOUT_FREE_UNARY
 BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Equal", "Less",
@@ -132,7 +137,80 @@ def cancel_transposes(graph: Graph) -> int:
                 ins[k] = tr.inputs[0]
                 _sink(rw, [tr], node, ins, perm)
                 break
-    return rw.commit()
+    return rw.commit() or _cancel_region(g)
+
+
+def _cancel_region(g: Graph) -> int:
+    """Remove one Transpose and the Transposes undoing it at the ends of its element-wise
+    region (see the module docstring); 1 if it did, else 0."""
+    cons, outs = g.consumers(), set(g.outputs)
+    for t in g.nodes:
+        perm = _perm(g, t) if t.op == "Transpose" else None
+        if perm is None or static_shape(g, t.inputs[0]) is None:
+            continue
+        found = _region(g, t.outputs[0], perm, cons, outs)
+        if found is None:
+            continue
+        tensors, exits = found
+        shape = static_shape(g, t.inputs[0])
+        for name in tensors - {t.outputs[0]}:
+            g.tensors[name].shape = tuple(shape)
+        rename = {t.outputs[0]: t.inputs[0]}
+        prod = g.producers()
+        for u in exits:
+            if u.outputs[0] in outs:
+                # a graph output keeps its name: the region op writes it, its readers follow
+                p = prod[u.inputs[0]]
+                p.outputs[p.outputs.index(u.inputs[0])] = u.outputs[0]
+                rename[u.inputs[0]] = u.outputs[0]
+            else:
+                rename[u.outputs[0]] = u.inputs[0]
+        gone = {id(t)} | {id(u) for u in exits}
+        g.nodes = [n for n in g.nodes if id(n) not in gone]
+        for n in g.nodes:
+            n.inputs = [rename.get(i, i) for i in n.inputs]
+        ensure_shapes(g)
+        return 1
+    return 0
+
+
+def _region(g: Graph, start: str, perm: List[int], cons, outs):
+    """(tensors of the element-wise region below ``start``, the Transposes undoing ``perm``
+    that end it), or None when some path leaves it another way (a graph output, an op that
+    is not element-wise, a constant that broadcasts along an axis, a per-axis scale)."""
+    tensors, members, exits, pending = {start}, set(), [], {}
+    work = [start]
+    while work:
+        name = work.pop()
+        q = g.tensors[name].quant
+        if name in outs or (q and q.get("axis") is not None):
+            return None
+        for r in cons.get(name, []):
+            if id(r) in members or any(r is u for u in exits):
+                continue
+            if r.op == "Transpose":
+                # an exit writing a graph output takes over its input's name: one per tensor,
+                # and not the region's start (the plain rule handles T(T(x)))
+                named = r.outputs[0] in outs and (name == start or any(
+                    u.inputs[0] == name and u.outputs[0] in outs for u in exits))
+                if not _undoes(_perm(g, r), perm) or named:
+                    return None
+                exits.append(r)
+                continue
+            if not (r.op in UNARY or (r.op in BINARY and r.op != "PRelu")) or len(r.outputs) != 1:
+                return None
+            rest = [i for i in r.inputs if i and i not in tensors]
+            if any(const(g, i) is not None and not _single_element(g, i, len(perm)) for i in rest):
+                return None
+            pending[id(r)] = r
+            if all(const(g, i) is not None for i in rest):    # every other input is in the region
+                members.add(id(r))
+                pending.pop(id(r))
+                tensors.add(r.outputs[0])
+                work.append(r.outputs[0])
+    if pending or not exits:
+        return None
+    return tensors, exits
 
 
 def _movable(rw: Rewriter, name: str, reader: Node, perm: List[int]) -> bool:
@@ -142,6 +220,10 @@ def _movable(rw: Rewriter, name: str, reader: Node, perm: List[int]) -> bool:
     (the transpose stays for its other readers; the count of transposes drops)."""
     if rw.private(name, reader):
         return True
+    if name in rw.outputs:
+        # a transpose writing a graph output stays where it is: the TFLite exporter maps
+        # T -> NCHW op -> T patterns around it back to NHWC builtins
+        return False
     out = reader.outputs[0] if reader.outputs else ""
     users = rw.cons.get(out, [])
     return (reader.inputs.count(name) == 1 and bool(users) and out not in rw.outputs
