@@ -1,8 +1,9 @@
 """Bundled fixtures: a small trained CNN on 8x8 digits and its held-out samples; a small
-trained YOLO-style detector of shapes and the generator of its (synthetic) scenes.
+trained YOLO-style detector of shapes and a DB-style text detector, and the generators of
+their (synthetic) scenes.
 
-See edge_infer/data/digits/README.md and edge_infer/data/yolo_shapes/README.md for what the
-models are and how they were made. Only numpy is needed here (no scikit-learn, torch or onnx
+See the README.md in edge_infer/data/digits/, yolo_shapes/ and db_text/ for what the models
+are and how they were made. Only numpy is needed here (no scikit-learn, torch or onnx
 at run time).
 """
 from __future__ import annotations
@@ -12,10 +13,12 @@ import os
 import numpy as np
 
 __all__ = ["DIGITS_DIR", "digits_model_path", "digits_samples_path", "load_digits_samples",
-           "YOLO_SHAPES_DIR", "yolo_shapes_model_path", "yolo_shapes_scenes"]
+           "YOLO_SHAPES_DIR", "yolo_shapes_model_path", "yolo_shapes_scenes",
+           "DB_TEXT_DIR", "db_text_model_path", "db_text_scenes"]
 
 DIGITS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits")
 YOLO_SHAPES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "yolo_shapes")
+DB_TEXT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "db_text")
 
 
 def _existing(name: str, folder: str = DIGITS_DIR, script: str = "digits/train_digits_cnn.py") -> str:
@@ -63,3 +66,18 @@ def yolo_shapes_scenes(n: int, start: int = 0):
     classes [k]) per scene])."""
     from .yolo_shapes.scenes import eval_scenes
     return eval_scenes(n, start)
+
+
+def db_text_model_path() -> str:
+    """Path of the bundled DB-style text detector: input `x` float32 [N,3,H,W] (RGB in [0,1],
+    H and W multiples of 32), output `maps` float32 [N,1,H,W] (the probability of the shrunk
+    text regions, as DB's inference graph gives it)."""
+    return _existing("db_text.onnx", DB_TEXT_DIR, "db_text/train_db_text.py")
+
+
+def db_text_scenes(n: int, start: int = 0, size: int = 320):
+    """``n`` held-out text scenes the detector never trained on (seeds from 1,000,000 +
+    ``start``), drawn deterministically with numpy: (images float32 [n,3,size,size], text maps
+    float32 [n,1,size,size]: 1 inside each line's shrunk box, DB's target)."""
+    from .db_text.scenes import eval_scenes
+    return eval_scenes(n, start, size)

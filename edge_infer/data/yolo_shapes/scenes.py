@@ -38,7 +38,7 @@ def _value_noise(rng: np.random.Generator, h: int, w: int, cells: int) -> np.nda
     return (a * (1 - fx) + b * fx) * (1 - fy) + (c * (1 - fx) + d * fx) * fy
 
 
-def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+def texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     """One texture [h, w, 3] in [0, 1]."""
     kind = int(rng.integers(0, 4))
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
@@ -100,9 +100,9 @@ def make_scene(seed: int, size: int = SIZE) -> Tuple[np.ndarray, np.ndarray, np.
     """One scene: image float32 [3, size, size] in [0, 1] (RGB, NCHW without the batch dim),
     boxes float32 [n, 4] (x1, y1, x2, y2 pixels), classes int64 [n]."""
     rng = np.random.default_rng(seed)
-    img = _texture(rng, size, size)
+    img = texture(rng, size, size)
     if rng.random() < 0.5:                          # blend a second texture in
-        img = 0.5 * img + 0.5 * _texture(rng, size, size)
+        img = 0.5 * img + 0.5 * texture(rng, size, size)
     boxes: List[np.ndarray] = []
     classes: List[int] = []
     taken = np.zeros((size, size), bool)
@@ -135,7 +135,7 @@ def make_scene(seed: int, size: int = SIZE) -> Tuple[np.ndarray, np.ndarray, np.
             region = img[y0 + sy0:y0 + sy1, x0 + sx0:x0 + sx1]
             h, w = region.shape[:2]
             if rng.random() < 0.3:
-                fill = _texture(rng, h, w)
+                fill = texture(rng, h, w)
             else:
                 fill = np.broadcast_to(rng.random(3), (h, w, 3))
             # keep the shape visible: push its colour away from the background under it

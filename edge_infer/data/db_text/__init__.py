@@ -1,0 +1,1 @@
+"""The DB-style text detector fixture: see README.md here; ``scenes`` draws its scenes."""
