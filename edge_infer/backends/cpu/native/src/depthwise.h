@@ -1,6 +1,8 @@
 /* The argument struct of the depthwise kernels (depthwise.c: int8 and fp32 NCHW/NHWC in the
- * numpy kernels' order; depthwise_f32.c: the fp32 NHWC kernel with FMAs). Mirrored by
- * DepthwiseArgs in native/kernels.py: change both. */
+ * numpy kernels' order, and the dispatch; depthwise_quad.c: int8 NHWC on quads with AVX-512
+ * VNNI + VBMI; depthwise_f32.c: the fp32 NHWC kernel with FMAs). Mirrored by DepthwiseArgs in
+ * native/kernels.py: change both. Then the declarations these files share (not the library's
+ * interface). */
 #ifndef EI_DEPTHWISE_H
 #define EI_DEPTHWISE_H
 
@@ -29,7 +31,7 @@ typedef struct {
 } ei_dw_args;
 
 /* depthwise_small.c: int8 NHWC layers on small images (AVX-512 VNNI + VBMI); depthwise.c picks it
- * where dws_fits and ei_dw_prepare made its constants (dwq_consts_bytes of depthwise.c's quad
+ * where dws_fits and ei_dw_prepare made its constants (dwq_consts_bytes of depthwise_quad.c's quad
  * constants, then dws_consts_bytes of its own) */
 int dws_fits(const ei_dw_args *a);
 int64_t dws_scratch(const ei_dw_args *a);
@@ -40,5 +42,51 @@ int dws_lut_in_regs(const ei_dw_args *a);
 int64_t dwq_consts_bytes(const ei_dw_args *a);
 int dws_pairs_fits(const ei_dw_args *a);
 void dws_pairs_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+
+/* the library's entry points (depthwise.c, depthwise_quad.c), for the self-test */
+EI_API int64_t ei_dw_scratch(const ei_dw_args *a);
+EI_API int64_t ei_dw_consts_size(const ei_dw_args *a);
+EI_API void ei_dw_prepare(const ei_dw_args *a, void *out);
+EI_API void ei_depthwise(const ei_dw_args *a);
+
+/* the most taps of the int8 NHWC kernels (tap pointers and quad-row slots on the stack) */
+#define DW8_MAX_TAPS 64
+/* the args depthwise_quad.c's kernels compute (where the CPU has AVX-512 VNNI + VBMI) */
+#define DWQ_OK(a) ((a)->is_int8 && !(a)->nchw && (a)->dh == 1 && (a)->dw == 1 && (a)->kh * (a)->kw <= DW8_MAX_TAPS \
+                   && ((a)->kw <= 4 || 4 % (a)->sw == 0))
+/* how ei_dwq_rows builds its quad rows: from scratch; by a chain of shifts (dwq_build_shift); from
+ * every 4 / sw-th quad (dwq_build_blocks). The shifts need VBMI2, stride 1 or 2 and 16 channels
+ * or more (8: pixel pairs) */
+enum { DWQ_SCRATCH, DWQ_CHAIN, DWQ_BLOCKS };
+
+/* output rows [r0, r1) of a kernel, in a thread slot's scratch */
+typedef void (*rows_fn)(const ei_dw_args *, int64_t, int64_t, char *);
+typedef struct { const ei_dw_args *a; rows_fn fn; int64_t rows; int slots; int64_t per; } dw_ctx;
+
+/* shared between the depthwise files only: hidden, so the library exports what it did before
+ * the split */
+#pragma GCC visibility push(hidden)
+/* depthwise.c: the scalar rows (the self-test's reference); a dw_ctx's rows [r0, r1) in the
+ * running thread slot's scratch, then the fused table (ei_parallel_for's body) */
+void ei_dw_rows_scalar(const ei_dw_args *a, int64_t r0, int64_t r1, char *s);
+void ei_dw_range(void *vctx, int64_t r0, int64_t r1);
+/* depthwise_quad.c: the quad kernels' scratch bytes (0 where they do not run) */
+int64_t ei_dwq_bytes(const ei_dw_args *a);
+#if defined(__x86_64__)
+/* depthwise.c: the per-tap int8 NHWC rows (AVX2; AVX-512 VNNI) and the CPU checks */
+void ei_dw8_rows_avx2(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+void ei_dw8_rows_vnni(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+int ei_dw_has_vnni(void);
+int ei_dw_has_vbmi(void);
+/* depthwise_quad.c: the quad rows from scratch; by the build ei_dwq_build_of picks; by each shift
+ * build (the self-test's); VBMI2 */
+void ei_dwq_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+void ei_dwq_rows_shift(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+void ei_dwq_rows_chain(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+void ei_dwq_rows_blocks(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch);
+int ei_dwq_build_of(const ei_dw_args *a);
+int ei_dw_has_vbmi2(void);
+#endif
+#pragma GCC visibility pop
 
 #endif
