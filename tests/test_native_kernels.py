@@ -432,7 +432,7 @@ def test_depthwise_int8_mobilenet_layers(c, hw, k, stride, residual):
 #: depthwise_small.c's kernels where the CPU has VBMI: "small image" (5x5 and wider, at most 256
 #: quads a channel group: h * (ow + 4 / stride * (nq - 1)) with nq = ceil(k / 4)), "pairs" (8
 #: channels, kernels up to 4 wide, strides up to 4: a pair of pixels reads sw + 4 columns, 64
-#: bytes at stride 4), "ring" (depthwise.c's quad rows)
+#: bytes at stride 4), "ring" (depthwise_quad.c's quad rows)
 SMALL_DW_LAYERS = [
     (200, (2, 6), 5, 1, 2, 1, False, "small"), (88, (3, 12), 5, 1, 2, 1, True, "small"),
     (104, (3, 12), 5, 2, 2, 1, False, "small"), (32, (6, 24), 5, 2, 2, 1, True, "small"),
@@ -471,7 +471,7 @@ def test_depthwise_int8_small_images(c, hw, k, stride, pad, n, residual, kind, r
 
 @pytest.mark.parametrize("mode", ["native", "base"])
 def test_depthwise_int8_selftest(mode):
-    """depthwise.c's self-test: every int8 NHWC kernel this CPU has (AVX2, per-tap VNNI, quads,
+    """depthwise_selftest.c: every int8 NHWC kernel this CPU has (AVX2, per-tap VNNI, quads,
     quads split by channel blocks as 2-thread few-row layers run them) against the scalar
     instance, bit for bit, on random geometries (3x3 / 5x5, strides 1-2, dilation, residual
     tables, fused activation tables, channel tails); and the quad kernels with each quad-row

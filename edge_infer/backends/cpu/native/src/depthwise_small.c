@@ -1,9 +1,9 @@
 /* int8 NHWC depthwise convolution on small images (AVX-512 VNNI + VBMI): the quads of
- * depthwise.c (vpdpbusd on four kernel columns' x + 128 of 16 channels, transposed by vpermb),
+ * depthwise_quad.c (vpdpbusd on four kernel columns' x + 128 of 16 channels, transposed by vpermb),
  * laid out for layers whose whole input fits a few KB a channel group, as MobileNetV3's late
  * layers (3x12, 2x6 at the text classifier's 48x192; 7x7, 14x14 at 224).
  *
- * There the ring of depthwise.c cost more than the multiply-adds: each output row built its
+ * There the ring of depthwise_quad.c cost more than the multiply-adds: each output row built its
  * window's quad rows channel group by channel group (padding rows included, 3 of the 5 rows
  * of a 2x6 5x5 layer's windows), and a small row (6 or 12 columns) paid a row's setup per
  * group. Here each channel group goes once over the rows [r0, r1): its quad rows of the input
@@ -20,7 +20,7 @@
  * stored quad rows: slower everywhere (12x48x24 3x3 stride 2 1450 -> 1590 ns, 6x24x32 1100 ->
  * 1410, 56x56x16 9.4 -> 16.6 us): the ring builds a quad once for kh / sh rows.
  *
- * Exactly the integers of the per-tap kernels (depthwise.c's self-test and
+ * Exactly the integers of the per-tap kernels (depthwise_selftest.c and
  * tests/test_native_kernels.py compare them bit for bit with the scalar instance).
  */
 #include "depthwise.h"
@@ -36,7 +36,7 @@
  * (12x48x24 stride 2, 6x24x32, 14x14x72) */
 #define DWS_MAX_QUADS 256
 
-/* quad columns of one input row, as depthwise.c's DWQ_COLS: quad j holds input columns
+/* quad columns of one input row, as depthwise_quad.c's DWQ_COLS: quad j holds input columns
  * j sw - pl .. j sw - pl + 3; output column ox reads quads ox + k 4 / sw, k < nq */
 static int dws_cols(const ei_dw_args *a) {
     return a->ow + (a->kw + 3) / 4 * 4 / a->sw - 4 / a->sw;
@@ -143,7 +143,7 @@ void dws_build_row(const int8_t *xrow, int W, int C, int c, __mmask16 m, int sw,
 
 /* the same quads with VBMI2, stride 1 or 2: every (4 / sw)-th from its columns, the ones between
  * from those two by one vpshrdd each (lane c of quad j + k: bytes k sw .. 3 of quad j's lane, then
- * bytes 0 .. k sw - 1 of quad j + 4 / sw's), as depthwise.c's dwq_build_blocks */
+ * bytes 0 .. k sw - 1 of quad j + 4 / sw's), as depthwise_quad.c's dwq_build_blocks */
 DWS_T2 static __attribute__((noinline))
 void dws_build_row_shifts(const int8_t *xrow, int W, int C, int c, __mmask16 m, const int sw, int pl, int nj,
                           __m128i padv, uint8_t *q, const int masked) {
@@ -293,7 +293,7 @@ void dws_rows(const ei_dw_args *a, int64_t r0, int64_t r1, char *scratch) {
 /* ---- 8 channels, kernels up to 4 columns: two output pixels a vector, quads made in registers ----
  * A pair of output columns (ox, ox + 1) of one kernel row reads input columns ox sw - pl ..
  * ox sw - pl + sw + 3: at most 64 bytes of 8 channels, one load; one vpermb puts pixel ox's four
- * taps in lanes 0..7 and pixel ox + 1's in lanes 8..15 (depthwise.c's pixel-pair layout, whose
+ * taps in lanes 0..7 and pixel ox + 1's in lanes 8..15 (depthwise_quad.c's pixel-pair layout, whose
  * constants it uses: weights and epilogue repeated in lanes 8..15), then one vpdpbusd. The ring
  * stored every quad and read it back (one load, vpermb, xor and store a quad, a quad row per
  * input row): 24x96x8 3x3 stride 2 took longer than the fp32 kernel. Padding columns come from
