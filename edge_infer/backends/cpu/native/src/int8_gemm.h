@@ -1,5 +1,6 @@
-/* The int8 GEMM / convolution of int8_gemm.c: its argument struct (Int8ConvArgs in
- * native/kernels.py mirrors it), micro-kernel kinds and entry points. */
+/* The int8 GEMM / convolution of int8_gemm.c (its VNNI and AMX kernels in int8_gemm_vnni.c and
+ * int8_gemm_amx.c): its argument struct (Int8ConvArgs in native/kernels.py mirrors it),
+ * micro-kernel kinds and entry points. */
 #ifndef EI_INT8_GEMM_H
 #define EI_INT8_GEMM_H
 
