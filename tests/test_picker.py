@@ -144,6 +144,47 @@ def test_measured_timings_override_the_estimate(register, cache):
     assert data[dev][key]["cpu"]["median_ms"] == 1.0
 
 
+class SlowSubset(SubsetBackend):
+    """A subset backend whose runs take 20 ms more than the CPU's: what an estimate cannot see."""
+
+    def prepare(self, graph, threads=None, **options):
+        import time
+        ex = super().prepare(graph, threads, **options)
+        run = ex.run
+
+        def slow(feeds, *a, **kw):
+            time.sleep(0.02)
+            return run(feeds, *a, **kw)
+        ex.run = slow
+        return ex
+
+
+def test_close_estimates_are_settled_by_timing_the_model_once(register, cache, monkeypatch):
+    from edge_infer.backends import picker
+    g = small_graph()
+    register("subset", lambda: SlowSubset(all_ops(g)))
+    monkeypatch.setattr(picker, "MEASURE_ON_PICK", frozenset({"cpu", "subset"}))
+    profs = {"subset": profile(2), "cpu": profile()}
+    monkeypatch.setattr(picker, "throughput_profile", lambda b, threads: profs[b.name])
+    # the estimate alone says subset (2x the CPU's rates), and the two are within 4x: both
+    # run on the model itself, and the measurement decides
+    c = pick(g)
+    assert c.name == "cpu" and c.report["measured_at_pick"] == ["cpu", "subset"]
+    basis = {o["name"]: (o["basis"], o["score_ms"]) for o in c.report["options"]}
+    assert basis["subset"][0] == basis["cpu"][0] == "measured" and basis["subset"][1] >= 20.0
+    data = json.loads((cache / "timings.json").read_text())
+    (dev,) = data
+    assert set(data[dev][model_key(g, 1)]) == {"cpu", "subset"}
+    # recorded: the next pick reads the timings and measures nothing
+    again = pick(g)
+    assert again.name == "cpu" and "measured_at_pick" not in again.report
+    # far apart (10x), or profiles given by the caller, or timings off: the estimate decides
+    profs["subset"] = profile(10)
+    assert "measured_at_pick" not in pick(g, threads=2).report
+    assert pick(g, threads=3, profiles=profs).name == "subset"
+    assert pick(g, threads=4, use_timings=False).name == "subset"
+
+
 def test_preference_order_breaks_ties_and_native_is_cpu(register):
     g = small_graph()
     register("subset", lambda: SubsetBackend(all_ops(g)))

@@ -12,7 +12,9 @@ For one graph with concrete shapes, ``pick``
 3. scores the options: the time measured by ``edge-infer bench --backends`` on this
    device for this model and input shapes (``timings.json``) where there is one, else the
    cost model's estimate (``throughput``: FLOPs and bytes per op against the backend's
-   microbenchmarked throughput, cached in ``throughput.json``);
+   microbenchmarked throughput, cached in ``throughput.json``); close estimates of
+   in-process backends on a small model are settled by timing the model itself once
+   (``_measure_close_calls``; recorded in ``timings.json``);
 4. takes the fastest; where estimates take part, scores within 3% go to the earlier
    candidate (the profile's order); between measured timings the fastest wins outright.
 
@@ -43,12 +45,19 @@ from ..ops.dynamic import data_dependent_tensors
 from .base import Backend
 from .partition import (DEFAULT_MIN_RATIO, PartitionedBackend, PartitionPlan, plan_partition,
                         run_time_shapes_crossing)
-from .throughput import MICROBENCH_VERSION, graph_seconds, measure_profile, running_nodes
+from .throughput import MICROBENCH_VERSION, graph_seconds, measure_profile, run_times, running_nodes
 
 #: profile names that mean another backend
 ALIASES = {"native": "cpu", "numpy": "cpu"}
 FALLBACK = "cpu"
 TIE = 0.03
+#: backends that run in this process and are timed on the model itself when the estimates of
+#: two of them are within MEASURE_WITHIN of each other (a GPU driver is only ever loaded in a
+#: child process, see probe_guard, so OpenCL and CUDA are not); models estimated above
+#: MEASURE_MAX_S keep the estimate (their FLOPs decide, and timing them takes long)
+MEASURE_ON_PICK = frozenset({"cpu", "litert"})
+MEASURE_WITHIN = 4.0
+MEASURE_MAX_S = 0.05
 #: why a backend is no option under a memory limit (pick's ``memory_bound``)
 NO_MEMORY_BOUND = ("cannot honour a memory limit: it allocates inside its own runtime, so the "
                    "plan's memory is not known before a run")
@@ -336,6 +345,8 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
     if use_timings and (len(options) > 1 or estimate):
         key = model_key(graph, threads)
         measured = measured_timings(key)
+        if requested == "auto" and profiles is None:
+            measured.update(_measure_close_calls(graph, options, profs, measured, key, threads, report))
     else:
         measured = {}
     report["device"] = device_fingerprint() if need_profiles or key else None
@@ -378,6 +389,38 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
     report["why"] = why
     report["options"] = [{"name": s[0], "score_ms": s[3], "basis": s[4]} for s in scores]
     return Choice(name, b, report, plan)
+
+
+def _measure_close_calls(graph: Graph, options, profs: Dict[str, dict], measured: Dict[str, dict],
+                         key: str, threads: int, report: dict) -> Dict[str, dict]:
+    """Time the whole-graph options of in-process backends (``MEASURE_ON_PICK``) on the model
+    itself when their estimates are within ``MEASURE_WITHIN`` of each other and the model is
+    small enough to time in a moment; record the medians (``timings.json``: later picks read
+    them) and return {name: timing}. The estimate counts FLOPs and bytes against
+    microbenchmarked rates; on small models per-op and per-run costs it does not see decide
+    (an int8 MobileNetV3 estimated 0.086 ms on LiteRT and 0.100 on the CPU ran 0.25 and
+    0.06 ms), so there the model is its own benchmark, once per device, model and threads."""
+    est = {}
+    for name, b, plan in options:
+        if plan is None and name in MEASURE_ON_PICK and name not in measured and name in profs:
+            est[name] = graph_seconds(graph, profs[name], fallback=profs.get(FALLBACK))
+    if len(est) < 2:
+        return {}
+    fastest = min(est.values())
+    close = [n for n, e in est.items() if e <= fastest * MEASURE_WITHIN]
+    if len(close) < 2 or fastest > MEASURE_MAX_S:
+        return {}
+    out = {}
+    for name in close:
+        b = next(o[1] for o in options if o[0] == name)
+        times = run_times(b, graph, threads, reps=50, budget_s=0.3)
+        if times:
+            ms = float(sorted(times)[len(times) // 2] * 1e3)
+            out[name] = {"median_ms": ms, "runs": len(times)}
+            record_timing(key, name, ms, len(times))
+    if out:
+        report["measured_at_pick"] = sorted(out)
+    return out if len(out) >= 2 else {}
 
 
 def _entry(report: dict, name: str) -> dict:

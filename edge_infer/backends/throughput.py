@@ -17,6 +17,7 @@ run_s         1 Add on 16 floats, minus one op                   fixed seconds p
 transfer      1 Add on 2 MiB, minus its compute and run_s        host<->device bytes/s
 int8_dense    the small CNN quantized to int8                    FLOP/s of int8 dense ops
 int8_memory   Conv + 8 MaxPool 3x3 on 8x128x128, int8        bytes/s of int8 others
+int8_grouped  the depthwise Conv quantized to int8               FLOP/s of int8 depthwise
 ============  ================================================  =====================
 
 The conv graphs are timed as the converter leaves them (optimizer level 3: fused ops, NHWC;
@@ -48,7 +49,7 @@ from .base import Backend, running_nodes  # noqa: F401  (re-exported: picker, pa
 from .specialize import specialize
 
 #: bump when the microbenchmark changes, so cached profiles are re-measured
-MICROBENCH_VERSION = 6
+MICROBENCH_VERSION = 7      # 7: int8_grouped (int8 depthwise had been costed at the fp32 rate)
 
 DENSE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"})
 INT8 = ("int8", "uint8")
@@ -152,10 +153,11 @@ def _covered(backend: Backend, g: Graph) -> bool:
         return False
 
 
-def time_graph(backend: Backend, graph: Graph, threads: int, reps: int = 15,
-               budget_s: float = 0.25) -> Optional[float]:
-    """Best-of-``reps`` seconds of one run of ``graph`` (shapes concrete) on ``backend``,
-    or None when the backend does not cover it or fails to prepare/run it."""
+def run_times(backend: Backend, graph: Graph, threads: int, reps: int = 15,
+              budget_s: float = 0.25) -> Optional[List[float]]:
+    """Seconds of each of up to ``reps`` runs of ``graph`` (shapes concrete) on ``backend``
+    after one warm-up run, stopping after ``budget_s``; None when the backend does not cover
+    the graph or fails to prepare or run it."""
     if not _covered(backend, graph):
         return None
     try:
@@ -163,16 +165,23 @@ def time_graph(backend: Backend, graph: Graph, threads: int, reps: int = 15,
         feeds = {n: np.random.default_rng(1).standard_normal(graph.tensors[n].shape).astype(graph.tensors[n].dtype)
                  for n in graph.inputs}
         ex.run(feeds)
-        best, t_start = float("inf"), time.perf_counter()
+        times, t_start = [], time.perf_counter()
         for _ in range(reps):
             t0 = time.perf_counter()
             ex.run(feeds)
-            best = min(best, time.perf_counter() - t0)
+            times.append(time.perf_counter() - t0)
             if time.perf_counter() - t_start > budget_s:
                 break
-        return best
+        return times
     except (EdgeInferError, RuntimeError, ValueError, MemoryError, OSError):
         return None
+
+
+def time_graph(backend: Backend, graph: Graph, threads: int, reps: int = 15,
+               budget_s: float = 0.25) -> Optional[float]:
+    """Best-of-``reps`` seconds of one run of ``graph`` on ``backend`` (``run_times``)."""
+    times = run_times(backend, graph, threads, reps, budget_s)
+    return min(times) if times else None
 
 
 def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
@@ -201,7 +210,7 @@ def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
     t_conv8 = None if chain8 is None else time_graph(backend, chain8, threads, reps=9)
     if t_conv1 is not None and t_conv8 is not None:
         prof["dense_op_s"] = max((t_conv8 - t_conv1) / 7, op_s)
-    for key in ("dense", "grouped", "group_dense", "int8_dense", "int8_memory"):
+    for key in ("dense", "grouped", "group_dense", "int8_dense", "int8_memory", "int8_grouped"):
         sg = _bundled(key)
         if sg is None:
             continue

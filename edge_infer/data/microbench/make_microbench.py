@@ -104,6 +104,7 @@ GRAPHS = {
     "group_dense": (_group_conv, False),
     "int8_dense": (_mini_cnn, True),
     "int8_memory": (lambda: _pool_chain(8), True),
+    "int8_grouped": (lambda: _conv_graph(64, 64, 56, 64), True),
 }
 
 
