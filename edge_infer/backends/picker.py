@@ -413,7 +413,11 @@ def _measure_close_calls(graph: Graph, options, profs: Dict[str, dict], measured
     out = {}
     for name in close:
         b = next(o[1] for o in options if o[0] == name)
-        times = run_times(b, graph, threads, reps=50, budget_s=0.3)
+        try:
+            times = run_times(b, graph, threads, reps=50, budget_s=0.3)
+        except Exception as e:  # noqa: BLE001  (timing is advice: a backend that fails it is left to the estimate)
+            _entry(report, name)["timing_error"] = f"{type(e).__name__}: {e}"
+            times = None
         if times:
             ms = float(sorted(times)[len(times) // 2] * 1e3)
             out[name] = {"median_ms": ms, "runs": len(times)}
