@@ -393,7 +393,8 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
 
 def _measure_close_calls(graph: Graph, options, profs: Dict[str, dict], measured: Dict[str, dict],
                          key: str, threads: int, report: dict) -> Dict[str, dict]:
-    """Time the whole-graph options of in-process backends (``MEASURE_ON_PICK``) on the model
+    """Time the options of in-process backends (``MEASURE_ON_PICK``; whole graph, or as a
+    partition with the CPU) on the model
     itself when their estimates are within ``MEASURE_WITHIN`` of each other and the model is
     small enough to time in a moment; record the medians (``timings.json``: later picks read
     them) and return {name: timing}. The estimate counts FLOPs and bytes against
@@ -402,8 +403,12 @@ def _measure_close_calls(graph: Graph, options, profs: Dict[str, dict], measured
     0.06 ms), so there the model is its own benchmark, once per device, model and threads."""
     est = {}
     for name, b, plan in options:
-        if plan is None and name in MEASURE_ON_PICK and name not in measured and name in profs:
+        if name in measured:
+            continue
+        if plan is None and name in MEASURE_ON_PICK and name in profs:
             est[name] = graph_seconds(graph, profs[name], fallback=profs.get(FALLBACK))
+        elif plan is not None and plan.primary in MEASURE_ON_PICK:
+            est[name] = plan.est_s                      # a partition with the CPU, e.g. litert+cpu
     if len(est) < 2:
         return {}
     fastest = min(est.values())
