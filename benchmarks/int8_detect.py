@@ -37,7 +37,7 @@ SHAPE = {"images": [1, 3, 320, 320]}
 
 
 def outputs(path: str, x: np.ndarray) -> np.ndarray:
-    rt = Runtime(path)
+    rt = Runtime(path, backend="cpu")
     return np.concatenate([rt.run({"images": x[i:i + 1]})["output0"] for i in range(len(x))])
 
 

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         convert(src, fp, input_shapes=shape)
         rep = convert(src, q8, input_shapes=shape, quantize="int8", calib=calib)["quantization"]
         for name, path in (("ours fp32", fp), ("ours int8", q8)):
-            rt = Runtime(path)
+            rt = Runtime(path, backend="cpu")           # ours (auto might time LiteRT faster)
             maps[name] = each(lambda v: rt.run({"x": v})["maps"], x)
         float_nodes = f"{rep['nodes']['float32']}/{rep['nodes']['total']}"
         try:

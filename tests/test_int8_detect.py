@@ -173,7 +173,7 @@ def _calib(n=32):
 
 
 def _outputs(path, x):
-    rt = Runtime(path)
+    rt = Runtime(path, backend="cpu")
     return np.concatenate([rt.run({"images": x[i:i + 1]})["output0"] for i in range(len(x))])
 
 

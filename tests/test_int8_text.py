@@ -25,7 +25,7 @@ def _calib(n=32):
 
 
 def _maps(path, x):
-    rt = Runtime(path)
+    rt = Runtime(path, backend="cpu")
     return np.concatenate([rt.run({"x": x[i:i + 1]})["maps"] for i in range(len(x))])
 
 

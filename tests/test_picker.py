@@ -166,6 +166,7 @@ def test_close_estimates_are_settled_by_timing_the_model_once(register, cache, m
     monkeypatch.setattr(picker, "MEASURE_ON_PICK", frozenset({"cpu", "subset"}))
     profs = {"subset": profile(2), "cpu": profile()}
     monkeypatch.setattr(picker, "throughput_profile", lambda b, threads: profs[b.name])
+    monkeypatch.setattr(picker, "_load_per_cpu", lambda: 0.5)
     # the estimate alone says subset (2x the CPU's rates), and the two are within 4x: both
     # run on the model itself, and the measurement decides
     c = pick(g)
@@ -178,6 +179,11 @@ def test_close_estimates_are_settled_by_timing_the_model_once(register, cache, m
     # recorded: the next pick reads the timings and measures nothing
     again = pick(g)
     assert again.name == "cpu" and "measured_at_pick" not in again.report
+    # timed on a busy machine: that pick follows the timing, nothing is recorded
+    monkeypatch.setattr(picker, "_load_per_cpu", lambda: 9.0)
+    busy = pick(g, threads=5)
+    assert busy.name == "cpu" and busy.report["measured_at_pick"] == ["cpu", "subset"]
+    assert model_key(g, 5) not in json.loads((cache / "timings.json").read_text())[dev]
     # far apart (10x), or profiles given by the caller, or timings off: the estimate decides
     profs["subset"] = profile(10)
     assert "measured_at_pick" not in pick(g, threads=2).report

@@ -153,35 +153,35 @@ def _covered(backend: Backend, g: Graph) -> bool:
         return False
 
 
-def run_times(backend: Backend, graph: Graph, threads: int, reps: int = 15,
-              budget_s: float = 0.25) -> Optional[List[float]]:
-    """Seconds of each of up to ``reps`` runs of ``graph`` (shapes concrete) on ``backend``
-    after one warm-up run, stopping after ``budget_s``; None when the backend does not cover
-    the graph or fails to prepare or run it."""
-    if not _covered(backend, graph):
-        return None
-    try:
-        ex = backend.prepare(graph, threads=threads)
-        feeds = {n: np.random.default_rng(1).standard_normal(graph.tensors[n].shape).astype(graph.tensors[n].dtype)
-                 for n in graph.inputs}
-        ex.run(feeds)
-        times, t_start = [], time.perf_counter()
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            ex.run(feeds)
-            times.append(time.perf_counter() - t0)
-            if time.perf_counter() - t_start > budget_s:
-                break
-        return times
-    except (EdgeInferError, RuntimeError, ValueError, MemoryError, OSError):
-        return None
+def prepared_runner(backend: Backend, graph: Graph, threads: int) -> Callable[[], object]:
+    """``graph`` (shapes concrete) prepared on ``backend`` with seeded random inputs and run
+    once (the warm-up), as a no-argument call that runs it again; raises what prepare or the
+    run raises."""
+    ex = backend.prepare(graph, threads=threads)
+    feeds = {n: np.random.default_rng(1).standard_normal(graph.tensors[n].shape).astype(graph.tensors[n].dtype)
+             for n in graph.inputs}
+    ex.run(feeds)
+    return lambda: ex.run(feeds)
 
 
 def time_graph(backend: Backend, graph: Graph, threads: int, reps: int = 15,
                budget_s: float = 0.25) -> Optional[float]:
-    """Best-of-``reps`` seconds of one run of ``graph`` on ``backend`` (``run_times``)."""
-    times = run_times(backend, graph, threads, reps, budget_s)
-    return min(times) if times else None
+    """Best-of-``reps`` seconds of one run of ``graph`` (shapes concrete) on ``backend``,
+    or None when the backend does not cover it or fails to prepare/run it."""
+    if not _covered(backend, graph):
+        return None
+    try:
+        run = prepared_runner(backend, graph, threads)
+        best, t_start = float("inf"), time.perf_counter()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - t0)
+            if time.perf_counter() - t_start > budget_s:
+                break
+        return best
+    except (EdgeInferError, RuntimeError, ValueError, MemoryError, OSError):
+        return None
 
 
 def measure_profile(backend: Backend, threads: int = 1) -> Dict[str, float]:
