@@ -85,7 +85,9 @@ static inline int64_t line_cols(const ei_int8_conv_args *a, const stem_geo *g) {
 }
 
 /* int8_stem.c: whether the stem kernel computes these args at all; its entry points */
+#pragma GCC visibility push(hidden)     /* internal: not in the library's export list */
 int ei_stem_fits(const ei_int8_conv_args *a);
+#pragma GCC visibility pop
 EI_API int64_t ei_int8_stem_pack_size(const ei_int8_conv_args *a);
 EI_API void ei_int8_stem_pack(const ei_int8_conv_args *a, const int8_t *w_mk, void *out);
 EI_API int64_t ei_int8_stem_scratch(const ei_int8_conv_args *a);
@@ -95,6 +97,7 @@ EI_API void ei_int8_stem_q(const ei_int8_stem_q_args *q);
 /* int8_stem_input.c: bytes after a slot's lines for a float input's row; s->ilv and
  * s->f32_vbmi for s->q (after s->kind); row iy of image b of the float input, its first
  * line_cols columns quantized into qrow (NHWC) */
+#pragma GCC visibility push(hidden)
 int64_t ei_stem_qrow_bytes(const ei_int8_conv_args *a);
 void ei_stem_input_prepare(stem_ctx *s);
 const int8_t *ei_stem_quantized_row(const stem_ctx *s, int64_t b, int64_t iy, int8_t *qrow);
@@ -103,5 +106,6 @@ int ei_stem_has_vbmi(void);
 /* the VNNI line of row iy of image b of an NCHW float input (f32_vbmi), n pixels into d */
 void ei_stem_line_f32(const stem_ctx *s, int64_t b, int64_t iy, uint8_t *d, int64_t n);
 #endif
+#pragma GCC visibility pop
 
 #endif
