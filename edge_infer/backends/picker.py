@@ -343,12 +343,16 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
                    f"{FALLBACK} backend plans, and {requested!r} runs none of the other nodes")
         raise UnsupportedOpError(f"no available backend runs this graph (ops {sorted(missing)} are not covered){why}")
 
+    # seconds estimated per option (a partition's from its plan), None where no profile
+    estimates = {name: plan.est_s if plan is not None else
+                 graph_seconds(graph, profs[name], fallback=profs.get(FALLBACK)) if name in profs else None
+                 for name, _, plan in options}
     key = None
     if use_timings and (len(options) > 1 or estimate):
         key = model_key(graph, threads)
         measured = measured_timings(key)
         if requested == "auto" and profiles is None:
-            measured.update(_measure_close_calls(graph, options, profs, measured, key, threads, report))
+            measured.update(_measure_close_calls(graph, options, estimates, measured, key, threads, report))
     else:
         measured = {}
     report["device"] = device_fingerprint() if need_profiles or key else None
@@ -356,11 +360,7 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
     scores = []
     for k, (name, b, plan) in enumerate(options):
         entry = _entry(report, name if plan is None else plan.primary)
-        est = None
-        if plan is not None:
-            est = plan.est_s
-        elif name in profs:
-            est = graph_seconds(graph, profs[name], fallback=profs.get(FALLBACK))
+        est = estimates[name]
         meas = measured.get(name, {}).get("median_ms")
         entry["estimated_ms"] = None if est is None else est * 1e3
         entry["measured_ms"] = meas
@@ -393,24 +393,20 @@ def pick(graph: Graph, requested: str = "auto", preference: Sequence[str] = (), 
     return Choice(name, b, report, plan)
 
 
-def _measure_close_calls(graph: Graph, options, profs: Dict[str, dict], measured: Dict[str, dict],
-                         key: str, threads: int, report: dict) -> Dict[str, dict]:
+def _measure_close_calls(graph: Graph, options, estimates: Dict[str, Optional[float]],
+                         measured: Dict[str, dict], key: str, threads: int, report: dict) -> Dict[str, dict]:
     """Time the options of in-process backends (``MEASURE_ON_PICK``; whole graph, or as a
-    partition with the CPU) on the model
-    itself when their estimates are within ``MEASURE_WITHIN`` of each other and the model is
+    partition with the CPU) on the model itself when their estimates (``estimates``:
+    seconds per option) are within ``MEASURE_WITHIN`` of each other and the model is
     small enough to time in a moment; record the medians (``timings.json``: later picks read
     them) and return {name: timing}. The estimate counts FLOPs and bytes against
     microbenchmarked rates; on small models per-op and per-run costs it does not see decide
     (an int8 MobileNetV3 estimated 0.086 ms on LiteRT and 0.100 on the CPU ran 0.25 and
     0.06 ms), so there the model is its own benchmark, once per device, model and threads."""
-    est = {}
-    for name, b, plan in options:
-        if name in measured:
-            continue
-        if plan is None and name in MEASURE_ON_PICK and name in profs:
-            est[name] = graph_seconds(graph, profs[name], fallback=profs.get(FALLBACK))
-        elif plan is not None and plan.primary in MEASURE_ON_PICK:
-            est[name] = plan.est_s                      # a partition with the CPU, e.g. litert+cpu
+    # whole-graph options of those backends, and their partitions with the CPU (litert+cpu)
+    est = {name: estimates[name] for name, _, plan in options
+           if name not in measured and estimates[name] is not None
+           and (plan.primary if plan is not None else name) in MEASURE_ON_PICK}
     if len(est) < 2:
         return {}
     fastest = min(est.values())
