@@ -146,13 +146,11 @@ def _cancel_region(g: Graph) -> int:
     cons, outs = g.consumers(), set(g.outputs)
     for t in g.nodes:
         perm = _perm(g, t) if t.op == "Transpose" else None
-        if perm is None or static_shape(g, t.inputs[0]) is None:
-            continue
-        found = _region(g, t.outputs[0], perm, cons, outs)
+        shape = static_shape(g, t.inputs[0]) if perm is not None else None
+        found = None if shape is None else _region(g, t.outputs[0], perm, cons, outs)
         if found is None:
             continue
         tensors, exits = found
-        shape = static_shape(g, t.inputs[0])
         for name in tensors - {t.outputs[0]}:
             g.tensors[name].shape = tuple(shape)
         rename = {t.outputs[0]: t.inputs[0]}
@@ -202,12 +200,13 @@ def _region(g: Graph, start: str, perm: List[int], cons, outs):
             rest = [i for i in r.inputs if i and i not in tensors]
             if any(const(g, i) is not None and not _single_element(g, i, len(perm)) for i in rest):
                 return None
-            pending[id(r)] = r
-            if all(const(g, i) is not None for i in rest):    # every other input is in the region
-                members.add(id(r))
-                pending.pop(id(r))
-                tensors.add(r.outputs[0])
-                work.append(r.outputs[0])
+            if any(const(g, i) is None for i in rest):        # another input may join it later
+                pending[id(r)] = r
+                continue
+            members.add(id(r))
+            pending.pop(id(r), None)
+            tensors.add(r.outputs[0])
+            work.append(r.outputs[0])
     if pending or not exits:
         return None
     return tensors, exits
