@@ -178,8 +178,9 @@ def _draw(img: np.ndarray, rng: np.random.Generator, groups: List[np.ndarray], w
     bounds)."""
     if frame is None:
         allp = np.concatenate(groups).reshape(-1, 2)
-        lo = np.floor(allp.min(0) - width).astype(int).clip(0, img.shape[0])
-        hi = np.ceil(allp.max(0) + width).astype(int).clip(0, img.shape[0])
+        wh = np.array([img.shape[1], img.shape[0]])                 # (x, y) bounds
+        lo = np.clip(np.floor(allp.min(0) - width).astype(int), 0, wh)
+        hi = np.clip(np.ceil(allp.max(0) + width).astype(int), 0, wh)
         x0, y0, x1, y1 = lo[0], lo[1], hi[0], hi[1]
         if x1 <= x0 or y1 <= y0:
             return
